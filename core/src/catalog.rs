@@ -1,0 +1,405 @@
+//! The GPU catalog: every MIG-capable GPU model Tessera knows, with its GPU instance profiles and the exact placements
+//! the driver accepts for each.
+//!
+//! The data is embedded from `core/data/mig-profiles.json` (compiled from NVIDIA's MIG user guide, `nvidia-smi mig
+//! -lgip/-lgipp` outputs and NVIDIA's go-nvml/go-nvlib sources). Each model and profile carries a `confidence` record
+//! saying which values are exact and which are derived, so that a caller (and a person reading the portal) can tell a
+//! documented placement from an inferred one. What a real GPU reports wins over this file.
+//!
+//! Placements are in NVML placement units (`nvmlGpuInstancePlacement_t`): 8 units on A100/H100/H200/B200, 4 on A30,
+//! 12 on RTX PRO 6000 Blackwell (where a 1g instance is 3 units wide).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// Index of a profile inside its model's `profiles` list.
+pub type ProfileIdx = usize;
+
+/// A bit set of placement units; bit `u` is set when unit `u` is covered. Models have at most 16 units.
+pub type UnitMask = u16;
+
+/// The embedded catalog data, as shipped.
+pub const CATALOG_JSON: &str = include_str!("../data/mig-profiles.json");
+
+/// The set of GPU models Tessera can place MIG instances on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Catalog {
+    /// Data format, `mig-profiles/v1`.
+    pub schema: String,
+    /// When and from what the data was compiled.
+    pub compiled: String,
+    /// GPU models, in catalog order.
+    pub models: Vec<GpuModel>,
+}
+
+/// One GPU model (e.g. `H100-80GB`) and its MIG geometry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuModel {
+    /// Stable key, e.g. `H100-80GB`.
+    pub key: String,
+    /// Product names, as NVIDIA and `nvidia-smi` print them (some with an alias in parentheses).
+    pub products: Vec<String>,
+    /// PCI device ids as NVML reports them (`0x233010DE`: device id in the high 16 bits, vendor `10DE` low).
+    pub pci_device_ids: Vec<String>,
+    /// Architecture and die, e.g. `Hopper GH100`.
+    pub architecture: String,
+    /// Compute slices (the `Ng` of profile names) of the whole GPU.
+    pub compute_slices_total: u8,
+    /// Memory slices of the whole GPU.
+    pub memory_slices_total: u8,
+    /// NVML placement units (what placements are counted in).
+    pub placement_units_total: u8,
+    /// Nominal memory of the product in GB.
+    pub total_memory_gb_nominal: u32,
+    /// Total memory observed on a real device, when known.
+    pub total_memory_mib_observed: Option<u32>,
+    /// GPU instance profiles, smallest first.
+    pub profiles: Vec<Profile>,
+    /// Free-form notes from the sources.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// Where the data came from.
+    #[serde(default)]
+    pub sources: Vec<String>,
+    /// How sure the data is, as a summary (`exact-from-doc`, `derived ...`, `uncertain`).
+    pub confidence: String,
+}
+
+/// A GPU instance profile of one model, e.g. `3g.40gb` on `H100-80GB`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Profile {
+    /// Profile name as `nvidia-smi mig -lgip` prints it (without the `MIG ` prefix), e.g. `1g.10gb+me`.
+    pub name: String,
+    /// `base`, `+me`, `+me.all`, `-me` or `+gfx`.
+    pub variant: String,
+    /// The `NVML_GPU_INSTANCE_PROFILE_*` name.
+    pub nvml_profile: String,
+    /// The value of that NVML enum.
+    pub nvml_profile_value: u32,
+    /// The profile id that `nvidia-smi mig -cgi` and `nvmlDeviceCreateGpuInstanceWithPlacement` take (per device).
+    pub smi_profile_id: u32,
+    /// Compute slices.
+    pub compute_slices: u8,
+    /// Memory slices (in units of the model's memory slice).
+    pub memory_slices: u8,
+    /// Most instances of this profile on one GPU.
+    pub max_instances: u8,
+    /// Allowed placements, `[start, size]` in placement units.
+    pub placements: Vec<Placement>,
+    /// Memory in GiB as `nvidia-smi mig -lgip` prints it (driver-dependent), when known.
+    pub memory_gib_lgip: Option<f64>,
+    /// Memory in MiB, when known.
+    pub memory_mib: Option<u32>,
+    /// Streaming multiprocessors, when known.
+    pub sm_count: Option<u32>,
+    /// Engine counts (`copy`, `nvdec`, `nvenc`, `jpeg`, `ofa`); `None` where unknown.
+    #[serde(default)]
+    pub engines: BTreeMap<String, Option<u32>>,
+    /// Oldest driver branch that offers the profile, when it is newer than MIG itself.
+    pub min_driver: Option<String>,
+    /// Which values are exact and which derived, per group of fields.
+    #[serde(default)]
+    pub confidence: BTreeMap<String, String>,
+    /// Free-form notes from the sources.
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+/// Where an instance may sit: `size` placement units from `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "[u8; 2]", into = "[u8; 2]")]
+pub struct Placement {
+    /// First placement unit.
+    pub start: u8,
+    /// Number of placement units.
+    pub size: u8,
+}
+
+impl From<[u8; 2]> for Placement {
+    fn from([start, size]: [u8; 2]) -> Self {
+        Placement { start, size }
+    }
+}
+
+impl From<Placement> for [u8; 2] {
+    fn from(p: Placement) -> Self {
+        [p.start, p.size]
+    }
+}
+
+impl Placement {
+    /// The units this placement covers.
+    pub fn mask(self) -> UnitMask {
+        units_mask(self.start, self.size)
+    }
+
+    /// One past the last unit.
+    pub fn end(self) -> u8 {
+        self.start + self.size
+    }
+}
+
+/// The mask of `size` units from `start` (units past 16 are ignored; the catalog never has them).
+pub fn units_mask(start: u8, size: u8) -> UnitMask {
+    let bits: u32 = ((1u32 << size) - 1) << start;
+    (bits & 0xFFFF) as UnitMask
+}
+
+/// How a lookup string was matched, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchedBy {
+    /// The model key (`H100-80GB`).
+    Key,
+    /// A product name (`NVIDIA H100 80GB HBM3`).
+    ProductName,
+    /// A PCI device id (`0x233010DE`).
+    PciDeviceId,
+}
+
+/// Product names NVML reports that the source data does not spell out (it lists marketing or `-lgip` names).
+/// Each maps a name exactly as `nvmlDeviceGetName` returns it to a model key.
+const NVML_NAME_ALIASES: &[(&str, &str)] = &[
+    ("NVIDIA A30", "A30-24GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+    ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+    ("NVIDIA A800-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+    ("NVIDIA H100 PCIe", "H100-80GB"),
+    ("NVIDIA H800", "H100-80GB"),
+    ("NVIDIA H100 NVL", "H100-94GB"),
+    ("NVIDIA GH200 480GB", "GH200-96GB"),
+    ("NVIDIA H20", "GH200-96GB"),
+    ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
+    ("NVIDIA H200", "H200-141GB"),
+    ("NVIDIA H200 NVL", "H200-141GB"),
+    ("NVIDIA B200", "B200-180GB"),
+];
+
+/// Reduces a product name to comparable tokens: upper case, a leading `NVIDIA` dropped, any run of
+/// non-alphanumerics one space. `NVIDIA H100 80GB HBM3` and `h100-80gb-hbm3` compare equal.
+fn normalize_product(name: &str) -> String {
+    let upper = name.trim().to_ascii_uppercase();
+    let tokens: Vec<&str> = upper
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .collect();
+    let tokens = match tokens.first() {
+        Some(&"NVIDIA") => &tokens[1..],
+        _ => &tokens[..],
+    };
+    tokens.join(" ")
+}
+
+/// Every normalized name a catalog product string stands for: the whole string, and for `OUTER (INNER)` both
+/// parts (the data writes `H100-SXM5-80GB (NVIDIA H100 80GB HBM3)`).
+fn product_names(product: &str) -> Vec<String> {
+    let mut names = vec![normalize_product(product)];
+    if let (Some(open), Some(close)) = (product.find('('), product.rfind(')'))
+        && open < close
+    {
+        names.push(normalize_product(&product[open + 1..close]));
+        let outer = format!("{}{}", &product[..open], &product[close + 1..]);
+        names.push(normalize_product(&outer));
+    }
+    names
+}
+
+/// Parses a PCI device id in the forms NVML and `lspci` print: `0x233010DE`, `233010de`, `10de:2330`.
+pub fn parse_pci_device_id(text: &str) -> Option<u32> {
+    let t = text.trim();
+    if let Some((vendor, device)) = t.split_once(':') {
+        let vendor = u32::from_str_radix(vendor.trim_start_matches("0x"), 16).ok()?;
+        let device = u32::from_str_radix(device.trim_start_matches("0x"), 16).ok()?;
+        return (vendor <= 0xFFFF && device <= 0xFFFF).then_some((device << 16) | vendor);
+    }
+    let hex = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    if hex.len() != 8 {
+        return None;
+    }
+    u32::from_str_radix(hex, 16).ok()
+}
+
+impl Catalog {
+    /// The catalog embedded in this build. Parsed once.
+    pub fn builtin() -> &'static Catalog {
+        static CATALOG: OnceLock<Catalog> = OnceLock::new();
+        CATALOG.get_or_init(|| {
+            // The embedded file is part of the build and checked by tests; failing here is a build defect.
+            #[allow(clippy::expect_used)]
+            Catalog::from_json(CATALOG_JSON).expect("embedded mig-profiles.json is valid")
+        })
+    }
+
+    /// Parses catalog data and checks that it is internally consistent.
+    pub fn from_json(text: &str) -> Result<Catalog, CatalogError> {
+        let catalog: Catalog =
+            serde_json::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        catalog.check()?;
+        Ok(catalog)
+    }
+
+    fn check(&self) -> Result<(), CatalogError> {
+        for m in &self.models {
+            if m.placement_units_total == 0 || m.placement_units_total > 16 {
+                return Err(CatalogError::Inconsistent(format!(
+                    "{}: placement units {} out of 1..=16",
+                    m.key, m.placement_units_total
+                )));
+            }
+            for p in &m.profiles {
+                if p.placements.is_empty() {
+                    return Err(CatalogError::Inconsistent(format!(
+                        "{}: {} has no placements",
+                        m.key, p.name
+                    )));
+                }
+                for pl in &p.placements {
+                    if pl.size == 0 || pl.end() > m.placement_units_total {
+                        return Err(CatalogError::Inconsistent(format!(
+                            "{}: {} placement {}:{} outside {} units",
+                            m.key, p.name, pl.start, pl.size, m.placement_units_total
+                        )));
+                    }
+                }
+                if p.compute_slices == 0
+                    || p.compute_slices > m.compute_slices_total
+                    || p.max_instances == 0
+                {
+                    return Err(CatalogError::Inconsistent(format!(
+                        "{}: {} has bad slice counts",
+                        m.key, p.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks a model up by key (case-insensitive), product name as NVML reports it, or PCI device id.
+    pub fn resolve(&self, text: &str) -> Option<(&GpuModel, MatchedBy)> {
+        if let Some(m) = self.model(text) {
+            return Some((m, MatchedBy::Key));
+        }
+        if let Some(m) = self.model_by_product(text) {
+            return Some((m, MatchedBy::ProductName));
+        }
+        parse_pci_device_id(text)
+            .and_then(|id| self.model_by_pci_id(id))
+            .map(|m| (m, MatchedBy::PciDeviceId))
+    }
+
+    /// Looks a model up by its key, ignoring case (`h100-80gb` finds `H100-80GB`).
+    pub fn model(&self, key: &str) -> Option<&GpuModel> {
+        self.models
+            .iter()
+            .find(|m| m.key.eq_ignore_ascii_case(key.trim()))
+    }
+
+    /// Looks a model up by product name, as NVML (`nvmlDeviceGetName`) or the catalog spells it.
+    pub fn model_by_product(&self, name: &str) -> Option<&GpuModel> {
+        let wanted = normalize_product(name);
+        if wanted.is_empty() {
+            return None;
+        }
+        if let Some((_, key)) = NVML_NAME_ALIASES
+            .iter()
+            .find(|(alias, _)| normalize_product(alias) == wanted)
+        {
+            return self.model(key);
+        }
+        self.models.iter().find(|m| {
+            m.products
+                .iter()
+                .any(|p| product_names(p).contains(&wanted))
+        })
+    }
+
+    /// Looks a model up by PCI device id as NVML reports it (`pciDeviceId`: device << 16 | vendor).
+    pub fn model_by_pci_id(&self, id: u32) -> Option<&GpuModel> {
+        self.models.iter().find(|m| {
+            m.pci_device_ids
+                .iter()
+                .any(|p| parse_pci_device_id(p) == Some(id))
+        })
+    }
+
+    /// The keys of every model, in catalog order.
+    pub fn keys(&self) -> Vec<&str> {
+        self.models.iter().map(|m| m.key.as_str()).collect()
+    }
+}
+
+impl GpuModel {
+    /// Index of a profile by name, ignoring case and an `MIG ` prefix as `nvidia-smi` prints it.
+    pub fn profile_index(&self, name: &str) -> Option<ProfileIdx> {
+        let name = name.trim();
+        let name = name.strip_prefix("MIG ").unwrap_or(name);
+        self.profiles
+            .iter()
+            .position(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    /// A profile by name (see [`GpuModel::profile_index`]).
+    pub fn profile(&self, name: &str) -> Option<&Profile> {
+        self.profile_index(name).map(|i| &self.profiles[i])
+    }
+
+    /// Mask of every placement unit of the GPU.
+    pub fn all_units(&self) -> UnitMask {
+        units_mask(0, self.placement_units_total)
+    }
+
+    /// Profile names, in catalog order.
+    pub fn profile_names(&self) -> Vec<String> {
+        self.profiles.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// Indexes of the `base` profiles (no media-engine or graphics variants).
+    pub fn base_profiles(&self) -> impl Iterator<Item = ProfileIdx> + '_ {
+        self.profiles
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.variant == "base")
+            .map(|(i, _)| i)
+    }
+}
+
+impl Profile {
+    /// The allowed start units.
+    pub fn allowed_starts(&self) -> Vec<u8> {
+        self.placements.iter().map(|p| p.start).collect()
+    }
+
+    /// The placement starting at `start`, if allowed.
+    pub fn placement_at(&self, start: u8) -> Option<Placement> {
+        self.placements.iter().copied().find(|p| p.start == start)
+    }
+
+    /// Placement width in units (the same for every placement of a profile in the catalog).
+    pub fn size(&self) -> u8 {
+        self.placements.first().map_or(0, |p| p.size)
+    }
+
+    /// The Kubernetes extended resource name the device plugin advertises with the `mixed` strategy.
+    pub fn k8s_resource_name(&self) -> String {
+        format!("nvidia.com/mig-{}", self.name)
+    }
+}
+
+/// Problems with catalog data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogError {
+    /// The data is not valid JSON of the expected shape.
+    #[error("catalog data does not parse: {0}")]
+    Parse(String),
+    /// The data parses but contradicts itself.
+    #[error("catalog data is inconsistent: {0}")]
+    Inconsistent(String),
+}

@@ -1,0 +1,11 @@
+//! Tessera's domain core: the GPU catalog, MIG layouts and their validation, sharing rules and the planner.
+//!
+//! Pure computation with no I/O, so the server, the node agent and the browser portal (compiled to wasm32) all run
+//! the same rules.
+
+pub mod catalog;
+pub mod layout;
+pub mod planner;
+pub mod sharing;
+
+pub use catalog::{Catalog, GpuModel, Profile};

@@ -1,0 +1,112 @@
+//! Planner quality: invariants on random problems (proptest) and the placed count against the exact optimum.
+
+use proptest::prelude::*;
+use tessera_core::catalog::Catalog;
+use tessera_core::planner::optimum::optimum;
+use tessera_core::planner::synth::{self, DemandSpec, FleetSpec, Rng};
+use tessera_core::planner::{PlanInput, Problem, plan, plan_problem};
+
+use crate::support::check_plan;
+
+const MODELS: [&str; 5] = [
+    "A30-24GB",
+    "A100-40GB",
+    "A100-80GB",
+    "H100-80GB",
+    "RTX-PRO-6000-Blackwell-96GB",
+];
+
+/// A small random problem: 1-8 GPUs of mixed models, some busy, some cordoned; 1-3 demand entries.
+pub fn small_problem(seed: u64) -> PlanInput {
+    let catalog = Catalog::builtin();
+    let mut rng = Rng::new(seed);
+    let models: Vec<String> = MODELS.iter().map(|m| m.to_string()).collect();
+    let spec = FleetSpec {
+        gpus: 1 + rng.below(8),
+        models: models.clone(),
+        busy: 0.5,
+        in_use: 0.5,
+        cordoned: 0.1,
+    };
+    let gpus = synth::fleet(catalog, &mut rng, &spec);
+    let fleet_models: Vec<String> = gpus.iter().map(|g| g.model.clone()).collect();
+    let demand = DemandSpec {
+        requests: 1 + rng.below(3),
+        max_count: 5,
+        constrained: 0.3,
+    };
+    let demand = synth::demand(catalog, &mut rng, &fleet_models, &demand);
+    PlanInput { gpus, demand }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
+
+    /// Every planned layout is valid, nothing in use is destroyed or handed out, counts add up.
+    #[test]
+    fn plans_keep_every_rule(seed in any::<u64>()) {
+        let input = small_problem(seed);
+        let p = plan(Catalog::builtin(), &input).expect("plan");
+        check_plan(&input, &p);
+    }
+
+    /// The planner never claims more than the optimum, and never touches more GPUs than it places slices.
+    #[test]
+    fn plans_never_beat_the_optimum(seed in any::<u64>()) {
+        let input = small_problem(seed);
+        let problem = Problem::new(Catalog::builtin(), &input).expect("problem");
+        let p = plan_problem(&problem);
+        let best = optimum(&problem).expect("small enough");
+        prop_assert!(p.summary.placed <= best.placed);
+        prop_assert!(p.summary.gpus_touched <= p.summary.placed);
+    }
+}
+
+/// The placed count equals the exact optimum on at least 99% of small random problems.
+#[test]
+fn placed_count_matches_the_optimum_on_at_least_99_percent() {
+    let n = 2000u64;
+    let mut equal = 0u64;
+    let mut touched_equal = 0u64;
+    let mut misses = Vec::new();
+    for seed in 0..n {
+        let input = small_problem(seed);
+        let problem = Problem::new(Catalog::builtin(), &input).expect("problem");
+        let p = plan_problem(&problem);
+        let best = optimum(&problem).expect("small enough");
+        assert!(
+            p.summary.placed <= best.placed,
+            "seed {seed}: planner beats the optimum"
+        );
+        if p.summary.placed == best.placed {
+            equal += 1;
+            touched_equal += u64::from(p.summary.gpus_touched == best.gpus_touched);
+        } else {
+            misses.push((seed, p.summary.placed, best.placed));
+        }
+    }
+    let ratio = equal as f64 / n as f64;
+    eprintln!(
+        "planner placed the optimum on {equal}/{n} problems ({:.2}%); of those, {touched_equal} also touched the fewest GPUs; misses (seed, placed, optimum): {:?}",
+        ratio * 100.0,
+        &misses[..misses.len().min(10)]
+    );
+    assert!(ratio >= 0.99, "only {:.2}% optimal", ratio * 100.0);
+}
+
+#[test]
+#[ignore = "debugging aid: prints one seed's problem, plan and optimum"]
+fn show_seed() {
+    let seed: u64 = std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let input = small_problem(seed);
+    let problem = Problem::new(Catalog::builtin(), &input).expect("problem");
+    eprintln!("{}", serde_json::to_string_pretty(&input).expect("json"));
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&plan_problem(&problem)).expect("json")
+    );
+    eprintln!("{:?}", optimum(&problem));
+}
