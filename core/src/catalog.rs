@@ -183,10 +183,7 @@ const NVML_NAME_ALIASES: &[(&str, &str)] = &[
 /// non-alphanumerics one space. `NVIDIA H100 80GB HBM3` and `h100-80gb-hbm3` compare equal.
 fn normalize_product(name: &str) -> String {
     let upper = name.trim().to_ascii_uppercase();
-    let tokens: Vec<&str> = upper
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let tokens: Vec<&str> = upper.split(|c: char| !c.is_ascii_alphanumeric()).filter(|t| !t.is_empty()).collect();
     let tokens = match tokens.first() {
         Some(&"NVIDIA") => &tokens[1..],
         _ => &tokens[..],
@@ -216,10 +213,7 @@ pub fn parse_pci_device_id(text: &str) -> Option<u32> {
         let device = u32::from_str_radix(device.trim_start_matches("0x"), 16).ok()?;
         return (vendor <= 0xFFFF && device <= 0xFFFF).then_some((device << 16) | vendor);
     }
-    let hex = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
+    let hex = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
     if hex.len() != 8 {
         return None;
     }
@@ -239,8 +233,7 @@ impl Catalog {
 
     /// Parses catalog data and checks that it is internally consistent.
     pub fn from_json(text: &str) -> Result<Catalog, CatalogError> {
-        let catalog: Catalog =
-            serde_json::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        let catalog: Catalog = serde_json::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
         catalog.check()?;
         Ok(catalog)
     }
@@ -255,10 +248,7 @@ impl Catalog {
             }
             for p in &m.profiles {
                 if p.placements.is_empty() {
-                    return Err(CatalogError::Inconsistent(format!(
-                        "{}: {} has no placements",
-                        m.key, p.name
-                    )));
+                    return Err(CatalogError::Inconsistent(format!("{}: {} has no placements", m.key, p.name)));
                 }
                 for pl in &p.placements {
                     if pl.size == 0 || pl.end() > m.placement_units_total {
@@ -268,14 +258,8 @@ impl Catalog {
                         )));
                     }
                 }
-                if p.compute_slices == 0
-                    || p.compute_slices > m.compute_slices_total
-                    || p.max_instances == 0
-                {
-                    return Err(CatalogError::Inconsistent(format!(
-                        "{}: {} has bad slice counts",
-                        m.key, p.name
-                    )));
+                if p.compute_slices == 0 || p.compute_slices > m.compute_slices_total || p.max_instances == 0 {
+                    return Err(CatalogError::Inconsistent(format!("{}: {} has bad slice counts", m.key, p.name)));
                 }
             }
         }
@@ -290,16 +274,12 @@ impl Catalog {
         if let Some(m) = self.model_by_product(text) {
             return Some((m, MatchedBy::ProductName));
         }
-        parse_pci_device_id(text)
-            .and_then(|id| self.model_by_pci_id(id))
-            .map(|m| (m, MatchedBy::PciDeviceId))
+        parse_pci_device_id(text).and_then(|id| self.model_by_pci_id(id)).map(|m| (m, MatchedBy::PciDeviceId))
     }
 
     /// Looks a model up by its key, ignoring case (`h100-80gb` finds `H100-80GB`).
     pub fn model(&self, key: &str) -> Option<&GpuModel> {
-        self.models
-            .iter()
-            .find(|m| m.key.eq_ignore_ascii_case(key.trim()))
+        self.models.iter().find(|m| m.key.eq_ignore_ascii_case(key.trim()))
     }
 
     /// Looks a model up by product name, as NVML (`nvmlDeviceGetName`) or the catalog spells it.
@@ -308,26 +288,15 @@ impl Catalog {
         if wanted.is_empty() {
             return None;
         }
-        if let Some((_, key)) = NVML_NAME_ALIASES
-            .iter()
-            .find(|(alias, _)| normalize_product(alias) == wanted)
-        {
+        if let Some((_, key)) = NVML_NAME_ALIASES.iter().find(|(alias, _)| normalize_product(alias) == wanted) {
             return self.model(key);
         }
-        self.models.iter().find(|m| {
-            m.products
-                .iter()
-                .any(|p| product_names(p).contains(&wanted))
-        })
+        self.models.iter().find(|m| m.products.iter().any(|p| product_names(p).contains(&wanted)))
     }
 
     /// Looks a model up by PCI device id as NVML reports it (`pciDeviceId`: device << 16 | vendor).
     pub fn model_by_pci_id(&self, id: u32) -> Option<&GpuModel> {
-        self.models.iter().find(|m| {
-            m.pci_device_ids
-                .iter()
-                .any(|p| parse_pci_device_id(p) == Some(id))
-        })
+        self.models.iter().find(|m| m.pci_device_ids.iter().any(|p| parse_pci_device_id(p) == Some(id)))
     }
 
     /// The keys of every model, in catalog order.
@@ -341,9 +310,7 @@ impl GpuModel {
     pub fn profile_index(&self, name: &str) -> Option<ProfileIdx> {
         let name = name.trim();
         let name = name.strip_prefix("MIG ").unwrap_or(name);
-        self.profiles
-            .iter()
-            .position(|p| p.name.eq_ignore_ascii_case(name))
+        self.profiles.iter().position(|p| p.name.eq_ignore_ascii_case(name))
     }
 
     /// A profile by name (see [`GpuModel::profile_index`]).
@@ -363,11 +330,7 @@ impl GpuModel {
 
     /// Indexes of the `base` profiles (no media-engine or graphics variants).
     pub fn base_profiles(&self) -> impl Iterator<Item = ProfileIdx> + '_ {
-        self.profiles
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.variant == "base")
-            .map(|(i, _)| i)
+        self.profiles.iter().enumerate().filter(|(_, p)| p.variant == "base").map(|(i, _)| i)
     }
 }
 

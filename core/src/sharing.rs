@@ -96,9 +96,7 @@ pub enum SharingError {
         device: String,
     },
     /// Whole-GPU sharing on a GPU in MIG mode.
-    #[error(
-        "the GPU is in MIG mode, so it has no whole-GPU device to share; share its instances instead"
-    )]
+    #[error("the GPU is in MIG mode, so it has no whole-GPU device to share; share its instances instead")]
     WholeGpuSharingOnMig,
     /// Per-instance sharing on a GPU without MIG.
     #[error("{device}: the GPU is not in MIG mode, so it has no MIG instances to share")]
@@ -119,9 +117,7 @@ pub enum SharingError {
         device: String,
     },
     /// Time-slicing and MPS on one node.
-    #[error(
-        "a node uses either time-slicing or MPS, not both (time-slicing on {timeslice}, MPS on {mps})"
-    )]
+    #[error("a node uses either time-slicing or MPS, not both (time-slicing on {timeslice}, MPS on {mps})")]
     MixedStrategies {
         /// A device using time-slicing.
         timeslice: String,
@@ -153,13 +149,7 @@ fn check_replicas(device: &str, sharing: Sharing, errors: &mut Vec<SharingError>
     };
     let replicas = sharing.replicas();
     if !(min..=max).contains(&replicas) {
-        errors.push(SharingError::ReplicasOutOfRange {
-            device: device.to_string(),
-            mode,
-            replicas,
-            min,
-            max,
-        });
+        errors.push(SharingError::ReplicasOutOfRange { device: device.to_string(), mode, replicas, min, max });
     }
 }
 
@@ -181,50 +171,30 @@ pub fn validate_gpu(
             errors.push(SharingError::MigDisabled { device });
             continue;
         }
-        let name = model
-            .profile(&inst.profile)
-            .map_or(inst.profile.as_str(), |p| p.name.as_str());
-        if !layout
-            .iter()
-            .any(|l| l.profile == name && l.start == inst.start)
-        {
-            errors.push(SharingError::UnknownInstance {
-                device: device.clone(),
-            });
+        let name = model.profile(&inst.profile).map_or(inst.profile.as_str(), |p| p.name.as_str());
+        if !layout.iter().any(|l| l.profile == name && l.start == inst.start) {
+            errors.push(SharingError::UnknownInstance { device: device.clone() });
         }
         if seen.iter().any(|(p, s)| p == name && *s == inst.start) {
-            errors.push(SharingError::DuplicateInstance {
-                device: device.clone(),
-            });
+            errors.push(SharingError::DuplicateInstance { device: device.clone() });
         }
         seen.push((name.to_string(), inst.start));
         if matches!(inst.sharing, Sharing::Mps { .. }) {
-            errors.push(SharingError::MpsOnMig {
-                device: device.clone(),
-            });
+            errors.push(SharingError::MpsOnMig { device: device.clone() });
         }
         check_replicas(&device, inst.sharing, &mut errors);
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
 }
 
 /// Checks the node-wide rule: time-slicing and MPS are not mixed on one node. `gpus` pairs a GPU name with its
 /// sharing.
-pub fn validate_node<'a>(
-    gpus: impl IntoIterator<Item = (&'a str, &'a GpuSharing)>,
-) -> Result<(), SharingError> {
+pub fn validate_node<'a>(gpus: impl IntoIterator<Item = (&'a str, &'a GpuSharing)>) -> Result<(), SharingError> {
     let mut timeslice = None;
     let mut mps = None;
     for (name, gpu) in gpus {
-        let devices = std::iter::once((name.to_string(), gpu.gpu)).chain(
-            gpu.instances
-                .iter()
-                .map(|i| (format!("{name}/{}@{}", i.profile, i.start), i.sharing)),
-        );
+        let devices = std::iter::once((name.to_string(), gpu.gpu))
+            .chain(gpu.instances.iter().map(|i| (format!("{name}/{}@{}", i.profile, i.start), i.sharing)));
         for (device, sharing) in devices {
             match sharing {
                 Sharing::Timeslice { .. } => timeslice = timeslice.or(Some(device)),

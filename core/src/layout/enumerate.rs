@@ -11,10 +11,7 @@ use crate::catalog::{GpuModel, ProfileIdx};
 /// under the profile's maximum and the compute total.
 pub fn addable(model: &GpuModel, layout: &[Inst]) -> Vec<Inst> {
     let occ = Occupancy::of(model, layout);
-    candidates(model, None)
-        .into_iter()
-        .filter(|&c| occ.can_add(model, c))
-        .collect()
+    candidates(model, None).into_iter().filter(|&c| occ.can_add(model, c)).collect()
 }
 
 /// Every maximal valid layout of `model` built from `profiles` (all profiles when `None`), each sorted by start.
@@ -33,12 +30,7 @@ pub fn maximal_layouts(model: &GpuModel, profiles: Option<&[ProfileIdx]>) -> Vec
 
 /// Calls `visit` with every valid layout that contains `base` (which must be valid) and adds only instances of
 /// `profiles`; the slice passed holds the added instances only. `base` itself is visited first.
-pub fn valid_supersets(
-    model: &GpuModel,
-    base: &[Inst],
-    profiles: &[ProfileIdx],
-    visit: &mut dyn FnMut(&[Inst]),
-) {
+pub fn valid_supersets(model: &GpuModel, base: &[Inst], profiles: &[ProfileIdx], visit: &mut dyn FnMut(&[Inst])) {
     let cands = candidates(model, Some(profiles));
     valid_supersets_with(model, base, &cands, &mut |added, _| visit(added));
 }
@@ -49,23 +41,13 @@ fn candidates(model: &GpuModel, profiles: Option<&[ProfileIdx]>) -> Vec<Inst> {
         .iter()
         .enumerate()
         .filter(|(i, _)| profiles.is_none_or(|ps| ps.contains(i)))
-        .flat_map(|(profile, p)| {
-            p.placements.iter().map(move |pl| Inst {
-                profile,
-                start: pl.start,
-            })
-        })
+        .flat_map(|(profile, p)| p.placements.iter().map(move |pl| Inst { profile, start: pl.start }))
         .collect();
     c.sort_by_key(|i| (i.start, i.profile));
     c
 }
 
-fn valid_supersets_with(
-    model: &GpuModel,
-    base: &[Inst],
-    cands: &[Inst],
-    visit: &mut dyn FnMut(&[Inst], &Occupancy),
-) {
+fn valid_supersets_with(model: &GpuModel, base: &[Inst], cands: &[Inst], visit: &mut dyn FnMut(&[Inst], &Occupancy)) {
     fn go(
         model: &GpuModel,
         cands: &[Inst],

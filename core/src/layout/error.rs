@@ -15,13 +15,7 @@ pub struct InstanceRef {
 
 impl std::fmt::Display for InstanceRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "instance {} ({}@{})",
-            self.index + 1,
-            self.profile,
-            self.start
-        )
+        write!(f, "instance {} ({}@{})", self.index + 1, self.profile, self.start)
     }
 }
 
@@ -122,19 +116,12 @@ impl LayoutError {
 
     /// Code and message together.
     pub fn problem(&self) -> Problem {
-        Problem {
-            code: self.code(),
-            message: self.to_string(),
-        }
+        Problem { code: self.code(), message: self.to_string() }
     }
 }
 
 fn join_units(units: &[u8]) -> String {
-    units
-        .iter()
-        .map(u8::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    units.iter().map(u8::to_string).collect::<Vec<_>>().join(", ")
 }
 
 fn units_phrase(units: &[u8]) -> String {

@@ -43,22 +43,12 @@ impl std::str::FromStr for InstanceSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         match s.split_once('@') {
-            None if !s.is_empty() => Ok(InstanceSpec {
-                profile: s.to_string(),
-                start: None,
-            }),
+            None if !s.is_empty() => Ok(InstanceSpec { profile: s.to_string(), start: None }),
             Some((p, start)) if !p.is_empty() => match start.parse::<u8>() {
-                Ok(start) => Ok(InstanceSpec {
-                    profile: p.to_string(),
-                    start: Some(start),
-                }),
-                Err(_) => Err(format!(
-                    "`{s}`: the start after `@` must be a unit number, e.g. 3g.40gb@4"
-                )),
+                Ok(start) => Ok(InstanceSpec { profile: p.to_string(), start: Some(start) }),
+                Err(_) => Err(format!("`{s}`: the start after `@` must be a unit number, e.g. 3g.40gb@4")),
             },
-            _ => Err(format!(
-                "`{s}`: expected PROFILE or PROFILE@START, e.g. 3g.40gb@4"
-            )),
+            _ => Err(format!("`{s}`: expected PROFILE or PROFILE@START, e.g. 3g.40gb@4")),
         }
     }
 }
@@ -77,10 +67,7 @@ impl std::fmt::Display for InstanceSpec {
 /// Instances without a start get the placement that destroys nothing and leaves the least stranded capacity, if
 /// any placement exists. Overlaps are only reported between instances whose own placement is allowed, so a wrong
 /// start is reported once, as a wrong start.
-pub fn validate(
-    model: &GpuModel,
-    specs: &[InstanceSpec],
-) -> Result<Vec<PlacedInstance>, Vec<LayoutError>> {
+pub fn validate(model: &GpuModel, specs: &[InstanceSpec]) -> Result<Vec<PlacedInstance>, Vec<LayoutError>> {
     let mut errors = Vec::new();
     let mut known = Vec::new(); // (input index, profile index, start)
     for (index, spec) in specs.iter().enumerate() {
@@ -149,11 +136,8 @@ pub fn validate(
         return Err(errors);
     }
 
-    let unplaced: Vec<(usize, usize)> = known
-        .iter()
-        .filter(|(_, _, s)| s.is_none())
-        .map(|&(index, p, _)| (index, p))
-        .collect();
+    let unplaced: Vec<(usize, usize)> =
+        known.iter().filter(|(_, _, s)| s.is_none()).map(|&(index, p, _)| (index, p)).collect();
     let mut out: Vec<Option<Inst>> = vec![None; specs.len()];
     for &(index, inst) in &placed {
         out[index] = Some(inst);
@@ -170,37 +154,23 @@ pub fn validate(
             None => {
                 let used = Occupancy::of(model, &fixed).mask;
                 return Err(vec![LayoutError::NoPlacement {
-                    profiles: new
-                        .iter()
-                        .map(|&p| model.profiles[p].name.clone())
-                        .collect(),
+                    profiles: new.iter().map(|&p| model.profiles[p].name.clone()).collect(),
                     model: model.key.clone(),
                     free_units: units_of(model.all_units() & !used),
                 }]);
             }
         }
     }
-    Ok(out
-        .into_iter()
-        .flatten()
-        .map(|i| to_placed(model, i))
-        .collect())
+    Ok(out.into_iter().flatten().map(|i| to_placed(model, i)).collect())
 }
 
 /// Converts the compact form to wire form.
 pub fn to_placed(model: &GpuModel, inst: Inst) -> PlacedInstance {
-    PlacedInstance {
-        profile: model.profiles[inst.profile].name.clone(),
-        start: inst.start,
-    }
+    PlacedInstance { profile: model.profiles[inst.profile].name.clone(), start: inst.start }
 }
 
 fn instance_ref(model: &GpuModel, index: usize, inst: Inst) -> InstanceRef {
-    InstanceRef {
-        index,
-        profile: model.profiles[inst.profile].name.clone(),
-        start: inst.start,
-    }
+    InstanceRef { index, profile: model.profiles[inst.profile].name.clone(), start: inst.start }
 }
 
 /// The unit numbers set in a mask, ascending.

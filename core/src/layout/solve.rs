@@ -41,11 +41,7 @@ pub struct Occupancy {
 
 impl Occupancy {
     /// Nothing placed.
-    pub const EMPTY: Occupancy = Occupancy {
-        mask: 0,
-        compute: 0,
-        counts: [0; MAX_PROFILES],
-    };
+    pub const EMPTY: Occupancy = Occupancy { mask: 0, compute: 0, counts: [0; MAX_PROFILES] };
 
     /// The occupancy of `insts` (assumed not to overlap).
     pub fn of(model: &GpuModel, insts: &[Inst]) -> Occupancy {
@@ -75,15 +71,7 @@ impl Occupancy {
 
     /// Whether some placement of `profile` can be added.
     pub fn can_add_profile(&self, model: &GpuModel, profile: ProfileIdx) -> bool {
-        model.profiles[profile].placements.iter().any(|pl| {
-            self.can_add(
-                model,
-                Inst {
-                    profile,
-                    start: pl.start,
-                },
-            )
-        })
+        model.profiles[profile].placements.iter().any(|pl| self.can_add(model, Inst { profile, start: pl.start }))
     }
 
     /// Compute slices still free.
@@ -109,22 +97,13 @@ impl Fragmentation {
         let mut addable = 0u16;
         for (profile, p) in model.profiles.iter().enumerate() {
             for pl in &p.placements {
-                if occ.can_add(
-                    model,
-                    Inst {
-                        profile,
-                        start: pl.start,
-                    },
-                ) {
+                if occ.can_add(model, Inst { profile, start: pl.start }) {
                     addable += 1;
                     largest = largest.max(p.compute_slices);
                 }
             }
         }
-        Fragmentation {
-            stranded: occ.free_compute(model) - largest.min(occ.free_compute(model)),
-            addable,
-        }
+        Fragmentation { stranded: occ.free_compute(model) - largest.min(occ.free_compute(model)), addable }
     }
 
     /// Sort key: smaller is better.
@@ -164,24 +143,15 @@ impl Solution {
 /// placement exists even after destroying every optional instance.
 ///
 /// `fixed` and `optional` together must form a valid layout.
-pub fn solve(
-    model: &GpuModel,
-    fixed: &[Inst],
-    optional: &[Inst],
-    new: &[ProfileIdx],
-) -> Option<Solution> {
+pub fn solve(model: &GpuModel, fixed: &[Inst], optional: &[Inst], new: &[ProfileIdx]) -> Option<Solution> {
     let fixed_occ = Occupancy::of(model, fixed);
     let mut need = fixed_occ;
     for &p in new {
         need.counts[p] += 1;
-        need.compute = need
-            .compute
-            .saturating_add(model.profiles[p].compute_slices);
+        need.compute = need.compute.saturating_add(model.profiles[p].compute_slices);
     }
     if need.compute > model.compute_slices_total
-        || new
-            .iter()
-            .any(|&p| need.counts[p] > model.profiles[p].max_instances)
+        || new.iter().any(|&p| need.counts[p] > model.profiles[p].max_instances)
     {
         return None;
     }
@@ -191,15 +161,8 @@ pub fn solve(
         let p = &model.profiles[new[i]];
         (std::cmp::Reverse(p.size()), p.placements.len(), new[i])
     });
-    let mut search = Search {
-        model,
-        fixed_occ,
-        optional,
-        new,
-        order: &order,
-        chosen: vec![0u8; new.len()],
-        best: None,
-    };
+    let mut search =
+        Search { model, fixed_occ, optional, new, order: &order, chosen: vec![0u8; new.len()], best: None };
     search.dfs(0, fixed_occ.mask, 0);
     search.best
 }
@@ -242,18 +205,9 @@ impl Search<'_> {
     fn leaf(&mut self, new_mask: UnitMask) {
         let model = self.model;
         let mut occ = self.fixed_occ;
-        let mut new = vec![
-            Inst {
-                profile: 0,
-                start: 0
-            };
-            self.new.len()
-        ];
+        let mut new = vec![Inst { profile: 0, start: 0 }; self.new.len()];
         for (pos, &i) in self.order.iter().enumerate() {
-            let inst = Inst {
-                profile: self.new[i],
-                start: self.chosen[pos],
-            };
+            let inst = Inst { profile: self.new[i], start: self.chosen[pos] };
             new[i] = inst;
             occ.add(model, inst);
         }
@@ -264,9 +218,7 @@ impl Search<'_> {
         // Keep every other optional instance not in the way, unless it breaks a maximum or the compute total:
         // keeping the smallest first destroys as few as possible.
         let mut kept: Vec<usize> = (0..self.optional.len())
-            .filter(|k| {
-                !reused.contains(&Some(*k)) && self.optional[*k].mask(model) & new_mask == 0
-            })
+            .filter(|k| !reused.contains(&Some(*k)) && self.optional[*k].mask(model) & new_mask == 0)
             .collect();
         kept.sort_by_key(|&i| model.profiles[self.optional[i].profile].compute_slices);
         let mut keep = Vec::with_capacity(kept.len());
@@ -280,15 +232,9 @@ impl Search<'_> {
                 keep.push(i);
             }
         }
-        let destroyed: Vec<usize> = (0..self.optional.len())
-            .filter(|i| !keep.contains(i) && !reused.contains(&Some(*i)))
-            .collect();
-        let candidate = Solution {
-            new,
-            destroyed,
-            reused,
-            fragmentation: Fragmentation::of(model, &occ),
-        };
+        let destroyed: Vec<usize> =
+            (0..self.optional.len()).filter(|i| !keep.contains(i) && !reused.contains(&Some(*i))).collect();
+        let candidate = Solution { new, destroyed, reused, fragmentation: Fragmentation::of(model, &occ) };
         if self.best.as_ref().is_none_or(|b| candidate.key() < b.key()) {
             self.best = Some(candidate);
         }

@@ -43,42 +43,21 @@ pub fn static_layout(model: &GpuModel, config: StaticConfig) -> Vec<Inst> {
     match config {
         StaticConfig::All1g => {
             if let Some(p) = smallest(1) {
-                wanted.extend(std::iter::repeat_n(
-                    p,
-                    usize::from(model.profiles[p].max_instances),
-                ));
+                wanted.extend(std::iter::repeat_n(p, usize::from(model.profiles[p].max_instances)));
             }
         }
         StaticConfig::AllBalanced => {
-            let big = if model.compute_slices_total >= 7 {
-                smallest(3)
-            } else {
-                None
-            };
-            wanted.extend(
-                [smallest(1), smallest(1), smallest(2), big]
-                    .into_iter()
-                    .flatten(),
-            );
+            let big = if model.compute_slices_total >= 7 { smallest(3) } else { None };
+            wanted.extend([smallest(1), smallest(1), smallest(2), big].into_iter().flatten());
         }
     }
-    let specs: Vec<InstanceSpec> = wanted
-        .iter()
-        .map(|&p| InstanceSpec {
-            profile: model.profiles[p].name.clone(),
-            start: None,
-        })
-        .collect();
+    let specs: Vec<InstanceSpec> =
+        wanted.iter().map(|&p| InstanceSpec { profile: model.profiles[p].name.clone(), start: None }).collect();
     validate(model, &specs)
         .map(|placed| {
             placed
                 .iter()
-                .filter_map(|i| {
-                    model.profile_index(&i.profile).map(|profile| Inst {
-                        profile,
-                        start: i.start,
-                    })
-                })
+                .filter_map(|i| model.profile_index(&i.profile).map(|profile| Inst { profile, start: i.start }))
                 .collect()
         })
         .unwrap_or_default()
@@ -105,20 +84,13 @@ pub fn static_config(problem: &Problem<'_>, config: StaticConfig) -> BaselineRes
             gpu.free.clone()
         };
         for inst in offered {
-            if let Some(c) = problem
-                .classes_for(gpu.model_idx, inst.profile)
-                .into_iter()
-                .find(|&c| open[c] > 0)
-            {
+            if let Some(c) = problem.classes_for(gpu.model_idx, inst.profile).iter().copied().find(|&c| open[c] > 0) {
                 open[c] -= 1;
                 placed += 1;
             }
         }
     }
-    BaselineResult {
-        placed,
-        gpus_touched: touched,
-    }
+    BaselineResult { placed, gpus_touched: touched }
 }
 
 /// First-fit in request order.
@@ -146,22 +118,10 @@ pub fn first_fit(problem: &Problem<'_>) -> BaselineResult {
                     continue 'slice;
                 }
                 let profile = &gpu.model.profiles[p];
-                if let Some(pl) = profile.placements.iter().find(|pl| {
-                    occ[g].can_add(
-                        gpu.model,
-                        Inst {
-                            profile: p,
-                            start: pl.start,
-                        },
-                    )
-                }) {
-                    occ[g].add(
-                        gpu.model,
-                        Inst {
-                            profile: p,
-                            start: pl.start,
-                        },
-                    );
+                if let Some(pl) =
+                    profile.placements.iter().find(|pl| occ[g].can_add(gpu.model, Inst { profile: p, start: pl.start }))
+                {
+                    occ[g].add(gpu.model, Inst { profile: p, start: pl.start });
                     touched[g] = true;
                     placed += 1;
                     continue 'slice;
@@ -169,8 +129,5 @@ pub fn first_fit(problem: &Problem<'_>) -> BaselineResult {
             }
         }
     }
-    BaselineResult {
-        placed,
-        gpus_touched: touched.iter().filter(|&&t| t).count() as u32,
-    }
+    BaselineResult { placed, gpus_touched: touched.iter().filter(|&&t| t).count() as u32 }
 }

@@ -59,32 +59,29 @@ pub fn plan(catalog: &Catalog, input: &PlanInput) -> Result<Plan, PlanError> {
 /// Plans a checked problem: the better of the portfolio's runs.
 pub fn plan_problem(problem: &Problem<'_>) -> Plan {
     let mut best: Option<Plan> = None;
+    let mut cache = improve::FrontierCache::default();
     for order in [Order::LargestFirst, Order::SmallestFirst] {
-        let plan = plan_with(problem, order);
+        let plan = run(problem, order, &mut cache);
         let key = |p: &Plan| {
             let s = p.summary;
-            (
-                std::cmp::Reverse(s.placed),
-                s.gpus_touched,
-                s.destroyed,
-                s.stranded_compute_slices,
-            )
+            (std::cmp::Reverse(s.placed), s.gpus_touched, s.destroyed, s.stranded_compute_slices)
         };
         if best.as_ref().is_none_or(|b| key(&plan) < key(b)) {
             best = Some(plan);
         }
-        if best
-            .as_ref()
-            .is_some_and(|b| b.summary.placed == b.summary.demanded && b.summary.gpus_touched == 0)
-        {
+        if best.as_ref().is_some_and(|b| b.summary.placed == b.summary.demanded && b.summary.gpus_touched == 0) {
             break;
         }
     }
     best.unwrap_or_else(|| plan_with(problem, Order::LargestFirst))
 }
 
-/// One run of packing and improvement with demand in `order`.
+/// One run of packing and improvement with demand in `order` (one half of the portfolio).
 pub fn plan_with(problem: &Problem<'_>, order: Order) -> Plan {
+    run(problem, order, &mut improve::FrontierCache::default())
+}
+
+fn run(problem: &Problem<'_>, order: Order, cache: &mut improve::FrontierCache) -> Plan {
     let mut classes: Vec<usize> = (0..problem.classes.len()).collect();
     classes.sort_by_key(|&c| {
         let k = &problem.classes[c];
@@ -99,7 +96,7 @@ pub fn plan_with(problem: &Problem<'_>, order: Order) -> Plan {
     for &c in &classes {
         packer.place_class(c, problem.classes[c].count);
     }
-    if packer.unplaced.iter().any(|&u| u > 0) && improve::improve(&mut packer) {
+    if packer.unplaced.iter().any(|&u| u > 0) && improve::improve(&mut packer, cache) {
         for &c in &classes {
             let n = std::mem::take(&mut packer.unplaced[c]);
             packer.place_class(c, n);
@@ -118,8 +115,7 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
         let Some(key) = packer.key_of(g) else {
             if !gpu.cordoned {
                 let all: Vec<Inst> = [gpu.in_use.as_slice(), gpu.free.as_slice()].concat();
-                stranded +=
-                    u32::from(Fragmentation::of(model, &Occupancy::of(model, &all)).stranded);
+                stranded += u32::from(Fragmentation::of(model, &Occupancy::of(model, &all)).stranded);
             }
             continue;
         };
@@ -141,12 +137,8 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
             continue;
         }
         // key.new is sorted by profile and solution.new follows it; hand placements out per profile in order.
-        let mut by_profile: Vec<(Inst, bool)> = solution
-            .new
-            .iter()
-            .zip(&solution.reused)
-            .map(|(&i, r)| (i, r.is_none()))
-            .collect();
+        let mut by_profile: Vec<(Inst, bool)> =
+            solution.new.iter().zip(&solution.reused).map(|(&i, r)| (i, r.is_none())).collect();
         for &(p, c) in &plan.new {
             if let Some(k) = by_profile.iter().position(|(i, _)| i.profile == p) {
                 let (inst, created) = by_profile.remove(k);
@@ -159,33 +151,18 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
                 });
             }
         }
-        let mut created: Vec<Inst> = solution
-            .new
-            .iter()
-            .zip(&solution.reused)
-            .filter(|(_, r)| r.is_none())
-            .map(|(&i, _)| i)
-            .collect();
+        let mut created: Vec<Inst> =
+            solution.new.iter().zip(&solution.reused).filter(|(_, r)| r.is_none()).map(|(&i, _)| i).collect();
         if created.is_empty() && solution.destroyed.is_empty() {
             continue;
         }
         let destroyed: Vec<Inst> = solution.destroyed.iter().map(|&k| key.free[k]).collect();
-        let reused: Vec<Inst> = solution
-            .reused
-            .iter()
-            .flatten()
-            .map(|&k| key.free[k])
-            .collect();
+        let reused: Vec<Inst> = solution.reused.iter().flatten().map(|&k| key.free[k]).collect();
         let mut layout: Vec<Inst> = key
             .fixed
             .iter()
             .copied()
-            .chain(
-                key.free
-                    .iter()
-                    .copied()
-                    .filter(|f| !destroyed.contains(f) && !reused.contains(f)),
-            )
+            .chain(key.free.iter().copied().filter(|f| !destroyed.contains(f) && !reused.contains(f)))
             .chain(solution.new.iter().copied())
             .collect();
         layout.sort_by_key(|i| (i.start, i.profile));
@@ -214,13 +191,7 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
         destroyed: destroyed_all.len() as u32,
         stranded_compute_slices: stranded,
     };
-    Plan {
-        placed,
-        unplaced,
-        changed_gpus,
-        destroyed: destroyed_all,
-        summary,
-    }
+    Plan { placed, unplaced, changed_gpus, destroyed: destroyed_all, summary }
 }
 
 fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Vec<Unplaced> {
@@ -234,37 +205,22 @@ fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Vec<Unplaced> {
             Some(m) => format!("{} on {m}", class.profile),
             None => class.profile.clone(),
         };
-        let matching: Vec<_> = problem
-            .gpus
-            .iter()
-            .filter(|g| class.eligible[g.model_idx].is_some())
-            .collect();
+        let matching: Vec<_> = problem.gpus.iter().filter(|g| class.eligible[g.model_idx].is_some()).collect();
         let cordoned = matching.iter().filter(|g| g.cordoned).count();
+        let gpus = |n: usize| if n == 1 { "1 GPU".to_string() } else { format!("{n} GPUs") };
         let (code, reason) = if matching.is_empty() {
-            (
-                "no_matching_gpu",
-                format!("no GPU in the fleet offers {wanted}"),
-            )
+            ("no_matching_gpu", format!("no GPU in the fleet offers {wanted}"))
         } else if cordoned == matching.len() {
-            (
-                "all_matching_gpus_cordoned",
-                format!(
-                    "all {} GPUs that offer {wanted} are cordoned",
-                    matching.len()
-                ),
-            )
+            ("all_matching_gpus_cordoned", format!("every GPU that offers {wanted} is cordoned ({})", gpus(cordoned)))
         } else {
             (
                 "insufficient_capacity",
                 format!(
-                    "no room for {left} more {wanted}: the {} schedulable GPUs that offer it are full with instances in \
-                     use or placed by this plan{}",
-                    matching.len() - cordoned,
-                    if cordoned > 0 {
-                        format!(" ({cordoned} more are cordoned)")
-                    } else {
-                        String::new()
-                    }
+                    "no room for {left} more {wanted} on the {} that offer{} it: the rest is in use or taken by this \
+                     plan{}",
+                    gpus(matching.len() - cordoned),
+                    if matching.len() - cordoned == 1 { "s" } else { "" },
+                    if cordoned > 0 { format!(" ({} cordoned)", gpus(cordoned)) } else { String::new() }
                 ),
             )
         };

@@ -49,29 +49,14 @@ pub fn optimum(problem: &Problem<'_>) -> Option<Optimum> {
             // A cordoned GPU hands out nothing, not even its free instances.
             let untouched: Vec<(usize, u8)> = profiles
                 .iter()
-                .map(|&p| {
-                    (
-                        p,
-                        if gpu.cordoned {
-                            0
-                        } else {
-                            gpu.free.iter().filter(|i| i.profile == p).count() as u8
-                        },
-                    )
-                })
+                .map(|&p| (p, if gpu.cordoned { 0 } else { gpu.free.iter().filter(|i| i.profile == p).count() as u8 }))
                 .collect();
-            let mut opts = vec![Option_ {
-                supply: untouched,
-                touched: false,
-            }];
+            let mut opts = vec![Option_ { supply: untouched, touched: false }];
             if !gpu.cordoned && !profiles.is_empty() {
                 for (v, added) in frontier(gpu.model, &gpu.in_use, profiles) {
                     let only_existing = added.iter().all(|i: &Inst| gpu.free.contains(i));
                     let supply = profiles.iter().copied().zip(v).collect();
-                    opts.push(Option_ {
-                        supply,
-                        touched: !only_existing,
-                    });
+                    opts.push(Option_ { supply, touched: !only_existing });
                 }
             }
             opts
@@ -89,20 +74,16 @@ pub fn optimum(problem: &Problem<'_>) -> Option<Optimum> {
                 let mut served = 0u32;
                 for &(p, n) in &opt.supply {
                     let mut n = u32::from(n);
-                    for c in problem.classes_for(gpu.model_idx, p) {
+                    for &c in problem.classes_for(gpu.model_idx, p) {
                         let take = n.min(rest[c]);
                         rest[c] -= take;
                         n -= take;
                         served += take;
                     }
                 }
-                let value = (
-                    placed + served,
-                    touched + u32::from(opt.touched && served > 0),
-                );
-                let better = |old: &(u32, u32)| {
-                    (value.0, std::cmp::Reverse(value.1)) > (old.0, std::cmp::Reverse(old.1))
-                };
+                let value = (placed + served, touched + u32::from(opt.touched && served > 0));
+                let better =
+                    |old: &(u32, u32)| (value.0, std::cmp::Reverse(value.1)) > (old.0, std::cmp::Reverse(old.1));
                 match next.get(&rest) {
                     Some(old) if !better(old) => {}
                     _ => {
@@ -119,8 +100,5 @@ pub fn optimum(problem: &Problem<'_>) -> Option<Optimum> {
     layer
         .values()
         .max_by_key(|(placed, touched)| (*placed, std::cmp::Reverse(*touched)))
-        .map(|&(placed, gpus_touched)| Optimum {
-            placed,
-            gpus_touched,
-        })
+        .map(|&(placed, gpus_touched)| Optimum { placed, gpus_touched })
 }

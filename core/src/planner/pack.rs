@@ -104,12 +104,7 @@ impl<'p, 'c> Packer<'p, 'c> {
             if gpu.cordoned || packer.demanded[gpu.model_idx].is_empty() {
                 continue;
             }
-            let key = StateKey {
-                model: gpu.model_idx,
-                fixed: gpu.in_use.clone(),
-                free: gpu.free.clone(),
-                new: vec![],
-            };
+            let key = StateKey { model: gpu.model_idx, fixed: gpu.in_use.clone(), free: gpu.free.clone(), new: vec![] };
             let s = packer.intern(key);
             packer.gpu_state[g] = Some(s);
             packer.members[s as usize].insert(g as u32);
@@ -184,10 +179,7 @@ impl<'p, 'c> Packer<'p, 'c> {
             };
             let tier = match action {
                 Action::Bind(_) => 0,
-                Action::New(_) => {
-                    (if key.new.is_empty() { 3 } else { 1 })
-                        + u8::from(ev.destroyed > cur.destroyed)
-                }
+                Action::New(_) => (if key.new.is_empty() { 3 } else { 1 }) + u8::from(ev.destroyed > cur.destroyed),
             };
             let score = Score {
                 tier,
@@ -240,12 +232,8 @@ impl<'p, 'c> Packer<'p, 'c> {
 
     /// Places up to `n` slices of class `c`; what finds no room is added to `unplaced`.
     pub fn place_class(&mut self, c: usize, n: u32) {
-        let eligible: Vec<(usize, ProfileIdx)> = self.problem.classes[c]
-            .eligible
-            .iter()
-            .enumerate()
-            .filter_map(|(m, p)| p.map(|p| (m, p)))
-            .collect();
+        let eligible: Vec<(usize, ProfileIdx)> =
+            self.problem.classes[c].eligible.iter().enumerate().filter_map(|(m, p)| p.map(|p| (m, p))).collect();
         for placed in 0..n {
             let mut pick: Option<(Score, u32, StateId, ProfileIdx)> = None;
             for &(m, p) in &eligible {
@@ -277,20 +265,10 @@ impl<'p, 'c> Packer<'p, 'c> {
         let mut fixed = gpu.in_use.clone();
         fixed.extend(plan.bound.iter().map(|&(i, _)| i));
         fixed.sort();
-        let free: Vec<Inst> = gpu
-            .free
-            .iter()
-            .copied()
-            .filter(|f| !plan.bound.iter().any(|(b, _)| b == f))
-            .collect();
+        let free: Vec<Inst> = gpu.free.iter().copied().filter(|f| !plan.bound.iter().any(|(b, _)| b == f)).collect();
         let mut new: Vec<ProfileIdx> = plan.new.iter().map(|&(p, _)| p).collect();
         new.sort_unstable();
-        let t = self.intern(StateKey {
-            model: gpu.model_idx,
-            fixed,
-            free,
-            new,
-        });
+        let t = self.intern(StateKey { model: gpu.model_idx, fixed, free, new });
         if self.evals[t as usize].is_none() {
             return false;
         }

@@ -19,6 +19,8 @@ pub struct Problem<'c> {
     pub gpus: Vec<Gpu<'c>>,
     /// Demand entries, in input order.
     pub classes: Vec<Class>,
+    /// Per catalog model and profile index: the classes it serves, constrained first.
+    serving: Vec<Vec<Vec<usize>>>,
 }
 
 /// One GPU, checked.
@@ -72,64 +74,31 @@ impl<'c> Problem<'c> {
             if !seen.insert(g.id.as_str()) {
                 return Err(PlanError::DuplicateGpu { id: g.id.clone() });
             }
-            let (model, _) = catalog
-                .resolve(&g.model)
-                .ok_or_else(|| PlanError::UnknownModel {
-                    context: format!("gpu `{}`", g.id),
-                    model: g.model.clone(),
-                    known: known(),
-                })?;
-            let model_idx = catalog
-                .models
-                .iter()
-                .position(|m| std::ptr::eq(m, model))
-                .unwrap_or(0);
-            let specs: Vec<InstanceSpec> = g
-                .instances
-                .iter()
-                .map(|i| InstanceSpec {
-                    profile: i.profile.clone(),
-                    start: Some(i.start),
-                })
-                .collect();
-            layout::validate(model, &specs).map_err(|errors| PlanError::InvalidLayout {
-                gpu: g.id.clone(),
-                errors,
+            let (model, _) = catalog.resolve(&g.model).ok_or_else(|| PlanError::UnknownModel {
+                context: format!("gpu `{}`", g.id),
+                model: g.model.clone(),
+                known: known(),
             })?;
+            let model_idx = catalog.models.iter().position(|m| std::ptr::eq(m, model)).unwrap_or(0);
+            let specs: Vec<InstanceSpec> =
+                g.instances.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
+            layout::validate(model, &specs).map_err(|errors| PlanError::InvalidLayout { gpu: g.id.clone(), errors })?;
             let mut in_use = Vec::new();
             let mut free = Vec::new();
             for i in &g.instances {
                 let profile = model.profile_index(&i.profile).unwrap_or(0);
-                let inst = Inst {
-                    profile,
-                    start: i.start,
-                };
-                if i.in_use {
-                    in_use.push(inst)
-                } else {
-                    free.push(inst)
-                }
+                let inst = Inst { profile, start: i.start };
+                if i.in_use { in_use.push(inst) } else { free.push(inst) }
             }
             in_use.sort();
             free.sort();
-            gpus.push(Gpu {
-                id: g.id.clone(),
-                model_idx,
-                model,
-                in_use,
-                free,
-                cordoned: g.cordoned,
-            });
+            gpus.push(Gpu { id: g.id.clone(), model_idx, model, in_use, free, cordoned: g.cordoned });
         }
 
         let mut classes = Vec::with_capacity(input.demand.len());
         for (index, d) in input.demand.iter().enumerate() {
             if d.count == 0 || d.count > MAX_DEMAND_COUNT {
-                return Err(PlanError::BadCount {
-                    index,
-                    count: d.count,
-                    max: MAX_DEMAND_COUNT,
-                });
+                return Err(PlanError::BadCount { index, count: d.count, max: MAX_DEMAND_COUNT });
             }
             let context = format!("demand {index}");
             let only = match &d.model {
@@ -160,14 +129,8 @@ impl<'c> Problem<'c> {
                     model: only.map(|m| m.key.clone()),
                 });
             }
-            let profiles = catalog
-                .models
-                .iter()
-                .zip(&eligible)
-                .filter_map(|(m, p)| p.map(|p| &m.profiles[p]));
-            let (compute, size) = profiles.fold((0, 0), |(c, s), p| {
-                (p.compute_slices.max(c), p.size().max(s))
-            });
+            let profiles = catalog.models.iter().zip(&eligible).filter_map(|(m, p)| p.map(|p| &m.profiles[p]));
+            let (compute, size) = profiles.fold((0, 0), |(c, s), p| (p.compute_slices.max(c), p.size().max(s)));
             classes.push(Class {
                 profile: d.profile.clone(),
                 model: d.model.clone(),
@@ -177,11 +140,19 @@ impl<'c> Problem<'c> {
                 size,
             });
         }
-        Ok(Problem {
-            catalog,
-            gpus,
-            classes,
-        })
+        let mut serving: Vec<Vec<Vec<usize>>> =
+            catalog.models.iter().map(|m| vec![Vec::new(); m.profiles.len()]).collect();
+        // Constrained classes first: serving them first is never worse, an unconstrained class can go elsewhere.
+        for constrained in [true, false] {
+            for (c, class) in classes.iter().enumerate().filter(|(_, k)| k.constrained() == constrained) {
+                for (m, p) in class.eligible.iter().enumerate() {
+                    if let Some(p) = p {
+                        serving[m][*p].push(c);
+                    }
+                }
+            }
+        }
+        Ok(Problem { catalog, gpus, classes, serving })
     }
 
     /// Slices demanded in total.
@@ -209,11 +180,7 @@ impl<'c> Problem<'c> {
 
     /// The classes a `(model, profile)` instance can serve, constrained classes first (serving them first is never
     /// worse: an unconstrained class can be served elsewhere).
-    pub fn classes_for(&self, model_idx: usize, profile: ProfileIdx) -> Vec<usize> {
-        let mut v: Vec<usize> = (0..self.classes.len())
-            .filter(|&c| self.classes[c].eligible[model_idx] == Some(profile))
-            .collect();
-        v.sort_by_key(|&c| !self.classes[c].constrained());
-        v
+    pub fn classes_for(&self, model_idx: usize, profile: ProfileIdx) -> &[usize] {
+        &self.serving[model_idx][profile]
     }
 }

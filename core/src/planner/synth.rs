@@ -1,6 +1,6 @@
 //! Seeded synthetic fleets and demand for tests and benchmarks. The same seed gives the same data everywhere.
 
-use super::types::{DemandInput, GpuInput, InstanceInput};
+use super::types::{DemandInput, GpuInput, InstanceInput, PlanInput};
 use crate::catalog::Catalog;
 use crate::layout::{Inst, Occupancy};
 
@@ -66,12 +66,7 @@ pub fn fleet(catalog: &Catalog, rng: &mut Rng, spec: &FleetSpec) -> Vec<GpuInput
         .map(|i| {
             let key = &spec.models[rng.below(spec.models.len())];
             let Some(model) = catalog.model(key) else {
-                return GpuInput {
-                    id: format!("gpu-{i}"),
-                    model: key.clone(),
-                    instances: vec![],
-                    cordoned: false,
-                };
+                return GpuInput { id: format!("gpu-{i}"), model: key.clone(), instances: vec![], cordoned: false };
             };
             let mut instances = Vec::new();
             if rng.chance(spec.busy) {
@@ -80,10 +75,7 @@ pub fn fleet(catalog: &Catalog, rng: &mut Rng, spec: &FleetSpec) -> Vec<GpuInput
                 for _ in 0..(1 + rng.below(6)) {
                     let p = base[rng.below(base.len())];
                     let pls = &model.profiles[p].placements;
-                    let inst = Inst {
-                        profile: p,
-                        start: pls[rng.below(pls.len())].start,
-                    };
+                    let inst = Inst { profile: p, start: pls[rng.below(pls.len())].start };
                     if occ.can_add(model, inst) {
                         occ.add(model, inst);
                         instances.push(InstanceInput {
@@ -106,12 +98,7 @@ pub fn fleet(catalog: &Catalog, rng: &mut Rng, spec: &FleetSpec) -> Vec<GpuInput
 
 /// Random demand over `models`, favouring small profiles as real queues do (weights 6:3:2:1:1 for 1g, 2g, 3g, 4g
 /// and 7g).
-pub fn demand(
-    catalog: &Catalog,
-    rng: &mut Rng,
-    models: &[String],
-    spec: &DemandSpec,
-) -> Vec<DemandInput> {
+pub fn demand(catalog: &Catalog, rng: &mut Rng, models: &[String], spec: &DemandSpec) -> Vec<DemandInput> {
     let mut out = Vec::with_capacity(spec.requests);
     while out.len() < spec.requests {
         let Some(model) = catalog.model(&models[rng.below(models.len())]) else {
@@ -151,4 +138,21 @@ pub fn demand(
         });
     }
     out
+}
+
+/// Models used by [`small_problem`]: both 7-slice geometries' naming schemes, a 4-slice GPU and the 12-unit one.
+pub const SMALL_PROBLEM_MODELS: [&str; 5] =
+    ["A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "RTX-PRO-6000-Blackwell-96GB"];
+
+/// A small random problem, small enough for the exact optimum: 1-8 GPUs of mixed models (half with a layout,
+/// half of those instances in use, one in ten cordoned) and 1-3 demand entries of 1-5 slices, 30% naming a model.
+pub fn small_problem(catalog: &Catalog, seed: u64) -> PlanInput {
+    let mut rng = Rng::new(seed);
+    let models: Vec<String> = SMALL_PROBLEM_MODELS.iter().map(|m| m.to_string()).collect();
+    let spec = FleetSpec { gpus: 1 + rng.below(8), models, busy: 0.5, in_use: 0.5, cordoned: 0.1 };
+    let gpus = fleet(catalog, &mut rng, &spec);
+    let fleet_models: Vec<String> = gpus.iter().map(|g| g.model.clone()).collect();
+    let spec = DemandSpec { requests: 1 + rng.below(3), max_count: 5, constrained: 0.3 };
+    let demand = demand(catalog, &mut rng, &fleet_models, &spec);
+    PlanInput { gpus, demand }
 }

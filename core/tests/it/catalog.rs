@@ -5,15 +5,7 @@ fn builtin_catalog_loads_every_model() {
     let c = Catalog::builtin();
     assert_eq!(c.schema, "mig-profiles/v1");
     let keys = c.keys();
-    for k in [
-        "A30-24GB",
-        "A100-40GB",
-        "A100-80GB",
-        "H100-80GB",
-        "H100-94GB",
-        "H200-141GB",
-        "B200-180GB",
-    ] {
+    for k in ["A30-24GB", "A100-40GB", "A100-80GB", "H100-80GB", "H100-94GB", "H200-141GB", "B200-180GB"] {
         assert!(keys.contains(&k), "{k} missing from {keys:?}");
     }
 }
@@ -24,18 +16,10 @@ fn confidence_is_kept_for_models_and_profiles() {
     for m in &c.models {
         assert!(!m.confidence.is_empty(), "{} has no confidence", m.key);
         for p in &m.profiles {
-            assert!(
-                !p.confidence.is_empty(),
-                "{}/{} has no confidence",
-                m.key,
-                p.name
-            );
+            assert!(!p.confidence.is_empty(), "{}/{} has no confidence", m.key, p.name);
         }
     }
-    assert!(
-        c.model("GH200-144GB")
-            .is_some_and(|m| m.confidence.contains("uncertain"))
-    );
+    assert!(c.model("GH200-144GB").is_some_and(|m| m.confidence.contains("uncertain")));
 }
 
 #[test]
@@ -44,42 +28,18 @@ fn models_resolve_by_key_product_name_and_pci_id() {
     let key = |s: &str| c.resolve(s).map(|(m, by)| (m.key.as_str(), by));
     assert_eq!(key("H100-80GB"), Some(("H100-80GB", MatchedBy::Key)));
     assert_eq!(key("h100-80gb"), Some(("H100-80GB", MatchedBy::Key)));
-    assert_eq!(
-        key("NVIDIA H100 80GB HBM3"),
-        Some(("H100-80GB", MatchedBy::ProductName))
-    );
-    assert_eq!(
-        key("H100-SXM5-80GB"),
-        Some(("H100-80GB", MatchedBy::ProductName))
-    );
-    assert_eq!(
-        key("NVIDIA A100-SXM4-40GB"),
-        Some(("A100-40GB", MatchedBy::ProductName))
-    );
-    assert_eq!(
-        key("NVIDIA A100 80GB PCIe"),
-        Some(("A100-80GB", MatchedBy::ProductName))
-    );
-    assert_eq!(
-        key("NVIDIA H100 NVL"),
-        Some(("H100-94GB", MatchedBy::ProductName))
-    );
-    assert_eq!(
-        key("NVIDIA A30"),
-        Some(("A30-24GB", MatchedBy::ProductName))
-    );
+    assert_eq!(key("NVIDIA H100 80GB HBM3"), Some(("H100-80GB", MatchedBy::ProductName)));
+    assert_eq!(key("H100-SXM5-80GB"), Some(("H100-80GB", MatchedBy::ProductName)));
+    assert_eq!(key("NVIDIA A100-SXM4-40GB"), Some(("A100-40GB", MatchedBy::ProductName)));
+    assert_eq!(key("NVIDIA A100 80GB PCIe"), Some(("A100-80GB", MatchedBy::ProductName)));
+    assert_eq!(key("NVIDIA H100 NVL"), Some(("H100-94GB", MatchedBy::ProductName)));
+    assert_eq!(key("NVIDIA A30"), Some(("A30-24GB", MatchedBy::ProductName)));
     assert_eq!(
         key("RTX PRO 6000 Blackwell Server Edition"),
         Some(("RTX-PRO-6000-Blackwell-96GB", MatchedBy::ProductName))
     );
-    assert_eq!(
-        key("0x233010DE"),
-        Some(("H100-80GB", MatchedBy::PciDeviceId))
-    );
-    assert_eq!(
-        key("10de:20b0"),
-        Some(("A100-40GB", MatchedBy::PciDeviceId))
-    );
+    assert_eq!(key("0x233010DE"), Some(("H100-80GB", MatchedBy::PciDeviceId)));
+    assert_eq!(key("10de:20b0"), Some(("A100-40GB", MatchedBy::PciDeviceId)));
     assert_eq!(key("NVIDIA GeForce RTX 4090"), None);
     assert_eq!(key(""), None);
 }
@@ -97,10 +57,7 @@ fn pci_ids_parse_in_nvml_and_lspci_forms() {
 fn profiles_resolve_with_or_without_the_mig_prefix() {
     let m = Catalog::builtin().model("H100-80GB").expect("model");
     assert_eq!(m.profile("3g.40gb").map(|p| p.compute_slices), Some(3));
-    assert_eq!(
-        m.profile("MIG 1g.10gb+me").map(|p| p.max_instances),
-        Some(1)
-    );
+    assert_eq!(m.profile("MIG 1g.10gb+me").map(|p| p.max_instances), Some(1));
     assert!(m.profile("3g.20gb").is_none());
     let p = m.profile("2g.20gb").expect("profile");
     assert_eq!(p.allowed_starts(), vec![0, 2, 4]);
@@ -114,11 +71,7 @@ fn catalog_rejects_placements_outside_the_gpu() {
         "[\n       7,\n       2\n      ]",
         1,
     );
-    assert_ne!(
-        text,
-        tessera_core::catalog::CATALOG_JSON,
-        "fixture edit did not apply"
-    );
+    assert_ne!(text, tessera_core::catalog::CATALOG_JSON, "fixture edit did not apply");
     let err = Catalog::from_json(&text).expect_err("must reject");
     assert!(err.to_string().contains("outside"), "{err}");
     assert!(Catalog::from_json("{").is_err());

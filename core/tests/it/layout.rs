@@ -12,24 +12,13 @@ fn valid_layouts_are_returned_placed_in_input_order() {
     let m = model("H100-80GB");
     let out = validate(m, &specs("3g.40gb@4 1g.10gb@0 2g.20gb@2")).expect("valid");
     let got: Vec<(String, u8)> = out.into_iter().map(|i| (i.profile, i.start)).collect();
-    assert_eq!(
-        got,
-        vec![
-            ("3g.40gb".into(), 4),
-            ("1g.10gb".into(), 0),
-            ("2g.20gb".into(), 2)
-        ]
-    );
+    assert_eq!(got, vec![("3g.40gb".into(), 4), ("1g.10gb".into(), 0), ("2g.20gb".into(), 2)]);
 }
 
 #[test]
 fn every_problem_is_reported_at_once() {
     let m = model("H100-80GB");
-    let errs = validate(
-        m,
-        &specs("7g.80gb@0 1g.10gb@0 3g.40gb@2 9g.90gb 1g.10gb+me 1g.10gb+me"),
-    )
-    .expect_err("invalid");
+    let errs = validate(m, &specs("7g.80gb@0 1g.10gb@0 3g.40gb@2 9g.90gb 1g.10gb+me 1g.10gb+me")).expect_err("invalid");
     let codes: Vec<&str> = errs.iter().map(LayoutError::code).collect();
     assert_eq!(
         codes,
@@ -43,30 +32,15 @@ fn every_problem_is_reported_at_once() {
         "{errs:#?}"
     );
     let text: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    assert!(text[0].contains("9g.90gb is not a MIG profile of H100-80GB"), "{}", text[0]);
     assert!(
-        text[0].contains("9g.90gb is not a MIG profile of H100-80GB"),
-        "{}",
-        text[0]
-    );
-    assert!(
-        text[1].contains("3g.40gb cannot start at unit 2")
-            && text[1].contains("allowed starts are 0, 4"),
+        text[1].contains("3g.40gb cannot start at unit 2") && text[1].contains("allowed starts are 0, 4"),
         "{}",
         text[1]
     );
-    assert_eq!(
-        text[2],
-        "instance 1 (7g.80gb@0) overlaps instance 2 (1g.10gb@0) on unit 0"
-    );
-    assert_eq!(
-        text[3],
-        "2 instances of 1g.10gb+me, but H100-80GB holds at most 1"
-    );
-    assert!(
-        text[4].contains("need 13 compute slices") && text[4].contains("has 7"),
-        "{}",
-        text[4]
-    );
+    assert_eq!(text[2], "instance 1 (7g.80gb@0) overlaps instance 2 (1g.10gb@0) on unit 0");
+    assert_eq!(text[3], "2 instances of 1g.10gb+me, but H100-80GB holds at most 1");
+    assert!(text[4].contains("need 13 compute slices") && text[4].contains("has 7"), "{}", text[4]);
 }
 
 #[test]
@@ -85,18 +59,10 @@ fn overlap_names_the_units_shared() {
 fn unplaced_instances_get_placements_when_any_exist() {
     let m = model("A100-40GB");
     // The MIG guide's 3-2-1-1 example: creation order matters for the driver's default placement, not for us.
-    for order in [
-        "1g.5gb 1g.5gb 2g.10gb 3g.20gb",
-        "3g.20gb 2g.10gb 1g.5gb 1g.5gb",
-    ] {
+    for order in ["1g.5gb 1g.5gb 2g.10gb 3g.20gb", "3g.20gb 2g.10gb 1g.5gb 1g.5gb"] {
         let placed = validate(m, &specs(order)).expect("placeable");
-        let as_specs: Vec<InstanceSpec> = placed
-            .iter()
-            .map(|i| InstanceSpec {
-                profile: i.profile.clone(),
-                start: Some(i.start),
-            })
-            .collect();
+        let as_specs: Vec<InstanceSpec> =
+            placed.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
         validate(m, &as_specs).expect("assigned placements are valid");
     }
     // Placed ones stay where they are; the free block is used whole.
@@ -104,10 +70,7 @@ fn unplaced_instances_get_placements_when_any_exist() {
     assert_eq!(placed[1].start, 0);
     // Fill 1g instances away from the aligned blocks: one 1g leaves room for a 4g.
     let placed = validate(m, &specs("1g.5gb")).expect("placeable");
-    assert_eq!(
-        placed[0].start, 6,
-        "a lone 1g should not block the 4g/3g blocks"
-    );
+    assert_eq!(placed[0].start, 6, "a lone 1g should not block the 4g/3g blocks");
 }
 
 #[test]
@@ -115,17 +78,12 @@ fn unplaceable_instances_are_reported_with_the_free_units() {
     let errs = validate(model("H100-80GB"), &specs("3g.40gb@0 4g.40gb")).expect_err("no room");
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].code(), "mig_no_placement");
-    assert!(
-        errs[0].to_string().contains("free units: 4, 5, 6, 7"),
-        "{}",
-        errs[0]
-    );
+    assert!(errs[0].to_string().contains("free units: 4, 5, 6, 7"), "{}", errs[0]);
 }
 
 #[test]
 fn combination_examples_from_the_reference_data_hold() {
-    let data: serde_json::Value =
-        serde_json::from_str(tessera_core::catalog::CATALOG_JSON).expect("json");
+    let data: serde_json::Value = serde_json::from_str(tessera_core::catalog::CATALOG_JSON).expect("json");
     let mut checked = 0;
     for (key, examples) in data["combination_examples"].as_object().expect("object") {
         let m = model(key);
@@ -134,13 +92,8 @@ fn combination_examples_from_the_reference_data_hold() {
                 continue;
             };
             let names: Vec<&str> = gis.iter().filter_map(|g| g.as_str()).collect();
-            let unplaced: Vec<InstanceSpec> = names
-                .iter()
-                .map(|n| InstanceSpec {
-                    profile: (*n).to_string(),
-                    start: None,
-                })
-                .collect();
+            let unplaced: Vec<InstanceSpec> =
+                names.iter().map(|n| InstanceSpec { profile: (*n).to_string(), start: None }).collect();
             let valid = ex["valid"].as_bool().expect("valid flag");
             assert_eq!(validate(m, &unplaced).is_ok(), valid, "{key} {names:?}");
             // Where the data gives placements per profile, they must validate as given.
@@ -149,10 +102,7 @@ fn combination_examples_from_the_reference_data_hold() {
                 for (profile, pls) in per_profile {
                     for pl in pls.as_array().expect("list") {
                         let start = pl[0].as_u64().expect("start") as u8;
-                        placed.push(InstanceSpec {
-                            profile: profile.clone(),
-                            start: Some(start),
-                        });
+                        placed.push(InstanceSpec { profile: profile.clone(), start: Some(start) });
                     }
                 }
                 assert!(validate(m, &placed).is_ok(), "{key} {placed:?}");
@@ -165,12 +115,7 @@ fn combination_examples_from_the_reference_data_hold() {
 
 #[test]
 fn maximal_layouts_are_valid_maximal_and_distinct() {
-    for key in [
-        "A30-24GB",
-        "A100-40GB",
-        "H100-80GB",
-        "RTX-PRO-6000-Blackwell-96GB",
-    ] {
+    for key in ["A30-24GB", "A100-40GB", "H100-80GB", "RTX-PRO-6000-Blackwell-96GB"] {
         let m = model(key);
         let base: Vec<usize> = m.base_profiles().collect();
         let all = maximal_layouts(m, Some(&base));
@@ -179,16 +124,10 @@ fn maximal_layouts_are_valid_maximal_and_distinct() {
         for l in &all {
             let specs: Vec<InstanceSpec> = l
                 .iter()
-                .map(|&i| InstanceSpec {
-                    profile: m.profiles[i.profile].name.clone(),
-                    start: Some(i.start),
-                })
+                .map(|&i| InstanceSpec { profile: m.profiles[i.profile].name.clone(), start: Some(i.start) })
                 .collect();
             validate(m, &specs).unwrap_or_else(|e| panic!("{key}: {specs:?} invalid: {e:?}"));
-            let base_addable = addable(m, l)
-                .into_iter()
-                .filter(|i| base.contains(&i.profile))
-                .count();
+            let base_addable = addable(m, l).into_iter().filter(|i| base.contains(&i.profile)).count();
             assert_eq!(base_addable, 0, "{key}: {specs:?} is not maximal");
             assert!(seen.insert(l.clone()), "{key}: duplicate {specs:?}");
         }
@@ -196,10 +135,7 @@ fn maximal_layouts_are_valid_maximal_and_distinct() {
     // A100-40GB and H100-80GB share one geometry, so they have the same number of maximal layouts.
     let a = model("A100-40GB");
     let h = model("H100-80GB");
-    assert_eq!(
-        maximal_layouts(a, None).len(),
-        maximal_layouts(h, None).len()
-    );
+    assert_eq!(maximal_layouts(a, None).len(), maximal_layouts(h, None).len());
     // A30: 4 units, 1g/2g/4g base profiles: {4g}, {2g,2g}, {2g,1g,1g} x2 positions, {1g x4} -> 5.
     let a30 = model("A30-24GB");
     let base: Vec<usize> = a30.base_profiles().collect();
@@ -208,20 +144,8 @@ fn maximal_layouts_are_valid_maximal_and_distinct() {
 
 #[test]
 fn instance_specs_parse_and_reject_garbage() {
-    assert_eq!(
-        "3g.40gb@4".parse::<InstanceSpec>(),
-        Ok(InstanceSpec {
-            profile: "3g.40gb".into(),
-            start: Some(4)
-        })
-    );
-    assert_eq!(
-        "1g.10gb".parse::<InstanceSpec>(),
-        Ok(InstanceSpec {
-            profile: "1g.10gb".into(),
-            start: None
-        })
-    );
+    assert_eq!("3g.40gb@4".parse::<InstanceSpec>(), Ok(InstanceSpec { profile: "3g.40gb".into(), start: Some(4) }));
+    assert_eq!("1g.10gb".parse::<InstanceSpec>(), Ok(InstanceSpec { profile: "1g.10gb".into(), start: None }));
     assert!("3g.40gb@x".parse::<InstanceSpec>().is_err());
     assert!("@4".parse::<InstanceSpec>().is_err());
     assert!("".parse::<InstanceSpec>().is_err());

@@ -21,10 +21,7 @@ fn existing_free_instances_are_handed_out_before_anything_changes() {
         "demand": [{"profile": "1g.10gb", "count": 1}]
     }));
     assert_eq!(p.placed.len(), 1);
-    assert_eq!(
-        (p.placed[0].gpu.as_str(), p.placed[0].start, p.placed[0].new),
-        ("b", 6, false)
-    );
+    assert_eq!((p.placed[0].gpu.as_str(), p.placed[0].start, p.placed[0].new), ("b", 6, false));
     assert!(p.changed_gpus.is_empty());
 }
 
@@ -49,10 +46,7 @@ fn free_instances_in_the_way_are_destroyed_and_listed() {
     }));
     assert_eq!(p.placed.len(), 1);
     assert_eq!(p.destroyed.len(), 1);
-    assert_eq!(
-        (p.destroyed[0].profile.as_str(), p.destroyed[0].start),
-        ("1g.5gb", 3)
-    );
+    assert_eq!((p.destroyed[0].profile.as_str(), p.destroyed[0].start), ("1g.5gb", 3));
     assert_eq!(p.changed_gpus[0].layout.len(), 1);
 }
 
@@ -76,9 +70,7 @@ fn model_constraints_are_kept() {
     assert!(p.placed.iter().all(|s| s.gpu == "a"));
     assert_eq!(p.unplaced[0].code, "no_matching_gpu");
     assert!(
-        p.unplaced[0]
-            .reason
-            .contains("no GPU in the fleet offers 3g.71gb on H200-141GB"),
+        p.unplaced[0].reason.contains("no GPU in the fleet offers 3g.71gb on H200-141GB"),
         "{}",
         p.unplaced[0].reason
     );
@@ -86,12 +78,9 @@ fn model_constraints_are_kept() {
 
 #[test]
 fn demand_goes_to_as_few_gpus_as_possible() {
-    let gpus: Vec<_> = (0..4)
-        .map(|i| json!({"id": format!("g{i}"), "model": "H100-80GB"}))
-        .collect();
-    let p = run(
-        json!({"gpus": gpus, "demand": [{"profile": "1g.10gb", "count": 3}, {"profile": "2g.20gb", "count": 2}]}),
-    );
+    let gpus: Vec<_> = (0..4).map(|i| json!({"id": format!("g{i}"), "model": "H100-80GB"})).collect();
+    let p =
+        run(json!({"gpus": gpus, "demand": [{"profile": "1g.10gb", "count": 3}, {"profile": "2g.20gb", "count": 2}]}));
     assert_eq!(p.summary.placed, 5);
     assert_eq!(p.summary.gpus_touched, 1, "{p:#?}");
     assert_eq!(p.summary.stranded_compute_slices, 0);
@@ -119,9 +108,7 @@ fn when_capacity_is_short_more_slices_beat_wider_ones() {
 
 #[test]
 fn new_instances_sit_at_exact_placements_that_keep_large_blocks_free() {
-    let p = run(
-        json!({"gpus": [{"id": "a", "model": "H100-80GB"}], "demand": [{"profile": "1g.10gb", "count": 1}]}),
-    );
+    let p = run(json!({"gpus": [{"id": "a", "model": "H100-80GB"}], "demand": [{"profile": "1g.10gb", "count": 1}]}));
     // At unit 6 the 1g leaves 0-3 for a 4g and 4-5 for a 2g; at unit 0 it would strand a slice.
     assert_eq!(p.placed[0].start, 6);
     assert!(p.placed[0].new);
@@ -131,10 +118,7 @@ fn new_instances_sit_at_exact_placements_that_keep_large_blocks_free() {
 fn bad_input_is_an_error_not_a_panic() {
     let catalog = Catalog::builtin();
     let cases = [
-        (
-            json!({"gpus": [{"id": "a", "model": "T4"}], "demand": []}),
-            "unknown_gpu_model",
-        ),
+        (json!({"gpus": [{"id": "a", "model": "T4"}], "demand": []}), "unknown_gpu_model"),
         (
             json!({"gpus": [{"id": "a", "model": "H100-80GB"}], "demand": [{"profile": "3g.99gb", "count": 1}]}),
             "mig_unknown_profile",
@@ -147,10 +131,7 @@ fn bad_input_is_an_error_not_a_panic() {
             json!({"gpus": [{"id": "a", "model": "H100-80GB"}, {"id": "a", "model": "H100-80GB"}], "demand": []}),
             "plan_duplicate_gpu",
         ),
-        (
-            json!({"gpus": [], "demand": [{"profile": "1g.10gb", "count": 0}]}),
-            "plan_bad_count",
-        ),
+        (json!({"gpus": [], "demand": [{"profile": "1g.10gb", "count": 0}]}), "plan_bad_count"),
         (
             json!({"gpus": [{"id": "a", "model": "H100-80GB", "instances": [{"profile": "3g.40gb", "start": 2}]}], "demand": []}),
             "mig_layout_invalid",
@@ -161,9 +142,7 @@ fn bad_input_is_an_error_not_a_panic() {
         assert_eq!(err.code(), code, "{j}: {err}");
     }
     assert!(
-        serde_json::from_value::<tessera_core::planner::PlanInput>(
-            json!({"gpus": [], "demand": [], "extra": 1})
-        )
-        .is_err()
+        serde_json::from_value::<tessera_core::planner::PlanInput>(json!({"gpus": [], "demand": [], "extra": 1}))
+            .is_err()
     );
 }

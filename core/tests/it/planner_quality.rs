@@ -3,40 +3,13 @@
 use proptest::prelude::*;
 use tessera_core::catalog::Catalog;
 use tessera_core::planner::optimum::optimum;
-use tessera_core::planner::synth::{self, DemandSpec, FleetSpec, Rng};
+use tessera_core::planner::synth;
 use tessera_core::planner::{PlanInput, Problem, plan, plan_problem};
 
 use crate::support::check_plan;
 
-const MODELS: [&str; 5] = [
-    "A30-24GB",
-    "A100-40GB",
-    "A100-80GB",
-    "H100-80GB",
-    "RTX-PRO-6000-Blackwell-96GB",
-];
-
-/// A small random problem: 1-8 GPUs of mixed models, some busy, some cordoned; 1-3 demand entries.
-pub fn small_problem(seed: u64) -> PlanInput {
-    let catalog = Catalog::builtin();
-    let mut rng = Rng::new(seed);
-    let models: Vec<String> = MODELS.iter().map(|m| m.to_string()).collect();
-    let spec = FleetSpec {
-        gpus: 1 + rng.below(8),
-        models: models.clone(),
-        busy: 0.5,
-        in_use: 0.5,
-        cordoned: 0.1,
-    };
-    let gpus = synth::fleet(catalog, &mut rng, &spec);
-    let fleet_models: Vec<String> = gpus.iter().map(|g| g.model.clone()).collect();
-    let demand = DemandSpec {
-        requests: 1 + rng.below(3),
-        max_count: 5,
-        constrained: 0.3,
-    };
-    let demand = synth::demand(catalog, &mut rng, &fleet_models, &demand);
-    PlanInput { gpus, demand }
+fn small_problem(seed: u64) -> PlanInput {
+    synth::small_problem(Catalog::builtin(), seed)
 }
 
 proptest! {
@@ -74,10 +47,7 @@ fn placed_count_matches_the_optimum_on_at_least_99_percent() {
         let problem = Problem::new(Catalog::builtin(), &input).expect("problem");
         let p = plan_problem(&problem);
         let best = optimum(&problem).expect("small enough");
-        assert!(
-            p.summary.placed <= best.placed,
-            "seed {seed}: planner beats the optimum"
-        );
+        assert!(p.summary.placed <= best.placed, "seed {seed}: planner beats the optimum");
         if p.summary.placed == best.placed {
             equal += 1;
             touched_equal += u64::from(p.summary.gpus_touched == best.gpus_touched);
@@ -97,16 +67,10 @@ fn placed_count_matches_the_optimum_on_at_least_99_percent() {
 #[test]
 #[ignore = "debugging aid: prints one seed's problem, plan and optimum"]
 fn show_seed() {
-    let seed: u64 = std::env::var("SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    let seed: u64 = std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
     let input = small_problem(seed);
     let problem = Problem::new(Catalog::builtin(), &input).expect("problem");
     eprintln!("{}", serde_json::to_string_pretty(&input).expect("json"));
-    eprintln!(
-        "{}",
-        serde_json::to_string_pretty(&plan_problem(&problem)).expect("json")
-    );
+    eprintln!("{}", serde_json::to_string_pretty(&plan_problem(&problem)).expect("json"));
     eprintln!("{:?}", optimum(&problem));
 }

@@ -7,46 +7,21 @@ fn h100() -> &'static tessera_core::GpuModel {
 }
 
 fn layout() -> Vec<PlacedInstance> {
-    vec![
-        PlacedInstance {
-            profile: "3g.40gb".into(),
-            start: 4,
-        },
-        PlacedInstance {
-            profile: "1g.10gb".into(),
-            start: 0,
-        },
-    ]
+    vec![PlacedInstance { profile: "3g.40gb".into(), start: 4 }, PlacedInstance { profile: "1g.10gb".into(), start: 0 }]
 }
 
 fn on(profile: &str, start: u8, sharing: Sharing) -> InstanceSharing {
-    InstanceSharing {
-        profile: profile.into(),
-        start,
-        sharing,
-    }
+    InstanceSharing { profile: profile.into(), start, sharing }
 }
 
 fn codes(r: Result<(), Vec<tessera_core::sharing::SharingError>>) -> Vec<&'static str> {
-    r.err()
-        .unwrap_or_default()
-        .iter()
-        .map(|e| e.code())
-        .collect()
+    r.err().unwrap_or_default().iter().map(|e| e.code()).collect()
 }
 
 #[test]
 fn whole_gpu_timeslice_and_mps_are_accepted_without_mig() {
-    for s in [
-        Sharing::Exclusive,
-        Sharing::Timeslice { replicas: 4 },
-        Sharing::Mps { replicas: 48 },
-    ] {
-        let g = GpuSharing {
-            mig_enabled: false,
-            gpu: s,
-            instances: vec![],
-        };
+    for s in [Sharing::Exclusive, Sharing::Timeslice { replicas: 4 }, Sharing::Mps { replicas: 48 }] {
+        let g = GpuSharing { mig_enabled: false, gpu: s, instances: vec![] };
         assert_eq!(validate_gpu(h100(), &[], &g), Ok(()), "{s:?}");
     }
 }
@@ -56,38 +31,23 @@ fn timeslicing_inside_mig_instances_is_accepted() {
     let g = GpuSharing {
         mig_enabled: true,
         gpu: Sharing::Exclusive,
-        instances: vec![
-            on("3g.40gb", 4, Sharing::Timeslice { replicas: 3 }),
-            on("1g.10gb", 0, Sharing::Exclusive),
-        ],
+        instances: vec![on("3g.40gb", 4, Sharing::Timeslice { replicas: 3 }), on("1g.10gb", 0, Sharing::Exclusive)],
     };
     assert_eq!(validate_gpu(h100(), &layout(), &g), Ok(()));
 }
 
 #[test]
 fn what_nvidias_stack_rejects_is_rejected() {
-    let mig = |instances| GpuSharing {
-        mig_enabled: true,
-        gpu: Sharing::Exclusive,
-        instances,
-    };
+    let mig = |instances| GpuSharing { mig_enabled: true, gpu: Sharing::Exclusive, instances };
     assert_eq!(
-        codes(validate_gpu(
-            h100(),
-            &layout(),
-            &mig(vec![on("3g.40gb", 4, Sharing::Mps { replicas: 2 })])
-        )),
+        codes(validate_gpu(h100(), &layout(), &mig(vec![on("3g.40gb", 4, Sharing::Mps { replicas: 2 })]))),
         vec!["sharing_mps_on_mig"]
     );
     assert_eq!(
         codes(validate_gpu(
             h100(),
             &layout(),
-            &GpuSharing {
-                mig_enabled: true,
-                gpu: Sharing::Timeslice { replicas: 2 },
-                instances: vec![]
-            }
+            &GpuSharing { mig_enabled: true, gpu: Sharing::Timeslice { replicas: 2 }, instances: vec![] }
         )),
         vec!["sharing_whole_gpu_on_mig"]
     );
@@ -95,11 +55,7 @@ fn what_nvidias_stack_rejects_is_rejected() {
         codes(validate_gpu(
             h100(),
             &[],
-            &GpuSharing {
-                mig_enabled: false,
-                gpu: Sharing::Mps { replicas: 49 },
-                instances: vec![]
-            }
+            &GpuSharing { mig_enabled: false, gpu: Sharing::Mps { replicas: 49 }, instances: vec![] }
         )),
         vec!["sharing_replicas_out_of_range"]
     );
@@ -107,30 +63,19 @@ fn what_nvidias_stack_rejects_is_rejected() {
         codes(validate_gpu(
             h100(),
             &[],
-            &GpuSharing {
-                mig_enabled: false,
-                gpu: Sharing::Timeslice { replicas: 1 },
-                instances: vec![]
-            }
+            &GpuSharing { mig_enabled: false, gpu: Sharing::Timeslice { replicas: 1 }, instances: vec![] }
         )),
         vec!["sharing_replicas_out_of_range"]
     );
     assert_eq!(
-        codes(validate_gpu(
-            h100(),
-            &layout(),
-            &mig(vec![on("2g.20gb", 2, Sharing::Timeslice { replicas: 2 })])
-        )),
+        codes(validate_gpu(h100(), &layout(), &mig(vec![on("2g.20gb", 2, Sharing::Timeslice { replicas: 2 })]))),
         vec!["sharing_unknown_instance"]
     );
     assert_eq!(
         codes(validate_gpu(
             h100(),
             &layout(),
-            &mig(vec![
-                on("1g.10gb", 0, Sharing::Timeslice { replicas: 2 }),
-                on("MIG 1g.10gb", 0, Sharing::Exclusive)
-            ])
+            &mig(vec![on("1g.10gb", 0, Sharing::Timeslice { replicas: 2 }), on("MIG 1g.10gb", 0, Sharing::Exclusive)])
         )),
         vec!["sharing_duplicate_instance"]
     );
@@ -155,17 +100,10 @@ fn a_node_does_not_mix_timeslicing_and_mps() {
         gpu: Sharing::Exclusive,
         instances: vec![on("1g.10gb", 0, Sharing::Timeslice { replicas: 2 })],
     };
-    let mps = GpuSharing {
-        mig_enabled: false,
-        gpu: Sharing::Mps { replicas: 4 },
-        instances: vec![],
-    };
+    let mps = GpuSharing { mig_enabled: false, gpu: Sharing::Mps { replicas: 4 }, instances: vec![] };
     let err = validate_node([("gpu0", &ts), ("gpu1", &mps)]).expect_err("mixed");
     assert_eq!(err.code(), "sharing_mixed_strategies");
-    assert!(
-        err.to_string().contains("gpu0/1g.10gb@0") && err.to_string().contains("gpu1"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("gpu0/1g.10gb@0") && err.to_string().contains("gpu1"), "{err}");
     assert!(validate_node([("gpu0", &ts), ("gpu1", &ts)]).is_ok());
 }
 
@@ -173,8 +111,5 @@ fn a_node_does_not_mix_timeslicing_and_mps() {
 fn sharing_round_trips_as_tagged_json() {
     let s: Sharing = serde_json::from_str(r#"{"mode":"timeslice","replicas":4}"#).expect("parse");
     assert_eq!(s, Sharing::Timeslice { replicas: 4 });
-    assert_eq!(
-        serde_json::to_string(&Sharing::Exclusive).expect("json"),
-        r#"{"mode":"exclusive"}"#
-    );
+    assert_eq!(serde_json::to_string(&Sharing::Exclusive).expect("json"), r#"{"mode":"exclusive"}"#);
 }

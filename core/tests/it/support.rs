@@ -4,9 +4,7 @@ use tessera_core::layout::InstanceSpec;
 
 /// Parses `"3g.40gb@4 1g.10gb"` into specs.
 pub fn specs(text: &str) -> Vec<InstanceSpec> {
-    text.split_whitespace()
-        .map(|s| s.parse().expect("spec"))
-        .collect()
+    text.split_whitespace().map(|s| s.parse().expect("spec")).collect()
 }
 
 use std::collections::HashMap;
@@ -35,21 +33,10 @@ pub fn check_plan(input: &PlanInput, plan: &Plan) {
             assert!(changed.is_none(), "cordoned {} changed", gpu.id);
         }
         for d in &destroyed {
-            let inst = gpu
-                .instances
-                .iter()
-                .find(|i| i.profile == d.profile && i.start == d.start);
-            let inst = inst.unwrap_or_else(|| {
-                panic!(
-                    "{} destroys {}@{} which does not exist",
-                    gpu.id, d.profile, d.start
-                )
-            });
-            assert!(
-                !inst.in_use,
-                "{} destroys in-use {}@{}",
-                gpu.id, d.profile, d.start
-            );
+            let inst = gpu.instances.iter().find(|i| i.profile == d.profile && i.start == d.start);
+            let inst =
+                inst.unwrap_or_else(|| panic!("{} destroys {}@{} which does not exist", gpu.id, d.profile, d.start));
+            assert!(!inst.in_use, "{} destroys in-use {}@{}", gpu.id, d.profile, d.start);
         }
         let layout: Vec<(String, u8)> = match changed {
             Some(c) => {
@@ -58,32 +45,18 @@ pub fn check_plan(input: &PlanInput, plan: &Plan) {
                     "{} listed as changed without change",
                     gpu.id
                 );
-                c.layout
-                    .iter()
-                    .map(|i| (i.profile.clone(), i.start))
-                    .collect()
+                c.layout.iter().map(|i| (i.profile.clone(), i.start)).collect()
             }
             None => {
-                assert!(
-                    destroyed.is_empty(),
-                    "{} destroys without being changed",
-                    gpu.id
-                );
-                gpu.instances
-                    .iter()
-                    .map(|i| (i.profile.clone(), i.start))
-                    .collect()
+                assert!(destroyed.is_empty(), "{} destroys without being changed", gpu.id);
+                gpu.instances.iter().map(|i| (i.profile.clone(), i.start)).collect()
             }
         };
         let specs: Vec<_> = layout
             .iter()
-            .map(|(p, s)| tessera_core::layout::InstanceSpec {
-                profile: p.clone(),
-                start: Some(*s),
-            })
+            .map(|(p, s)| tessera_core::layout::InstanceSpec { profile: p.clone(), start: Some(*s) })
             .collect();
-        validate(model, &specs)
-            .unwrap_or_else(|e| panic!("{}: planned layout {layout:?} invalid: {e:?}", gpu.id));
+        validate(model, &specs).unwrap_or_else(|e| panic!("{}: planned layout {layout:?} invalid: {e:?}", gpu.id));
         for i in gpu.instances.iter().filter(|i| i.in_use) {
             assert!(
                 layout.contains(&(i.profile.clone(), i.start)),
@@ -103,65 +76,31 @@ pub fn check_plan(input: &PlanInput, plan: &Plan) {
                 s.start
             );
             assert!(
-                used.insert((gpu.id.clone() + "/" + &s.profile, s.start), ())
-                    .is_none(),
+                used.insert((gpu.id.clone() + "/" + &s.profile, s.start), ()).is_none(),
                 "{}: {}@{} handed out twice",
                 gpu.id,
                 s.profile,
                 s.start
             );
-            let existing = gpu
-                .instances
-                .iter()
-                .find(|i| i.profile == s.profile && i.start == s.start);
+            let existing = gpu.instances.iter().find(|i| i.profile == s.profile && i.start == s.start);
             match existing {
                 Some(i) => {
-                    assert!(
-                        !s.new,
-                        "{}: {}@{} exists but is marked new",
-                        gpu.id, s.profile, s.start
-                    );
-                    assert!(
-                        !i.in_use,
-                        "{}: in-use {}@{} handed out",
-                        gpu.id, s.profile, s.start
-                    );
+                    assert!(!s.new, "{}: {}@{} exists but is marked new", gpu.id, s.profile, s.start);
+                    assert!(!i.in_use, "{}: in-use {}@{} handed out", gpu.id, s.profile, s.start);
                 }
-                None => assert!(
-                    s.new,
-                    "{}: {}@{} is new but marked existing",
-                    gpu.id, s.profile, s.start
-                ),
+                None => assert!(s.new, "{}: {}@{} is new but marked existing", gpu.id, s.profile, s.start),
             }
             let d = &input.demand[s.demand];
-            assert!(
-                d.profile.eq_ignore_ascii_case(&s.profile),
-                "slice for {} placed as {}",
-                d.profile,
-                s.profile
-            );
+            assert!(d.profile.eq_ignore_ascii_case(&s.profile), "slice for {} placed as {}", d.profile, s.profile);
             if let Some(m) = &d.model {
-                assert_eq!(
-                    catalog.resolve(m).expect("model").0.key,
-                    model.key,
-                    "constraint {m} broken"
-                );
+                assert_eq!(catalog.resolve(m).expect("model").0.key, model.key, "constraint {m} broken");
             }
             placed_per_demand[s.demand] += 1;
         }
     }
     for (k, d) in input.demand.iter().enumerate() {
-        let unplaced: u32 = plan
-            .unplaced
-            .iter()
-            .filter(|u| u.demand == k)
-            .map(|u| u.count)
-            .sum();
-        assert_eq!(
-            placed_per_demand[k] + unplaced,
-            d.count,
-            "demand {k}: placed + unplaced != count"
-        );
+        let unplaced: u32 = plan.unplaced.iter().filter(|u| u.demand == k).map(|u| u.count).sum();
+        assert_eq!(placed_per_demand[k] + unplaced, d.count, "demand {k}: placed + unplaced != count");
     }
     assert_eq!(plan.summary.placed as usize, plan.placed.len());
     assert_eq!(plan.summary.gpus_touched as usize, plan.changed_gpus.len());

@@ -1,0 +1,70 @@
+//! Command-line interface of the `tessera` binary.
+//!
+//! Commands write to the writers they are given and return the process exit code, so tests run them in-process:
+//! 0 success, 1 a negative answer (an invalid layout), 2 bad input or usage.
+
+mod mig;
+mod table;
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+
+/// Tessera: self-service GPU slices (MIG, time-slicing, MPS) with quotas and approvals.
+#[derive(Debug, Parser)]
+#[command(name = "tessera", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// MIG catalog, layout validation and placement planning.
+    #[command(subcommand)]
+    Mig(mig::MigCommand),
+}
+
+/// Exit code: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit code: the answer is negative (e.g. the layout is invalid).
+pub const EXIT_NO: u8 = 1;
+/// Exit code: bad input or usage.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    let result = match cli.command {
+        Command::Mig(cmd) => mig::run(cmd, out),
+    };
+    match result {
+        Ok(code) => code,
+        // The reader went away (`| head`): nothing more to say.
+        Err(CliError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => EXIT_NO,
+        Err(e) => {
+            // Writing the error is best effort: stderr may be closed.
+            let _ = writeln!(err, "error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Input the command cannot work with.
+    #[error("{0}")]
+    BadInput(String),
+    /// Output could not be written.
+    #[error("cannot write output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl CliError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::BadInput(_) => EXIT_USAGE,
+            CliError::Io(_) => EXIT_NO,
+        }
+    }
+}

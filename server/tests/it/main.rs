@@ -1,0 +1,3 @@
+//! Integration tests of the `tessera` binary: one test binary, one module per area.
+
+mod cli_mig;
