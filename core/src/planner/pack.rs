@@ -65,6 +65,12 @@ pub(crate) struct GpuPlan {
 
 type Choice = Option<(Score, Action, StateId)>;
 
+/// A slice's destination: score, lowest GPU index of the state, the state, the profile used.
+type Pick = (Score, u32, StateId, ProfileIdx);
+
+/// Tiers from this one on change a GPU the plan has not changed yet.
+const OPENS_GPU: u8 = 3;
+
 /// Per demanded `(model, profile)`: states ordered by their best action, then their lowest GPU index.
 type Index = HashMap<(usize, ProfileIdx), BTreeSet<(Score, u32, StateId)>>;
 
@@ -79,6 +85,8 @@ pub(crate) struct Packer<'p, 'c> {
     evals: Vec<Option<Eval>>,
     members: Vec<BTreeSet<u32>>,
     best: HashMap<(StateId, ProfileIdx), Choice>,
+    /// How many more slices of a profile a state can take (memoised along its chain of best actions).
+    capacity: HashMap<(StateId, ProfileIdx), u8>,
     index: Index,
     demanded: Vec<Vec<ProfileIdx>>,
     /// Slices left unplaced, per class.
@@ -96,6 +104,7 @@ impl<'p, 'c> Packer<'p, 'c> {
             evals: Vec::new(),
             members: Vec::new(),
             best: HashMap::new(),
+            capacity: HashMap::new(),
             index: HashMap::new(),
             demanded: problem.demanded_profiles(),
             unplaced: vec![0; problem.classes.len()],
@@ -195,6 +204,18 @@ impl<'p, 'c> Packer<'p, 'c> {
         choice
     }
 
+    fn capacity(&mut self, s: StateId, p: ProfileIdx) -> u8 {
+        if let Some(&c) = self.capacity.get(&(s, p)) {
+            return c;
+        }
+        let c = match self.best_action(s, p) {
+            Some((_, _, t)) => 1 + self.capacity(t, p),
+            None => 0,
+        };
+        self.capacity.insert((s, p), c);
+        c
+    }
+
     fn reindex(&mut self, s: StateId, old_min: Option<u32>, new_min: Option<u32>) {
         let model = self.keys[s as usize].model;
         for p in self.demanded[model].clone() {
@@ -231,11 +252,16 @@ impl<'p, 'c> Packer<'p, 'c> {
     }
 
     /// Places up to `n` slices of class `c`; what finds no room is added to `unplaced`.
+    ///
+    /// A slice takes the best head of the class's indexes. When that means changing a GPU not changed yet, the GPU
+    /// chosen is the one that can take the most of the class's remaining slices (then best fit): opening the GPU
+    /// that absorbs the whole class touches fewer GPUs than filling the fullest one and opening another. That scan
+    /// runs at most once per GPU the plan touches.
     pub fn place_class(&mut self, c: usize, n: u32) {
         let eligible: Vec<(usize, ProfileIdx)> =
             self.problem.classes[c].eligible.iter().enumerate().filter_map(|(m, p)| p.map(|p| (m, p))).collect();
         for placed in 0..n {
-            let mut pick: Option<(Score, u32, StateId, ProfileIdx)> = None;
+            let mut pick: Option<Pick> = None;
             for &(m, p) in &eligible {
                 if let Some(&(score, g, s)) = self.index.get(&(m, p)).and_then(|set| set.first())
                     && pick.is_none_or(|(bs, bg, _, _)| (score, g) < (bs, bg))
@@ -243,13 +269,14 @@ impl<'p, 'c> Packer<'p, 'c> {
                     pick = Some((score, g, s, p));
                 }
             }
+            if pick.is_some_and(|(score, _, _, _)| score.tier >= OPENS_GPU) {
+                pick = self.pick_gpu_to_open(&eligible, n - placed);
+            }
             let Some((_, g, s, p)) = pick else {
                 self.unplaced[c] += n - placed;
                 return;
             };
-            let Some((_, action, t)) = self.best_action(s, p) else {
-                continue;
-            };
+            let Some((_, action, t)) = self.best_action(s, p) else { continue };
             let g = g as usize;
             match action {
                 Action::Bind(inst) => self.plans[g].bound.push((inst, c)),
@@ -257,6 +284,26 @@ impl<'p, 'c> Packer<'p, 'c> {
             }
             self.move_gpu(g, t);
         }
+    }
+
+    /// Among states whose best action changes an untouched GPU: the one taking the most of `remaining` slices, then
+    /// the best by score.
+    fn pick_gpu_to_open(&mut self, eligible: &[(usize, ProfileIdx)], remaining: u32) -> Option<Pick> {
+        let from = (Score { tier: OPENS_GPU, slack: 0, stranded: 0, addable: Reverse(u16::MAX) }, 0, 0);
+        let mut candidates = Vec::new();
+        for &(m, p) in eligible {
+            if let Some(set) = self.index.get(&(m, p)) {
+                candidates.extend(set.range(from..).map(|&(score, g, s)| (score, g, s, p)));
+            }
+        }
+        let keyed: Vec<_> = candidates
+            .into_iter()
+            .map(|(score, g, s, p)| {
+                let absorbs = u32::from(self.capacity(s, p)).min(remaining);
+                ((score.tier, Reverse(absorbs), score, g), (score, g, s, p))
+            })
+            .collect();
+        keyed.into_iter().min_by_key(|(key, _)| *key).map(|(_, pick)| pick)
     }
 
     /// Replaces what the plan does on GPU `g` (used by the improvement pass). The new plan must be feasible.

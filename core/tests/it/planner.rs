@@ -146,3 +146,19 @@ fn bad_input_is_an_error_not_a_panic() {
             .is_err()
     );
 }
+
+#[test]
+fn a_new_gpu_is_opened_where_the_whole_request_fits() {
+    // The A100 has room for two 1g.10gb beside its in-use instances; the empty H100 takes all five. Filling the
+    // A100 first would change two GPUs.
+    let p = run(json!({
+        "gpus": [
+            {"id": "a100", "model": "A100-40GB", "instances": [{"profile": "2g.10gb", "start": 2, "in_use": true}, {"profile": "1g.10gb", "start": 4, "in_use": true}]},
+            {"id": "h100", "model": "H100-80GB"}
+        ],
+        "demand": [{"profile": "1g.10gb", "count": 5}]
+    }));
+    assert_eq!(p.summary.placed, 5);
+    assert_eq!(p.summary.gpus_touched, 1, "{p:#?}");
+    assert!(p.placed.iter().all(|s| s.gpu == "h100"));
+}

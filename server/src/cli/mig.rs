@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::json;
 use tessera_core::catalog::{Catalog, GpuModel, Profile};
-use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
+use tessera_core::layout::{InstanceSpec, PlacedInstance, maximal_layouts, to_placed, validate};
 use tessera_core::planner::{self, PlanInput};
 
 use super::table::write_table;
@@ -26,6 +26,18 @@ pub enum MigCommand {
         #[arg(long, short)]
         model: String,
         /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every maximal layout of a model: those to which no instance can be added.
+    Layouts {
+        /// Model key, product name or PCI device id.
+        #[arg(long, short)]
+        model: String,
+        /// Include media-engine and graphics variants (+me, -me, +gfx); by default only base profiles.
+        #[arg(long)]
+        all_variants: bool,
+        /// Print JSON instead of one layout per line.
         #[arg(long)]
         json: bool,
     },
@@ -54,6 +66,9 @@ pub fn run(cmd: MigCommand, out: &mut dyn Write) -> Result<u8, CliError> {
     match cmd {
         MigCommand::Models { json } => models(catalog, json, out),
         MigCommand::Profiles { model, json } => profiles(resolve(catalog, &model)?, json, out),
+        MigCommand::Layouts { model, all_variants, json } => {
+            layouts(resolve(catalog, &model)?, all_variants, json, out)
+        }
         MigCommand::Validate { model, instances, json } => {
             let model = resolve(catalog, &model)?;
             let specs = instances
@@ -172,6 +187,26 @@ fn profiles(model: &GpuModel, json: bool, out: &mut dyn Write) -> Result<u8, Cli
         &["PROFILE", "ID", "COMPUTE", "MEMORY", "MAX", "PLACEMENTS", "MIB", "MIN DRIVER", "CONFIDENCE"],
         &rows,
     )?;
+    Ok(EXIT_OK)
+}
+
+fn layouts(model: &GpuModel, all_variants: bool, json: bool, out: &mut dyn Write) -> Result<u8, CliError> {
+    let base: Vec<usize> = model.base_profiles().collect();
+    let all = maximal_layouts(model, if all_variants { None } else { Some(&base) });
+    let placed: Vec<Vec<PlacedInstance>> =
+        all.iter().map(|l| l.iter().map(|&i| to_placed(model, i)).collect()).collect();
+    if json {
+        serde_json::to_writer_pretty(&mut *out, &json!({"model": model.key, "layouts": placed}))
+            .map_err(std::io::Error::from)?;
+        writeln!(out)?;
+        return Ok(EXIT_OK);
+    }
+    let kind = if all_variants { "all profiles" } else { "base profiles" };
+    writeln!(out, "{}: {} maximal layouts ({kind})", model.key, placed.len())?;
+    for layout in &placed {
+        let items: Vec<String> = layout.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect();
+        writeln!(out, "  {}", items.join(" "))?;
+    }
     Ok(EXIT_OK)
 }
 

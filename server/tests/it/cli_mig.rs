@@ -177,3 +177,18 @@ fn plan_bad_input_exits_two_with_a_clear_message() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("cannot read /nonexistent/plan.json"), "{}", stderr(&o));
 }
+
+#[test]
+fn layouts_lists_every_maximal_layout() {
+    let o = tessera(&["mig", "layouts", "--model", "A30-24GB"], None);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.starts_with("A30-24GB: 5 maximal layouts (base profiles)"), "{text}");
+    assert!(text.lines().any(|l| l.trim() == "2g.12gb@0 2g.12gb@2"), "{text}");
+
+    let o = tessera(&["mig", "layouts", "--model", "A30-24GB", "--all-variants", "--json"], None);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let layouts = v["layouts"].as_array().expect("layouts");
+    assert!(layouts.len() > 5, "variants add layouts");
+    assert!(layouts.iter().any(|l| l.as_array().is_some_and(|l| l.iter().any(|i| i["profile"] == "1g.6gb+me"))));
+}
