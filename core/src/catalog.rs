@@ -246,6 +246,14 @@ impl Catalog {
                     m.key, m.placement_units_total
                 )));
             }
+            if m.profiles.len() > crate::layout::MAX_PROFILES {
+                return Err(CatalogError::Inconsistent(format!(
+                    "{}: {} profiles, more than the {} supported",
+                    m.key,
+                    m.profiles.len(),
+                    crate::layout::MAX_PROFILES
+                )));
+            }
             for p in &m.profiles {
                 if p.placements.is_empty() {
                     return Err(CatalogError::Inconsistent(format!("{}: {} has no placements", m.key, p.name)));

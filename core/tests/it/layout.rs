@@ -155,3 +155,47 @@ fn instance_specs_parse_and_reject_garbage() {
 fn units_of_lists_set_bits() {
     assert_eq!(layout::units_of(0b1011_0000), vec![4, 5, 7]);
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use tessera_core::catalog::Catalog;
+    use tessera_core::layout::{InstanceSpec, validate};
+
+    /// Any model, any mix of real and made-up profile names, any starts (or none).
+    fn any_layout() -> impl Strategy<Value = (usize, Vec<(usize, Option<u8>)>)> {
+        let models = Catalog::builtin().models.len();
+        (0..models, prop::collection::vec((0usize..20, prop::option::of(0u8..20)), 0..10))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+        /// Validation never panics; what it accepts is fully placed, valid as placed, and keeps given starts.
+        #[test]
+        fn validation_is_total_and_consistent((m, items) in any_layout()) {
+            let model = &Catalog::builtin().models[m];
+            let specs: Vec<InstanceSpec> = items
+                .iter()
+                .map(|&(p, start)| InstanceSpec {
+                    profile: model.profiles.get(p).map_or_else(|| format!("{p}g.bogus"), |p| p.name.clone()),
+                    start,
+                })
+                .collect();
+            match validate(model, &specs) {
+                Ok(placed) => {
+                    prop_assert_eq!(placed.len(), specs.len());
+                    for (spec, inst) in specs.iter().zip(&placed) {
+                        prop_assert_eq!(&spec.profile, &inst.profile);
+                        if let Some(s) = spec.start {
+                            prop_assert_eq!(s, inst.start);
+                        }
+                    }
+                    let again: Vec<InstanceSpec> =
+                        placed.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
+                    prop_assert!(validate(model, &again).is_ok());
+                }
+                Err(errors) => prop_assert!(!errors.is_empty()),
+            }
+        }
+    }
+}
