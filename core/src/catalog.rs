@@ -65,6 +65,10 @@ pub struct GpuModel {
     pub sources: Vec<String>,
     /// How sure the data is, as a summary (`exact-from-doc`, `derived ...`, `uncertain`).
     pub confidence: String,
+    /// Per engine of [`ENGINES`]: how many the whole GPU has, where the catalog's engine counts are consistent
+    /// enough to enforce (see [`Catalog::from_json`]); `None` leaves that engine unchecked.
+    #[serde(skip)]
+    pub engine_limits: [Option<u8>; ENGINES.len()],
 }
 
 /// A GPU instance profile of one model, e.g. `3g.40gb` on `H100-80GB`.
@@ -105,7 +109,13 @@ pub struct Profile {
     /// Free-form notes from the sources.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Per engine of [`ENGINES`]: how many an instance takes (unknown counts as none).
+    #[serde(skip)]
+    pub engine_needs: [u8; ENGINES.len()],
 }
+
+/// The engine kinds a MIG instance may own, in the order of [`GpuModel::engine_limits`].
+pub const ENGINES: [&str; 5] = ["copy", "nvdec", "nvenc", "jpeg", "ofa"];
 
 /// Where an instance may sit: `size` placement units from `start`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -233,8 +243,11 @@ impl Catalog {
 
     /// Parses catalog data and checks that it is internally consistent.
     pub fn from_json(text: &str) -> Result<Catalog, CatalogError> {
-        let catalog: Catalog = serde_json::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        let mut catalog: Catalog = serde_json::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
         catalog.check()?;
+        for m in &mut catalog.models {
+            m.derive_engine_limits();
+        }
         Ok(catalog)
     }
 
@@ -259,12 +272,18 @@ impl Catalog {
                     return Err(CatalogError::Inconsistent(format!("{}: {} has no placements", m.key, p.name)));
                 }
                 for pl in &p.placements {
-                    if pl.size == 0 || pl.end() > m.placement_units_total {
+                    if pl.size == 0 || u16::from(pl.start) + u16::from(pl.size) > u16::from(m.placement_units_total) {
                         return Err(CatalogError::Inconsistent(format!(
                             "{}: {} placement {}:{} outside {} units",
                             m.key, p.name, pl.start, pl.size, m.placement_units_total
                         )));
                     }
+                }
+                if p.placements.iter().any(|pl| pl.size != p.placements[0].size) {
+                    return Err(CatalogError::Inconsistent(format!(
+                        "{}: {} has placements of different sizes",
+                        m.key, p.name
+                    )));
                 }
                 if p.compute_slices == 0 || p.compute_slices > m.compute_slices_total || p.max_instances == 0 {
                     return Err(CatalogError::Inconsistent(format!("{}: {} has bad slice counts", m.key, p.name)));
@@ -314,6 +333,39 @@ impl Catalog {
 }
 
 impl GpuModel {
+    /// Fills the derived engine fields. A GPU's engines are those of its whole-GPU profile (the base profile with
+    /// all compute slices); instances may not together own more of an engine than that. The limit is enforced only
+    /// where every maximal layout of base profiles respects it: where the catalog's own counts contradict it (as
+    /// for B200, whose whole-GPU NVDEC count equals one 1g instance's), the engine is left unchecked rather than
+    /// rejecting layouts the driver accepts.
+    fn derive_engine_limits(&mut self) {
+        for p in &mut self.profiles {
+            for (k, e) in ENGINES.iter().enumerate() {
+                p.engine_needs[k] = p.engines.get(*e).copied().flatten().map_or(0, |n| n.min(255) as u8);
+            }
+        }
+        let whole = self
+            .profiles
+            .iter()
+            .filter(|p| p.compute_slices == self.compute_slices_total)
+            .min_by_key(|p| p.variant != "base");
+        let Some(whole) = whole else { return };
+        let mut limits = [None; ENGINES.len()];
+        for (k, e) in ENGINES.iter().enumerate() {
+            limits[k] = whole.engines.get(*e).copied().flatten().map(|n| n.min(255) as u8);
+        }
+        let base: Vec<ProfileIdx> = self.base_profiles().collect();
+        for layout in crate::layout::maximal_layouts(self, Some(&base)) {
+            for (k, limit) in limits.iter_mut().enumerate() {
+                let used: u32 = layout.iter().map(|i| u32::from(self.profiles[i.profile].engine_needs[k])).sum();
+                if limit.is_some_and(|l| used > u32::from(l)) {
+                    *limit = None;
+                }
+            }
+        }
+        self.engine_limits = limits;
+    }
+
     /// Index of a profile by name, ignoring case and an `MIG ` prefix as `nvidia-smi` prints it.
     pub fn profile_index(&self, name: &str) -> Option<ProfileIdx> {
         let name = name.trim();

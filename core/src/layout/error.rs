@@ -80,6 +80,20 @@ pub enum LayoutError {
         /// Compute slices of the GPU.
         total: u8,
     },
+    /// The instances together own more of an engine (NVDEC, JPEG, OFA, ...) than the GPU has.
+    #[error("the instances need {used} {engine} engines, but {model} has {total}{}", holders_phrase(holders))]
+    EnginesExceeded {
+        /// Engine kind, e.g. `ofa`.
+        engine: &'static str,
+        /// The GPU model.
+        model: String,
+        /// Engines the layout needs.
+        used: u32,
+        /// Engines of the GPU.
+        total: u8,
+        /// Profiles that need the engine.
+        holders: Vec<String>,
+    },
     /// Instances given without a start cannot all be placed next to the placed ones.
     #[error("no placement fits {} on {model} next to the placed instances (free units: {})", profiles.join(", "), if free_units.is_empty() { "none".to_string() } else { join_units(free_units) })]
     NoPlacement {
@@ -110,6 +124,7 @@ impl LayoutError {
             LayoutError::Overlap { .. } => "mig_overlap",
             LayoutError::TooManyInstances { .. } => "mig_too_many_instances",
             LayoutError::ComputeSlicesExceeded { .. } => "mig_compute_slices_exceeded",
+            LayoutError::EnginesExceeded { .. } => "mig_engines_exceeded",
             LayoutError::NoPlacement { .. } => "mig_no_placement",
         }
     }
@@ -118,6 +133,10 @@ impl LayoutError {
     pub fn problem(&self) -> Problem {
         Problem { code: self.code(), message: self.to_string() }
     }
+}
+
+fn holders_phrase(holders: &[String]) -> String {
+    if holders.is_empty() { String::new() } else { format!(" (needed by {})", holders.join(", ")) }
 }
 
 fn join_units(units: &[u8]) -> String {

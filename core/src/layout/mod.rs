@@ -2,8 +2,9 @@
 //! accepts it.
 //!
 //! A layout is valid when every profile exists on the model, every instance sits at one of its profile's allowed
-//! placements, no two instances cover the same placement unit, no profile appears more often than its maximum and
-//! the compute slices add up to at most the GPU's. Mixed profiles on one GPU are fine. [`validate`] reports every
+//! placements, no two instances cover the same placement unit, no profile appears more often than its maximum, the
+//! compute slices add up to at most the GPU's, and the instances own no more media/copy engines than the GPU has
+//! (e.g. one OFA on A100/H100: two `+me` variants cannot coexist). Mixed profiles on one GPU are fine. [`validate`] reports every
 //! problem at once, and gives instances written without a start the best placement that exists.
 
 mod enumerate;
@@ -16,7 +17,7 @@ pub use solve::{Fragmentation, Inst, MAX_PROFILES, Occupancy, Solution, solve};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::GpuModel;
+use crate::catalog::{ENGINES, GpuModel};
 
 /// An instance as written by a person or a client: a profile and, optionally, where it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -97,16 +98,15 @@ pub fn validate(model: &GpuModel, specs: &[InstanceSpec]) -> Result<Vec<PlacedIn
             });
         }
     }
-    for (i, &(ia, a)) in placed.iter().enumerate() {
-        for &(ib, b) in &placed[i + 1..] {
-            let shared = a.mask(model) & b.mask(model);
-            if shared != 0 {
-                errors.push(LayoutError::Overlap {
-                    a: instance_ref(model, ia, a),
-                    b: instance_ref(model, ib, b),
-                    units: units_of(shared),
-                });
-            }
+    // Each instance's overlap is reported once, against the first earlier instance it overlaps, so the number of
+    // errors stays linear in the input.
+    for (j, &(ib, b)) in placed.iter().enumerate() {
+        if let Some(&(ia, a)) = placed[..j].iter().find(|(_, a)| a.mask(model) & b.mask(model) != 0) {
+            errors.push(LayoutError::Overlap {
+                a: instance_ref(model, ia, a),
+                b: instance_ref(model, ib, b),
+                units: units_of(a.mask(model) & b.mask(model)),
+            });
         }
     }
     let mut counts = [0usize; MAX_PROFILES];
@@ -131,6 +131,22 @@ pub fn validate(model: &GpuModel, specs: &[InstanceSpec]) -> Result<Vec<PlacedIn
             used: compute,
             total: model.compute_slices_total,
         });
+    }
+    // Over the compute slices, the engines are over for the same reason: report them only when compute fits.
+    let compute_fits = compute <= u32::from(model.compute_slices_total);
+    for (k, engine) in ENGINES.iter().enumerate().filter(|_| compute_fits) {
+        let Some(total) = model.engine_limits[k] else { continue };
+        let needs = |p: usize| u32::from(model.profiles[p].engine_needs[k]);
+        let used: u32 = known.iter().map(|&(_, p, _)| needs(p)).sum();
+        if used > u32::from(total) {
+            let mut holders: Vec<String> = known
+                .iter()
+                .filter(|&&(_, p, _)| needs(p) > 0)
+                .map(|&(_, p, _)| model.profiles[p].name.clone())
+                .collect();
+            holders.dedup();
+            errors.push(LayoutError::EnginesExceeded { engine, model: model.key.clone(), used, total, holders });
+        }
     }
     if !errors.is_empty() {
         return Err(errors);

@@ -7,7 +7,7 @@
 //! the one that destroys the fewest existing instances, then leaves the least stranded capacity
 //! ([`Fragmentation`]).
 
-use crate::catalog::{GpuModel, ProfileIdx, UnitMask};
+use crate::catalog::{ENGINES, GpuModel, ProfileIdx, UnitMask};
 
 /// Most profiles a model may have (the catalog loader checks it).
 pub const MAX_PROFILES: usize = 16;
@@ -37,11 +37,14 @@ pub struct Occupancy {
     pub compute: u8,
     /// Instances per profile index.
     pub counts: [u8; MAX_PROFILES],
+    /// Engines owned, per kind of [`crate::catalog::ENGINES`].
+    pub engines: [u8; ENGINES.len()],
 }
 
 impl Occupancy {
     /// Nothing placed.
-    pub const EMPTY: Occupancy = Occupancy { mask: 0, compute: 0, counts: [0; MAX_PROFILES] };
+    pub const EMPTY: Occupancy =
+        Occupancy { mask: 0, compute: 0, counts: [0; MAX_PROFILES], engines: [0; ENGINES.len()] };
 
     /// The occupancy of `insts` (assumed not to overlap).
     pub fn of(model: &GpuModel, insts: &[Inst]) -> Occupancy {
@@ -54,19 +57,39 @@ impl Occupancy {
 
     /// Adds an instance (no checks).
     pub fn add(&mut self, model: &GpuModel, inst: Inst) {
+        let p = &model.profiles[inst.profile];
         self.mask |= inst.mask(model);
-        self.compute += model.profiles[inst.profile].compute_slices;
-        self.counts[inst.profile] += 1;
+        self.compute = self.compute.saturating_add(p.compute_slices);
+        self.counts[inst.profile] = self.counts[inst.profile].saturating_add(1);
+        for (e, n) in self.engines.iter_mut().zip(p.engine_needs) {
+            *e = e.saturating_add(n);
+        }
+    }
+
+    /// Whether the instances fit the GPU's engines (where the catalog lets them be checked).
+    pub fn engines_fit(&self, model: &GpuModel) -> bool {
+        self.engines.iter().zip(model.engine_limits).all(|(&used, limit)| limit.is_none_or(|l| used <= l))
+    }
+
+    /// Whether adding a `profile` keeps within the profile's maximum, the compute slices and the engines.
+    pub fn has_room_for(&self, model: &GpuModel, profile: ProfileIdx) -> bool {
+        let p = &model.profiles[profile];
+        self.counts[profile] < p.max_instances
+            && self.compute + p.compute_slices <= model.compute_slices_total
+            && self
+                .engines
+                .iter()
+                .zip(p.engine_needs)
+                .zip(model.engine_limits)
+                .all(|((&used, need), limit)| limit.is_none_or(|l| u16::from(used) + u16::from(need) <= u16::from(l)))
     }
 
     /// Whether `inst` can be added: its placement is allowed, its units are free, and neither the profile's maximum
     /// nor the compute slices are exceeded.
     pub fn can_add(&self, model: &GpuModel, inst: Inst) -> bool {
-        let p = &model.profiles[inst.profile];
-        p.placement_at(inst.start).is_some()
+        model.profiles[inst.profile].placement_at(inst.start).is_some()
             && self.mask & inst.mask(model) == 0
-            && self.counts[inst.profile] < p.max_instances
-            && self.compute + p.compute_slices <= model.compute_slices_total
+            && self.has_room_for(model, inst.profile)
     }
 
     /// Whether some placement of `profile` can be added.
@@ -145,13 +168,14 @@ impl Solution {
 /// `fixed` and `optional` together must form a valid layout.
 pub fn solve(model: &GpuModel, fixed: &[Inst], optional: &[Inst], new: &[ProfileIdx]) -> Option<Solution> {
     let fixed_occ = Occupancy::of(model, fixed);
+    // Counts, compute and engines do not depend on where instances sit: check them before searching placements.
     let mut need = fixed_occ;
     for &p in new {
-        need.counts[p] += 1;
-        need.compute = need.compute.saturating_add(model.profiles[p].compute_slices);
+        need.add(model, Inst { profile: p, start: model.profiles[p].placements[0].start });
     }
     if need.compute > model.compute_slices_total
         || new.iter().any(|&p| need.counts[p] > model.profiles[p].max_instances)
+        || !need.engines_fit(model)
     {
         return None;
     }
@@ -224,10 +248,7 @@ impl Search<'_> {
         let mut keep = Vec::with_capacity(kept.len());
         for i in kept {
             let inst = self.optional[i];
-            let p = &model.profiles[inst.profile];
-            if occ.counts[inst.profile] < p.max_instances
-                && occ.compute + p.compute_slices <= model.compute_slices_total
-            {
+            if occ.has_room_for(model, inst.profile) {
                 occ.add(model, inst);
                 keep.push(i);
             }

@@ -124,30 +124,38 @@ pub(crate) fn improve(packer: &mut Packer<'_, '_>, cache: &mut FrontierCache) ->
         if value(best_v) <= now {
             continue;
         }
-        let (best_v, best_l) = (best_v.clone(), best_l.clone());
-        let plan = reassign(packer, g, &profiles, &candidates, &best_v, &best_l);
-        changed |= packer.set_plan(g, plan);
+        let (plan, taken) = reassign(packer, g, &profiles, &candidates, best_v, best_l);
+        let returned: Vec<usize> =
+            current.bound.iter().map(|&(_, c)| c).chain(current.new.iter().map(|&(_, c)| c)).collect();
+        // set_plan refuses an infeasible plan without changing anything; only then is the pool updated.
+        if packer.set_plan(g, plan) {
+            for c in returned {
+                packer.unplaced[c] += 1;
+            }
+            for c in taken {
+                packer.unplaced[c] -= 1;
+            }
+            changed = true;
+        }
     }
     changed
 }
 
 /// Fills the chosen layout's slots with slices in candidate order (scarcest class first); existing free instances
-/// are handed out before new ones are created. Slices that lose their slot go back to the unplaced pool.
+/// are handed out before new ones are created. Slices of one class are interchangeable, so the GPU's current slices
+/// count as returned to the pool and the slots are filled from it. Returns the plan and the class of each slice it
+/// takes; nothing is changed until the caller applies both.
 fn reassign(
-    packer: &mut Packer<'_, '_>,
+    packer: &Packer<'_, '_>,
     g: usize,
     profiles: &[ProfileIdx],
     candidates: &[Candidates],
     counts: &[u8],
     added: &[Inst],
-) -> GpuPlan {
+) -> (GpuPlan, Vec<usize>) {
     let gpu = &packer.problem.gpus[g];
-    let old = std::mem::take(&mut packer.plans[g]);
-    // Slices of one class are interchangeable: return the GPU's to the pool, then fill from it.
-    for c in old.bound.iter().map(|&(_, c)| c).chain(old.new.iter().map(|&(_, c)| c)) {
-        packer.unplaced[c] += 1;
-    }
     let mut plan = GpuPlan::default();
+    let mut taken = Vec::new();
     for ((&p, cands), &count) in profiles.iter().zip(candidates).zip(counts) {
         let mut slots: Vec<Inst> = added.iter().copied().filter(|i| i.profile == p).collect();
         slots.sort_by_key(|i| !gpu.free.contains(i));
@@ -155,7 +163,7 @@ fn reassign(
         'fill: for &(c, on, pool) in cands {
             for _ in 0..on + pool {
                 let Some(slot) = slots.next() else { break 'fill };
-                packer.unplaced[c] -= 1;
+                taken.push(c);
                 if gpu.free.contains(&slot) {
                     plan.bound.push((slot, c));
                 } else {
@@ -164,7 +172,7 @@ fn reassign(
             }
         }
     }
-    plan
+    (plan, taken)
 }
 
 /// The Pareto frontier of counts of `profiles` over every valid layout containing `in_use`.

@@ -9,15 +9,17 @@
 //! # Algorithm
 //! 1. **Packing** ([`pack`]). Demand entries are taken in an order (see 3) and their slices placed one at a time.
 //!    Each slice goes where it disturbs least: an existing free instance of its profile; else a new instance on a
-//!    GPU this plan already changes; else a new instance on an untouched GPU. Within each tier the GPU left with the
-//!    least free compute wins (best fit), then the one with the least stranded capacity. Where a slice lands, the
+//!    GPU this plan already changes; else a new instance on an untouched GPU, choosing the one that can absorb the
+//!    most of the request. Within a tier the GPU left with the least uncommitted compute wins (best fit), then the
+//!    one with the least stranded capacity. Where a slice lands, the
 //!    GPU's new instances are re-placed together by an exhaustive search over placements ([`crate::layout::solve`]),
 //!    which destroys as few free instances as possible and minimises stranded capacity; so an early choice never
 //!    pins a later instance to a bad start. GPUs in the same situation share one interned state, and per demanded
 //!    `(model, profile)` an ordered index keeps the best state on top, so a step costs `O(log states)`.
 //! 2. **Improvement** ([`improve`]). If demand is left over, each GPU is re-planned from scratch (all but its
 //!    in-use instances) over the Pareto frontier of the layouts it admits, taking the layout that serves the most
-//!    of what it held plus what is unplaced, when that is strictly more. Packing then runs again on what is left.
+//!    of what it held plus what is unplaced, when that is strictly better: more slices, or as many and scarcer ones
+//!    (demand fewer GPUs can serve). Slices it displaces are packed again with what is left.
 //! 3. **Portfolio.** Steps 1-2 run twice, with demand ordered largest profile first (best at fitting everything:
 //!    wide instances claim aligned blocks before narrow ones scatter) and smallest first (best at maximising the
 //!    count when capacity runs short). The better plan by (placed, GPUs touched, instances destroyed, stranded
@@ -110,6 +112,7 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
     let mut changed_gpus = Vec::new();
     let mut destroyed_all = Vec::new();
     let mut stranded = 0u32;
+    let mut lost = vec![0u32; problem.classes.len()];
     for (g, gpu) in problem.gpus.iter().enumerate() {
         let model = gpu.model;
         let Some(key) = packer.key_of(g) else {
@@ -130,6 +133,10 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
             });
         }
         let Some(solution) = solve(model, &key.fixed, &key.free, &key.new) else {
+            // Unreachable (packing only moves GPUs to feasible states), but never lose a slice.
+            for &(_, c) in &plan.new {
+                lost[c] += 1;
+            }
             continue;
         };
         stranded += u32::from(solution.fragmentation.stranded);
@@ -183,7 +190,7 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
         });
     }
     placed.sort_by(|a, b| (a.demand, &a.gpu, a.start).cmp(&(b.demand, &b.gpu, b.start)));
-    let unplaced = unplaced(problem, packer);
+    let unplaced = unplaced(problem, packer, &lost);
     let summary = PlanSummary {
         demanded: problem.demanded(),
         placed: placed.len() as u32,
@@ -194,10 +201,10 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
     Plan { placed, unplaced, changed_gpus, destroyed: destroyed_all, summary }
 }
 
-fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Vec<Unplaced> {
+fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>, lost: &[u32]) -> Vec<Unplaced> {
     let mut out = Vec::new();
     for (c, class) in problem.classes.iter().enumerate() {
-        let left = packer.unplaced[c];
+        let left = packer.unplaced[c] + lost[c];
         if left == 0 {
             continue;
         }

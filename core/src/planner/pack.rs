@@ -9,8 +9,10 @@
 //!
 //! Actions are ranked by [`Score`]: hand out an existing free instance (tier 0); create on a GPU this plan
 //! already changes (tier 1, or 2 if more free instances must go); create on an untouched GPU (tier 3, or 4 if free
-//! instances must go). Within a tier, the GPU left with the least free compute wins (best fit keeps whole GPUs
-//! free for large profiles), then the least stranded capacity, then the most placement choices left.
+//! instances must go). Within a tier, the GPU left with the least uncommitted compute wins (compute not taken by
+//! instances in use, handed out or created by the plan; best fit keeps whole GPUs free for large profiles), then the
+//! least stranded capacity, then the most placement choices left. A GPU not yet changed is opened by how much of the
+//! request it can absorb first (see [`Packer::place_class`]).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
@@ -276,7 +278,11 @@ impl<'p, 'c> Packer<'p, 'c> {
                 self.unplaced[c] += n - placed;
                 return;
             };
-            let Some((_, action, t)) = self.best_action(s, p) else { continue };
+            let Some((_, action, t)) = self.best_action(s, p) else {
+                // Unreachable (the index only holds states with an action), but never lose a slice.
+                self.unplaced[c] += 1;
+                continue;
+            };
             let g = g as usize;
             match action {
                 Action::Bind(inst) => self.plans[g].bound.push((inst, c)),

@@ -9,6 +9,8 @@ use crate::layout::{self, Inst, InstanceSpec};
 
 /// Largest count one demand entry may ask for.
 pub const MAX_DEMAND_COUNT: u32 = 1_000_000;
+/// Largest number of slices all demand entries together may ask for.
+pub const MAX_TOTAL_DEMAND: u64 = 10_000_000;
 
 /// A checked planning problem.
 #[derive(Debug, Clone)]
@@ -95,6 +97,10 @@ impl<'c> Problem<'c> {
             gpus.push(Gpu { id: g.id.clone(), model_idx, model, in_use, free, cordoned: g.cordoned });
         }
 
+        let total: u64 = input.demand.iter().map(|d| u64::from(d.count)).sum();
+        if total > MAX_TOTAL_DEMAND {
+            return Err(PlanError::TooMuchDemand { total, max: MAX_TOTAL_DEMAND });
+        }
         let mut classes = Vec::with_capacity(input.demand.len());
         for (index, d) in input.demand.iter().enumerate() {
             if d.count == 0 || d.count > MAX_DEMAND_COUNT {

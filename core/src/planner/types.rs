@@ -183,6 +183,14 @@ pub enum PlanError {
         /// Every problem.
         errors: Vec<LayoutError>,
     },
+    /// All demand entries together ask for more than the planner accepts in one call.
+    #[error("demand asks for {total} slices in total; one plan takes at most {max}")]
+    TooMuchDemand {
+        /// The total asked for.
+        total: u64,
+        /// The limit.
+        max: u64,
+    },
     /// A demand entry with a count of 0 or beyond the limit.
     #[error("demand {index}: count must be between 1 and {max}, got {count}")]
     BadCount {
@@ -204,6 +212,7 @@ impl PlanError {
             PlanError::UnknownProfile { .. } => "mig_unknown_profile",
             PlanError::InvalidLayout { .. } => "mig_layout_invalid",
             PlanError::BadCount { .. } => "plan_bad_count",
+            PlanError::TooMuchDemand { .. } => "plan_too_much_demand",
         }
     }
 }

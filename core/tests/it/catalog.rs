@@ -76,3 +76,24 @@ fn catalog_rejects_placements_outside_the_gpu() {
     assert!(err.to_string().contains("outside"), "{err}");
     assert!(Catalog::from_json("{").is_err());
 }
+
+#[test]
+fn catalog_rejects_overflowing_and_mixed_size_placements() {
+    let data = |placements: &str| {
+        format!(
+            r#"{{"schema": "mig-profiles/v1", "compiled": "test", "models": [{{
+                "key": "X", "products": [], "pci_device_ids": [], "architecture": "x", "compute_slices_total": 7,
+                "memory_slices_total": 8, "placement_units_total": 8, "total_memory_gb_nominal": 80,
+                "total_memory_mib_observed": null, "confidence": "test",
+                "profiles": [{{"name": "1g.10gb", "variant": "base", "nvml_profile": "P", "nvml_profile_value": 0,
+                    "smi_profile_id": 19, "compute_slices": 1, "memory_slices": 1, "max_instances": 7,
+                    "placements": {placements}, "memory_gib_lgip": null, "memory_mib": null, "sm_count": null,
+                    "min_driver": null}}]}}]}}"#
+        )
+    };
+    assert!(Catalog::from_json(&data("[[0, 1], [1, 1]]")).is_ok());
+    let err = Catalog::from_json(&data("[[250, 10]]")).expect_err("overflow");
+    assert!(err.to_string().contains("outside"), "{err}");
+    let err = Catalog::from_json(&data("[[0, 1], [2, 2]]")).expect_err("mixed sizes");
+    assert!(err.to_string().contains("different sizes"), "{err}");
+}

@@ -199,3 +199,49 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn instances_cannot_own_more_engines_than_the_gpu_has() {
+    // A30 has one OFA and one JPEG engine; each +me variant takes them.
+    let errs = validate(model("A30-24GB"), &specs("1g.6gb+me@0 2g.12gb+me@2")).expect_err("two +me");
+    let codes: Vec<&str> = errs.iter().map(LayoutError::code).collect();
+    assert_eq!(codes, vec!["mig_engines_exceeded", "mig_engines_exceeded"], "{errs:?}");
+    assert!(errs.iter().any(|e| e.to_string().contains("need 2 ofa engines, but A30-24GB has 1")), "{errs:?}");
+    // +me.all takes every decoder of an RTX PRO 6000: a base 1g beside it has none left; a -me 1g is fine.
+    let rtx = model("RTX-PRO-6000-Blackwell-96GB");
+    assert!(validate(rtx, &specs("1g.24gb+me.all@0 1g.24gb@3")).is_err());
+    assert!(validate(rtx, &specs("1g.24gb+me.all@0 1g.24gb-me@3 2g.48gb-me@6")).is_ok());
+    // What the data shows as valid stays valid: seven 1g on H100, the 1g+me beside six plain 1g.
+    assert!(validate(model("H100-80GB"), &specs("1g.10gb+me 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb 1g.10gb")).is_ok());
+}
+
+#[test]
+fn engine_limits_are_enforced_only_where_the_catalog_is_consistent() {
+    let c = Catalog::builtin();
+    let ofa = tessera_core::catalog::ENGINES.iter().position(|e| *e == "ofa").expect("ofa");
+    let nvdec = tessera_core::catalog::ENGINES.iter().position(|e| *e == "nvdec").expect("nvdec");
+    assert_eq!(model("A100-40GB").engine_limits[ofa], Some(1));
+    assert_eq!(model("H100-80GB").engine_limits[nvdec], Some(7));
+    // B200's data gives the whole GPU one NVDEC but each 1g one too: seven 1g must stay valid, so no NVDEC limit.
+    assert_eq!(model("B200-180GB").engine_limits[nvdec], None);
+    assert!(validate(model("B200-180GB"), &specs("1g.23gb 1g.23gb 1g.23gb 1g.23gb 1g.23gb 1g.23gb 1g.23gb")).is_ok());
+    // Every maximal base layout of every model passes validation.
+    for m in &c.models {
+        let base: Vec<usize> = m.base_profiles().collect();
+        for l in maximal_layouts(m, Some(&base)) {
+            let s: Vec<InstanceSpec> = l
+                .iter()
+                .map(|&i| InstanceSpec { profile: m.profiles[i.profile].name.clone(), start: Some(i.start) })
+                .collect();
+            assert!(validate(m, &s).is_ok(), "{}: {s:?}", m.key);
+        }
+    }
+}
+
+#[test]
+fn overlaps_are_reported_once_per_instance() {
+    let many = vec!["1g.10gb@0"; 500].join(" ");
+    let errs = validate(model("H100-80GB"), &specs(&many)).expect_err("overlaps");
+    let overlaps = errs.iter().filter(|e| e.code() == "mig_overlap").count();
+    assert_eq!(overlaps, 499);
+}
