@@ -6,6 +6,8 @@
 pub mod catalog;
 pub mod layout;
 pub mod planner;
+pub mod quota;
+pub mod request;
 pub mod sharing;
 
 pub use catalog::{Catalog, GpuModel, Profile};

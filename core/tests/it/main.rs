@@ -4,5 +4,7 @@ mod catalog;
 mod layout;
 mod planner;
 mod planner_quality;
+mod quota;
+mod request;
 mod sharing;
 mod support;
