@@ -4,3 +4,4 @@
 //! in `http/`, `store/`, `services/` and `auth/`.
 
 pub mod cli;
+pub mod store;

@@ -23,6 +23,12 @@ enum Command {
     /// MIG catalog, layout validation and placement planning.
     #[command(subcommand)]
     Mig(mig::MigCommand),
+    /// Create or upgrade the database schema.
+    Migrate {
+        /// `sqlite://PATH` (created if missing) or `postgres://...`.
+        #[arg(long, env = "TESSERA_DATABASE_URL")]
+        database_url: String,
+    },
 }
 
 /// Exit code: success.
@@ -36,6 +42,7 @@ pub const EXIT_USAGE: u8 = 2;
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let result = match cli.command {
         Command::Mig(cmd) => mig::run(cmd, out),
+        Command::Migrate { database_url } => migrate(&database_url, out),
     };
     match result {
         Ok(code) => code,
@@ -46,6 +53,30 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             let _ = writeln!(err, "error: {e}");
             e.exit_code()
         }
+    }
+}
+
+fn migrate(url: &str, out: &mut dyn Write) -> Result<u8, CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let backend = runtime
+        .block_on(async {
+            let store = crate::store::Store::connect(url).await?;
+            store.migrate().await?;
+            Ok::<_, crate::store::StoreError>(store.backend())
+        })
+        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", redact(url))))?;
+    writeln!(out, "{backend} database is up to date")?;
+    Ok(EXIT_OK)
+}
+
+/// A database URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
     }
 }
 

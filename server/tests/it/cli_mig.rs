@@ -192,3 +192,22 @@ fn layouts_lists_every_maximal_layout() {
     assert!(layouts.len() > 5, "variants add layouts");
     assert!(layouts.iter().any(|l| l.as_array().is_some_and(|l| l.iter().any(|i| i["profile"] == "1g.6gb+me"))));
 }
+
+#[test]
+fn migrate_creates_the_schema_and_is_idempotent() {
+    let file = std::env::temp_dir().join(format!("tessera-migrate-{}.db", std::process::id()));
+    let url = format!("sqlite://{}", file.display());
+    for _ in 0..2 {
+        let o = tessera(&["migrate", "--database-url", &url], None);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stdout(&o), "sqlite database is up to date\n");
+    }
+    let o = tessera(&["migrate", "--database-url", "postgres://tessera:secret@127.0.0.1:notaport/none"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("tessera:***@127.0.0.1:notaport") && !stderr(&o).contains("secret"), "{}", stderr(&o));
+    let o = tessera(&["migrate", "--database-url", "mysql://x"], None);
+    assert!(stderr(&o).contains("unsupported database URL"), "{}", stderr(&o));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}

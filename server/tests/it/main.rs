@@ -1,3 +1,4 @@
 //! Integration tests of the `tessera` binary: one test binary, one module per area.
 
 mod cli_mig;
+mod store;

@@ -1,0 +1,323 @@
+//! Persistence: one store surface with a SQLite implementation (the embedded default) and a PostgreSQL one
+//! (production), chosen once from the database URL.
+//!
+//! Rules that need no I/O come from `tessera-core` (quota check, request transitions); the store's job is to run
+//! them inside the right transaction. Creating a request checks the tenant's quota and inserts the request in one
+//! transaction that serialises with every other writer for that tenant: SQLite takes the database write lock up
+//! front (`BEGIN IMMEDIATE`), PostgreSQL locks the tenant's row (`SELECT ... FOR UPDATE`). So concurrent clients can
+//! never together overshoot a limit. State changes use an optimistic version check, so of two admins acting on the
+//! same request one wins and the other gets [`StoreError::Conflict`]. Every change writes an audit entry in the same
+//! transaction.
+
+mod postgres;
+mod sqlite;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::quota::{ApprovalPolicy, QuotaError, Usage};
+use tessera_core::request::{RequestState, SliceSpec, TransitionError};
+
+/// A tenant (team).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// UUIDv7.
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// How its requests are approved.
+    pub policy: ApprovalPolicy,
+    /// Creation time, UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// A slice request as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SliceRequest {
+    /// UUIDv7.
+    pub id: String,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Where it is in its life.
+    pub state: RequestState,
+    /// Why it was asked for, or why it was rejected.
+    pub reason: String,
+    /// Bumped on every change; clients send it back (`If-Match`) to change it.
+    pub version: i64,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// UTC milliseconds.
+    pub updated_at_ms: i64,
+}
+
+/// A request to create.
+#[derive(Debug, Clone, Copy)]
+pub struct NewRequest<'a> {
+    /// Owning tenant.
+    pub tenant_id: &'a str,
+    /// What one slice is.
+    pub spec: &'a SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Why.
+    pub reason: &'a str,
+    /// What it charges (from `tessera_core::quota::charge`).
+    pub charge: &'a Usage,
+    /// Initial state: `pending`, or `approved` where the tenant's policy auto-approves.
+    pub state: RequestState,
+    /// Who asks (for the audit log).
+    pub actor: &'a str,
+}
+
+/// A state change to apply.
+#[derive(Debug, Clone, Copy)]
+pub struct Transition<'a> {
+    /// The request.
+    pub id: &'a str,
+    /// The version the caller saw; `None` skips the check (internal callers).
+    pub expected_version: Option<i64>,
+    /// Target state.
+    pub to: RequestState,
+    /// New reason (rejections), or `None` to keep it.
+    pub reason: Option<&'a str>,
+    /// Who acts (for the audit log).
+    pub actor: &'a str,
+}
+
+/// One audit entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// UTC milliseconds.
+    pub at_ms: i64,
+    /// Who.
+    pub actor: String,
+    /// What, e.g. `request.create`.
+    pub action: String,
+    /// On what, e.g. `request/<id>`.
+    pub object: String,
+    /// State before, as JSON.
+    pub before: Option<String>,
+    /// State after, as JSON.
+    pub after: Option<String>,
+}
+
+/// Store failures, mapped once to HTTP by the API layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The object does not exist (or is not visible).
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// A uniqueness rule or a version check failed.
+    #[error("conflict on {constraint}")]
+    Conflict {
+        /// The constraint or `version`.
+        constraint: String,
+    },
+    /// The request does not fit the tenant's quota.
+    #[error("quota exceeded: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Quota(Vec<QuotaError>),
+    /// The request's life does not allow the change.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// The database URL is not one Tessera can use.
+    #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]
+    BadUrl(String),
+    /// Anything else from the database.
+    #[error("database error: {0}")]
+    Other(#[from] sqlx::Error),
+    /// Stored data that does not parse.
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+}
+
+/// The store, on one backend.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// Embedded SQLite (WAL, foreign keys, busy timeout).
+    Sqlite(sqlx::SqlitePool),
+    /// PostgreSQL.
+    Postgres(sqlx::PgPool),
+}
+
+/// Current UTC time in milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A new UUIDv7, as text.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// Parses stored quota rows `(resource, milli)`.
+pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreError> {
+    let catalog = tessera_core::Catalog::builtin();
+    rows.into_iter()
+        .map(|(r, m)| {
+            let resource =
+                tessera_core::quota::Resource::parse(catalog, &r).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            Ok((resource, u64::try_from(m).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// An audit row: `(at_ms, actor, action, object, before_json, after_json)`.
+pub(crate) type AuditRow = (i64, String, String, String, Option<String>, Option<String>);
+
+pub(crate) fn audit_from((at_ms, actor, action, object, before, after): AuditRow) -> AuditEntry {
+    AuditEntry { at_ms, actor, action, object, before, after }
+}
+
+pub(crate) fn state_from(text: &str) -> Result<RequestState, StoreError> {
+    text.parse().map_err(StoreError::Corrupt)
+}
+
+pub(crate) fn spec_from(text: &str) -> Result<SliceSpec, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("request spec: {e}")))
+}
+
+pub(crate) fn to_json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+}
+
+impl Store {
+    /// Connects to `url`: `sqlite://PATH` (created if missing) or `postgres://...`.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Store::Sqlite(sqlite::connect(url).await?))
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Ok(Store::Postgres(postgres::connect(url).await?))
+        } else {
+            Err(StoreError::BadUrl(url.to_string()))
+        }
+    }
+
+    /// Applies the backend's migrations (`migrations/sqlite` or `migrations/postgres`).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
+            Store::Postgres(p) => postgres::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
+        }
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Store::Sqlite(_) => "sqlite",
+            Store::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Creates a tenant; a taken name is a conflict on `tenants.name`.
+    pub async fn create_tenant(&self, name: &str, policy: ApprovalPolicy, actor: &str) -> Result<Tenant, StoreError> {
+        let tenant = Tenant { id: new_id(), name: name.to_string(), policy, created_at_ms: now_ms() };
+        match self {
+            Store::Sqlite(p) => sqlite::create_tenant(p, &tenant, actor).await?,
+            Store::Postgres(p) => postgres::create_tenant(p, &tenant, actor).await?,
+        }
+        Ok(tenant)
+    }
+
+    /// A tenant by id.
+    pub async fn tenant(&self, id: &str) -> Result<Tenant, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::tenant(p, id).await,
+            Store::Postgres(p) => postgres::tenant(p, id).await,
+        }
+    }
+
+    /// Sets (or replaces) a tenant's limit on one resource, in thousandths.
+    pub async fn set_quota(
+        &self,
+        tenant_id: &str,
+        resource: &tessera_core::quota::Resource,
+        limit_milli: u64,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        let limit = i64::try_from(limit_milli).unwrap_or(i64::MAX);
+        match self {
+            Store::Sqlite(p) => sqlite::set_quota(p, tenant_id, &resource.to_string(), limit, actor).await,
+            Store::Postgres(p) => postgres::set_quota(p, tenant_id, &resource.to_string(), limit, actor).await,
+        }
+    }
+
+    /// A tenant's limits.
+    pub async fn quotas(&self, tenant_id: &str) -> Result<Usage, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::quotas(p, tenant_id).await,
+            Store::Postgres(p) => postgres::quotas(p, tenant_id).await,
+        }
+    }
+
+    /// What a tenant's live requests (pending, approved, provisioning, active) hold.
+    pub async fn held(&self, tenant_id: &str) -> Result<Usage, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::held(p, tenant_id).await,
+            Store::Postgres(p) => postgres::held(p, tenant_id).await,
+        }
+    }
+
+    /// Creates a request if it fits the tenant's quota, atomically with respect to every other request of the
+    /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed.
+    pub async fn create_request(&self, new: NewRequest<'_>) -> Result<SliceRequest, StoreError> {
+        let now = now_ms();
+        let request = SliceRequest {
+            id: new_id(),
+            tenant_id: new.tenant_id.to_string(),
+            spec: new.spec.clone(),
+            count: new.count,
+            state: new.state,
+            reason: new.reason.to_string(),
+            version: 1,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        match self {
+            Store::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor).await?,
+            Store::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor).await?,
+        }
+        Ok(request)
+    }
+
+    /// A request by id.
+    pub async fn request(&self, id: &str) -> Result<SliceRequest, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::request(p, id).await,
+            Store::Postgres(p) => postgres::request(p, id).await,
+        }
+    }
+
+    /// Moves a request to another state if its life allows it and nobody changed it since `expected_version`.
+    pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::transition(p, t).await,
+            Store::Postgres(p) => postgres::transition(p, t).await,
+        }
+    }
+
+    /// Audit entries about `object`, oldest first.
+    pub async fn audit(&self, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::audit(p, object).await,
+            Store::Postgres(p) => postgres::audit(p, object).await,
+        }
+    }
+}
+
+/// Maps a unique-constraint violation to [`StoreError::Conflict`], anything else to [`StoreError::Other`].
+pub(crate) fn on_constraint(e: sqlx::Error, constraint: &str) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict { constraint: constraint.to_string() }
+        }
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+            StoreError::NotFound { what: "tenant".to_string() }
+        }
+        _ => StoreError::Other(e),
+    }
+}

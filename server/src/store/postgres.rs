@@ -1,0 +1,269 @@
+//! The PostgreSQL store. Writes that check before they insert lock the tenant's row first (`SELECT ... FOR
+//! UPDATE`), so all writers for one tenant serialise while other tenants proceed. Times are `timestamptz`, converted
+//! to and from UTC milliseconds in SQL; JSON is `jsonb`.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use tessera_core::quota::{ApprovalPolicy, Usage};
+
+use super::{
+    AuditEntry, AuditRow, SliceRequest, StoreError, Tenant, Transition, audit_from, now_ms, on_constraint, spec_from,
+    state_from, to_json, usage_from_rows,
+};
+
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// `timestamptz` from UTC milliseconds bound as `$n`.
+const TS: &str = "to_timestamp($N::double precision / 1000.0)";
+/// UTC milliseconds from a `timestamptz` column.
+fn ms(column: &str) -> String {
+    format!("(extract(epoch from {column}) * 1000)::bigint")
+}
+fn ts(n: usize) -> String {
+    TS.replace("$N", &format!("${n}"))
+}
+
+pub(super) async fn connect(url: &str) -> Result<PgPool, StoreError> {
+    Ok(PgPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(30)).connect(url).await?)
+}
+
+async fn audit_insert(
+    conn: &mut PgConnection,
+    actor: &str,
+    action: &str,
+    object: &str,
+    before: Option<String>,
+    after: Option<String>,
+) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "INSERT INTO audit_log (at, actor, action, object, before_json, after_json) \
+         VALUES ({}, $2, $3, $4, $5::jsonb, $6::jsonb)",
+        ts(1)
+    ))
+    .bind(now_ms())
+    .bind(actor)
+    .bind(action)
+    .bind(object)
+    .bind(before)
+    .bind(after)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn create_tenant(pool: &PgPool, t: &Tenant, actor: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(&format!(
+        "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at) \
+         VALUES ($1, $2, $3, $4, {})",
+        ts(5)
+    ))
+    .bind(&t.id)
+    .bind(&t.name)
+    .bind(t.policy.auto_approve)
+    .bind(i32::try_from(t.policy.auto_approve_max_compute_slices).unwrap_or(i32::MAX))
+    .bind(t.created_at_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "tenants.name"))?;
+    audit_insert(&mut tx, actor, "tenant.create", &format!("tenant/{}", t.id), None, Some(to_json(t))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn tenant(pool: &PgPool, id: &str) -> Result<Tenant, StoreError> {
+    let row: Option<(String, String, bool, i32, i64)> = sqlx::query_as(&format!(
+        "SELECT id, name, auto_approve, auto_approve_max_compute_slices, {} FROM tenants WHERE id = $1",
+        ms("created_at")
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let (id, name, auto_approve, max, created_at_ms) =
+        row.ok_or_else(|| StoreError::NotFound { what: format!("tenant {id}") })?;
+    let policy = ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: u32::try_from(max).unwrap_or(0) };
+    Ok(Tenant { id, name, policy, created_at_ms })
+}
+
+pub(super) async fn set_quota(
+    pool: &PgPool,
+    tenant_id: &str,
+    resource: &str,
+    limit: i64,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
+         ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
+    )
+    .bind(tenant_id)
+    .bind(resource)
+    .bind(limit)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "quotas"))?;
+    let object = format!("tenant/{tenant_id}/quota/{resource}");
+    audit_insert(&mut tx, actor, "quota.set", &object, None, Some(format!("{{\"limit_milli\":{limit}}}"))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn quotas_in(conn: &mut PgConnection, tenant_id: &str) -> Result<Usage, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT resource, limit_milli FROM quotas WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .fetch_all(conn)
+        .await?;
+    usage_from_rows(rows)
+}
+
+async fn held_in(conn: &mut PgConnection, tenant_id: &str) -> Result<Usage, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT c.resource, SUM(c.amount_milli)::bigint FROM request_charges c \
+         JOIN slice_requests r ON r.id = c.request_id \
+         WHERE r.tenant_id = $1 AND r.state IN ('pending', 'approved', 'provisioning', 'active') GROUP BY c.resource",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?;
+    usage_from_rows(rows)
+}
+
+pub(super) async fn quotas(pool: &PgPool, tenant_id: &str) -> Result<Usage, StoreError> {
+    quotas_in(&mut *pool.acquire().await?, tenant_id).await
+}
+
+pub(super) async fn held(pool: &PgPool, tenant_id: &str) -> Result<Usage, StoreError> {
+    held_in(&mut *pool.acquire().await?, tenant_id).await
+}
+
+pub(super) async fn create_request(
+    pool: &PgPool,
+    r: &SliceRequest,
+    charge: &Usage,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let locked: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE")
+        .bind(&r.tenant_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if locked.is_none() {
+        return Err(StoreError::NotFound { what: format!("tenant {}", r.tenant_id) });
+    }
+    if r.state.holds_quota() {
+        let limits = quotas_in(&mut tx, &r.tenant_id).await?;
+        let held = held_in(&mut tx, &r.tenant_id).await?;
+        tessera_core::quota::check(&limits, &held, charge).map_err(StoreError::Quota)?;
+    }
+    sqlx::query(&format!(
+        "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at, updated_at) \
+         VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, {}, {})",
+        ts(8),
+        ts(9)
+    ))
+    .bind(&r.id)
+    .bind(&r.tenant_id)
+    .bind(to_json(&r.spec))
+    .bind(i32::try_from(r.count).unwrap_or(i32::MAX))
+    .bind(r.state.as_str())
+    .bind(&r.reason)
+    .bind(r.version)
+    .bind(r.created_at_ms)
+    .bind(r.updated_at_ms)
+    .execute(&mut *tx)
+    .await?;
+    for (resource, amount) in charge {
+        sqlx::query("INSERT INTO request_charges (request_id, resource, amount_milli) VALUES ($1, $2, $3)")
+            .bind(&r.id)
+            .bind(resource.to_string())
+            .bind(i64::try_from(*amount).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await?;
+    }
+    audit_insert(&mut tx, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+type RequestRow = (String, String, String, i64, String, String, i64, i64, i64);
+
+fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
+    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) = row;
+    Ok(SliceRequest {
+        id,
+        tenant_id,
+        spec: spec_from(&spec)?,
+        count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("request count {count}")))?,
+        state: state_from(&state)?,
+        reason,
+        version,
+        created_at_ms,
+        updated_at_ms,
+    })
+}
+
+async fn request_in(conn: &mut PgConnection, id: &str, lock: bool) -> Result<SliceRequest, StoreError> {
+    let row: Option<RequestRow> = sqlx::query_as(&format!(
+        "SELECT id, tenant_id, spec::text, count::bigint, state, reason, version, {}, {} FROM slice_requests \
+         WHERE id = $1{}",
+        ms("created_at"),
+        ms("updated_at"),
+        if lock { " FOR UPDATE" } else { "" }
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?;
+    request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
+}
+
+pub(super) async fn request(pool: &PgPool, id: &str) -> Result<SliceRequest, StoreError> {
+    request_in(&mut *pool.acquire().await?, id, false).await
+}
+
+pub(super) async fn transition(pool: &PgPool, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
+    let mut tx = pool.begin().await?;
+    let before = request_in(&mut tx, t.id, true).await?;
+    if t.expected_version.is_some_and(|v| v != before.version) {
+        return Err(StoreError::Conflict { constraint: "version".to_string() });
+    }
+    let state = before.state.transition(t.to)?;
+    let after = SliceRequest {
+        state,
+        reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
+        version: before.version + 1,
+        updated_at_ms: now_ms(),
+        ..before.clone()
+    };
+    sqlx::query(&format!(
+        "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at = {} WHERE id = $5",
+        ts(4)
+    ))
+    .bind(after.state.as_str())
+    .bind(&after.reason)
+    .bind(after.version)
+    .bind(after.updated_at_ms)
+    .bind(&after.id)
+    .execute(&mut *tx)
+    .await?;
+    let action = format!("request.{}", after.state);
+    let object = format!("request/{}", after.id);
+    audit_insert(&mut tx, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
+    tx.commit().await?;
+    Ok(after)
+}
+
+pub(super) async fn audit(pool: &PgPool, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
+    let rows: Vec<AuditRow> = sqlx::query_as(&format!(
+        "SELECT {}, actor, action, object, before_json::text, after_json::text FROM audit_log \
+         WHERE object = $1 ORDER BY id",
+        ms("at")
+    ))
+    .bind(object)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(audit_from).collect())
+}

@@ -1,0 +1,276 @@
+//! The SQLite store: a file in the data dir, WAL, foreign keys on, a busy timeout, and `BEGIN IMMEDIATE` for every
+//! write that checks before it inserts (it takes the write lock up front, so two such writers never interleave).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::SqlitePool;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use tessera_core::quota::{ApprovalPolicy, Usage};
+
+use super::{
+    AuditEntry, AuditRow, SliceRequest, StoreError, Tenant, Transition, audit_from, now_ms, on_constraint, spec_from,
+    state_from, to_json, usage_from_rows,
+};
+
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true)
+        .busy_timeout(Duration::from_secs(30));
+    Ok(SqlitePoolOptions::new().max_connections(8).connect_with(options).await?)
+}
+
+/// Runs `body` inside `BEGIN IMMEDIATE` ... `COMMIT`, rolling back on error.
+async fn immediate<T>(
+    pool: &SqlitePool,
+    body: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    match body(&mut conn).await {
+        Ok(value) => {
+            sqlx::query("COMMIT").execute(&mut *conn).await?;
+            Ok(value)
+        }
+        Err(e) => {
+            // The connection goes back to the pool: never leave it inside a transaction.
+            if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn audit_insert(
+    conn: &mut SqliteConnection,
+    actor: &str,
+    action: &str,
+    object: &str,
+    before: Option<String>,
+    after: Option<String>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(now_ms())
+    .bind(actor)
+    .bind(action)
+    .bind(object)
+    .bind(before)
+    .bind(after)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub(super) async fn create_tenant(pool: &SqlitePool, t: &Tenant, actor: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&t.id)
+    .bind(&t.name)
+    .bind(t.policy.auto_approve)
+    .bind(i64::from(t.policy.auto_approve_max_compute_slices))
+    .bind(t.created_at_ms)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "tenants.name"))?;
+    audit_insert(&mut tx, actor, "tenant.create", &format!("tenant/{}", t.id), None, Some(to_json(t))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn tenant(pool: &SqlitePool, id: &str) -> Result<Tenant, StoreError> {
+    let row: Option<(String, String, bool, i64, i64)> = sqlx::query_as(
+        "SELECT id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms FROM tenants WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let (id, name, auto_approve, max, created_at_ms) =
+        row.ok_or_else(|| StoreError::NotFound { what: format!("tenant {id}") })?;
+    let policy = ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: u32::try_from(max).unwrap_or(0) };
+    Ok(Tenant { id, name, policy, created_at_ms })
+}
+
+pub(super) async fn set_quota(
+    pool: &SqlitePool,
+    tenant_id: &str,
+    resource: &str,
+    limit: i64,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
+         ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
+    )
+    .bind(tenant_id)
+    .bind(resource)
+    .bind(limit)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "quotas"))?;
+    let object = format!("tenant/{tenant_id}/quota/{resource}");
+    audit_insert(&mut tx, actor, "quota.set", &object, None, Some(format!("{{\"limit_milli\":{limit}}}"))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn quotas_in(conn: &mut SqliteConnection, tenant_id: &str) -> Result<Usage, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as("SELECT resource, limit_milli FROM quotas WHERE tenant_id = $1")
+        .bind(tenant_id)
+        .fetch_all(conn)
+        .await?;
+    usage_from_rows(rows)
+}
+
+async fn held_in(conn: &mut SqliteConnection, tenant_id: &str) -> Result<Usage, StoreError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT c.resource, SUM(c.amount_milli) FROM request_charges c JOIN slice_requests r ON r.id = c.request_id \
+         WHERE r.tenant_id = $1 AND r.state IN ('pending', 'approved', 'provisioning', 'active') GROUP BY c.resource",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?;
+    usage_from_rows(rows)
+}
+
+pub(super) async fn quotas(pool: &SqlitePool, tenant_id: &str) -> Result<Usage, StoreError> {
+    quotas_in(&mut *pool.acquire().await?, tenant_id).await
+}
+
+pub(super) async fn held(pool: &SqlitePool, tenant_id: &str) -> Result<Usage, StoreError> {
+    held_in(&mut *pool.acquire().await?, tenant_id).await
+}
+
+pub(super) async fn create_request(
+    pool: &SqlitePool,
+    r: &SliceRequest,
+    charge: &Usage,
+    actor: &str,
+) -> Result<(), StoreError> {
+    immediate(pool, async |conn: &mut SqliteConnection| {
+        let exists: Option<(i64,)> =
+            sqlx::query_as("SELECT 1 FROM tenants WHERE id = $1").bind(&r.tenant_id).fetch_optional(&mut *conn).await?;
+        if exists.is_none() {
+            return Err(StoreError::NotFound { what: format!("tenant {}", r.tenant_id) });
+        }
+        if r.state.holds_quota() {
+            let limits = quotas_in(conn, &r.tenant_id).await?;
+            let held = held_in(conn, &r.tenant_id).await?;
+            tessera_core::quota::check(&limits, &held, charge).map_err(StoreError::Quota)?;
+        }
+        sqlx::query(
+            "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&r.id)
+        .bind(&r.tenant_id)
+        .bind(to_json(&r.spec))
+        .bind(i64::from(r.count))
+        .bind(r.state.as_str())
+        .bind(&r.reason)
+        .bind(r.version)
+        .bind(r.created_at_ms)
+        .bind(r.updated_at_ms)
+        .execute(&mut *conn)
+        .await?;
+        for (resource, amount) in charge {
+            sqlx::query("INSERT INTO request_charges (request_id, resource, amount_milli) VALUES ($1, $2, $3)")
+                .bind(&r.id)
+                .bind(resource.to_string())
+                .bind(i64::try_from(*amount).unwrap_or(i64::MAX))
+                .execute(&mut *conn)
+                .await?;
+        }
+        audit_insert(conn, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await
+    })
+    .await
+}
+
+const REQUEST_COLUMNS: &str =
+    "id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms FROM slice_requests";
+
+type RequestRow = (String, String, String, i64, String, String, i64, i64, i64);
+
+fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
+    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) = row;
+    Ok(SliceRequest {
+        id,
+        tenant_id,
+        spec: spec_from(&spec)?,
+        count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("request count {count}")))?,
+        state: state_from(&state)?,
+        reason,
+        version,
+        created_at_ms,
+        updated_at_ms,
+    })
+}
+
+async fn request_in(conn: &mut SqliteConnection, id: &str) -> Result<SliceRequest, StoreError> {
+    let row: Option<RequestRow> =
+        sqlx::query_as(&format!("SELECT {REQUEST_COLUMNS} WHERE id = $1")).bind(id).fetch_optional(conn).await?;
+    request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
+}
+
+pub(super) async fn request(pool: &SqlitePool, id: &str) -> Result<SliceRequest, StoreError> {
+    request_in(&mut *pool.acquire().await?, id).await
+}
+
+pub(super) async fn transition(pool: &SqlitePool, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
+    immediate(pool, async |conn: &mut SqliteConnection| {
+        let before = request_in(conn, t.id).await?;
+        if t.expected_version.is_some_and(|v| v != before.version) {
+            return Err(StoreError::Conflict { constraint: "version".to_string() });
+        }
+        let state = before.state.transition(t.to)?;
+        let after = SliceRequest {
+            state,
+            reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
+            version: before.version + 1,
+            updated_at_ms: now_ms(),
+            ..before.clone()
+        };
+        let done = sqlx::query(
+            "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4 \
+             WHERE id = $5 AND version = $6",
+        )
+        .bind(after.state.as_str())
+        .bind(&after.reason)
+        .bind(after.version)
+        .bind(after.updated_at_ms)
+        .bind(&after.id)
+        .bind(before.version)
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Err(StoreError::Conflict { constraint: "version".to_string() });
+        }
+        let action = format!("request.{}", after.state);
+        let object = format!("request/{}", after.id);
+        audit_insert(conn, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
+        Ok(after)
+    })
+    .await
+}
+
+pub(super) async fn audit(pool: &SqlitePool, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
+    let rows: Vec<AuditRow> = sqlx::query_as(
+        "SELECT at_ms, actor, action, object, before_json, after_json FROM audit_log WHERE object = $1 ORDER BY id",
+    )
+    .bind(object)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(audit_from).collect())
+}

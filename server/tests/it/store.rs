@@ -1,0 +1,306 @@
+//! Store conformance: every test runs on SQLite and on PostgreSQL. PostgreSQL runs when
+//! `TESSERA_TEST_POSTGRES_URL` is set (CI always sets it) and then must be reachable: each test gets a fresh database.
+
+use std::sync::Arc;
+
+use tessera_core::Catalog;
+use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
+use tessera_core::request::{RequestState, SliceSpec};
+use tessera_server::store::{NewRequest, Store, StoreError, Transition};
+
+/// A store on a fresh database, dropped with it.
+struct TestDb {
+    store: Store,
+    drop_pg: Option<(String, String)>,
+    sqlite_file: Option<std::path::PathBuf>,
+}
+
+impl TestDb {
+    async fn close(self) {
+        match self.store {
+            Store::Sqlite(p) => p.close().await,
+            Store::Postgres(p) => p.close().await,
+        }
+        if let Some((admin, name)) = self.drop_pg
+            && let Ok(pool) = sqlx::PgPool::connect(&admin).await
+        {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+        }
+        if let Some(f) = self.sqlite_file {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", f.display()));
+            }
+        }
+    }
+}
+
+async fn sqlite() -> TestDb {
+    let file = std::env::temp_dir().join(format!("tessera-test-{}.db", uuid::Uuid::now_v7().simple()));
+    let store = Store::connect(&format!("sqlite://{}", file.display())).await.expect("sqlite");
+    store.migrate().await.expect("migrate");
+    TestDb { store, drop_pg: None, sqlite_file: Some(file) }
+}
+
+/// `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+async fn postgres() -> Option<TestDb> {
+    let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: PostgreSQL half of the store suite skipped");
+        return None;
+    };
+    let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+    pool.close().await;
+    let store = Store::connect(&with_database(&admin, &name)).await.expect("postgres");
+    store.migrate().await.expect("migrate");
+    Some(TestDb { store, drop_pg: Some((admin, name)), sqlite_file: None })
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = super::sqlite().await;
+                    super::$name(&db.store).await;
+                    db.close().await;
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(db) = super::postgres().await {
+                        super::$name(&db.store).await;
+                        db.close().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    tenants_are_unique_by_name,
+    quotas_round_trip_and_replace,
+    requests_within_quota_are_held_until_they_end,
+    requests_over_quota_are_refused_with_every_limit,
+    sixty_four_clients_racing_for_the_last_five_units_get_exactly_five,
+    transitions_follow_the_life_cycle_and_are_audited,
+    two_admins_approving_at_once_one_wins,
+);
+
+fn h100_1g() -> SliceSpec {
+    SliceSpec::Mig { profile: "1g.10gb".into(), model: Some("H100-80GB".into()) }
+}
+
+fn res(text: &str) -> Resource {
+    Resource::parse(Catalog::builtin(), text).expect("resource")
+}
+
+const POLICY: ApprovalPolicy = ApprovalPolicy { auto_approve: false, auto_approve_max_compute_slices: 0 };
+
+async fn request(
+    store: &Store,
+    tenant: &str,
+    spec: &SliceSpec,
+    count: u32,
+) -> Result<tessera_server::store::SliceRequest, StoreError> {
+    let charge = charge(Catalog::builtin(), spec, count).expect("charge");
+    store
+        .create_request(NewRequest {
+            tenant_id: tenant,
+            spec,
+            count,
+            reason: "training run",
+            charge: &charge,
+            state: RequestState::Pending,
+            actor: "user:alice",
+        })
+        .await
+}
+
+async fn tenants_are_unique_by_name(store: &Store) {
+    let t = store.create_tenant("ml-team", POLICY, "admin").await.expect("create");
+    assert_eq!(store.tenant(&t.id).await.expect("get"), t);
+    match store.create_tenant("ml-team", POLICY, "admin").await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "tenants.name"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(matches!(store.tenant("nope").await, Err(StoreError::NotFound { .. })));
+    assert_eq!(store.audit(&format!("tenant/{}", t.id)).await.expect("audit").len(), 1);
+}
+
+async fn quotas_round_trip_and_replace(store: &Store) {
+    let t = store.create_tenant("vision", POLICY, "admin").await.expect("create");
+    store.set_quota(&t.id, &res("mig/H100-80GB/1g.10gb"), 4 * MILLI, "admin").await.expect("set");
+    store.set_quota(&t.id, &Resource::ComputeSlices, 10 * MILLI, "admin").await.expect("set");
+    store.set_quota(&t.id, &res("mig/H100-80GB/1g.10gb"), 6 * MILLI, "admin").await.expect("replace");
+    let q = store.quotas(&t.id).await.expect("quotas");
+    assert_eq!(q.len(), 2);
+    assert_eq!(q[&res("mig/H100-80GB/1g.10gb")], 6 * MILLI);
+    assert!(matches!(
+        store.set_quota("nope", &Resource::MemoryGib, 1, "admin").await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+async fn requests_within_quota_are_held_until_they_end(store: &Store) {
+    let t = store.create_tenant("nlp", POLICY, "admin").await.expect("create");
+    store.set_quota(&t.id, &res("mig/H100-80GB/1g.10gb"), 3 * MILLI, "admin").await.expect("set");
+    let r = request(store, &t.id, &h100_1g(), 2).await.expect("fits");
+    assert_eq!(store.request(&r.id).await.expect("get"), r);
+    assert_eq!(store.held(&t.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 2 * MILLI);
+    store
+        .transition(Transition {
+            id: &r.id,
+            expected_version: Some(1),
+            to: RequestState::Cancelled,
+            reason: None,
+            actor: "user:alice",
+        })
+        .await
+        .expect("cancel");
+    assert_eq!(
+        store.held(&t.id).await.expect("held").get(&res("mig/H100-80GB/1g.10gb")),
+        None,
+        "cancelled holds nothing"
+    );
+    request(store, &t.id, &h100_1g(), 3).await.expect("the freed quota is usable");
+    assert!(matches!(request(store, "no-such-tenant", &h100_1g(), 1).await, Err(StoreError::NotFound { .. })));
+}
+
+async fn requests_over_quota_are_refused_with_every_limit(store: &Store) {
+    let t = store.create_tenant("speech", POLICY, "admin").await.expect("create");
+    store.set_quota(&t.id, &res("mig/H100-80GB/1g.10gb"), 2 * MILLI, "admin").await.expect("set");
+    store.set_quota(&t.id, &Resource::ComputeSlices, 2 * MILLI, "admin").await.expect("set");
+    match request(store, &t.id, &h100_1g(), 3).await {
+        Err(StoreError::Quota(errors)) => {
+            let resources: Vec<String> = errors
+                .iter()
+                .map(|e| match e {
+                    tessera_core::quota::QuotaError::Exceeded { resource, .. } => resource.to_string(),
+                    other => panic!("unexpected {other}"),
+                })
+                .collect();
+            assert_eq!(resources, vec!["mig/H100-80GB/1g.10gb", "compute_slices"]);
+        }
+        other => panic!("expected quota errors, got {other:?}"),
+    }
+    assert!(store.held(&t.id).await.expect("held").is_empty(), "a refused request leaves nothing behind");
+}
+
+async fn sixty_four_clients_racing_for_the_last_five_units_get_exactly_five(store: &Store) {
+    let t = store.create_tenant("race", POLICY, "admin").await.expect("create");
+    store.set_quota(&t.id, &res("mig/H100-80GB/1g.10gb"), 8 * MILLI, "admin").await.expect("set");
+    request(store, &t.id, &h100_1g(), 3).await.expect("first three");
+    let store = Arc::new(store.clone());
+    let tenant = Arc::new(t.id.clone());
+    let clients: Vec<_> = (0..64)
+        .map(|_| {
+            let (store, tenant) = (store.clone(), tenant.clone());
+            tokio::spawn(async move { request(&store, &tenant, &h100_1g(), 1).await })
+        })
+        .collect();
+    let mut approved = 0;
+    let mut refused = 0;
+    for c in clients {
+        match c.await.expect("task") {
+            Ok(_) => approved += 1,
+            Err(StoreError::Quota(_)) => refused += 1,
+            Err(other) => panic!("unexpected error under contention: {other}"),
+        }
+    }
+    assert_eq!((approved, refused), (5, 59));
+    assert_eq!(store.held(&t.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 8 * MILLI);
+}
+
+async fn transitions_follow_the_life_cycle_and_are_audited(store: &Store) {
+    let t = store.create_tenant("infra", POLICY, "admin").await.expect("create");
+    let r = request(store, &t.id, &h100_1g(), 1).await.expect("create");
+    let step =
+        |to, version| Transition { id: &r.id, expected_version: Some(version), to, reason: None, actor: "admin" };
+    let approved = store.transition(step(RequestState::Approved, 1)).await.expect("approve");
+    assert_eq!((approved.state, approved.version), (RequestState::Approved, 2));
+    assert!(
+        matches!(store.transition(step(RequestState::Provisioning, 1)).await, Err(StoreError::Conflict { .. })),
+        "stale version"
+    );
+    match store.transition(step(RequestState::Active, 2)).await {
+        Err(StoreError::Transition(e)) => assert_eq!((e.from, e.to), (RequestState::Approved, RequestState::Active)),
+        other => panic!("approved cannot jump to active: {other:?}"),
+    }
+    store.transition(step(RequestState::Provisioning, 2)).await.expect("provision");
+    store.transition(step(RequestState::Active, 3)).await.expect("activate");
+    let released = store.transition(step(RequestState::Released, 4)).await.expect("release");
+    assert_eq!(store.request(&r.id).await.expect("get"), released);
+    let actions: Vec<String> =
+        store.audit(&format!("request/{}", r.id)).await.expect("audit").into_iter().map(|e| e.action).collect();
+    assert_eq!(
+        actions,
+        ["request.create", "request.approved", "request.provisioning", "request.active", "request.released"]
+    );
+    let last = store.audit(&format!("request/{}", r.id)).await.expect("audit").pop().expect("entry");
+    assert!(
+        last.before.is_some_and(|b| b.contains("\"active\"")) && last.after.is_some_and(|a| a.contains("\"released\""))
+    );
+}
+
+async fn two_admins_approving_at_once_one_wins(store: &Store) {
+    let t = store.create_tenant("dup", POLICY, "admin").await.expect("create");
+    let r = request(store, &t.id, &h100_1g(), 1).await.expect("create");
+    let store = Arc::new(store.clone());
+    let admins: Vec<_> = ["admin:ann", "admin:bob"]
+        .into_iter()
+        .map(|actor| {
+            let (store, id) = (store.clone(), r.id.clone());
+            tokio::spawn(async move {
+                store
+                    .transition(Transition {
+                        id: &id,
+                        expected_version: Some(1),
+                        to: RequestState::Approved,
+                        reason: None,
+                        actor,
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut wins = 0;
+    let mut conflicts = 0;
+    for a in admins {
+        match a.await.expect("task") {
+            Ok(_) => wins += 1,
+            Err(StoreError::Conflict { .. }) => conflicts += 1,
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!((wins, conflicts), (1, 1));
+    assert_eq!(store.request(&r.id).await.expect("get").version, 2);
+}
+
+#[test]
+fn database_names_are_replaced_in_urls() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/postgres", "t1"),
+        "postgres://postgres@127.0.0.1:5432/t1"
+    );
+    assert_eq!(with_database("postgres://u:p@h/db?sslmode=disable", "t2"), "postgres://u:p@h/t2?sslmode=disable");
+    assert_eq!(with_database("postgres://h:5432", "t3"), "postgres://h:5432/t3");
+}
