@@ -52,6 +52,73 @@ pub struct SliceRequest {
     pub updated_at_ms: i64,
 }
 
+/// A person.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct User {
+    /// UUIDv7.
+    pub id: String,
+    /// Unique name (login or e-mail).
+    pub name: String,
+    /// Manages every tenant, quota and approval.
+    pub platform_admin: bool,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// A role inside a tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Requests slices, sees the tenant's objects.
+    Member,
+    /// Also manages the tenant's members and tokens.
+    TenantAdmin,
+}
+
+impl Role {
+    /// Wire and storage name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Member => "member",
+            Role::TenantAdmin => "tenant-admin",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<Role, StoreError> {
+        match text {
+            "member" => Ok(Role::Member),
+            "tenant-admin" => Ok(Role::TenantAdmin),
+            other => Err(StoreError::Corrupt(format!("role `{other}`"))),
+        }
+    }
+}
+
+/// Who is acting: a user, with the tenants they belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The user.
+    pub user: User,
+    /// `(tenant id, role)` per membership.
+    pub memberships: Vec<(String, Role)>,
+}
+
+impl Principal {
+    /// The user's role in `tenant_id`, if any.
+    pub fn role_in(&self, tenant_id: &str) -> Option<Role> {
+        self.memberships.iter().find(|(t, _)| t == tenant_id).map(|&(_, r)| r)
+    }
+
+    /// Whether the user may see `tenant_id`'s objects.
+    pub fn can_see(&self, tenant_id: &str) -> bool {
+        self.user.platform_admin || self.role_in(tenant_id).is_some()
+    }
+
+    /// Audit-log actor name.
+    pub fn actor(&self) -> String {
+        format!("user:{}", self.user.name)
+    }
+}
+
 /// A request to create.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRequest<'a> {
@@ -69,6 +136,8 @@ pub struct NewRequest<'a> {
     pub state: RequestState,
     /// Who asks (for the audit log).
     pub actor: &'a str,
+    /// `(user id, Idempotency-Key)`: a retry with the same key returns the first request instead of a new one.
+    pub idempotency: Option<(&'a str, &'a str)>,
 }
 
 /// A state change to apply.
@@ -173,6 +242,13 @@ pub(crate) fn audit_from((at_ms, actor, action, object, before, after): AuditRow
     AuditEntry { at_ms, actor, action, object, before, after }
 }
 
+/// A user row: `(id, name, platform_admin, created_at_ms)`.
+pub(crate) type UserRow = (String, String, bool, i64);
+
+pub(crate) fn user_from((id, name, platform_admin, created_at_ms): UserRow) -> User {
+    User { id, name, platform_admin, created_at_ms }
+}
+
 pub(crate) fn state_from(text: &str) -> Result<RequestState, StoreError> {
     text.parse().map_err(StoreError::Corrupt)
 }
@@ -263,8 +339,9 @@ impl Store {
     }
 
     /// Creates a request if it fits the tenant's quota, atomically with respect to every other request of the
-    /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed.
-    pub async fn create_request(&self, new: NewRequest<'_>) -> Result<SliceRequest, StoreError> {
+    /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed. With an idempotency key already
+    /// used by the same user, returns the request it created and `false`.
+    pub async fn create_request(&self, new: NewRequest<'_>) -> Result<(SliceRequest, bool), StoreError> {
         let now = now_ms();
         let request = SliceRequest {
             id: new_id(),
@@ -277,11 +354,70 @@ impl Store {
             created_at_ms: now,
             updated_at_ms: now,
         };
-        match self {
-            Store::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor).await?,
-            Store::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor).await?,
+        let replayed = match self {
+            Store::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor, new.idempotency).await?,
+            Store::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor, new.idempotency).await?,
+        };
+        match replayed {
+            Some(first) => Ok((first, false)),
+            None => Ok((request, true)),
         }
-        Ok(request)
+    }
+
+    /// Creates a user.
+    pub async fn create_user(&self, name: &str, platform_admin: bool, actor: &str) -> Result<User, StoreError> {
+        let user = User { id: new_id(), name: name.to_string(), platform_admin, created_at_ms: now_ms() };
+        match self {
+            Store::Sqlite(p) => sqlite::create_user(p, &user, actor).await?,
+            Store::Postgres(p) => postgres::create_user(p, &user, actor).await?,
+        }
+        Ok(user)
+    }
+
+    /// A user by name.
+    pub async fn user_by_name(&self, name: &str) -> Result<User, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::user_by_name(p, name).await,
+            Store::Postgres(p) => postgres::user_by_name(p, name).await,
+        }
+    }
+
+    /// Adds (or changes) a user's membership of a tenant.
+    pub async fn set_membership(
+        &self,
+        user_id: &str,
+        tenant_id: &str,
+        role: Role,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::set_membership(p, user_id, tenant_id, role, actor).await,
+            Store::Postgres(p) => postgres::set_membership(p, user_id, tenant_id, role, actor).await,
+        }
+    }
+
+    /// Stores an API token for a user: only the SHA-256 of its secret.
+    pub async fn create_token(
+        &self,
+        user_id: &str,
+        name: &str,
+        secret_sha256: &str,
+        actor: &str,
+    ) -> Result<String, StoreError> {
+        let id = new_id();
+        match self {
+            Store::Sqlite(p) => sqlite::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
+            Store::Postgres(p) => postgres::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
+        }
+        Ok(id)
+    }
+
+    /// The principal behind a token's secret hash, unless unknown or revoked.
+    pub async fn principal_by_token(&self, secret_sha256: &str) -> Result<Option<Principal>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::principal_by_token(p, secret_sha256).await,
+            Store::Postgres(p) => postgres::principal_by_token(p, secret_sha256).await,
+        }
     }
 
     /// A request by id.

@@ -10,8 +10,8 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, SliceRequest, StoreError, Tenant, Transition, audit_from, now_ms, on_constraint, spec_from,
-    state_from, to_json, usage_from_rows,
+    AuditEntry, AuditRow, Principal, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow, audit_from,
+    now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -145,7 +145,8 @@ pub(super) async fn create_request(
     r: &SliceRequest,
     charge: &Usage,
     actor: &str,
-) -> Result<(), StoreError> {
+    idempotency: Option<(&str, &str)>,
+) -> Result<Option<SliceRequest>, StoreError> {
     let mut tx = pool.begin().await?;
     let locked: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE")
         .bind(&r.tenant_id)
@@ -153,6 +154,18 @@ pub(super) async fn create_request(
         .await?;
     if locked.is_none() {
         return Err(StoreError::NotFound { what: format!("tenant {}", r.tenant_id) });
+    }
+    // Under the tenant's lock, so two retries with one key cannot both create.
+    if let Some((user, key)) = idempotency {
+        let first: Option<(String,)> =
+            sqlx::query_as("SELECT request_id FROM idempotency_keys WHERE user_id = $1 AND key = $2")
+                .bind(user)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some((id,)) = first {
+            return Ok(Some(request_in(&mut tx, &id, false).await?));
+        }
     }
     if r.state.holds_quota() {
         let limits = quotas_in(&mut tx, &r.tenant_id).await?;
@@ -184,9 +197,17 @@ pub(super) async fn create_request(
             .execute(&mut *tx)
             .await?;
     }
+    if let Some((user, key)) = idempotency {
+        sqlx::query("INSERT INTO idempotency_keys (user_id, key, request_id) VALUES ($1, $2, $3)")
+            .bind(user)
+            .bind(key)
+            .bind(&r.id)
+            .execute(&mut *tx)
+            .await?;
+    }
     audit_insert(&mut tx, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await?;
     tx.commit().await?;
-    Ok(())
+    Ok(None)
 }
 
 type RequestRow = (String, String, String, i64, String, String, i64, i64, i64);
@@ -266,4 +287,96 @@ pub(super) async fn audit(pool: &PgPool, object: &str) -> Result<Vec<AuditEntry>
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(audit_from).collect())
+}
+
+pub(super) async fn create_user(pool: &PgPool, u: &User, actor: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(&format!("INSERT INTO users (id, name, platform_admin, created_at) VALUES ($1, $2, $3, {})", ts(4)))
+        .bind(&u.id)
+        .bind(&u.name)
+        .bind(u.platform_admin)
+        .bind(u.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| on_constraint(e, "users.name"))?;
+    audit_insert(&mut tx, actor, "user.create", &format!("user/{}", u.id), None, Some(to_json(u))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn user_by_name(pool: &PgPool, name: &str) -> Result<User, StoreError> {
+    let row: Option<UserRow> =
+        sqlx::query_as(&format!("SELECT id, name, platform_admin, {} FROM users WHERE name = $1", ms("created_at")))
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+    row.map(user_from).ok_or_else(|| StoreError::NotFound { what: format!("user {name}") })
+}
+
+pub(super) async fn set_membership(
+    pool: &PgPool,
+    user_id: &str,
+    tenant_id: &str,
+    role: Role,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3) \
+         ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
+    )
+    .bind(user_id)
+    .bind(tenant_id)
+    .bind(role.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "memberships"))?;
+    let object = format!("tenant/{tenant_id}/member/{user_id}");
+    audit_insert(&mut tx, actor, "membership.set", &object, None, Some(format!("\"{}\"", role.as_str()))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn create_token(
+    pool: &PgPool,
+    id: &str,
+    user_id: &str,
+    name: &str,
+    secret_sha256: &str,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(&format!(
+        "INSERT INTO api_tokens (id, user_id, name, secret_sha256, created_at) VALUES ($1, $2, $3, $4, {})",
+        ts(5)
+    ))
+    .bind(id)
+    .bind(user_id)
+    .bind(name)
+    .bind(secret_sha256)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "api_tokens"))?;
+    audit_insert(&mut tx, actor, "token.create", &format!("user/{user_id}/token/{id}"), None, None).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn principal_by_token(pool: &PgPool, secret_sha256: &str) -> Result<Option<Principal>, StoreError> {
+    let row: Option<UserRow> = sqlx::query_as(&format!(
+        "SELECT u.id, u.name, u.platform_admin, {} FROM api_tokens t JOIN users u ON u.id = t.user_id \
+         WHERE t.secret_sha256 = $1 AND t.revoked_at IS NULL",
+        ms("u.created_at")
+    ))
+    .bind(secret_sha256)
+    .fetch_optional(pool)
+    .await?;
+    let Some(user) = row.map(user_from) else { return Ok(None) };
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT tenant_id, role FROM memberships WHERE user_id = $1")
+        .bind(&user.id)
+        .fetch_all(pool)
+        .await?;
+    let memberships = rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<_, StoreError>>()?;
+    Ok(Some(Principal { user, memberships }))
 }

@@ -10,8 +10,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, SliceRequest, StoreError, Tenant, Transition, audit_from, now_ms, on_constraint, spec_from,
-    state_from, to_json, usage_from_rows,
+    AuditEntry, AuditRow, Principal, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow, audit_from,
+    now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -158,8 +158,20 @@ pub(super) async fn create_request(
     r: &SliceRequest,
     charge: &Usage,
     actor: &str,
-) -> Result<(), StoreError> {
+    idempotency: Option<(&str, &str)>,
+) -> Result<Option<SliceRequest>, StoreError> {
     immediate(pool, async |conn: &mut SqliteConnection| {
+        if let Some((user, key)) = idempotency {
+            let first: Option<(String,)> =
+                sqlx::query_as("SELECT request_id FROM idempotency_keys WHERE user_id = $1 AND key = $2")
+                    .bind(user)
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            if let Some((id,)) = first {
+                return Ok(Some(request_in(conn, &id).await?));
+            }
+        }
         let exists: Option<(i64,)> =
             sqlx::query_as("SELECT 1 FROM tenants WHERE id = $1").bind(&r.tenant_id).fetch_optional(&mut *conn).await?;
         if exists.is_none() {
@@ -193,7 +205,16 @@ pub(super) async fn create_request(
                 .execute(&mut *conn)
                 .await?;
         }
-        audit_insert(conn, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await
+        if let Some((user, key)) = idempotency {
+            sqlx::query("INSERT INTO idempotency_keys (user_id, key, request_id) VALUES ($1, $2, $3)")
+                .bind(user)
+                .bind(key)
+                .bind(&r.id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        audit_insert(conn, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await?;
+        Ok(None)
     })
     .await
 }
@@ -273,4 +294,95 @@ pub(super) async fn audit(pool: &SqlitePool, object: &str) -> Result<Vec<AuditEn
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(audit_from).collect())
+}
+
+pub(super) async fn create_user(pool: &SqlitePool, u: &User, actor: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("INSERT INTO users (id, name, platform_admin, created_at_ms) VALUES ($1, $2, $3, $4)")
+        .bind(&u.id)
+        .bind(&u.name)
+        .bind(u.platform_admin)
+        .bind(u.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| on_constraint(e, "users.name"))?;
+    audit_insert(&mut tx, actor, "user.create", &format!("user/{}", u.id), None, Some(to_json(u))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn user_by_name(pool: &SqlitePool, name: &str) -> Result<User, StoreError> {
+    let row: Option<UserRow> =
+        sqlx::query_as("SELECT id, name, platform_admin, created_at_ms FROM users WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await?;
+    row.map(user_from).ok_or_else(|| StoreError::NotFound { what: format!("user {name}") })
+}
+
+pub(super) async fn set_membership(
+    pool: &SqlitePool,
+    user_id: &str,
+    tenant_id: &str,
+    role: Role,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3) \
+         ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
+    )
+    .bind(user_id)
+    .bind(tenant_id)
+    .bind(role.as_str())
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| on_constraint(e, "memberships"))?;
+    let object = format!("tenant/{tenant_id}/member/{user_id}");
+    audit_insert(&mut tx, actor, "membership.set", &object, None, Some(format!("\"{}\"", role.as_str()))).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn create_token(
+    pool: &SqlitePool,
+    id: &str,
+    user_id: &str,
+    name: &str,
+    secret_sha256: &str,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("INSERT INTO api_tokens (id, user_id, name, secret_sha256, created_at_ms) VALUES ($1, $2, $3, $4, $5)")
+        .bind(id)
+        .bind(user_id)
+        .bind(name)
+        .bind(secret_sha256)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| on_constraint(e, "api_tokens"))?;
+    audit_insert(&mut tx, actor, "token.create", &format!("user/{user_id}/token/{id}"), None, None).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub(super) async fn principal_by_token(
+    pool: &SqlitePool,
+    secret_sha256: &str,
+) -> Result<Option<Principal>, StoreError> {
+    let row: Option<UserRow> = sqlx::query_as(
+        "SELECT u.id, u.name, u.platform_admin, u.created_at_ms FROM api_tokens t JOIN users u ON u.id = t.user_id \
+         WHERE t.secret_sha256 = $1 AND t.revoked_at_ms IS NULL",
+    )
+    .bind(secret_sha256)
+    .fetch_optional(pool)
+    .await?;
+    let Some(user) = row.map(user_from) else { return Ok(None) };
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT tenant_id, role FROM memberships WHERE user_id = $1")
+        .bind(&user.id)
+        .fetch_all(pool)
+        .await?;
+    let memberships = rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<_, StoreError>>()?;
+    Ok(Some(Principal { user, memberships }))
 }

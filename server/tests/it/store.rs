@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tessera_core::Catalog;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
 use tessera_core::request::{RequestState, SliceSpec};
-use tessera_server::store::{NewRequest, Store, StoreError, Transition};
+use tessera_server::store::{NewRequest, Role, Store, StoreError, Transition};
 
 /// A store on a fresh database, dropped with it.
 struct TestDb {
@@ -103,6 +103,8 @@ conformance!(
     sixty_four_clients_racing_for_the_last_five_units_get_exactly_five,
     transitions_follow_the_life_cycle_and_are_audited,
     two_admins_approving_at_once_one_wins,
+    tokens_resolve_to_their_user_and_memberships,
+    a_retried_request_with_the_same_idempotency_key_creates_one_request,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -131,8 +133,10 @@ async fn request(
             charge: &charge,
             state: RequestState::Pending,
             actor: "user:alice",
+            idempotency: None,
         })
         .await
+        .map(|(r, _)| r)
 }
 
 async fn tenants_are_unique_by_name(store: &Store) {
@@ -303,4 +307,56 @@ fn database_names_are_replaced_in_urls() {
     );
     assert_eq!(with_database("postgres://u:p@h/db?sslmode=disable", "t2"), "postgres://u:p@h/t2?sslmode=disable");
     assert_eq!(with_database("postgres://h:5432", "t3"), "postgres://h:5432/t3");
+}
+
+async fn tokens_resolve_to_their_user_and_memberships(store: &Store) {
+    let t = store.create_tenant("tok", POLICY, "admin").await.expect("tenant");
+    let u = store.create_user("alice", false, "admin").await.expect("user");
+    assert!(matches!(store.create_user("alice", true, "admin").await, Err(StoreError::Conflict { .. })));
+    store.set_membership(&u.id, &t.id, Role::Member, "admin").await.expect("member");
+    store.set_membership(&u.id, &t.id, Role::TenantAdmin, "admin").await.expect("promote");
+    store.create_token(&u.id, "laptop", "ab12", "admin").await.expect("token");
+    let p = store.principal_by_token("ab12").await.expect("lookup").expect("known");
+    assert_eq!(p.user, u);
+    assert_eq!(p.memberships, vec![(t.id.clone(), Role::TenantAdmin)]);
+    assert!(p.can_see(&t.id) && !p.can_see("other"));
+    assert_eq!(store.principal_by_token("ffff").await.expect("lookup"), None);
+    assert_eq!(store.user_by_name("alice").await.expect("by name"), u);
+    assert!(matches!(store.create_token(&u.id, "dup", "ab12", "admin").await, Err(StoreError::Conflict { .. })));
+}
+
+async fn a_retried_request_with_the_same_idempotency_key_creates_one_request(store: &Store) {
+    let t = store.create_tenant("idem", POLICY, "admin").await.expect("tenant");
+    let u = store.create_user("bob", false, "admin").await.expect("user");
+    let spec = h100_1g();
+    let charge = charge(Catalog::builtin(), &spec, 1).expect("charge");
+    let store = Arc::new(store.clone());
+    let tries: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            let (tenant, spec, charge, user) = (t.id.clone(), spec.clone(), charge.clone(), u.id.clone());
+            tokio::spawn(async move {
+                let new = NewRequest {
+                    tenant_id: &tenant,
+                    spec: &spec,
+                    count: 1,
+                    reason: "retry me",
+                    charge: &charge,
+                    state: RequestState::Pending,
+                    actor: "user:bob",
+                    idempotency: Some((&user, "key-1")),
+                };
+                store.create_request(new).await.expect("create")
+            })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for t in tries {
+        let (r, fresh) = t.await.expect("task");
+        ids.insert(r.id);
+        created += usize::from(fresh);
+    }
+    assert_eq!((ids.len(), created), (1, 1), "eight retries, one request");
+    assert_eq!(store.held(&t.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], MILLI);
 }
