@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// What one slice of a request is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
 pub enum SliceSpec {
     /// A MIG instance of `profile`, on any GPU model offering it unless `model` is given.
@@ -46,6 +47,7 @@ pub enum SliceSpec {
 
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RequestState {
     /// Waiting for an admin (or for the auto-approval policy).

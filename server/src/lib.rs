@@ -1,7 +1,11 @@
 //! tessera-server: the control plane behind the `tessera` binary.
 //!
-//! For now it carries the `tessera mig` commands over the core engine; the HTTP API, store and services arrive
-//! in `http/`, `store/`, `services/` and `auth/`.
+//! `http/` holds the REST API (axum + utoipa), `services/` the business logic, `store/` the SQLite and PostgreSQL
+//! persistence, `cli/` the command line. `serve::prepare` + `serve::serve` start the server.
 
+pub mod app;
 pub mod cli;
+pub mod http;
+pub mod serve;
+pub mod services;
 pub mod store;

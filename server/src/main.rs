@@ -6,6 +6,13 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = tessera_server::cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,tessera_server=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
     let code = tessera_server::cli::run(cli, &mut stdout.lock(), &mut stderr.lock());

@@ -23,6 +23,21 @@ enum Command {
     /// MIG catalog, layout validation and placement planning.
     #[command(subcommand)]
     Mig(mig::MigCommand),
+    /// Run the control plane: the REST API on `--listen`, data in `--database-url` (a SQLite file in `--data-dir` by
+    /// default). On first start a platform admin `admin` is created; its token is printed once.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Where the embedded SQLite database lives when no --database-url is given.
+        #[arg(long, env = "TESSERA_DATA_DIR", default_value = "tessera-data")]
+        data_dir: std::path::PathBuf,
+        /// `sqlite://PATH` or `postgres://...`; defaults to `sqlite://<data-dir>/tessera.db`.
+        #[arg(long, env = "TESSERA_DATABASE_URL")]
+        database_url: Option<String>,
+    },
+    /// Print the OpenAPI description of the REST API.
+    Openapi,
     /// Create or upgrade the database schema.
     Migrate {
         /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -43,6 +58,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let result = match cli.command {
         Command::Mig(cmd) => mig::run(cmd, out),
         Command::Migrate { database_url } => migrate(&database_url, out),
+        Command::Serve { listen, data_dir, database_url } => serve(&listen, &data_dir, database_url, out),
+        Command::Openapi => openapi(out),
     };
     match result {
         Ok(code) => code,
@@ -67,6 +84,45 @@ fn migrate(url: &str, out: &mut dyn Write) -> Result<u8, CliError> {
         .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", redact(url))))?;
     writeln!(out, "{backend} database is up to date")?;
     Ok(EXIT_OK)
+}
+
+fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
+    let text = crate::http::openapi().to_pretty_json().map_err(|e| CliError::BadInput(e.to_string()))?;
+    writeln!(out, "{text}")?;
+    Ok(EXIT_OK)
+}
+
+fn serve(listen: &str, data_dir: &std::path::Path, url: Option<String>, out: &mut dyn Write) -> Result<u8, CliError> {
+    let url = match url {
+        Some(u) => u,
+        None => {
+            std::fs::create_dir_all(data_dir)
+                .map_err(|e| CliError::BadInput(format!("cannot create data dir {}: {e}", data_dir.display())))?;
+            format!("sqlite://{}", data_dir.join("tessera.db").display())
+        }
+    };
+    let settings = crate::serve::Settings {
+        database_url: url.clone(),
+        bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let (state, token) =
+            crate::serve::prepare(&settings).await.map_err(|e| CliError::BadInput(format!("{}: {e}", redact(&url))))?;
+        if let Some(token) = token {
+            writeln!(out, "Created platform admin `admin`. Its API token, shown only this once:\n\n    {token}\n")?;
+        }
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| CliError::BadInput(format!("cannot listen on {listen}: {e}")))?;
+        writeln!(out, "Tessera listening on http://{}", listener.local_addr()?)?;
+        out.flush()?;
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        crate::serve::serve(state, listener, shutdown).await.map_err(|e| CliError::BadInput(e.to_string()))?;
+        Ok(EXIT_OK)
+    })
 }
 
 /// A database URL without its password, for messages.

@@ -140,6 +140,38 @@ pub struct NewRequest<'a> {
     pub idempotency: Option<(&'a str, &'a str)>,
 }
 
+/// Which requests to list, oldest first.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFilter<'a> {
+    /// Only this tenant's.
+    pub tenant: Option<&'a str>,
+    /// Only in this state.
+    pub state: Option<RequestState>,
+    /// Only after this id (the cursor).
+    pub after: Option<&'a str>,
+    /// At most this many.
+    pub limit: u32,
+}
+
+impl RequestFilter<'_> {
+    /// SQL conditions and their values, numbered from `$1`.
+    pub(crate) fn conditions(&self) -> (String, Vec<String>) {
+        let mut sql = String::new();
+        let mut values = Vec::new();
+        for (column, op, value) in [
+            ("tenant_id", "=", self.tenant.map(str::to_string)),
+            ("state", "=", self.state.map(|s| s.as_str().to_string())),
+            ("id", ">", self.after.map(str::to_string)),
+        ] {
+            if let Some(v) = value {
+                values.push(v);
+                sql.push_str(&format!(" AND {column} {op} ${}", values.len()));
+            }
+        }
+        (sql, values)
+    }
+}
+
 /// A state change to apply.
 #[derive(Debug, Clone, Copy)]
 pub struct Transition<'a> {
@@ -279,6 +311,15 @@ impl Store {
             Store::Sqlite(p) => sqlite::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
             Store::Postgres(p) => postgres::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
         }
+    }
+
+    /// Whether the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
+            Store::Postgres(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
+        }
+        .map_err(StoreError::Other)
     }
 
     /// `sqlite` or `postgres`.
@@ -433,6 +474,14 @@ impl Store {
         match self {
             Store::Sqlite(p) => sqlite::transition(p, t).await,
             Store::Postgres(p) => postgres::transition(p, t).await,
+        }
+    }
+
+    /// Requests matching `filter`, by id (creation order).
+    pub async fn list_requests(&self, filter: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::list_requests(p, filter).await,
+            Store::Postgres(p) => postgres::list_requests(p, filter).await,
         }
     }
 

@@ -10,8 +10,8 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow, audit_from,
-    now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow,
+    audit_from, now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -227,17 +227,20 @@ fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
     })
 }
 
-async fn request_in(conn: &mut PgConnection, id: &str, lock: bool) -> Result<SliceRequest, StoreError> {
-    let row: Option<RequestRow> = sqlx::query_as(&format!(
-        "SELECT id, tenant_id, spec::text, count::bigint, state, reason, version, {}, {} FROM slice_requests \
-         WHERE id = $1{}",
+fn request_columns() -> String {
+    format!(
+        "id, tenant_id, spec::text, count::bigint, state, reason, version, {}, {} FROM slice_requests",
         ms("created_at"),
-        ms("updated_at"),
-        if lock { " FOR UPDATE" } else { "" }
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await?;
+        ms("updated_at")
+    )
+}
+
+async fn request_in(conn: &mut PgConnection, id: &str, lock: bool) -> Result<SliceRequest, StoreError> {
+    let row: Option<RequestRow> =
+        sqlx::query_as(&format!("SELECT {} WHERE id = $1{}", request_columns(), if lock { " FOR UPDATE" } else { "" }))
+            .bind(id)
+            .fetch_optional(conn)
+            .await?;
     request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
 }
 
@@ -379,4 +382,14 @@ pub(super) async fn principal_by_token(pool: &PgPool, secret_sha256: &str) -> Re
         .await?;
     let memberships = rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<_, StoreError>>()?;
     Ok(Some(Principal { user, memberships }))
+}
+
+pub(super) async fn list_requests(pool: &PgPool, f: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
+    let (conditions, values) = f.conditions();
+    let sql = format!("SELECT {} WHERE TRUE{conditions} ORDER BY id LIMIT {}", request_columns(), f.limit);
+    let mut query = sqlx::query_as::<_, RequestRow>(&sql);
+    for v in values {
+        query = query.bind(v);
+    }
+    query.fetch_all(pool).await?.into_iter().map(request_from).collect()
 }

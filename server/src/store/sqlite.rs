@@ -10,8 +10,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow, audit_from,
-    now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow,
+    audit_from, now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -385,4 +385,14 @@ pub(super) async fn principal_by_token(
         .await?;
     let memberships = rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<_, StoreError>>()?;
     Ok(Some(Principal { user, memberships }))
+}
+
+pub(super) async fn list_requests(pool: &SqlitePool, f: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
+    let (conditions, values) = f.conditions();
+    let sql = format!("SELECT {REQUEST_COLUMNS} WHERE 1 = 1{conditions} ORDER BY id LIMIT {}", f.limit);
+    let mut query = sqlx::query_as::<_, RequestRow>(&sql);
+    for v in values {
+        query = query.bind(v);
+    }
+    query.fetch_all(pool).await?.into_iter().map(request_from).collect()
 }

@@ -1,4 +1,5 @@
 //! Integration tests of the `tessera` binary: one test binary, one module per area.
 
+mod api;
 mod cli_mig;
 mod store;

@@ -1,0 +1,90 @@
+//! The HTTP API: one router per resource, merged with their OpenAPI descriptions (routes and spec come from the
+//! same `#[utoipa::path]` annotations), behind tracing, request ids, compression, a body limit and a timeout.
+
+pub mod auth;
+mod catalog;
+pub mod error;
+mod health;
+mod requests;
+mod tenants;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{HeaderName, StatusCode};
+use tower_http::compression::CompressionLayer;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::app::AppState;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+/// Longest a request may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Tessera", description = "Self-service GPU slices: MIG, time-slicing, MPS, with quotas and approvals."),
+    modifiers(&BearerToken),
+    tags(
+        (name = "health", description = "Liveness and readiness"),
+        (name = "catalog", description = "GPU models and MIG profiles"),
+        (name = "tenants", description = "Tenants and quotas"),
+        (name = "requests", description = "Slice requests and approvals"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerToken;
+
+impl Modify for BearerToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("tsr_...").build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("token", SecurityScheme::Http(scheme));
+    }
+}
+
+fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(catalog::list_models))
+        .routes(routes!(catalog::get_model))
+        .routes(routes!(tenants::create_tenant))
+        .routes(routes!(tenants::get_tenant))
+        .routes(routes!(tenants::get_quotas, tenants::set_quotas))
+        .routes(routes!(requests::create_request, requests::list_requests))
+        .routes(routes!(requests::get_request))
+        .routes(routes!(requests::approve_request))
+        .routes(routes!(requests::reject_request))
+        .routes(routes!(requests::cancel_request))
+}
+
+/// The OpenAPI 3.1 description of the API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().split_for_parts().1
+}
+
+/// The application, ready to serve.
+pub fn router(state: AppState) -> Router {
+    let request_id = HeaderName::from_static("x-request-id");
+    let (router, _) = api().split_for_parts();
+    router
+        .with_state(state)
+        .layer(CompressionLayer::new())
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(TraceLayer::new_for_http())
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}

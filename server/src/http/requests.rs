@@ -1,0 +1,241 @@
+//! Slice requests over HTTP: create (with `Idempotency-Key`), list with cursor pagination, get (with `ETag`), and
+//! the actions approve, reject and cancel (with `If-Match`, so that of two admins acting at once one wins and the
+//! other gets 409).
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tessera_core::request::{RequestState, SliceSpec};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::services::requests::{self, Action};
+use crate::store::{Principal, RequestFilter, SliceRequest};
+
+/// A request to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewRequestBody {
+    /// Tenant id.
+    pub tenant: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices (1-1000).
+    pub count: u32,
+    /// Why (shown to approvers).
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// A slice request.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestView {
+    /// Id (UUIDv7).
+    pub id: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Where it is in its life.
+    pub state: RequestState,
+    /// Why it was asked for, or why it was rejected.
+    pub reason: String,
+    /// Version; also the `ETag`.
+    pub version: i64,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// UTC milliseconds.
+    pub updated_at_ms: i64,
+}
+
+impl From<SliceRequest> for RequestView {
+    fn from(r: SliceRequest) -> Self {
+        RequestView {
+            id: r.id,
+            tenant: r.tenant_id,
+            spec: r.spec,
+            count: r.count,
+            state: r.state,
+            reason: r.reason,
+            version: r.version,
+            created_at_ms: r.created_at_ms,
+            updated_at_ms: r.updated_at_ms,
+        }
+    }
+}
+
+/// A page of requests.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestPage {
+    /// Requests, oldest first.
+    pub items: Vec<RequestView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// List filters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Tenant id (required for users who are not platform admins and belong to several tenants).
+    pub tenant: Option<String>,
+    /// Only requests in this state.
+    pub state: Option<RequestState>,
+    /// From the previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size, 1-500 (default 100).
+    pub limit: Option<u32>,
+}
+
+/// A rejection.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// Why (required; shown to the tenant).
+    pub reason: String,
+}
+
+fn etag(version: i64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"v{version}\"")).unwrap_or(HeaderValue::from_static("\"v0\""))
+}
+
+/// The version an `If-Match` header names: `"v3"`, `W/"v3"` or `*` (any).
+fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
+    let text = value.to_str().unwrap_or("").trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    text.trim_start_matches("W/").trim_matches('"').strip_prefix('v').and_then(|v| v.parse().ok()).map(Some).ok_or_else(
+        || ApiError::Invalid {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_if_match",
+            detail: "If-Match must be an ETag from this API, e.g. \"v3\"".to_string(),
+        },
+    )
+}
+
+fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
+    let tag = etag(request.version);
+    let location = format!("/api/v1/requests/{}", request.id);
+    let mut response = (status, ApiJson(RequestView::from(request))).into_response();
+    response.headers_mut().insert(header::ETAG, tag);
+    if status == StatusCode::CREATED
+        && let Ok(l) = HeaderValue::from_str(&location)
+    {
+        response.headers_mut().insert(header::LOCATION, l);
+    }
+    response
+}
+
+/// Ask for slices. Within quota it is pending (or approved at once where the tenant's policy allows); over quota it
+/// is refused with every limit it would exceed. Retrying with the same `Idempotency-Key` returns the first request.
+#[utoipa::path(post, path = "/api/v1/requests", tag = "requests", security(("token" = [])), request_body = NewRequestBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "retry key, 1-200 characters")),
+    responses((status = 201, body = RequestView, description = "created"),
+        (status = 200, body = RequestView, description = "an earlier request with the same Idempotency-Key"),
+        (status = 404, body = Problem), (status = 409, body = Problem, description = "quota_exceeded"),
+        (status = 422, body = Problem)))]
+pub async fn create_request(
+    State(state): State<AppState>,
+    p: Principal,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<NewRequestBody>,
+) -> Result<Response, ApiError> {
+    let key = headers.get("idempotency-key").map(|v| v.to_str().unwrap_or(""));
+    let (request, created) =
+        requests::create(&state, &p, &body.tenant, &body.spec, body.count, &body.reason, key).await?;
+    Ok(with_etag(if created { StatusCode::CREATED } else { StatusCode::OK }, request))
+}
+
+/// List requests, oldest first, a page at a time.
+#[utoipa::path(get, path = "/api/v1/requests", tag = "requests", security(("token" = [])), params(ListQuery),
+    responses((status = 200, body = RequestPage), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn list_requests(
+    State(state): State<AppState>,
+    p: Principal,
+    Query(q): Query<ListQuery>,
+) -> Result<ApiJson<RequestPage>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
+    }
+    let tenant = match (&q.tenant, p.user.platform_admin, p.memberships.as_slice()) {
+        (Some(t), _, _) if p.can_see(t) => Some(t.clone()),
+        (Some(t), _, _) => return Err(ApiError::NotFound(format!("tenant {t} not found"))),
+        (None, true, _) => None,
+        (None, false, [(only, _)]) => Some(only.clone()),
+        (None, false, _) => return Err(ApiError::invalid("tenant_required", "name the tenant: ?tenant=<id>")),
+    };
+    let filter =
+        RequestFilter { tenant: tenant.as_deref(), state: q.state, after: q.cursor.as_deref(), limit: limit + 1 };
+    let mut items = state.store.list_requests(filter).await?;
+    let next_cursor = if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        items.last().map(|r| r.id.clone())
+    } else {
+        None
+    };
+    Ok(ApiJson(RequestPage { items: items.into_iter().map(RequestView::from).collect(), next_cursor }))
+}
+
+/// A request, with its `ETag`.
+#[utoipa::path(get, path = "/api/v1/requests/{id}", tag = "requests", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 200, body = RequestView), (status = 404, body = Problem)))]
+pub async fn get_request(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(with_etag(StatusCode::OK, requests::get(&state, &p, &id).await?))
+}
+
+/// Approve a pending request (platform admins). Send the `ETag` you saw as `If-Match`.
+#[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = [])),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem, description = "version_conflict or request_invalid_transition")))]
+pub async fn approve_request(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let version = if_match(&headers)?;
+    Ok(with_etag(StatusCode::OK, requests::act(&state, &p, &id, Action::Approve, version, None).await?))
+}
+
+/// Reject a pending request with a reason (platform admins).
+#[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = [])),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header)), request_body = RejectBody,
+    responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem), (status = 422, body = Problem, description = "reason_required")))]
+pub async fn reject_request(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<RejectBody>,
+) -> Result<Response, ApiError> {
+    let version = if_match(&headers)?;
+    let rejected = requests::act(&state, &p, &id, Action::Reject, version, Some(&body.reason)).await?;
+    Ok(with_etag(StatusCode::OK, rejected))
+}
+
+/// Cancel a request that is not active yet (the tenant's members).
+#[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = [])),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    responses((status = 200, body = RequestView), (status = 404, body = Problem), (status = 409, body = Problem)))]
+pub async fn cancel_request(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let version = if_match(&headers)?;
+    Ok(with_etag(StatusCode::OK, requests::act(&state, &p, &id, Action::Cancel, version, None).await?))
+}

@@ -1,0 +1,182 @@
+//! Tenants and their quotas.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
+use utoipa::ToSchema;
+
+use super::auth::{require_platform_admin, require_visible};
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::store::{Principal, Tenant};
+
+/// A tenant to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    /// Unique name: 1-63 characters of `a-z`, `0-9` and `-`.
+    pub name: String,
+    /// Approve requests within quota without an admin.
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Largest request (weighted compute slices) approved automatically.
+    #[serde(default)]
+    pub auto_approve_max_compute_slices: u32,
+}
+
+/// A tenant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantView {
+    /// Id (UUIDv7).
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// Whether requests within quota are approved automatically.
+    pub auto_approve: bool,
+    /// Largest request approved automatically, in weighted compute slices.
+    pub auto_approve_max_compute_slices: u32,
+    /// Creation time, UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+impl From<Tenant> for TenantView {
+    fn from(t: Tenant) -> Self {
+        TenantView {
+            id: t.id,
+            name: t.name,
+            auto_approve: t.policy.auto_approve,
+            auto_approve_max_compute_slices: t.policy.auto_approve_max_compute_slices,
+            created_at_ms: t.created_at_ms,
+        }
+    }
+}
+
+/// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
+/// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaUpdate {
+    /// Resource -> limit.
+    pub limits: BTreeMap<String, f64>,
+}
+
+/// A tenant's quota: every limited or held resource.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuotaView {
+    /// Tenant id.
+    pub tenant: String,
+    /// One line per resource.
+    pub resources: Vec<QuotaLine>,
+}
+
+/// One resource of a quota.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuotaLine {
+    /// Resource key.
+    pub resource: String,
+    /// Limit, if any (unlimited otherwise).
+    pub limit: Option<f64>,
+    /// Held by pending, approved, provisioning and active requests.
+    pub held: f64,
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+/// Create a tenant (platform admins).
+#[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", security(("token" = [])), request_body = NewTenant,
+    responses((status = 201, body = TenantView), (status = 403, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn create_tenant(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewTenant>,
+) -> Result<(StatusCode, ApiJson<TenantView>), ApiError> {
+    require_platform_admin(&p)?;
+    if !valid_name(&body.name) {
+        return Err(ApiError::invalid("invalid_name", "a tenant name is 1-63 characters of a-z, 0-9 and -"));
+    }
+    let policy = ApprovalPolicy {
+        auto_approve: body.auto_approve,
+        auto_approve_max_compute_slices: body.auto_approve_max_compute_slices,
+    };
+    let tenant = state.store.create_tenant(&body.name, policy, &p.actor()).await?;
+    Ok((StatusCode::CREATED, ApiJson(tenant.into())))
+}
+
+/// A tenant (members see their own; others get 404).
+#[utoipa::path(get, path = "/api/v1/tenants/{id}", tag = "tenants", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 200, body = TenantView), (status = 404, body = Problem)))]
+pub async fn get_tenant(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<TenantView>, ApiError> {
+    require_visible(&p, &id, "tenant")?;
+    Ok(ApiJson(state.store.tenant(&id).await?.into()))
+}
+
+async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiError> {
+    let limits = state.store.quotas(tenant).await?;
+    let held = state.store.held(tenant).await?;
+    let mut keys: Vec<&Resource> = limits.keys().chain(held.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let amount = |m: u64| m as f64 / MILLI as f64;
+    let resources = keys
+        .into_iter()
+        .map(|r| QuotaLine {
+            resource: r.to_string(),
+            limit: limits.get(r).map(|&m| amount(m)),
+            held: amount(held.get(r).copied().unwrap_or(0)),
+        })
+        .collect();
+    Ok(QuotaView { tenant: tenant.to_string(), resources })
+}
+
+/// A tenant's limits and what its live requests hold.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 200, body = QuotaView), (status = 404, body = Problem)))]
+pub async fn get_quotas(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<QuotaView>, ApiError> {
+    require_visible(&p, &id, "tenant")?;
+    state.store.tenant(&id).await?;
+    Ok(ApiJson(quota_view(&state, &id).await?))
+}
+
+/// Set limits (platform admins). Every resource key and amount is checked before any is written.
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = [])),
+    params(("id" = String, Path)), request_body = QuotaUpdate,
+    responses((status = 200, body = QuotaView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn set_quotas(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<QuotaUpdate>,
+) -> Result<ApiJson<QuotaView>, ApiError> {
+    require_platform_admin(&p)?;
+    state.store.tenant(&id).await?;
+    let mut parsed = Vec::with_capacity(body.limits.len());
+    for (key, limit) in &body.limits {
+        let resource =
+            Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
+        if !limit.is_finite() || *limit < 0.0 || *limit > 1e12 {
+            return Err(ApiError::invalid("quota_bad_limit", format!("{key}: a limit is a number from 0 to 1e12")));
+        }
+        parsed.push((resource, (limit * MILLI as f64).round() as u64));
+    }
+    for (resource, milli) in &parsed {
+        state.store.set_quota(&id, resource, *milli, &p.actor()).await?;
+    }
+    Ok(ApiJson(quota_view(&state, &id).await?))
+}

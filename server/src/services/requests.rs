@@ -1,0 +1,110 @@
+//! Slice requests: creation against the quota (auto-approved where the tenant's policy allows), admin approval and
+//! rejection, cancellation by the tenant.
+
+use tessera_core::quota::{Decision, charge};
+use tessera_core::request::{RequestState, SliceSpec};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::store::{NewRequest, Principal, SliceRequest, Transition};
+
+/// Most slices one request may ask for.
+pub const MAX_COUNT: u32 = 1000;
+/// Longest `Idempotency-Key` accepted.
+pub const MAX_IDEMPOTENCY_KEY: usize = 200;
+
+/// What an admin or a tenant does to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Admin: pending -> approved.
+    Approve,
+    /// Admin: pending -> rejected, with a reason.
+    Reject,
+    /// Tenant: withdraw before it is active.
+    Cancel,
+}
+
+/// Creates a request for `tenant`. Returns it and whether it was created now (`false`: an idempotent replay).
+pub async fn create(
+    state: &AppState,
+    p: &Principal,
+    tenant: &str,
+    spec: &SliceSpec,
+    count: u32,
+    reason: &str,
+    idempotency_key: Option<&str>,
+) -> Result<(SliceRequest, bool), ApiError> {
+    if !p.can_see(tenant) {
+        return Err(ApiError::NotFound(format!("tenant {tenant} not found")));
+    }
+    if !(1..=MAX_COUNT).contains(&count) {
+        return Err(ApiError::invalid("invalid_count", format!("count must be between 1 and {MAX_COUNT}")));
+    }
+    if let Some(key) = idempotency_key
+        && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
+    {
+        let detail = format!("Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} characters");
+        return Err(ApiError::Invalid {
+            status: axum::http::StatusCode::BAD_REQUEST,
+            code: "invalid_idempotency_key",
+            detail,
+        });
+    }
+    let tenant_row = state.store.tenant(tenant).await?;
+    let charge = charge(state.catalog, spec, count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+    let initial = match tenant_row.policy.decide(&charge) {
+        Decision::AutoApprove => RequestState::Approved,
+        Decision::NeedsAdmin => RequestState::Pending,
+    };
+    let actor = p.actor();
+    let new = NewRequest {
+        tenant_id: tenant,
+        spec,
+        count,
+        reason,
+        charge: &charge,
+        state: initial,
+        actor: &actor,
+        idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
+    };
+    Ok(state.store.create_request(new).await?)
+}
+
+/// A request the principal may see.
+pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<SliceRequest, ApiError> {
+    let request = state.store.request(id).await?;
+    if !p.can_see(&request.tenant_id) {
+        return Err(ApiError::NotFound(format!("request {id} not found")));
+    }
+    Ok(request)
+}
+
+/// Applies `action`; `if_match` is the version the caller saw (from the `ETag`), if it sent one.
+pub async fn act(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    action: Action,
+    if_match: Option<i64>,
+    reason: Option<&str>,
+) -> Result<SliceRequest, ApiError> {
+    let request = get(state, p, id).await?;
+    let to = match action {
+        Action::Approve | Action::Reject if !p.user.platform_admin => {
+            return Err(ApiError::Forbidden("only platform admins approve or reject requests".to_string()));
+        }
+        Action::Approve => RequestState::Approved,
+        Action::Reject => RequestState::Rejected,
+        Action::Cancel => RequestState::Cancelled,
+    };
+    let reason = match action {
+        Action::Reject => match reason.map(str::trim) {
+            Some(r) if !r.is_empty() => Some(r),
+            _ => return Err(ApiError::invalid("reason_required", "rejecting a request needs a reason")),
+        },
+        _ => None,
+    };
+    let actor = p.actor();
+    let t = Transition { id: &request.id, expected_version: if_match, to, reason, actor: &actor };
+    Ok(state.store.transition(t).await?)
+}

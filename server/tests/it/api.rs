@@ -1,0 +1,380 @@
+//! The REST API over real HTTP: a server on port 0 with a fresh SQLite database per test.
+
+use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::http::auth::{new_token_secret, token_hash};
+use tessera_server::serve::{Settings, prepare, serve};
+use tessera_server::store::{Role, Store};
+
+struct TestApp {
+    base: String,
+    admin: String,
+    store: Store,
+    client: Client,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn spawn_app() -> TestApp {
+    let file = std::env::temp_dir().join(format!("tessera-api-{}.db", uuid::Uuid::now_v7().simple()));
+    let admin = new_token_secret();
+    let settings =
+        Settings { database_url: format!("sqlite://{}", file.display()), bootstrap_token: Some(admin.clone()) };
+    let (state, generated) = prepare(&settings).await.expect("prepare");
+    assert!(generated.is_none(), "the given bootstrap token is used, not a new one");
+    let store = state.store.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(state, listener, async {
+        let _ = rx.await;
+    }));
+    TestApp { base, admin, store, client: Client::new(), _shutdown: tx }
+}
+
+impl TestApp {
+    fn call(&self, method: Method, path: &str, token: Option<&str>) -> RequestBuilder {
+        let r = self.client.request(method, format!("{}{path}", self.base));
+        match token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// A user with a token, member of `tenant` (or of nothing).
+    async fn user(&self, name: &str, tenant: Option<&str>) -> String {
+        let u = self.store.create_user(name, false, "test").await.expect("user");
+        if let Some(t) = tenant {
+            self.store.set_membership(&u.id, t, Role::Member, "test").await.expect("member");
+        }
+        let secret = new_token_secret();
+        self.store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
+        secret
+    }
+
+    async fn tenant(&self, name: &str, extra: Value) -> String {
+        let mut body = json!({"name": name});
+        body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+        let r = self.call(Method::POST, "/api/v1/tenants", Some(&self.admin)).json(&body).send().await.expect("send");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string()
+    }
+
+    async fn quota(&self, tenant: &str, limits: Value) -> Response {
+        self.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(&self.admin))
+            .json(&json!({ "limits": limits }))
+            .send()
+            .await
+            .expect("send")
+    }
+
+    async fn ask(&self, token: &str, tenant: &str, count: u32) -> Response {
+        self.call(Method::POST, "/api/v1/requests", Some(token))
+            .json(&json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": count, "reason": "eval"}))
+            .send()
+            .await
+            .expect("send")
+    }
+}
+
+async fn problem(r: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(r.status(), status);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["status"], status.as_u16());
+    assert!(body["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    body
+}
+
+#[tokio::test]
+async fn health_readiness_and_request_ids() {
+    let app = spawn_app().await;
+    let r = app.call(Method::GET, "/healthz", None).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers().contains_key("x-request-id"));
+    let r = app.call(Method::GET, "/readyz", None).header("x-request-id", "abc-123").send().await.expect("send");
+    assert_eq!((r.status(), r.headers()["x-request-id"].to_str().expect("id")), (StatusCode::OK, "abc-123"));
+}
+
+#[tokio::test]
+async fn every_api_route_needs_a_valid_token() {
+    let app = spawn_app().await;
+    problem(
+        app.call(Method::GET, "/api/v1/catalog/models", None).send().await.expect("send"),
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    )
+    .await;
+    let fake = new_token_secret();
+    problem(
+        app.call(Method::GET, "/api/v1/catalog/models", Some(&fake)).send().await.expect("send"),
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    )
+    .await;
+    let r = app
+        .call(Method::GET, "/api/v1/catalog/models/NVIDIA%20H100%2080GB%20HBM3", Some(&app.admin))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let model: Value = r.json().await.expect("json");
+    assert_eq!(model["key"], "H100-80GB");
+    assert_eq!(model["profiles"][4]["placements"], json!([[0, 4], [4, 4]]));
+}
+
+#[tokio::test]
+async fn tenants_are_created_by_admins_and_hidden_from_others() {
+    let app = spawn_app().await;
+    let a = app.tenant("team-a", json!({})).await;
+    let b = app.tenant("team-b", json!({})).await;
+    let alice = app.user("alice", Some(&a)).await;
+    problem(
+        app.call(Method::POST, "/api/v1/tenants", Some(&alice))
+            .json(&json!({"name": "mine"}))
+            .send()
+            .await
+            .expect("send"),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    problem(
+        app.call(Method::POST, "/api/v1/tenants", Some(&app.admin))
+            .json(&json!({"name": "team-a"}))
+            .send()
+            .await
+            .expect("send"),
+        StatusCode::CONFLICT,
+        "already_exists",
+    )
+    .await;
+    problem(
+        app.call(Method::POST, "/api/v1/tenants", Some(&app.admin))
+            .json(&json!({"name": "Team A!"}))
+            .send()
+            .await
+            .expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_name",
+    )
+    .await;
+    let r = app.call(Method::GET, &format!("/api/v1/tenants/{a}"), Some(&alice)).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    problem(
+        app.call(Method::GET, &format!("/api/v1/tenants/{b}"), Some(&alice)).send().await.expect("send"),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    problem(
+        app.call(Method::GET, &format!("/api/v1/tenants/{b}/quotas"), Some(&alice)).send().await.expect("send"),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn quota_updates_are_checked_whole_before_anything_is_written() {
+    let app = spawn_app().await;
+    let t = app.tenant("quota-team", json!({})).await;
+    problem(
+        app.quota(&t, json!({"compute_slices": 10, "mig/H100-80GB/9g.9gb": 1})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "quota_bad_resource",
+    )
+    .await;
+    problem(app.quota(&t, json!({"compute_slices": -1})).await, StatusCode::UNPROCESSABLE_ENTITY, "quota_bad_limit")
+        .await;
+    let r = app.call(Method::GET, &format!("/api/v1/tenants/{t}/quotas"), Some(&app.admin)).send().await.expect("send");
+    assert_eq!(r.json::<Value>().await.expect("json")["resources"], json!([]), "nothing half-applied");
+    let r = app.quota(&t, json!({"mig/h100-80gb/1g.10gb": 2, "compute_slices": 1.75})).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let view: Value = r.json().await.expect("json");
+    assert_eq!(
+        view["resources"],
+        json!([
+            {"resource": "mig/H100-80GB/1g.10gb", "limit": 2.0, "held": 0.0},
+            {"resource": "compute_slices", "limit": 1.75, "held": 0.0},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn requests_are_held_against_the_quota_and_refused_beyond_it() {
+    let app = spawn_app().await;
+    let t = app.tenant("req-team", json!({})).await;
+    app.quota(&t, json!({"mig/H100-80GB/1g.10gb": 3})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let r = app.ask(&alice, &t, 2).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["etag"], "\"v1\"");
+    let location = r.headers()["location"].to_str().expect("location").to_string();
+    let created: Value = r.json().await.expect("json");
+    assert_eq!((created["state"].as_str(), created["count"].as_u64()), (Some("pending"), Some(2)));
+    assert_eq!(location, format!("/api/v1/requests/{}", created["id"].as_str().expect("id")));
+    let body = problem(app.ask(&alice, &t, 2).await, StatusCode::CONFLICT, "quota_exceeded").await;
+    assert_eq!(body["errors"][0]["message"], "mig/H100-80GB/1g.10gb: 2 held + 2 requested would exceed the limit of 3");
+    problem(app.ask(&alice, &t, 0).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid_count").await;
+    let bad = json!({"tenant": t, "spec": {"mode": "mig", "profile": "3g.20gb", "model": "H100-80GB"}, "count": 1});
+    problem(
+        app.call(Method::POST, "/api/v1/requests", Some(&alice)).json(&bad).send().await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "request_invalid",
+    )
+    .await;
+    let other = app.tenant("other", json!({})).await;
+    problem(app.ask(&alice, &other, 1).await, StatusCode::NOT_FOUND, "not_found").await;
+}
+
+#[tokio::test]
+async fn a_retried_post_with_the_same_idempotency_key_creates_one_request() {
+    let app = spawn_app().await;
+    let t = app.tenant("idem-team", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let body = json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A100-80GB"}, "count": 1, "reason": "x"});
+    let send = || {
+        app.call(Method::POST, "/api/v1/requests", Some(&alice)).header("Idempotency-Key", "job-42").json(&body).send()
+    };
+    let first = send().await.expect("send");
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let again = send().await.expect("send");
+    assert_eq!(again.status(), StatusCode::OK);
+    let (a, b): (Value, Value) = (first.json().await.expect("json"), again.json().await.expect("json"));
+    assert_eq!(a["id"], b["id"]);
+}
+
+#[tokio::test]
+async fn small_requests_are_auto_approved_under_the_tenant_policy() {
+    let app = spawn_app().await;
+    let t = app.tenant("auto", json!({"auto_approve": true, "auto_approve_max_compute_slices": 2})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let small: Value = app.ask(&alice, &t, 2).await.json().await.expect("json");
+    assert_eq!(small["state"], "approved");
+    let big: Value = app.ask(&alice, &t, 3).await.json().await.expect("json");
+    assert_eq!(big["state"], "pending");
+}
+
+#[tokio::test]
+async fn approvals_use_if_match_so_one_of_two_admins_wins() {
+    let app = spawn_app().await;
+    let t = app.tenant("approve-team", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let req: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+    let id = req["id"].as_str().expect("id").to_string();
+    problem(
+        app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&alice)).send().await.expect("send"),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    let approve = || {
+        app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin))
+            .header("If-Match", "\"v1\"")
+            .send()
+    };
+    let (r1, r2) = tokio::join!(approve(), approve());
+    let mut statuses = [r1.expect("send").status(), r2.expect("send").status()];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT]);
+    let r = app
+        .call(Method::POST, &format!("/api/v1/requests/{id}/reject"), Some(&app.admin))
+        .json(&json!({"reason": "  "}))
+        .send()
+        .await
+        .expect("send");
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "reason_required").await;
+    let r = app
+        .call(Method::POST, &format!("/api/v1/requests/{id}/cancel"), Some(&alice))
+        .header("If-Match", "\"v2\"")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["etag"], "\"v3\"");
+    let r =
+        app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin)).send().await.expect("send");
+    problem(r, StatusCode::CONFLICT, "request_invalid_transition").await;
+    let mallory = app.user("mallory", None).await;
+    problem(
+        app.call(Method::GET, &format!("/api/v1/requests/{id}"), Some(&mallory)).send().await.expect("send"),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn requests_are_listed_a_page_at_a_time() {
+    let app = spawn_app().await;
+    let t = app.tenant("pages", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let r: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+        ids.push(r["id"].as_str().expect("id").to_string());
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/requests?limit=2&cursor={c}"),
+            None => "/api/v1/requests?limit=2".to_string(),
+        };
+        let page: Value =
+            app.call(Method::GET, &path, Some(&alice)).send().await.expect("send").json().await.expect("json");
+        seen.extend(page["items"].as_array().expect("items").iter().map(|i| i["id"].as_str().expect("id").to_string()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+    let pending: Value = app
+        .call(Method::GET, &format!("/api/v1/requests?tenant={t}&state=cancelled"), Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(pending["items"], json!([]));
+    problem(
+        app.call(Method::GET, "/api/v1/requests?limit=0", Some(&alice)).send().await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_limit",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_bodies_are_problems_not_panics() {
+    let app = spawn_app().await;
+    let post = |body: String| {
+        app.call(Method::POST, "/api/v1/tenants", Some(&app.admin))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    problem(post("{not json".into()).await.expect("send"), StatusCode::BAD_REQUEST, "invalid_body").await;
+    problem(
+        post(r#"{"name": "x", "colour": "red"}"#.into()).await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_body",
+    )
+    .await;
+    let huge = format!(r#"{{"name": "{}"}}"#, "a".repeat(2 * 1024 * 1024));
+    assert_eq!(post(huge).await.expect("send").status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[test]
+fn the_checked_in_openapi_matches_the_code() {
+    let generated = tessera_server::http::openapi().to_pretty_json().expect("json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi/openapi.json");
+    let checked_in = std::fs::read_to_string(path).expect("openapi/openapi.json");
+    assert!(
+        checked_in.trim_end() == generated.trim_end(),
+        "openapi/openapi.json is out of date: run `cargo run --bin tessera -- openapi > openapi/openapi.json`"
+    );
+}
