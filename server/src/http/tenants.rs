@@ -175,8 +175,6 @@ pub async fn set_quotas(
         }
         parsed.push((resource, (limit * MILLI as f64).round() as u64));
     }
-    for (resource, milli) in &parsed {
-        state.store.set_quota(&id, resource, *milli, &p.actor()).await?;
-    }
+    state.store.set_quotas(&id, &parsed, &p.actor()).await?;
     Ok(ApiJson(quota_view(&state, &id).await?))
 }

@@ -356,10 +356,21 @@ impl Store {
         limit_milli: u64,
         actor: &str,
     ) -> Result<(), StoreError> {
-        let limit = i64::try_from(limit_milli).unwrap_or(i64::MAX);
+        self.set_quotas(tenant_id, &[(resource.clone(), limit_milli)], actor).await
+    }
+
+    /// Sets several limits in one transaction: all of them or none.
+    pub async fn set_quotas(
+        &self,
+        tenant_id: &str,
+        limits: &[(tessera_core::quota::Resource, u64)],
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<(String, i64)> =
+            limits.iter().map(|(r, m)| (r.to_string(), i64::try_from(*m).unwrap_or(i64::MAX))).collect();
         match self {
-            Store::Sqlite(p) => sqlite::set_quota(p, tenant_id, &resource.to_string(), limit, actor).await,
-            Store::Postgres(p) => postgres::set_quota(p, tenant_id, &resource.to_string(), limit, actor).await,
+            Store::Sqlite(p) => sqlite::set_quotas(p, tenant_id, &rows, actor).await,
+            Store::Postgres(p) => postgres::set_quotas(p, tenant_id, &rows, actor).await,
         }
     }
 

@@ -102,26 +102,27 @@ pub(super) async fn tenant(pool: &SqlitePool, id: &str) -> Result<Tenant, StoreE
     Ok(Tenant { id, name, policy, created_at_ms })
 }
 
-pub(super) async fn set_quota(
+pub(super) async fn set_quotas(
     pool: &SqlitePool,
     tenant_id: &str,
-    resource: &str,
-    limit: i64,
+    limits: &[(String, i64)],
     actor: &str,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
-    sqlx::query(
-        "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
-         ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
-    )
-    .bind(tenant_id)
-    .bind(resource)
-    .bind(limit)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| on_constraint(e, "quotas"))?;
-    let object = format!("tenant/{tenant_id}/quota/{resource}");
-    audit_insert(&mut tx, actor, "quota.set", &object, None, Some(format!("{{\"limit_milli\":{limit}}}"))).await?;
+    for (resource, limit) in limits {
+        sqlx::query(
+            "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
+        )
+        .bind(tenant_id)
+        .bind(resource)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| on_constraint(e, "quotas"))?;
+        let object = format!("tenant/{tenant_id}/quota/{resource}");
+        audit_insert(&mut tx, actor, "quota.set", &object, None, Some(format!("{{\"limit_milli\":{limit}}}"))).await?;
+    }
     tx.commit().await?;
     Ok(())
 }
