@@ -30,6 +30,7 @@ pub struct InstanceSpec {
 
 /// A placed instance in wire form.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlacedInstance {
     /// Profile name, e.g. `3g.40gb`.
     pub profile: String,

@@ -58,6 +58,7 @@ pub struct DemandInput {
 
 /// The planner's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Plan {
     /// Every placed slice: bound to an existing free instance (`new: false`) or to an instance to create.
     pub placed: Vec<PlacedSlice>,
@@ -73,6 +74,7 @@ pub struct Plan {
 
 /// One demanded slice and where it goes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlacedSlice {
     /// Index of the demand entry it serves.
     pub demand: usize,
@@ -88,6 +90,7 @@ pub struct PlacedSlice {
 
 /// Demand the plan leaves unplaced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Unplaced {
     /// Index of the demand entry.
     pub demand: usize,
@@ -106,6 +109,7 @@ pub struct Unplaced {
 
 /// A GPU whose layout the plan changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChangedGpu {
     /// GPU id.
     pub gpu: String,
@@ -121,6 +125,7 @@ pub struct ChangedGpu {
 
 /// An instance on a GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuInstance {
     /// GPU id.
     pub gpu: String,
@@ -132,6 +137,7 @@ pub struct GpuInstance {
 
 /// Plan totals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PlanSummary {
     /// Slices demanded.
     pub demanded: u32,

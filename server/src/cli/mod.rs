@@ -35,6 +35,9 @@ enum Command {
         /// `sqlite://PATH` or `postgres://...`; defaults to `sqlite://<data-dir>/tessera.db`.
         #[arg(long, env = "TESSERA_DATABASE_URL")]
         database_url: Option<String>,
+        /// Register a simulated node with GPUs of several models, to try Tessera without GPUs.
+        #[arg(long)]
+        demo: bool,
     },
     /// Print the OpenAPI description of the REST API.
     Openapi,
@@ -58,7 +61,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let result = match cli.command {
         Command::Mig(cmd) => mig::run(cmd, out),
         Command::Migrate { database_url } => migrate(&database_url, out),
-        Command::Serve { listen, data_dir, database_url } => serve(&listen, &data_dir, database_url, out),
+        Command::Serve { listen, data_dir, database_url, demo } => serve(&listen, &data_dir, database_url, demo, out),
         Command::Openapi => openapi(out),
     };
     match result {
@@ -92,7 +95,13 @@ fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-fn serve(listen: &str, data_dir: &std::path::Path, url: Option<String>, out: &mut dyn Write) -> Result<u8, CliError> {
+fn serve(
+    listen: &str,
+    data_dir: &std::path::Path,
+    url: Option<String>,
+    demo: bool,
+    out: &mut dyn Write,
+) -> Result<u8, CliError> {
     let url = match url {
         Some(u) => u,
         None => {
@@ -104,6 +113,7 @@ fn serve(listen: &str, data_dir: &std::path::Path, url: Option<String>, out: &mu
     let settings = crate::serve::Settings {
         database_url: url.clone(),
         bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
+        demo,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {

@@ -5,6 +5,7 @@ pub mod auth;
 mod catalog;
 pub mod error;
 mod health;
+mod nodes;
 mod requests;
 mod tenants;
 
@@ -38,6 +39,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         (name = "catalog", description = "GPU models and MIG profiles"),
         (name = "tenants", description = "Tenants and quotas"),
         (name = "requests", description = "Slice requests and approvals"),
+        (name = "fleet", description = "Nodes and GPUs"),
     )
 )]
 struct ApiDoc;
@@ -68,6 +70,10 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(requests::approve_request))
         .routes(routes!(requests::reject_request))
         .routes(routes!(requests::cancel_request))
+        .routes(routes!(nodes::request_placement))
+        .routes(routes!(nodes::register_node, nodes::list_nodes))
+        .routes(routes!(nodes::cordon_gpu))
+        .routes(routes!(nodes::uncordon_gpu))
 }
 
 /// The OpenAPI 3.1 description of the API.

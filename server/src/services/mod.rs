@@ -1,4 +1,5 @@
 //! Business logic between the HTTP handlers and the store: each service runs the core's rules and the store's
 //! transactions for one kind of object.
 
+pub mod fleet;
 pub mod requests;

@@ -119,6 +119,57 @@ impl Principal {
     }
 }
 
+/// A GPU node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// UUIDv7.
+    pub id: String,
+    /// Unique name (host name).
+    pub name: String,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// Its GPUs, by index.
+    pub gpus: Vec<Gpu>,
+}
+
+/// A GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// UUIDv7.
+    pub id: String,
+    /// Node id.
+    pub node_id: String,
+    /// Index on the node (as NVML numbers them).
+    pub index: u32,
+    /// NVML UUID (`GPU-...`).
+    pub uuid: String,
+    /// Catalog model key.
+    pub model: String,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// A cordoned GPU gets nothing new.
+    pub cordoned: bool,
+    /// Current MIG instances.
+    pub layout: Vec<tessera_core::layout::PlacedInstance>,
+    /// Bumped on every layout change.
+    pub layout_version: i64,
+}
+
+/// A GPU to register.
+#[derive(Debug, Clone)]
+pub struct NewGpu {
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID.
+    pub uuid: String,
+    /// Catalog model key (already resolved).
+    pub model: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// Current MIG instances (already validated).
+    pub layout: Vec<tessera_core::layout::PlacedInstance>,
+}
+
 /// A request to create.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRequest<'a> {
@@ -263,6 +314,36 @@ pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreEr
             let resource =
                 tessera_core::quota::Resource::parse(catalog, &r).map_err(|e| StoreError::Corrupt(e.to_string()))?;
             Ok((resource, u64::try_from(m).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version)`.
+pub(crate) type GpuRow = (String, String, i64, String, String, bool, bool, String, i64);
+
+pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
+    let (id, node_id, index, uuid, model, mig_enabled, cordoned, layout, layout_version) = row;
+    Ok(Gpu {
+        id,
+        node_id,
+        index: u32::try_from(index).map_err(|_| StoreError::Corrupt(format!("gpu index {index}")))?,
+        uuid,
+        model,
+        mig_enabled,
+        cordoned,
+        layout: serde_json::from_str(&layout).map_err(|e| StoreError::Corrupt(format!("gpu layout: {e}")))?,
+        layout_version,
+    })
+}
+
+/// Groups GPUs under their nodes.
+pub(crate) fn nodes_from(nodes: Vec<(String, String, i64)>, gpus: Vec<Gpu>) -> Vec<Node> {
+    nodes
+        .into_iter()
+        .map(|(id, name, created_at_ms)| {
+            let mut mine: Vec<Gpu> = gpus.iter().filter(|g| g.node_id == id).cloned().collect();
+            mine.sort_by_key(|g| g.index);
+            Node { id, name, created_at_ms, gpus: mine }
         })
         .collect()
 }
@@ -493,6 +574,51 @@ impl Store {
         match self {
             Store::Sqlite(p) => sqlite::list_requests(p, filter).await,
             Store::Postgres(p) => postgres::list_requests(p, filter).await,
+        }
+    }
+
+    /// Registers a node with its GPUs, in one transaction. A taken node name or GPU UUID is a conflict.
+    pub async fn register_node(&self, name: &str, gpus: &[NewGpu], actor: &str) -> Result<Node, StoreError> {
+        let node_id = new_id();
+        let node = Node {
+            id: node_id.clone(),
+            name: name.to_string(),
+            created_at_ms: now_ms(),
+            gpus: gpus
+                .iter()
+                .map(|g| Gpu {
+                    id: new_id(),
+                    node_id: node_id.clone(),
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    model: g.model.clone(),
+                    mig_enabled: g.mig_enabled,
+                    cordoned: false,
+                    layout: g.layout.clone(),
+                    layout_version: 1,
+                })
+                .collect(),
+        };
+        match self {
+            Store::Sqlite(p) => sqlite::fleet::register_node(p, &node, actor).await?,
+            Store::Postgres(p) => postgres::fleet::register_node(p, &node, actor).await?,
+        }
+        Ok(node)
+    }
+
+    /// Every node with its GPUs, by name.
+    pub async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::fleet::nodes(p).await,
+            Store::Postgres(p) => postgres::fleet::nodes(p).await,
+        }
+    }
+
+    /// Cordons or uncordons a GPU; returns it.
+    pub async fn set_cordoned(&self, gpu_id: &str, cordoned: bool, actor: &str) -> Result<Gpu, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::fleet::set_cordoned(p, gpu_id, cordoned, actor).await,
+            Store::Postgres(p) => postgres::fleet::set_cordoned(p, gpu_id, cordoned, actor).await,
         }
     }
 

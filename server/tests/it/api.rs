@@ -17,8 +17,11 @@ struct TestApp {
 async fn spawn_app() -> TestApp {
     let file = std::env::temp_dir().join(format!("tessera-api-{}.db", uuid::Uuid::now_v7().simple()));
     let admin = new_token_secret();
-    let settings =
-        Settings { database_url: format!("sqlite://{}", file.display()), bootstrap_token: Some(admin.clone()) };
+    let settings = Settings {
+        database_url: format!("sqlite://{}", file.display()),
+        bootstrap_token: Some(admin.clone()),
+        demo: true,
+    };
     let (state, generated) = prepare(&settings).await.expect("prepare");
     assert!(generated.is_none(), "the given bootstrap token is used, not a new one");
     let store = state.store.clone();
@@ -366,6 +369,120 @@ async fn malformed_and_oversized_bodies_are_problems_not_panics() {
     .await;
     let huge = format!(r#"{{"name": "{}"}}"#, "a".repeat(2 * 1024 * 1024));
     assert_eq!(post(huge).await.expect("send").status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn nodes_are_checked_against_the_catalog_and_the_mig_rules() {
+    let app = spawn_app().await;
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(nodes.as_array().map(Vec::len), Some(1), "the --demo node");
+    assert_eq!(nodes[0]["gpus"].as_array().map(Vec::len), Some(4));
+    let register = |body: Value| app.call(Method::POST, "/api/v1/nodes", Some(&app.admin)).json(&body).send();
+    let gpu = |model: &str, mig: bool, instances: Value| json!({"index": 0, "uuid": "GPU-x", "model": model, "mig_enabled": mig, "instances": instances});
+    problem(
+        register(json!({"name": "n1", "gpus": [gpu("Tesla T4", true, json!([]))]})).await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_gpu_model",
+    )
+    .await;
+    let body = problem(
+        register(json!({"name": "n1", "gpus": [gpu("NVIDIA H100 80GB HBM3", true, json!([{"profile": "3g.40gb", "start": 2}]))]})).await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "mig_layout_invalid",
+    )
+    .await;
+    assert!(body["detail"].as_str().is_some_and(|d| d.contains("allowed starts are 0, 4")), "{body}");
+    problem(
+        register(json!({"name": "n1", "gpus": [gpu("A30-24GB", false, json!([{"profile": "4g.24gb", "start": 0}]))]}))
+            .await
+            .expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "mig_disabled",
+    )
+    .await;
+    let dup_uuid = json!({"name": "n1", "gpus": [{"index": 0, "uuid": nodes[0]["gpus"][0]["uuid"], "model": "A30-24GB", "mig_enabled": false}]});
+    problem(register(dup_uuid).await.expect("send"), StatusCode::CONFLICT, "already_exists").await;
+    let ok =
+        register(json!({"name": "n1", "gpus": [gpu("0x233010DE", true, json!([{"profile": "1g.10gb", "start": 6}]))]}))
+            .await
+            .expect("send");
+    assert_eq!(ok.status(), StatusCode::CREATED);
+    let node: Value = ok.json().await.expect("json");
+    assert_eq!(
+        (node["gpus"][0]["model"].as_str(), node["gpus"][0]["layout"][0]["start"].as_u64()),
+        (Some("H100-80GB"), Some(6))
+    );
+    let alice = app.user("alice", None).await;
+    problem(
+        app.call(Method::GET, "/api/v1/nodes", Some(&alice)).send().await.expect("send"),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn approvers_see_where_the_planner_would_place_a_request() {
+    let app = spawn_app().await;
+    let t = app.tenant("plan-team", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let req: Value = app.ask(&alice, &t, 2).await.json().await.expect("json");
+    let path = format!("/api/v1/requests/{}/placement", req["id"].as_str().expect("id"));
+    let plan: Value =
+        app.call(Method::GET, &path, Some(&app.admin)).send().await.expect("send").json().await.expect("json");
+    // demo-node-1/1 holds a free 1g.10gb at unit 6: it is handed out, and the second slice joins it there.
+    assert_eq!(plan["summary"]["placed"], 2, "{plan}");
+    assert!(
+        plan["placed"]
+            .as_array()
+            .expect("placed")
+            .iter()
+            .any(|s| s["gpu"] == "demo-node-1/1" && s["start"] == 6 && s["new"] == false),
+        "{plan}"
+    );
+    assert_eq!(plan["changed_gpus"].as_array().map(Vec::len), Some(1));
+    // With both H100s cordoned there is nowhere to go, and the plan says why.
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    for g in nodes[0]["gpus"].as_array().expect("gpus").iter().filter(|g| g["model"] == "H100-80GB") {
+        let r = app
+            .call(Method::POST, &format!("/api/v1/gpus/{}/cordon", g["id"].as_str().expect("id")), Some(&app.admin))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let plan: Value =
+        app.call(Method::GET, &path, Some(&alice)).send().await.expect("send").json().await.expect("json");
+    assert_eq!(plan["unplaced"][0]["code"], "all_matching_gpus_cordoned", "{plan}");
+    let whole: Value = app
+        .call(Method::POST, "/api/v1/requests", Some(&alice))
+        .json(&json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A30-24GB"}, "count": 1}))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let r = app
+        .call(Method::GET, &format!("/api/v1/requests/{}/placement", whole["id"].as_str().expect("id")), Some(&alice))
+        .send()
+        .await
+        .expect("send");
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "placement_not_planned").await;
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tessera_core::Catalog;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
 use tessera_core::request::{RequestState, SliceSpec};
-use tessera_server::store::{NewRequest, Role, Store, StoreError, Transition};
+use tessera_server::store::{NewGpu, NewRequest, Role, Store, StoreError, Transition};
 
 /// A store on a fresh database, dropped with it.
 struct TestDb {
@@ -105,6 +105,7 @@ conformance!(
     two_admins_approving_at_once_one_wins,
     tokens_resolve_to_their_user_and_memberships,
     a_retried_request_with_the_same_idempotency_key_creates_one_request,
+    nodes_are_registered_whole_and_gpus_cordoned,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -359,4 +360,28 @@ async fn a_retried_request_with_the_same_idempotency_key_creates_one_request(sto
     }
     assert_eq!((ids.len(), created), (1, 1), "eight retries, one request");
     assert_eq!(store.held(&t.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], MILLI);
+}
+
+async fn nodes_are_registered_whole_and_gpus_cordoned(store: &Store) {
+    let gpu = |index: u32, uuid: &str| NewGpu {
+        index,
+        uuid: uuid.to_string(),
+        model: "H100-80GB".to_string(),
+        mig_enabled: true,
+        layout: vec![tessera_core::layout::PlacedInstance { profile: "3g.40gb".into(), start: 4 }],
+    };
+    let node = store.register_node("gpu-a", &[gpu(0, "GPU-a0"), gpu(1, "GPU-a1")], "admin").await.expect("register");
+    // A second node reusing a GPU UUID is refused as a whole: no node, no GPU.
+    match store.register_node("gpu-b", &[gpu(0, "GPU-b0"), gpu(1, "GPU-a1")], "admin").await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "gpus.uuid"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(matches!(store.register_node("gpu-a", &[], "admin").await, Err(StoreError::Conflict { .. })));
+    let nodes = store.nodes().await.expect("nodes");
+    assert_eq!(nodes, vec![node.clone()]);
+    let cordoned = store.set_cordoned(&node.gpus[1].id, true, "admin").await.expect("cordon");
+    assert!(cordoned.cordoned && cordoned.layout == node.gpus[1].layout);
+    assert!(store.nodes().await.expect("nodes")[0].gpus[1].cordoned);
+    assert!(matches!(store.set_cordoned("nope", true, "admin").await, Err(StoreError::NotFound { .. })));
+    assert_eq!(store.audit(&format!("gpu/{}", node.gpus[1].id)).await.expect("audit")[0].action, "gpu.cordon");
 }

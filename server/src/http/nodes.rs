@@ -1,0 +1,172 @@
+//! Nodes and GPUs: registration by an admin (until node agents join by themselves), listing, cordoning; and the
+//! planner's placement for a request.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use tessera_core::layout::PlacedInstance;
+use tessera_core::planner::Plan;
+use utoipa::ToSchema;
+
+use super::auth::require_platform_admin;
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::services::fleet::{self, GpuReport};
+use crate::store::{Gpu, Node, Principal};
+
+/// A node to register.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewNode {
+    /// Unique name (host name).
+    pub name: String,
+    /// Its GPUs.
+    pub gpus: Vec<NewGpuBody>,
+}
+
+/// A GPU of a node to register.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewGpuBody {
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID (`GPU-...`).
+    pub uuid: String,
+    /// Model key, product name as NVML reports it, or PCI device id.
+    pub model: String,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// Current MIG instances.
+    #[serde(default)]
+    pub instances: Vec<PlacedInstance>,
+}
+
+/// A node and its GPUs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// GPUs, by index.
+    pub gpus: Vec<GpuView>,
+}
+
+/// A GPU.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GpuView {
+    /// Id.
+    pub id: String,
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID.
+    pub uuid: String,
+    /// Catalog model key.
+    pub model: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// Gets nothing new while cordoned.
+    pub cordoned: bool,
+    /// Current MIG instances.
+    pub layout: Vec<PlacedInstance>,
+    /// Bumped on every layout change.
+    pub layout_version: i64,
+}
+
+impl From<Gpu> for GpuView {
+    fn from(g: Gpu) -> Self {
+        GpuView {
+            id: g.id,
+            index: g.index,
+            uuid: g.uuid,
+            model: g.model,
+            mig_enabled: g.mig_enabled,
+            cordoned: g.cordoned,
+            layout: g.layout,
+            layout_version: g.layout_version,
+        }
+    }
+}
+
+impl From<Node> for NodeView {
+    fn from(n: Node) -> Self {
+        NodeView {
+            id: n.id,
+            name: n.name,
+            created_at_ms: n.created_at_ms,
+            gpus: n.gpus.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// Register a node and its GPUs (platform admins). Models are checked against the catalog and layouts against the
+/// MIG rules; nothing is stored unless all of it is valid.
+#[utoipa::path(post, path = "/api/v1/nodes", tag = "fleet", security(("token" = [])), request_body = NewNode,
+    responses((status = 201, body = NodeView), (status = 403, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn register_node(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewNode>,
+) -> Result<(StatusCode, ApiJson<NodeView>), ApiError> {
+    let gpus: Vec<GpuReport> = body
+        .gpus
+        .into_iter()
+        .map(|g| GpuReport {
+            index: g.index,
+            uuid: g.uuid,
+            model: g.model,
+            mig_enabled: g.mig_enabled,
+            instances: g.instances,
+        })
+        .collect();
+    let node = fleet::register(&state, &p, &body.name, &gpus).await?;
+    Ok((StatusCode::CREATED, ApiJson(node.into())))
+}
+
+/// Every node and GPU (platform admins).
+#[utoipa::path(get, path = "/api/v1/nodes", tag = "fleet", security(("token" = [])),
+    responses((status = 200, body = Vec<NodeView>), (status = 403, body = Problem)))]
+pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<NodeView>>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.nodes().await?.into_iter().map(Into::into).collect()))
+}
+
+/// Cordon a GPU: it gets nothing new (platform admins).
+#[utoipa::path(post, path = "/api/v1/gpus/{id}/cordon", tag = "fleet", security(("token" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn cordon_gpu(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<GpuView>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.set_cordoned(&id, true, &p.actor()).await?.into()))
+}
+
+/// Uncordon a GPU (platform admins).
+#[utoipa::path(post, path = "/api/v1/gpus/{id}/uncordon", tag = "fleet", security(("token" = [])), params(("id" = String, Path)),
+    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn uncordon_gpu(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<GpuView>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.set_cordoned(&id, false, &p.actor()).await?.into()))
+}
+
+/// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
+/// exact placements with the resulting layouts. Nothing is changed; approvers see this before approving.
+#[utoipa::path(get, path = "/api/v1/requests/{id}/placement", tag = "requests", security(("token" = [])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = Plan), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn request_placement(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Plan>, ApiError> {
+    Ok(ApiJson(fleet::placement(&state, &p, &id).await?))
+}

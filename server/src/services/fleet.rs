@@ -1,0 +1,114 @@
+//! The fleet: registering nodes and their GPUs (checked against the catalog and the MIG rules), cordoning, and
+//! asking the planner where a request would go.
+
+use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
+use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, Plan, PlanInput, plan};
+use tessera_core::request::SliceSpec;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::store::{NewGpu, Node, Principal};
+
+/// Most GPUs one node may have.
+pub const MAX_GPUS_PER_NODE: usize = 64;
+
+/// A GPU as reported at registration.
+#[derive(Debug, Clone)]
+pub struct GpuReport {
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID.
+    pub uuid: String,
+    /// Model key, product name or PCI device id.
+    pub model: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// Current MIG instances.
+    pub instances: Vec<PlacedInstance>,
+}
+
+fn valid_node_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// Checks a node's report against the catalog and the MIG rules and registers it; nothing is stored unless all of
+/// it is valid.
+pub async fn register(state: &AppState, p: &Principal, name: &str, gpus: &[GpuReport]) -> Result<Node, ApiError> {
+    crate::http::auth::require_platform_admin(p)?;
+    if !valid_node_name(name) {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            "a node name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
+        ));
+    }
+    if gpus.len() > MAX_GPUS_PER_NODE {
+        return Err(ApiError::invalid("too_many_gpus", format!("a node has at most {MAX_GPUS_PER_NODE} GPUs")));
+    }
+    let mut checked = Vec::with_capacity(gpus.len());
+    for g in gpus {
+        let at = format!("gpu {}", g.index);
+        if gpus.iter().filter(|o| o.index == g.index).count() > 1 {
+            return Err(ApiError::invalid("duplicate_gpu_index", format!("{at} is listed twice")));
+        }
+        if g.uuid.trim().is_empty() || g.uuid.len() > 128 {
+            return Err(ApiError::invalid("invalid_gpu_uuid", format!("{at}: a GPU UUID is 1-128 characters")));
+        }
+        let (model, _) = state.catalog.resolve(&g.model).ok_or_else(|| {
+            ApiError::invalid(
+                "unknown_gpu_model",
+                format!("{at}: `{}` is not a MIG-capable model in the catalog", g.model),
+            )
+        })?;
+        let layout = if g.mig_enabled {
+            let specs: Vec<InstanceSpec> =
+                g.instances.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
+            validate(model, &specs).map_err(|errors| {
+                let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                ApiError::invalid("mig_layout_invalid", format!("{at}: {list}"))
+            })?
+        } else if g.instances.is_empty() {
+            Vec::new()
+        } else {
+            return Err(ApiError::invalid("mig_disabled", format!("{at}: MIG is off, so it has no MIG instances")));
+        };
+        checked.push(NewGpu {
+            index: g.index,
+            uuid: g.uuid.trim().to_string(),
+            model: model.key.clone(),
+            mig_enabled: g.mig_enabled,
+            layout,
+        });
+    }
+    Ok(state.store.register_node(name, &checked, &p.actor()).await?)
+}
+
+/// Where the planner would put a request's slices on the fleet as it is now (nothing is changed). Instances are
+/// not yet tied to allocations, so every existing instance counts as free.
+pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Result<Plan, ApiError> {
+    let request = crate::services::requests::get(state, p, request_id).await?;
+    let SliceSpec::Mig { profile, model } = &request.spec else {
+        return Err(ApiError::invalid(
+            "placement_not_planned",
+            "placements are planned for MIG requests; time-slice, MPS and exclusive requests take whole GPUs",
+        ));
+    };
+    let nodes = state.store.nodes().await?;
+    let gpus: Vec<GpuInput> = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
+        .filter(|(_, g)| g.mig_enabled)
+        .map(|(n, g)| GpuInput {
+            id: format!("{}/{}", n.name, g.index),
+            model: g.model.clone(),
+            instances: g
+                .layout
+                .iter()
+                .map(|i| InstanceInput { profile: i.profile.clone(), start: i.start, in_use: false })
+                .collect(),
+            cordoned: g.cordoned,
+        })
+        .collect();
+    let demand = vec![DemandInput { profile: profile.clone(), count: request.count, model: model.clone() }];
+    plan(state.catalog, &PlanInput { gpus, demand }).map_err(|e| ApiError::invalid(e.code(), e.to_string()))
+}
