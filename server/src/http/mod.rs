@@ -5,7 +5,8 @@ pub mod auth;
 mod catalog;
 pub mod error;
 mod health;
-mod nodes;
+mod layouts;
+pub(crate) mod nodes;
 mod requests;
 mod tenants;
 
@@ -40,6 +41,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         (name = "tenants", description = "Tenants and quotas"),
         (name = "requests", description = "Slice requests and approvals"),
         (name = "fleet", description = "Nodes and GPUs"),
+        (name = "layouts", description = "MIG layout proposals"),
     )
 )]
 struct ApiDoc;
@@ -74,6 +76,10 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::register_node, nodes::list_nodes))
         .routes(routes!(nodes::cordon_gpu))
         .routes(routes!(nodes::uncordon_gpu))
+        .routes(routes!(layouts::set_auto_layout))
+        .routes(routes!(layouts::list_layouts))
+        .routes(routes!(layouts::approve_layout))
+        .routes(routes!(layouts::reject_layout))
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -73,6 +73,8 @@ pub struct GpuView {
     pub layout: Vec<PlacedInstance>,
     /// Bumped on every layout change.
     pub layout_version: i64,
+    /// Layout changes apply without an admin's approval.
+    pub auto_layout: bool,
 }
 
 impl From<Gpu> for GpuView {
@@ -86,6 +88,7 @@ impl From<Gpu> for GpuView {
             cordoned: g.cordoned,
             layout: g.layout,
             layout_version: g.layout_version,
+            auto_layout: g.auto_layout,
         }
     }
 }

@@ -194,11 +194,37 @@ pub async fn get_request(
     Ok(with_etag(StatusCode::OK, requests::get(&state, &p, &id).await?))
 }
 
-/// Approve a pending request (platform admins). Send the `ETag` you saw as `If-Match`.
+/// What an approval did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalView {
+    /// The request, now approved.
+    pub request: RequestView,
+    /// The exact instances reserved for its slices.
+    pub reservations: Vec<ReservationView>,
+    /// Layout changes it needs: `proposed` (waiting for an admin) or `approved` (GPUs with auto-layout).
+    pub layout_proposals: Vec<super::layouts::LayoutView>,
+}
+
+/// An instance reserved for one slice.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReservationView {
+    /// GPU id.
+    pub gpu: String,
+    /// Profile name.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// Whether the instance is created by a layout change (else it exists and was free).
+    pub new: bool,
+}
+
+/// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout
+/// changes it needs become proposals (or apply at once on auto-layout GPUs). Send the `ETag` you saw as `If-Match`.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = [])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
-    responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
-        (status = 409, body = Problem, description = "version_conflict or request_invalid_transition")))]
+    responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem,
+            description = "version_conflict, request_invalid_transition, no_capacity or plan_stale")))]
 pub async fn approve_request(
     State(state): State<AppState>,
     p: Principal,
@@ -206,7 +232,20 @@ pub async fn approve_request(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
-    Ok(with_etag(StatusCode::OK, requests::act(&state, &p, &id, Action::Approve, version, None).await?))
+    let approval = crate::services::approvals::approve(&state, &p, &id, version).await?;
+    let tag = etag(approval.request.version);
+    let view = ApprovalView {
+        reservations: approval
+            .reservations
+            .into_iter()
+            .map(|r| ReservationView { gpu: r.gpu_id, profile: r.profile, start: r.start, new: r.change.is_some() })
+            .collect(),
+        layout_proposals: approval.proposals.into_iter().map(Into::into).collect(),
+        request: approval.request.into(),
+    };
+    let mut response = ApiJson(view).into_response();
+    response.headers_mut().insert(header::ETAG, tag);
+    Ok(response)
 }
 
 /// Reject a pending request with a reason (platform admins).

@@ -1,5 +1,6 @@
 //! Business logic between the HTTP handlers and the store: each service runs the core's rules and the store's
 //! transactions for one kind of object.
 
+pub mod approvals;
 pub mod fleet;
 pub mod requests;

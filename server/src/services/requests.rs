@@ -13,11 +13,9 @@ pub const MAX_COUNT: u32 = 1000;
 /// Longest `Idempotency-Key` accepted.
 pub const MAX_IDEMPOTENCY_KEY: usize = 200;
 
-/// What an admin or a tenant does to a request.
+/// What an admin or a tenant does to a request (approval, which places it, is in `approvals`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Admin: pending -> approved.
-    Approve,
     /// Admin: pending -> rejected, with a reason.
     Reject,
     /// Tenant: withdraw before it is active.
@@ -90,10 +88,9 @@ pub async fn act(
 ) -> Result<SliceRequest, ApiError> {
     let request = get(state, p, id).await?;
     let to = match action {
-        Action::Approve | Action::Reject if !p.user.platform_admin => {
+        Action::Reject if !p.user.platform_admin => {
             return Err(ApiError::Forbidden("only platform admins approve or reject requests".to_string()));
         }
-        Action::Approve => RequestState::Approved,
         Action::Reject => RequestState::Rejected,
         Action::Cancel => RequestState::Cancelled,
     };

@@ -153,6 +153,86 @@ pub struct Gpu {
     pub layout: Vec<tessera_core::layout::PlacedInstance>,
     /// Bumped on every layout change.
     pub layout_version: i64,
+    /// Layout changes for this GPU apply without an admin's approval.
+    pub auto_layout: bool,
+}
+
+/// A slice of a request bound to an exact MIG instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// UUIDv7.
+    pub id: String,
+    /// The request it serves.
+    pub request_id: String,
+    /// The request's tenant.
+    pub tenant_id: String,
+    /// The GPU.
+    pub gpu_id: String,
+    /// Profile name.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// `reserved` (approved, not in use yet), `active` or `released`.
+    pub state: String,
+    /// The layout proposal that creates its instance, when it does not exist yet.
+    pub proposal_id: Option<String>,
+}
+
+/// A new layout for one GPU, waiting for an admin or already decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayoutProposal {
+    /// UUIDv7.
+    pub id: String,
+    /// The GPU.
+    pub gpu_id: String,
+    /// The GPU's layout version it was planned on; it applies only on that version.
+    pub base_version: i64,
+    /// The complete new layout.
+    pub layout: Vec<PlacedInstance>,
+    /// Instances it creates.
+    pub created: Vec<PlacedInstance>,
+    /// Instances it destroys (never one in use).
+    pub destroyed: Vec<PlacedInstance>,
+    /// `proposed`, `approved` or `rejected`.
+    pub state: String,
+    /// Why it was rejected.
+    pub reason: String,
+    /// Who caused it (the approver of the request).
+    pub created_by: String,
+    /// Who decided it.
+    pub decided_by: Option<String>,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// A layout change an approval needs.
+#[derive(Debug, Clone)]
+pub struct LayoutChange {
+    /// The GPU.
+    pub gpu_id: String,
+    /// Its layout version the plan is based on.
+    pub base_version: i64,
+    /// The complete new layout.
+    pub layout: Vec<PlacedInstance>,
+    /// Instances created.
+    pub created: Vec<PlacedInstance>,
+    /// Instances destroyed.
+    pub destroyed: Vec<PlacedInstance>,
+    /// Apply now (the GPU has auto-layout) rather than propose.
+    pub auto_apply: bool,
+}
+
+/// An instance an approval reserves for one slice.
+#[derive(Debug, Clone)]
+pub struct Reservation {
+    /// The GPU.
+    pub gpu_id: String,
+    /// Profile name.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// Index into the approval's changes of the one that creates the instance, if it does not exist yet.
+    pub change: Option<usize>,
 }
 
 /// A GPU to register.
@@ -190,6 +270,8 @@ pub struct NewRequest<'a> {
     /// `(user id, Idempotency-Key)`: a retry with the same key returns the first request instead of a new one.
     pub idempotency: Option<(&'a str, &'a str)>,
 }
+
+use tessera_core::layout::PlacedInstance;
 
 /// Which requests to list, oldest first.
 #[derive(Debug, Clone, Copy)]
@@ -318,11 +400,11 @@ pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreEr
         .collect()
 }
 
-/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version)`.
-pub(crate) type GpuRow = (String, String, i64, String, String, bool, bool, String, i64);
+/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version, auto_layout)`.
+pub(crate) type GpuRow = (String, String, i64, String, String, bool, bool, String, i64, bool);
 
 pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
-    let (id, node_id, index, uuid, model, mig_enabled, cordoned, layout, layout_version) = row;
+    let (id, node_id, index, uuid, model, mig_enabled, cordoned, layout, layout_version, auto_layout) = row;
     Ok(Gpu {
         id,
         node_id,
@@ -331,9 +413,54 @@ pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
         model,
         mig_enabled,
         cordoned,
-        layout: serde_json::from_str(&layout).map_err(|e| StoreError::Corrupt(format!("gpu layout: {e}")))?,
+        layout: layout_from(&layout)?,
         layout_version,
+        auto_layout,
     })
+}
+
+pub(crate) fn layout_from(text: &str) -> Result<Vec<PlacedInstance>, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("layout: {e}")))
+}
+
+/// A proposal row: `(id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by,
+/// created_at_ms)`.
+pub(crate) type ProposalRow =
+    (String, String, i64, String, String, String, String, String, String, Option<String>, i64);
+
+pub(crate) fn proposal_from(row: ProposalRow) -> Result<LayoutProposal, StoreError> {
+    let (id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by, created_at_ms) =
+        row;
+    Ok(LayoutProposal {
+        id,
+        gpu_id,
+        base_version,
+        layout: layout_from(&layout)?,
+        created: layout_from(&created)?,
+        destroyed: layout_from(&destroyed)?,
+        state,
+        reason,
+        created_by,
+        decided_by,
+        created_at_ms,
+    })
+}
+
+/// An allocation row: `(id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id)`.
+pub(crate) type AllocationRow = (String, String, String, String, String, i64, String, Option<String>);
+
+pub(crate) fn allocation_from(row: AllocationRow) -> Allocation {
+    let (id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id) = row;
+    Allocation {
+        id,
+        request_id,
+        tenant_id,
+        gpu_id,
+        profile,
+        start: u8::try_from(start).unwrap_or(u8::MAX),
+        state,
+        proposal_id,
+    }
 }
 
 /// Groups GPUs under their nodes.
@@ -596,6 +723,7 @@ impl Store {
                     cordoned: false,
                     layout: g.layout.clone(),
                     layout_version: 1,
+                    auto_layout: false,
                 })
                 .collect(),
         };
@@ -617,8 +745,64 @@ impl Store {
     /// Cordons or uncordons a GPU; returns it.
     pub async fn set_cordoned(&self, gpu_id: &str, cordoned: bool, actor: &str) -> Result<Gpu, StoreError> {
         match self {
-            Store::Sqlite(p) => sqlite::fleet::set_cordoned(p, gpu_id, cordoned, actor).await,
-            Store::Postgres(p) => postgres::fleet::set_cordoned(p, gpu_id, cordoned, actor).await,
+            Store::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
+            Store::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
+        }
+    }
+
+    /// Approves a request with its placement, in one transaction: the request moves to approved (version
+    /// checked), each layout change becomes a proposal (or is applied, on auto-layout GPUs, if the GPU's layout
+    /// version is still the one planned on), and each slice reserves its exact instance. Fails with a conflict, and
+    /// changes nothing, if the request, a GPU's layout, an open proposal or a reserved instance changed meanwhile.
+    pub async fn approve_request(
+        &self,
+        t: Transition<'_>,
+        changes: &[LayoutChange],
+        reservations: &[Reservation],
+    ) -> Result<(SliceRequest, Vec<LayoutProposal>), StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::layouts::approve_request(p, t, changes, reservations).await,
+            Store::Postgres(p) => postgres::layouts::approve_request(p, t, changes, reservations).await,
+        }
+    }
+
+    /// Allocations that hold their instance (reserved or active).
+    pub async fn live_allocations(&self) -> Result<Vec<Allocation>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::layouts::live_allocations(p).await,
+            Store::Postgres(p) => postgres::layouts::live_allocations(p).await,
+        }
+    }
+
+    /// Layout proposals, newest first, optionally only in one state.
+    pub async fn proposals(&self, state: Option<&str>) -> Result<Vec<LayoutProposal>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::layouts::proposals(p, state).await,
+            Store::Postgres(p) => postgres::layouts::proposals(p, state).await,
+        }
+    }
+
+    /// Approves a proposal (applies the layout if the GPU is still on the version planned on and nothing it
+    /// destroys is in use) or rejects it (its reserved allocations are released and their requests fail, with the
+    /// reason).
+    pub async fn decide_proposal(
+        &self,
+        id: &str,
+        approve: bool,
+        reason: &str,
+        actor: &str,
+    ) -> Result<LayoutProposal, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::layouts::decide_proposal(p, id, approve, reason, actor).await,
+            Store::Postgres(p) => postgres::layouts::decide_proposal(p, id, approve, reason, actor).await,
+        }
+    }
+
+    /// Turns auto-layout on or off for a GPU.
+    pub async fn set_auto_layout(&self, gpu_id: &str, enabled: bool, actor: &str) -> Result<Gpu, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
+            Store::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
         }
     }
 

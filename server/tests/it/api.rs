@@ -485,6 +485,137 @@ async fn approvers_see_where_the_planner_would_place_a_request() {
     problem(r, StatusCode::UNPROCESSABLE_ENTITY, "placement_not_planned").await;
 }
 
+#[tokio::test]
+async fn approval_places_slices_and_layout_changes_wait_for_an_admin() {
+    let app = spawn_app().await;
+    let t = app.tenant("flow", json!({})).await;
+    app.quota(&t, json!({"compute_slices": 100})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let ask = |profile: &str, model: &str, count: u32| {
+        let body = json!({"tenant": t, "spec": {"mode": "mig", "profile": profile, "model": model}, "count": count});
+        app.call(Method::POST, "/api/v1/requests", Some(&alice)).json(&body).send()
+    };
+    let approve =
+        |id: String| app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin)).send();
+    let id_of = |v: &Value| v["id"].as_str().expect("id").to_string();
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let gpu_id = |i: usize| nodes[0]["gpus"][i]["id"].as_str().expect("gpu id").to_string();
+
+    // A 4g needs a new instance: the empty H100 (gpu 0) gets a proposal; the slice is reserved on it.
+    let big: Value = ask("4g.40gb", "H100-80GB", 1).await.expect("send").json().await.expect("json");
+    let r = approve(id_of(&big)).await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let approval: Value = r.json().await.expect("json");
+    assert_eq!(approval["request"]["state"], "approved");
+    assert_eq!(approval["reservations"], json!([{"gpu": gpu_id(0), "profile": "4g.40gb", "start": 0, "new": true}]));
+    assert_eq!(approval["layout_proposals"][0]["state"], "proposed");
+    let proposal = approval["layout_proposals"][0]["id"].as_str().expect("id").to_string();
+
+    // While gpu 0 has an open proposal it takes nothing new: a 2g goes to gpu 1's free units, proposed there.
+    let small: Value = ask("2g.20gb", "H100-80GB", 1).await.expect("send").json().await.expect("json");
+    let approval: Value = approve(id_of(&small)).await.expect("send").json().await.expect("json");
+    assert_eq!(approval["reservations"][0]["gpu"], gpu_id(1), "{approval}");
+    let second = approval["layout_proposals"][0]["id"].as_str().expect("id").to_string();
+    let open: Value = app
+        .call(Method::GET, "/api/v1/layouts?state=proposed", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(open.as_array().map(Vec::len), Some(2));
+
+    // Approving the first applies it; rejecting the second fails the request that waited for it.
+    let r = app
+        .call(Method::POST, &format!("/api/v1/layouts/{proposal}/approve"), Some(&app.admin))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        (nodes[0]["gpus"][0]["layout"].clone(), nodes[0]["gpus"][0]["layout_version"].clone()),
+        (json!([{"profile": "4g.40gb", "start": 0}]), json!(2))
+    );
+    let r = app
+        .call(Method::POST, &format!("/api/v1/layouts/{second}/reject"), Some(&app.admin))
+        .json(&json!({"reason": ""}))
+        .send()
+        .await
+        .expect("send");
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "reason_required").await;
+    let r = app
+        .call(Method::POST, &format!("/api/v1/layouts/{second}/reject"), Some(&app.admin))
+        .json(&json!({"reason": "maintenance"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let failed: Value = app
+        .call(Method::GET, &format!("/api/v1/requests/{}", id_of(&small)), Some(&alice))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(failed["state"], "failed");
+    assert!(failed["reason"].as_str().is_some_and(|r| r.contains("maintenance")));
+
+    // On a GPU with auto-layout the change applies at once.
+    let r = app
+        .call(Method::PUT, &format!("/api/v1/gpus/{}/auto-layout", gpu_id(2)), Some(&app.admin))
+        .json(&json!({"enabled": true}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let a100: Value = ask("3g.20gb", "A100-40GB", 1).await.expect("send").json().await.expect("json");
+    let approval: Value = approve(id_of(&a100)).await.expect("send").json().await.expect("json");
+    assert_eq!(
+        (approval["layout_proposals"][0]["state"].as_str(), approval["layout_proposals"][0]["decided_by"].as_str()),
+        (Some("approved"), Some("auto-layout"))
+    );
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(nodes[0]["gpus"][2]["layout"].as_array().map(Vec::len), Some(1));
+
+    // More than the fleet holds: refused with the planner's reason, the request stays pending.
+    let huge: Value = ask("7g.80gb", "H100-80GB", 3).await.expect("send").json().await.expect("json");
+    let body = problem(approve(id_of(&huge)).await.expect("send"), StatusCode::CONFLICT, "no_capacity").await;
+    assert!(body["detail"].as_str().is_some_and(|d| d.contains("7g.80gb")), "{body}");
+    let still: Value = app
+        .call(Method::GET, &format!("/api/v1/requests/{}", id_of(&huge)), Some(&alice))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(still["state"], "pending");
+}
+
 #[test]
 fn the_checked_in_openapi_matches_the_code() {
     let generated = tessera_server::http::openapi().to_pretty_json().expect("json");

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use tessera_core::Catalog;
+use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
 use tessera_core::request::{RequestState, SliceSpec};
-use tessera_server::store::{NewGpu, NewRequest, Role, Store, StoreError, Transition};
+use tessera_server::store::{LayoutChange, NewGpu, NewRequest, Reservation, Role, Store, StoreError, Transition};
 
 /// A store on a fresh database, dropped with it.
 struct TestDb {
@@ -106,6 +107,8 @@ conformance!(
     tokens_resolve_to_their_user_and_memberships,
     a_retried_request_with_the_same_idempotency_key_creates_one_request,
     nodes_are_registered_whole_and_gpus_cordoned,
+    approvals_reserve_exact_instances_and_propose_layouts,
+    decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -383,5 +386,117 @@ async fn nodes_are_registered_whole_and_gpus_cordoned(store: &Store) {
     assert!(cordoned.cordoned && cordoned.layout == node.gpus[1].layout);
     assert!(store.nodes().await.expect("nodes")[0].gpus[1].cordoned);
     assert!(matches!(store.set_cordoned("nope", true, "admin").await, Err(StoreError::NotFound { .. })));
-    assert_eq!(store.audit(&format!("gpu/{}", node.gpus[1].id)).await.expect("audit")[0].action, "gpu.cordon");
+    assert_eq!(store.audit(&format!("gpu/{}", node.gpus[1].id)).await.expect("audit")[0].action, "gpu.cordoned.on");
+}
+
+fn inst(profile: &str, start: u8) -> PlacedInstance {
+    PlacedInstance { profile: profile.into(), start }
+}
+
+async fn one_h100(store: &Store, name: &str) -> tessera_server::store::Gpu {
+    let gpu = NewGpu {
+        index: 0,
+        uuid: format!("GPU-{name}"),
+        model: "H100-80GB".into(),
+        mig_enabled: true,
+        layout: vec![inst("1g.10gb", 6)],
+    };
+    store.register_node(name, &[gpu], "admin").await.expect("node").gpus.remove(0)
+}
+
+fn approve<'a>(id: &'a str, version: i64) -> Transition<'a> {
+    Transition { id, expected_version: Some(version), to: RequestState::Approved, reason: None, actor: "admin" }
+}
+
+async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
+    let gpu = one_h100(store, "node-x").await;
+    let t = store.create_tenant("alloc", POLICY, "admin").await.expect("tenant");
+    let r1 = request(store, &t.id, &h100_1g(), 2).await.expect("r1");
+    let change = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: gpu.layout_version,
+        layout: vec![inst("1g.10gb", 5), inst("1g.10gb", 6)],
+        created: vec![inst("1g.10gb", 5)],
+        destroyed: vec![],
+        auto_apply: false,
+    };
+    let reservations = [
+        Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None },
+        Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 5, change: Some(0) },
+    ];
+    let (approved, proposals) =
+        store.approve_request(approve(&r1.id, 1), std::slice::from_ref(&change), &reservations).await.expect("approve");
+    assert_eq!((approved.state, approved.version), (RequestState::Approved, 2));
+    assert_eq!(proposals.len(), 1);
+    assert_eq!((proposals[0].state.as_str(), proposals[0].created.clone()), ("proposed", vec![inst("1g.10gb", 5)]));
+    let live = store.live_allocations().await.expect("live");
+    assert_eq!(live.len(), 2);
+    assert!(live.iter().any(|a| a.start == 5 && a.proposal_id.as_deref() == Some(proposals[0].id.as_str())));
+
+    // Another request planned on the same instance is refused whole: still pending, nothing reserved.
+    let r2 = request(store, &t.id, &h100_1g(), 1).await.expect("r2");
+    let same = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
+    match store.approve_request(approve(&r2.id, 1), &[], &same).await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "allocations_live_instance"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(store.request(&r2.id).await.expect("r2").state, RequestState::Pending);
+    // A second open proposal for the GPU is refused too.
+    let free = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 4, change: Some(0) }];
+    match store.approve_request(approve(&r2.id, 1), std::slice::from_ref(&change), &free).await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "layout_proposals_open"),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(store.live_allocations().await.expect("live").len(), 2);
+
+    let decided = store.decide_proposal(&proposals[0].id, true, "", "admin:ann").await.expect("approve layout");
+    assert_eq!((decided.state.as_str(), decided.decided_by.as_deref()), ("approved", Some("admin:ann")));
+    let gpu_now = store.nodes().await.expect("nodes").remove(0).gpus.remove(0);
+    assert_eq!((gpu_now.layout, gpu_now.layout_version), (change.layout.clone(), 2));
+    assert!(matches!(
+        store.decide_proposal(&proposals[0].id, false, "late", "admin").await,
+        Err(StoreError::Conflict { .. })
+    ));
+    assert_eq!(store.proposals(Some("proposed")).await.expect("open"), vec![]);
+}
+
+async fn decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests(store: &Store) {
+    let gpu = one_h100(store, "node-y").await;
+    let t = store.create_tenant("decide", POLICY, "admin").await.expect("tenant");
+    // r1 holds the existing 1g at unit 6.
+    let r1 = request(store, &t.id, &h100_1g(), 1).await.expect("r1");
+    let hold = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
+    store.approve_request(approve(&r1.id, 1), &[], &hold).await.expect("r1 approved");
+    // r2 waits for a proposal that (wrongly) destroys it: approving that layout must be refused.
+    let r2 = request(store, &t.id, &SliceSpec::Mig { profile: "7g.80gb".into(), model: Some("H100-80GB".into()) }, 1)
+        .await
+        .expect("r2");
+    let bad = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: 1,
+        layout: vec![inst("7g.80gb", 0)],
+        created: vec![inst("7g.80gb", 0)],
+        destroyed: vec![inst("1g.10gb", 6)],
+        auto_apply: false,
+    };
+    let waits = [Reservation { gpu_id: gpu.id.clone(), profile: "7g.80gb".into(), start: 0, change: Some(0) }];
+    let (_, proposals) = store.approve_request(approve(&r2.id, 1), &[bad], &waits).await.expect("r2 approved");
+    match store.decide_proposal(&proposals[0].id, true, "", "admin").await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "instance_in_use"),
+        other => panic!("expected instance_in_use, got {other:?}"),
+    }
+    // Rejecting it releases r2's reservation and fails r2 with the reason; r1 keeps its instance.
+    let rejected =
+        store.decide_proposal(&proposals[0].id, false, "would destroy a busy instance", "admin").await.expect("reject");
+    assert_eq!(rejected.state, "rejected");
+    let r2_now = store.request(&r2.id).await.expect("r2");
+    assert_eq!(r2_now.state, RequestState::Failed);
+    assert!(r2_now.reason.contains("would destroy a busy instance"), "{}", r2_now.reason);
+    let live = store.live_allocations().await.expect("live");
+    assert_eq!(live.iter().map(|a| (a.request_id.as_str(), a.start)).collect::<Vec<_>>(), vec![(r1.id.as_str(), 6)]);
+    assert_eq!(
+        store.held(&t.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")],
+        MILLI,
+        "r2 no longer holds quota"
+    );
 }

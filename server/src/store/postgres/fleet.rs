@@ -5,7 +5,8 @@ use sqlx::PgPool;
 use super::{audit_insert, ms, ts};
 use crate::store::{Gpu, GpuRow, Node, StoreError, gpu_from, nodes_from, on_constraint, to_json};
 
-const GPU_FIELDS: &str = "id, node_id, idx::bigint, uuid, model, mig_enabled, cordoned, layout::text, layout_version";
+const GPU_FIELDS: &str =
+    "id, node_id, idx::bigint, uuid, model, mig_enabled, cordoned, layout::text, layout_version, auto_layout";
 
 pub(crate) async fn register_node(pool: &PgPool, node: &Node, actor: &str) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
@@ -49,17 +50,32 @@ pub(crate) async fn nodes(pool: &PgPool) -> Result<Vec<Node>, StoreError> {
     Ok(nodes_from(nodes, gpus))
 }
 
-pub(crate) async fn set_cordoned(pool: &PgPool, gpu_id: &str, cordoned: bool, actor: &str) -> Result<Gpu, StoreError> {
+pub(crate) async fn set_flag(
+    pool: &PgPool,
+    gpu_id: &str,
+    flag: &str,
+    value: bool,
+    actor: &str,
+) -> Result<Gpu, StoreError> {
     let mut tx = pool.begin().await?;
     let row: Option<GpuRow> =
-        sqlx::query_as(&format!("UPDATE gpus SET cordoned = $1 WHERE id = $2 RETURNING {GPU_FIELDS}"))
-            .bind(cordoned)
+        sqlx::query_as(&format!("UPDATE gpus SET {} = $1 WHERE id = $2 RETURNING {GPU_FIELDS}", column(flag)?))
+            .bind(value)
             .bind(gpu_id)
             .fetch_optional(&mut *tx)
             .await?;
     let row = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
-    let action = if cordoned { "gpu.cordon" } else { "gpu.uncordon" };
-    audit_insert(&mut tx, actor, action, &format!("gpu/{gpu_id}"), None, None).await?;
+    let action = format!("gpu.{flag}.{}", if value { "on" } else { "off" });
+    audit_insert(&mut tx, actor, &action, &format!("gpu/{gpu_id}"), None, None).await?;
     tx.commit().await?;
     gpu_from(row)
+}
+
+/// The column behind a GPU flag; only known flags reach SQL.
+fn column(flag: &str) -> Result<&'static str, StoreError> {
+    match flag {
+        "cordoned" => Ok("cordoned"),
+        "auto_layout" => Ok("auto_layout"),
+        other => Err(StoreError::Corrupt(format!("unknown GPU flag {other}"))),
+    }
 }

@@ -395,3 +395,4 @@ pub(super) async fn list_requests(pool: &PgPool, f: RequestFilter<'_>) -> Result
     query.fetch_all(pool).await?.into_iter().map(request_from).collect()
 }
 pub(super) mod fleet;
+pub(super) mod layouts;

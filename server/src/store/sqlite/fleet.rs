@@ -5,7 +5,7 @@ use sqlx::SqlitePool;
 use super::audit_insert;
 use crate::store::{Gpu, GpuRow, Node, StoreError, gpu_from, nodes_from, on_constraint, to_json};
 
-const GPU_FIELDS: &str = "id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version";
+const GPU_FIELDS: &str = "id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version, auto_layout";
 
 pub(crate) async fn register_node(pool: &SqlitePool, node: &Node, actor: &str) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
@@ -47,15 +47,16 @@ pub(crate) async fn nodes(pool: &SqlitePool) -> Result<Vec<Node>, StoreError> {
     Ok(nodes_from(nodes, gpus))
 }
 
-pub(crate) async fn set_cordoned(
+pub(crate) async fn set_flag(
     pool: &SqlitePool,
     gpu_id: &str,
-    cordoned: bool,
+    flag: &str,
+    value: bool,
     actor: &str,
 ) -> Result<Gpu, StoreError> {
     let mut tx = pool.begin().await?;
-    let done = sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2")
-        .bind(cordoned)
+    let done = sqlx::query(&format!("UPDATE gpus SET {} = $1 WHERE id = $2", column(flag)?))
+        .bind(value)
         .bind(gpu_id)
         .execute(&mut *tx)
         .await?;
@@ -66,8 +67,17 @@ pub(crate) async fn set_cordoned(
         .bind(gpu_id)
         .fetch_one(&mut *tx)
         .await?;
-    let action = if cordoned { "gpu.cordon" } else { "gpu.uncordon" };
-    audit_insert(&mut tx, actor, action, &format!("gpu/{gpu_id}"), None, None).await?;
+    let action = format!("gpu.{flag}.{}", if value { "on" } else { "off" });
+    audit_insert(&mut tx, actor, &action, &format!("gpu/{gpu_id}"), None, None).await?;
     tx.commit().await?;
     gpu_from(row)
+}
+
+/// The column behind a GPU flag; only known flags reach SQL.
+fn column(flag: &str) -> Result<&'static str, StoreError> {
+    match flag {
+        "cordoned" => Ok("cordoned"),
+        "auto_layout" => Ok("auto_layout"),
+        other => Err(StoreError::Corrupt(format!("unknown GPU flag {other}"))),
+    }
 }

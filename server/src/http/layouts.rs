@@ -1,0 +1,141 @@
+//! Layout proposals: what approvals need changed on a GPU, for an admin to approve or reject; and per-GPU
+//! auto-layout.
+
+use axum::extract::{Path, Query, State};
+use serde::{Deserialize, Serialize};
+use tessera_core::layout::PlacedInstance;
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::require_platform_admin;
+use super::error::{ApiError, ApiJson, Problem};
+use super::nodes::GpuView;
+use crate::app::AppState;
+use crate::services::approvals;
+use crate::store::{LayoutProposal, Principal};
+
+/// A layout proposal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LayoutView {
+    /// Id.
+    pub id: String,
+    /// GPU id.
+    pub gpu: String,
+    /// The GPU layout version it applies to.
+    pub base_version: i64,
+    /// The complete new layout.
+    pub layout: Vec<PlacedInstance>,
+    /// Instances it creates.
+    pub created: Vec<PlacedInstance>,
+    /// Instances it destroys (never one in use).
+    pub destroyed: Vec<PlacedInstance>,
+    /// `proposed`, `approved` or `rejected`.
+    pub state: String,
+    /// Why it was rejected.
+    pub reason: String,
+    /// Who caused it.
+    pub created_by: String,
+    /// Who decided it (`auto-layout` when applied automatically).
+    pub decided_by: Option<String>,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+impl From<LayoutProposal> for LayoutView {
+    fn from(p: LayoutProposal) -> Self {
+        LayoutView {
+            id: p.id,
+            gpu: p.gpu_id,
+            base_version: p.base_version,
+            layout: p.layout,
+            created: p.created,
+            destroyed: p.destroyed,
+            state: p.state,
+            reason: p.reason,
+            created_by: p.created_by,
+            decided_by: p.decided_by,
+            created_at_ms: p.created_at_ms,
+        }
+    }
+}
+
+/// Filter.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LayoutQuery {
+    /// `proposed`, `approved` or `rejected`.
+    pub state: Option<String>,
+}
+
+/// A rejection.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectLayout {
+    /// Why (required).
+    pub reason: String,
+}
+
+/// Turning auto-layout on or off.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AutoLayout {
+    /// Apply layout changes for this GPU without an admin's approval.
+    pub enabled: bool,
+}
+
+/// Layout proposals, newest first (platform admins).
+#[utoipa::path(get, path = "/api/v1/layouts", tag = "layouts", security(("token" = [])), params(LayoutQuery),
+    responses((status = 200, body = Vec<LayoutView>), (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn list_layouts(
+    State(state): State<AppState>,
+    p: Principal,
+    Query(q): Query<LayoutQuery>,
+) -> Result<ApiJson<Vec<LayoutView>>, ApiError> {
+    require_platform_admin(&p)?;
+    if let Some(s) = &q.state
+        && !["proposed", "approved", "rejected"].contains(&s.as_str())
+    {
+        return Err(ApiError::invalid("invalid_state", "state is proposed, approved or rejected"));
+    }
+    Ok(ApiJson(state.store.proposals(q.state.as_deref()).await?.into_iter().map(Into::into).collect()))
+}
+
+/// Approve a layout proposal: the GPU's layout changes (platform admins).
+#[utoipa::path(post, path = "/api/v1/layouts/{id}/approve", tag = "layouts", security(("token" = [])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem, description = "layout_stale, instance_in_use or proposal_decided")))]
+pub async fn approve_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<LayoutView>, ApiError> {
+    Ok(ApiJson(approvals::decide_layout(&state, &p, &id, true, "").await?.into()))
+}
+
+/// Reject a layout proposal with a reason; requests waiting for it fail (platform admins).
+#[utoipa::path(post, path = "/api/v1/layouts/{id}/reject", tag = "layouts", security(("token" = [])),
+    params(("id" = String, Path)), request_body = RejectLayout,
+    responses((status = 200, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem), (status = 422, body = Problem)))]
+pub async fn reject_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RejectLayout>,
+) -> Result<ApiJson<LayoutView>, ApiError> {
+    Ok(ApiJson(approvals::decide_layout(&state, &p, &id, false, &body.reason).await?.into()))
+}
+
+/// Turn auto-layout on or off for a GPU (platform admins).
+#[utoipa::path(put, path = "/api/v1/gpus/{id}/auto-layout", tag = "fleet", security(("token" = [])),
+    params(("id" = String, Path)), request_body = AutoLayout,
+    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn set_auto_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AutoLayout>,
+) -> Result<ApiJson<GpuView>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.set_auto_layout(&id, body.enabled, &p.actor()).await?.into()))
+}

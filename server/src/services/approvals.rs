@@ -1,0 +1,129 @@
+//! Approving a request: the planner chooses exact instances on the fleet as it is (instances with a live
+//! allocation are in use and never destroyed; GPUs with an undecided layout proposal take no new instances), and the
+//! store commits the approval, the reservations and the layout changes in one transaction. Layout changes wait for
+//! an admin unless the GPU has auto-layout. If the fleet changed between planning and committing, nothing is written
+//! and the caller is told to approve again.
+
+use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
+use tessera_core::request::{RequestState, SliceSpec};
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::store::{LayoutChange, LayoutProposal, Principal, Reservation, SliceRequest, StoreError, Transition};
+
+/// What an approval did.
+#[derive(Debug, Clone)]
+pub struct Approval {
+    /// The request, now approved.
+    pub request: SliceRequest,
+    /// The instances reserved for it.
+    pub reservations: Vec<Reservation>,
+    /// The layout changes it needs (approved already on auto-layout GPUs).
+    pub proposals: Vec<LayoutProposal>,
+}
+
+const STALE: [&str; 3] = ["gpu_layout_version", "layout_proposals_open", "allocations_live_instance"];
+
+/// Approves a pending request (platform admins), placing MIG slices through the planner.
+pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option<i64>) -> Result<Approval, ApiError> {
+    crate::http::auth::require_platform_admin(p)?;
+    let request = crate::services::requests::get(state, p, id).await?;
+    let actor = p.actor();
+    let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor: &actor };
+    let SliceSpec::Mig { profile, model } = &request.spec else {
+        // Whole-GPU sharing (exclusive, time-slice, MPS) is placed when the node agent provisions it.
+        let request = state.store.transition(t).await?;
+        return Ok(Approval { request, reservations: vec![], proposals: vec![] });
+    };
+    // Fail fast, before planning, when the request is not pending.
+    request.state.transition(RequestState::Approved).map_err(StoreError::from)?;
+    let nodes = state.store.nodes().await?;
+    let live = state.store.live_allocations().await?;
+    let open = state.store.proposals(Some("proposed")).await?;
+    let gpus: Vec<_> = nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
+    let input = PlanInput {
+        gpus: gpus
+            .iter()
+            .map(|g| GpuInput {
+                id: g.id.clone(),
+                model: g.model.clone(),
+                instances: g
+                    .layout
+                    .iter()
+                    .map(|i| InstanceInput {
+                        profile: i.profile.clone(),
+                        start: i.start,
+                        in_use: live.iter().any(|a| a.gpu_id == g.id && a.start == i.start),
+                    })
+                    .collect(),
+                cordoned: g.cordoned || open.iter().any(|o| o.gpu_id == g.id),
+            })
+            .collect(),
+        demand: vec![DemandInput { profile: profile.clone(), count: request.count, model: model.clone() }],
+    };
+    let planned = plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+    if !planned.unplaced.is_empty() {
+        let detail = planned.unplaced.iter().map(|u| u.reason.clone()).collect::<Vec<_>>().join("; ");
+        return Err(ApiError::Conflict { code: "no_capacity", detail, errors: vec![] });
+    }
+    let changes: Vec<LayoutChange> = planned
+        .changed_gpus
+        .iter()
+        .filter_map(|c| {
+            let g = gpus.iter().find(|g| g.id == c.gpu)?;
+            Some(LayoutChange {
+                gpu_id: g.id.clone(),
+                base_version: g.layout_version,
+                layout: c.layout.clone(),
+                created: c.created.clone(),
+                destroyed: c.destroyed.clone(),
+                auto_apply: g.auto_layout,
+            })
+        })
+        .collect();
+    let reservations: Vec<Reservation> = planned
+        .placed
+        .iter()
+        .map(|s| Reservation {
+            gpu_id: s.gpu.clone(),
+            profile: s.profile.clone(),
+            start: s.start,
+            change: if s.new { changes.iter().position(|c| c.gpu_id == s.gpu) } else { None },
+        })
+        .collect();
+    match state.store.approve_request(t, &changes, &reservations).await {
+        Ok((request, proposals)) => Ok(Approval { request, reservations, proposals }),
+        Err(StoreError::Conflict { constraint }) if STALE.contains(&constraint.as_str()) => Err(ApiError::Conflict {
+            code: "plan_stale",
+            detail: "the fleet changed while the placement was planned; approve again".to_string(),
+            errors: vec![],
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Approves or rejects a layout proposal (platform admins); rejecting needs a reason.
+pub async fn decide_layout(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    approve: bool,
+    reason: &str,
+) -> Result<LayoutProposal, ApiError> {
+    crate::http::auth::require_platform_admin(p)?;
+    if !approve && reason.trim().is_empty() {
+        return Err(ApiError::invalid("reason_required", "rejecting a layout needs a reason"));
+    }
+    match state.store.decide_proposal(id, approve, reason.trim(), &p.actor()).await {
+        Ok(proposal) => Ok(proposal),
+        Err(StoreError::Conflict { constraint }) => {
+            let (code, detail) = match constraint.as_str() {
+                "gpu_layout_version" => ("layout_stale", "the GPU's layout changed since this proposal was planned"),
+                "instance_in_use" => ("instance_in_use", "the proposal would destroy an instance that is in use"),
+                _ => ("proposal_decided", "the proposal has already been decided"),
+            };
+            Err(ApiError::Conflict { code, detail: detail.to_string(), errors: vec![] })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
