@@ -21,6 +21,7 @@ use crate::catalog::{ENGINES, GpuModel};
 
 /// An instance as written by a person or a client: a profile and, optionally, where it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstanceSpec {
     /// Profile name, e.g. `3g.40gb`.
     pub profile: String,

@@ -110,3 +110,51 @@ pub async fn get_model(
         state.catalog.resolve(&model).ok_or_else(|| ApiError::NotFound(format!("GPU model {model} not found")))?;
     Ok(ApiJson(view(m)))
 }
+
+/// A layout to check.
+#[derive(Debug, serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutCheck {
+    /// Instances; those without a start get the best placement that exists.
+    pub instances: Vec<tessera_core::layout::InstanceSpec>,
+}
+
+/// The verdict on a layout.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LayoutVerdict {
+    /// Whether the driver would accept it.
+    pub valid: bool,
+    /// The layout with every instance placed (empty when invalid).
+    pub instances: Vec<tessera_core::layout::PlacedInstance>,
+    /// Every problem, with a stable code.
+    pub errors: Vec<super::error::ProblemItem>,
+}
+
+/// Check a MIG layout for a model, with the same rules the planner and the node agent use.
+#[utoipa::path(post, path = "/api/v1/catalog/models/{model}/validate", tag = "catalog", security(("token" = [])),
+    params(("model" = String, Path)), request_body = LayoutCheck,
+    responses((status = 200, body = LayoutVerdict), (status = 404, body = super::error::Problem),
+        (status = 422, body = super::error::Problem)))]
+pub async fn validate_layout(
+    State(state): State<AppState>,
+    _p: Principal,
+    Path(model): Path<String>,
+    ApiJson(body): ApiJson<LayoutCheck>,
+) -> Result<ApiJson<LayoutVerdict>, ApiError> {
+    let (m, _) =
+        state.catalog.resolve(&model).ok_or_else(|| ApiError::NotFound(format!("GPU model {model} not found")))?;
+    if body.instances.len() > 64 {
+        return Err(ApiError::invalid("too_many_instances", "a layout has at most 64 instances"));
+    }
+    Ok(ApiJson(match tessera_core::layout::validate(m, &body.instances) {
+        Ok(instances) => LayoutVerdict { valid: true, instances, errors: vec![] },
+        Err(errors) => LayoutVerdict {
+            valid: false,
+            instances: vec![],
+            errors: errors
+                .iter()
+                .map(|e| super::error::ProblemItem { code: e.code().to_string(), message: e.to_string() })
+                .collect(),
+        },
+    }))
+}

@@ -1,12 +1,14 @@
 //! The HTTP API: one router per resource, merged with their OpenAPI descriptions (routes and spec come from the
 //! same `#[utoipa::path]` annotations), behind tracing, request ids, compression, a body limit and a timeout.
 
+mod audit;
 pub mod auth;
 mod catalog;
 pub mod error;
 mod health;
 mod layouts;
 pub(crate) mod nodes;
+mod people;
 mod requests;
 mod tenants;
 
@@ -42,6 +44,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         (name = "requests", description = "Slice requests and approvals"),
         (name = "fleet", description = "Nodes and GPUs"),
         (name = "layouts", description = "MIG layout proposals"),
+        (name = "people", description = "Users, memberships and API tokens"),
+        (name = "audit", description = "Who changed what, when"),
     )
 )]
 struct ApiDoc;
@@ -64,6 +68,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
         .routes(routes!(catalog::list_models))
         .routes(routes!(catalog::get_model))
+        .routes(routes!(catalog::validate_layout))
         .routes(routes!(tenants::create_tenant))
         .routes(routes!(tenants::get_tenant))
         .routes(routes!(tenants::get_quotas, tenants::set_quotas))
@@ -80,6 +85,11 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(layouts::list_layouts))
         .routes(routes!(layouts::approve_layout))
         .routes(routes!(layouts::reject_layout))
+        .routes(routes!(people::create_user))
+        .routes(routes!(people::set_member))
+        .routes(routes!(people::create_token))
+        .routes(routes!(people::revoke_token))
+        .routes(routes!(audit::audit))
 }
 
 /// The OpenAPI 3.1 description of the API.

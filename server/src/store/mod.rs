@@ -66,7 +66,7 @@ pub struct User {
 }
 
 /// A role inside a tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Requests slices, sees the tenant's objects.
@@ -670,6 +670,14 @@ impl Store {
             Store::Postgres(p) => postgres::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
         }
         Ok(id)
+    }
+
+    /// Revokes a token. With `owner`, only that user's token matches (others get `NotFound`).
+    pub async fn revoke_token(&self, id: &str, owner: Option<&str>, actor: &str) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::revoke_token(p, id, owner, actor).await,
+            Store::Postgres(p) => postgres::revoke_token(p, id, owner, actor).await,
+        }
     }
 
     /// The principal behind a token's secret hash, unless unknown or revoked.

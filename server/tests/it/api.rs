@@ -616,6 +616,116 @@ async fn approval_places_slices_and_layout_changes_wait_for_an_admin() {
     assert_eq!(still["state"], "pending");
 }
 
+#[tokio::test]
+async fn users_members_and_tokens_are_managed_with_their_roles() {
+    let app = spawn_app().await;
+    let t = app.tenant("people", json!({})).await;
+    let r = app
+        .call(Method::POST, "/api/v1/users", Some(&app.admin))
+        .json(&json!({"name": "carol"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let carol: Value = r.json().await.expect("json");
+    let carol_id = carol["id"].as_str().expect("id").to_string();
+    problem(
+        app.call(Method::POST, "/api/v1/users", Some(&app.admin))
+            .json(&json!({"name": "carol"}))
+            .send()
+            .await
+            .expect("send"),
+        StatusCode::CONFLICT,
+        "already_exists",
+    )
+    .await;
+    // A plain member cannot add members; a tenant admin can, for their own tenant only.
+    let member = app.user("mo", Some(&t)).await;
+    let put = |token: &str, tenant: &str, role: &str| {
+        app.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/members/{carol_id}"), Some(token))
+            .json(&json!({"role": role}))
+            .send()
+    };
+    problem(put(&member, &t, "member").await.expect("send"), StatusCode::FORBIDDEN, "forbidden").await;
+    let lead = app.user("lead", None).await;
+    let lead_id = app.store.user_by_name("lead").await.expect("lead").id;
+    app.store.set_membership(&lead_id, &t, Role::TenantAdmin, "test").await.expect("promote");
+    assert_eq!(put(&lead, &t, "member").await.expect("send").status(), StatusCode::NO_CONTENT);
+    let other = app.tenant("other-people", json!({})).await;
+    problem(put(&lead, &other, "member").await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
+
+    // Tokens: the secret is returned once and works; revoked, it stops working; others' tokens are not found.
+    let r = app
+        .call(Method::POST, "/api/v1/tokens", Some(&member))
+        .json(&json!({"name": "ci"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let token: Value = r.json().await.expect("json");
+    let secret = token["secret"].as_str().expect("secret").to_string();
+    assert!(secret.starts_with("tsr_"));
+    let me = app.call(Method::GET, &format!("/api/v1/tenants/{t}"), Some(&secret)).send().await.expect("send");
+    assert_eq!(me.status(), StatusCode::OK);
+    let revoke = |by: &str| {
+        app.call(Method::POST, &format!("/api/v1/tokens/{}/revoke", token["id"].as_str().expect("id")), Some(by)).send()
+    };
+    problem(revoke(&lead).await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
+    assert_eq!(revoke(&member).await.expect("send").status(), StatusCode::NO_CONTENT);
+    problem(
+        app.call(Method::GET, &format!("/api/v1/tenants/{t}"), Some(&secret)).send().await.expect("send"),
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    )
+    .await;
+
+    // Every change is in the audit log, for admins only.
+    let log: Value = app
+        .call(Method::GET, &format!("/api/v1/audit?object=tenant/{t}/member/{carol_id}"), Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(log[0]["action"], "membership.set");
+    assert_eq!(log[0]["actor"], "user:lead");
+    problem(
+        app.call(Method::GET, &format!("/api/v1/audit?object=tenant/{t}"), Some(&member)).send().await.expect("send"),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn layouts_are_validated_with_the_core_rules() {
+    let app = spawn_app().await;
+    let check = |model: &str, instances: Value| {
+        app.call(Method::POST, &format!("/api/v1/catalog/models/{model}/validate"), Some(&app.admin))
+            .json(&json!({"instances": instances}))
+            .send()
+    };
+    let ok: Value = check("H100-80GB", json!([{"profile": "3g.40gb", "start": 4}, {"profile": "1g.10gb"}]))
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(ok["valid"], true);
+    assert_eq!(ok["instances"][1]["profile"], "1g.10gb");
+    let bad: Value =
+        check("A30-24GB", json!([{"profile": "1g.6gb+me", "start": 0}, {"profile": "2g.12gb+me", "start": 2}]))
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+    assert_eq!(bad["valid"], false);
+    assert_eq!(bad["errors"][0]["code"], "mig_engines_exceeded");
+    problem(check("T4", json!([])).await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
+}
+
 #[test]
 fn the_checked_in_openapi_matches_the_code() {
     let generated = tessera_server::http::openapi().to_pretty_json().expect("json");

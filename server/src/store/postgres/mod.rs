@@ -396,3 +396,19 @@ pub(super) async fn list_requests(pool: &PgPool, f: RequestFilter<'_>) -> Result
 }
 pub(super) mod fleet;
 pub(super) mod layouts;
+
+pub(super) async fn revoke_token(pool: &PgPool, id: &str, owner: Option<&str>, actor: &str) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query(&format!("UPDATE api_tokens SET revoked_at = {} WHERE id = $2 AND revoked_at IS NULL AND ($3::text IS NULL OR user_id = $3::text)", ts(1)))
+        .bind(now_ms())
+        .bind(id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound { what: format!("token {id}") });
+    }
+    audit_insert(&mut tx, actor, "token.revoke", &format!("token/{id}"), None, None).await?;
+    tx.commit().await?;
+    Ok(())
+}

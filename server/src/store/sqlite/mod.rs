@@ -399,3 +399,24 @@ pub(super) async fn list_requests(pool: &SqlitePool, f: RequestFilter<'_>) -> Re
 }
 pub(super) mod fleet;
 pub(super) mod layouts;
+
+pub(super) async fn revoke_token(
+    pool: &SqlitePool,
+    id: &str,
+    owner: Option<&str>,
+    actor: &str,
+) -> Result<(), StoreError> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query("UPDATE api_tokens SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL AND ($3 IS NULL OR user_id = $3)")
+        .bind(now_ms())
+        .bind(id)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound { what: format!("token {id}") });
+    }
+    audit_insert(&mut tx, actor, "token.revoke", &format!("token/{id}"), None, None).await?;
+    tx.commit().await?;
+    Ok(())
+}

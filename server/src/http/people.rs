@@ -1,0 +1,132 @@
+//! Users, tenant memberships and API tokens. Token secrets are returned once, at creation; only their hash is kept.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::auth::{new_token_secret, require_platform_admin, require_visible, token_hash};
+use super::error::{ApiError, ApiJson, Problem};
+use crate::app::AppState;
+use crate::store::{Principal, Role, User};
+
+/// A user to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    /// Unique name (login or e-mail), 1-254 characters.
+    pub name: String,
+    /// Platform admins manage every tenant, quota, approval and layout.
+    #[serde(default)]
+    pub platform_admin: bool,
+}
+
+/// A user.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserView {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Platform admin.
+    pub platform_admin: bool,
+}
+
+impl From<User> for UserView {
+    fn from(u: User) -> Self {
+        UserView { id: u.id, name: u.name, platform_admin: u.platform_admin }
+    }
+}
+
+/// A membership.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Membership {
+    /// `member` or `tenant-admin`.
+    pub role: Role,
+}
+
+/// A token to create for yourself.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    /// What it is for, e.g. `ci` (1-100 characters).
+    pub name: String,
+}
+
+/// A created token. The secret is shown only in this response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedToken {
+    /// Token id (for revoking).
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The secret: send it as `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// Create a user (platform admins).
+#[utoipa::path(post, path = "/api/v1/users", tag = "people", security(("token" = [])), request_body = NewUser,
+    responses((status = 201, body = UserView), (status = 403, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn create_user(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewUser>,
+) -> Result<(StatusCode, ApiJson<UserView>), ApiError> {
+    require_platform_admin(&p)?;
+    let name = body.name.trim();
+    if name.is_empty() || name.len() > 254 || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid("invalid_name", "a user name is 1-254 printable characters"));
+    }
+    let user = state.store.create_user(name, body.platform_admin, &p.actor()).await?;
+    Ok((StatusCode::CREATED, ApiJson(user.into())))
+}
+
+/// Add a user to a tenant or change their role (platform admins, or the tenant's own admins).
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/members/{user}", tag = "people", security(("token" = [])),
+    params(("id" = String, Path), ("user" = String, Path, description = "user id")), request_body = Membership,
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn set_member(
+    State(state): State<AppState>,
+    p: Principal,
+    Path((tenant, user)): Path<(String, String)>,
+    ApiJson(body): ApiJson<Membership>,
+) -> Result<StatusCode, ApiError> {
+    require_visible(&p, &tenant, "tenant")?;
+    if !p.user.platform_admin && p.role_in(&tenant) != Some(Role::TenantAdmin) {
+        return Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()));
+    }
+    state.store.set_membership(&user, &tenant, body.role, &p.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Create an API token for yourself; the secret is in the response and nowhere else.
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "people", security(("token" = [])), request_body = NewToken,
+    responses((status = 201, body = CreatedToken), (status = 422, body = Problem)))]
+pub async fn create_token(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewToken>,
+) -> Result<(StatusCode, ApiJson<CreatedToken>), ApiError> {
+    let name = body.name.trim();
+    if name.is_empty() || name.len() > 100 {
+        return Err(ApiError::invalid("invalid_name", "a token name is 1-100 characters"));
+    }
+    let secret = new_token_secret();
+    let id = state.store.create_token(&p.user.id, name, &token_hash(&secret), &p.actor()).await?;
+    Ok((StatusCode::CREATED, ApiJson(CreatedToken { id, name: name.to_string(), secret })))
+}
+
+/// Revoke a token: your own, or anyone's as a platform admin.
+#[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "people", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 204), (status = 404, body = Problem)))]
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let owner = if p.user.platform_admin { None } else { Some(p.user.id.as_str()) };
+    state.store.revoke_token(&id, owner, &p.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
