@@ -4,6 +4,7 @@
 mod audit;
 pub mod auth;
 mod catalog;
+mod docs;
 pub mod error;
 mod health;
 mod layouts;
@@ -102,6 +103,8 @@ pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let (router, _) = api().split_for_parts();
     router
+        .route("/api/docs", axum::routing::get(docs::reference))
+        .route("/api/openapi.json", axum::routing::get(docs::openapi_json))
         .with_state(state)
         .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))

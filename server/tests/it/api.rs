@@ -726,6 +726,28 @@ async fn layouts_are_validated_with_the_core_rules() {
     problem(check("T4", json!([])).await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
 }
 
+#[tokio::test]
+async fn the_api_reference_is_served_without_any_outside_asset() {
+    let app = spawn_app().await;
+    let r = app.call(Method::GET, "/api/docs", None).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()["content-type"].to_str().expect("type").starts_with("text/html"));
+    let page = r.text().await.expect("text");
+    for needle in [
+        "<span class=\"m post\">POST</span> <code>/api/v1/requests</code>",
+        "id=\"schema-RequestView\"",
+        "quota_exceeded",
+    ] {
+        assert!(page.contains(needle), "missing {needle}");
+    }
+    for outside in ["<script", "http://", "https://", "@import"] {
+        assert!(!page.contains(outside), "the page loads something from outside: {outside}");
+    }
+    let spec: Value =
+        app.call(Method::GET, "/api/openapi.json", None).send().await.expect("send").json().await.expect("json");
+    assert_eq!(spec, serde_json::to_value(tessera_server::http::openapi()).expect("json"));
+}
+
 #[test]
 fn the_checked_in_openapi_matches_the_code() {
     let generated = tessera_server::http::openapi().to_pretty_json().expect("json");
