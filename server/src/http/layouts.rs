@@ -139,3 +139,44 @@ pub async fn set_auto_layout(
     require_platform_admin(&p)?;
     Ok(ApiJson(state.store.set_auto_layout(&id, body.enabled, &p.actor()).await?.into()))
 }
+
+/// A hand-edited layout.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutEdit {
+    /// The complete new layout; instances without a start are placed.
+    pub instances: Vec<tessera_core::layout::InstanceSpec>,
+}
+
+/// Propose a new layout for a GPU by hand (platform admins). It is checked against the MIG rules and must keep
+/// every instance in use; it then waits for approval.
+#[utoipa::path(put, path = "/api/v1/gpus/{id}/layout", tag = "layouts", security(("token" = [])),
+    params(("id" = String, Path)), request_body = LayoutEdit,
+    responses((status = 201, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem, description = "instance_in_use, layout_proposal_open or layout_stale"),
+        (status = 422, body = Problem, description = "mig_layout_invalid, mig_disabled or layout_unchanged")))]
+pub async fn edit_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<LayoutEdit>,
+) -> Result<(axum::http::StatusCode, ApiJson<LayoutView>), ApiError> {
+    if body.instances.len() > 64 {
+        return Err(ApiError::invalid("too_many_instances", "a layout has at most 64 instances"));
+    }
+    let proposal = approvals::propose_layout(&state, &p, &id, &body.instances).await?;
+    Ok((axum::http::StatusCode::CREATED, ApiJson(proposal.into())))
+}
+
+/// One layout proposal (platform admins).
+#[utoipa::path(get, path = "/api/v1/layouts/{id}", tag = "layouts", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 200, body = LayoutView), (status = 404, body = Problem)))]
+pub async fn get_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<LayoutView>, ApiError> {
+    require_platform_admin(&p)?;
+    let found = state.store.proposals(None).await?.into_iter().find(|l| l.id == id);
+    found.map(|l| ApiJson(l.into())).ok_or_else(|| ApiError::NotFound(format!("layout proposal {id} not found")))
+}

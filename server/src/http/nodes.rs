@@ -173,3 +173,68 @@ pub async fn request_placement(
 ) -> Result<ApiJson<Plan>, ApiError> {
     Ok(ApiJson(fleet::placement(&state, &p, &id).await?))
 }
+
+/// A slice in a tenant's hands, with what a workload needs to find it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AllocationView {
+    /// Id.
+    pub id: String,
+    /// The request it serves.
+    pub request: String,
+    /// `reserved` (approved, the instance may still be waiting for its layout) or `active`.
+    pub state: String,
+    /// Node name.
+    pub node: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// GPU index on the node.
+    pub gpu_index: u32,
+    /// MIG profile.
+    pub profile: String,
+    /// Start unit of the instance.
+    pub start: u8,
+    /// Kubernetes extended resource (mixed strategy), e.g. `nvidia.com/mig-1g.10gb`.
+    pub k8s_resource: String,
+    /// Whether the instance waits for a layout change to be approved and applied.
+    pub waiting_for_layout: bool,
+}
+
+/// Query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AllocationQuery {
+    /// Tenant id.
+    pub tenant: String,
+}
+
+/// A tenant's allocations (its members, or platform admins).
+#[utoipa::path(get, path = "/api/v1/allocations", tag = "requests", security(("token" = [])), params(AllocationQuery),
+    responses((status = 200, body = Vec<AllocationView>), (status = 404, body = Problem)))]
+pub async fn list_allocations(
+    State(state): State<AppState>,
+    p: Principal,
+    axum::extract::Query(q): axum::extract::Query<AllocationQuery>,
+) -> Result<ApiJson<Vec<AllocationView>>, ApiError> {
+    super::auth::require_visible(&p, &q.tenant, "tenant")?;
+    let nodes = state.store.nodes().await?;
+    let allocations = state.store.tenant_allocations(&q.tenant).await?;
+    let views = allocations
+        .into_iter()
+        .filter_map(|a| {
+            let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
+            Some(AllocationView {
+                k8s_resource: format!("nvidia.com/mig-{}", a.profile),
+                waiting_for_layout: !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
+                id: a.id,
+                request: a.request_id,
+                state: a.state,
+                node: node.name.clone(),
+                gpu_uuid: gpu.uuid.clone(),
+                gpu_index: gpu.index,
+                profile: a.profile,
+                start: a.start,
+            })
+        })
+        .collect();
+    Ok(ApiJson(views))
+}

@@ -127,3 +127,67 @@ pub async fn decide_layout(
         Err(e) => Err(e.into()),
     }
 }
+
+/// Proposes a hand-edited layout for a GPU (platform admins): checked by the core's MIG rules, refused if it would
+/// destroy an instance in use, and then waiting for approval like a planned change.
+pub async fn propose_layout(
+    state: &AppState,
+    p: &Principal,
+    gpu_id: &str,
+    instances: &[tessera_core::layout::InstanceSpec],
+) -> Result<LayoutProposal, ApiError> {
+    crate::http::auth::require_platform_admin(p)?;
+    let nodes = state.store.nodes().await?;
+    let gpu = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter())
+        .find(|g| g.id == gpu_id)
+        .ok_or_else(|| ApiError::NotFound(format!("gpu {gpu_id} not found")))?;
+    if !gpu.mig_enabled {
+        return Err(ApiError::invalid("mig_disabled", "the GPU is not in MIG mode"));
+    }
+    let model = state
+        .catalog
+        .model(&gpu.model)
+        .ok_or_else(|| ApiError::Internal(format!("gpu {gpu_id} has unknown model {}", gpu.model)))?;
+    let layout = tessera_core::layout::validate(model, instances).map_err(|errors| {
+        ApiError::invalid("mig_layout_invalid", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+    })?;
+    let live = state.store.live_allocations().await?;
+    if let Some(busy) =
+        live.iter().find(|a| a.gpu_id == gpu.id && !layout.iter().any(|i| i.profile == a.profile && i.start == a.start))
+    {
+        let detail = format!(
+            "{}@{} is in use (request {}); the new layout must keep it",
+            busy.profile, busy.start, busy.request_id
+        );
+        return Err(ApiError::Conflict { code: "instance_in_use", detail, errors: vec![] });
+    }
+    let created: Vec<_> = layout.iter().filter(|i| !gpu.layout.contains(i)).cloned().collect();
+    let destroyed: Vec<_> = gpu.layout.iter().filter(|i| !layout.contains(i)).cloned().collect();
+    if created.is_empty() && destroyed.is_empty() {
+        return Err(ApiError::invalid("layout_unchanged", "the layout is the GPU's current layout"));
+    }
+    let change = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: gpu.layout_version,
+        layout,
+        created,
+        destroyed,
+        auto_apply: false,
+    };
+    match state.store.propose_layout(&change, &p.actor()).await {
+        Ok(proposal) => Ok(proposal),
+        Err(StoreError::Conflict { constraint }) if constraint == "layout_proposals_open" => Err(ApiError::Conflict {
+            code: "layout_proposal_open",
+            detail: "the GPU already has a layout proposal waiting; approve or reject it first".to_string(),
+            errors: vec![],
+        }),
+        Err(StoreError::Conflict { .. }) => Err(ApiError::Conflict {
+            code: "layout_stale",
+            detail: "the GPU's layout changed meanwhile; edit it again".to_string(),
+            errors: vec![],
+        }),
+        Err(e) => Err(e.into()),
+    }
+}

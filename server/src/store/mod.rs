@@ -774,6 +774,20 @@ impl Store {
         }
     }
 
+    /// Proposes a layout for one GPU by hand (an admin's edit), if its layout is still at `change.base_version` and
+    /// no other proposal is open for it.
+    pub async fn propose_layout(&self, change: &LayoutChange, actor: &str) -> Result<LayoutProposal, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::layouts::propose_layout(p, change, actor).await,
+            Store::Postgres(p) => postgres::layouts::propose_layout(p, change, actor).await,
+        }
+    }
+
+    /// A tenant's allocations that hold an instance, oldest first.
+    pub async fn tenant_allocations(&self, tenant_id: &str) -> Result<Vec<Allocation>, StoreError> {
+        Ok(self.live_allocations().await?.into_iter().filter(|a| a.tenant_id == tenant_id).collect())
+    }
+
     /// Allocations that hold their instance (reserved or active).
     pub async fn live_allocations(&self) -> Result<Vec<Allocation>, StoreError> {
         match self {

@@ -727,6 +727,99 @@ async fn layouts_are_validated_with_the_core_rules() {
 }
 
 #[tokio::test]
+async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocations() {
+    let app = spawn_app().await;
+    let t = app.tenant("edit", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    // The request takes demo-node-1/1's free 1g.10gb at unit 6.
+    let req: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+    let r = app
+        .call(Method::POST, &format!("/api/v1/requests/{}/approve", req["id"].as_str().expect("id")), Some(&app.admin))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let allocations: Value = app
+        .call(Method::GET, &format!("/api/v1/allocations?tenant={t}"), Some(&alice))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(allocations[0]["node"], "demo-node-1");
+    assert_eq!((allocations[0]["gpu_index"].as_u64(), allocations[0]["start"].as_u64()), (Some(1), Some(6)));
+    assert_eq!(allocations[0]["k8s_resource"], "nvidia.com/mig-1g.10gb");
+    assert_eq!(allocations[0]["waiting_for_layout"], false);
+    let mallory = app.user("mallory", None).await;
+    problem(
+        app.call(Method::GET, &format!("/api/v1/allocations?tenant={t}"), Some(&mallory)).send().await.expect("send"),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let gpu = nodes[0]["gpus"][1]["id"].as_str().expect("id").to_string();
+    let edit = |instances: Value| {
+        app.call(Method::PUT, &format!("/api/v1/gpus/{gpu}/layout"), Some(&app.admin))
+            .json(&json!({"instances": instances}))
+            .send()
+    };
+    problem(
+        edit(json!([{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb", "start": 6}])).await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "layout_unchanged",
+    )
+    .await;
+    let body = problem(
+        edit(json!([{"profile": "7g.80gb", "start": 0}])).await.expect("send"),
+        StatusCode::CONFLICT,
+        "instance_in_use",
+    )
+    .await;
+    assert!(body["detail"].as_str().is_some_and(|d| d.contains("1g.10gb@6")), "{body}");
+    problem(
+        edit(json!([{"profile": "3g.40gb", "start": 2}])).await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "mig_layout_invalid",
+    )
+    .await;
+    let r =
+        edit(json!([{"profile": "3g.40gb", "start": 0}, {"profile": "2g.20gb"}, {"profile": "1g.10gb", "start": 6}]))
+            .await
+            .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let proposal: Value = r.json().await.expect("json");
+    assert_eq!(
+        (proposal["state"].as_str(), proposal["created"].clone()),
+        (Some("proposed"), json!([{"profile": "2g.20gb", "start": 4}]))
+    );
+    problem(
+        edit(json!([{"profile": "1g.10gb", "start": 6}])).await.expect("send"),
+        StatusCode::CONFLICT,
+        "layout_proposal_open",
+    )
+    .await;
+    let got: Value = app
+        .call(Method::GET, &format!("/api/v1/layouts/{}", proposal["id"].as_str().expect("id")), Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(got["id"], proposal["id"]);
+}
+
+#[tokio::test]
 async fn the_api_reference_is_served_without_any_outside_asset() {
     let app = spawn_app().await;
     let r = app.call(Method::GET, "/api/docs", None).send().await.expect("send");

@@ -77,42 +77,10 @@ pub(crate) async fn approve_request(
             if layout_version(conn, &ch.gpu_id).await? != ch.base_version {
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
             }
-            let layout = to_json(&ch.layout);
             if ch.auto_apply {
-                apply_layout(conn, &ch.gpu_id, &layout).await?;
+                apply_layout(conn, &ch.gpu_id, &to_json(&ch.layout)).await?;
             }
-            let p = LayoutProposal {
-                id: new_id(),
-                gpu_id: ch.gpu_id.clone(),
-                base_version: ch.base_version,
-                layout: ch.layout.clone(),
-                created: ch.created.clone(),
-                destroyed: ch.destroyed.clone(),
-                state: if ch.auto_apply { "approved" } else { "proposed" }.to_string(),
-                reason: String::new(),
-                created_by: t.actor.to_string(),
-                decided_by: ch.auto_apply.then(|| "auto-layout".to_string()),
-                created_at_ms: now_ms(),
-            };
-            sqlx::query(&format!(
-                "INSERT INTO layout_proposals (id, gpu_id, base_version, layout, created, destroyed, state, reason, \
-                 created_by, decided_by, created_at) VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6::jsonb, $7, $8, $9, $10, {})",
-                ts(11)
-            ))
-                .bind(&p.id)
-                .bind(&p.gpu_id)
-                .bind(p.base_version)
-                .bind(layout)
-                .bind(to_json(&p.created))
-                .bind(to_json(&p.destroyed))
-                .bind(&p.state)
-                .bind(&p.reason)
-                .bind(&p.created_by)
-                .bind(&p.decided_by)
-                .bind(p.created_at_ms)
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| on_constraint(e, "layout_proposals_open"))?;
+            let p = insert_proposal(conn, ch, t.actor).await?;
             let action = if ch.auto_apply { "layout.auto_apply" } else { "layout.propose" };
             audit_insert(conn, t.actor, action, &format!("gpu/{}", p.gpu_id), None, Some(to_json(&p))).await?;
             proposals.push(p);
@@ -147,6 +115,48 @@ pub(crate) async fn approve_request(
         tx.commit().await?;
     }
     result
+}
+
+/// Inserts the proposal for `ch` (approved at once when it auto-applies); a second open proposal for the GPU is a
+/// conflict on `layout_proposals_open`.
+async fn insert_proposal(
+    conn: &mut PgConnection,
+    ch: &LayoutChange,
+    actor: &str,
+) -> Result<LayoutProposal, StoreError> {
+    let p = LayoutProposal {
+        id: new_id(),
+        gpu_id: ch.gpu_id.clone(),
+        base_version: ch.base_version,
+        layout: ch.layout.clone(),
+        created: ch.created.clone(),
+        destroyed: ch.destroyed.clone(),
+        state: if ch.auto_apply { "approved" } else { "proposed" }.to_string(),
+        reason: String::new(),
+        created_by: actor.to_string(),
+        decided_by: ch.auto_apply.then(|| "auto-layout".to_string()),
+        created_at_ms: now_ms(),
+    };
+    sqlx::query(&format!(
+                "INSERT INTO layout_proposals (id, gpu_id, base_version, layout, created, destroyed, state, reason, \
+                 created_by, decided_by, created_at) VALUES ($1, $2, $3, $4::jsonb, $5::jsonb, $6::jsonb, $7, $8, $9, $10, {})",
+                ts(11)
+            ))
+    .bind(&p.id)
+    .bind(&p.gpu_id)
+    .bind(p.base_version)
+    .bind(to_json(&p.layout))
+    .bind(to_json(&p.created))
+    .bind(to_json(&p.destroyed))
+    .bind(&p.state)
+    .bind(&p.reason)
+    .bind(&p.created_by)
+    .bind(&p.decided_by)
+    .bind(p.created_at_ms)
+    .execute(conn)
+    .await
+    .map_err(|e| on_constraint(e, "layout_proposals_open"))?;
+    Ok(p)
 }
 
 pub(crate) async fn live_allocations(pool: &PgPool) -> Result<Vec<Allocation>, StoreError> {
@@ -253,6 +263,28 @@ pub(crate) async fn decide_proposal(
         )
         .await?;
         Ok(after)
+    }
+    .await;
+    if result.is_ok() {
+        tx.commit().await?;
+    }
+    result
+}
+
+pub(crate) async fn propose_layout(
+    pool: &PgPool,
+    ch: &LayoutChange,
+    actor: &str,
+) -> Result<LayoutProposal, StoreError> {
+    let mut tx = pool.begin().await?;
+    let conn: &mut PgConnection = &mut tx;
+    let result = async {
+        if layout_version(conn, &ch.gpu_id).await? != ch.base_version {
+            return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
+        }
+        let p = insert_proposal(conn, ch, actor).await?;
+        audit_insert(conn, actor, "layout.propose", &format!("gpu/{}", p.gpu_id), None, Some(to_json(&p))).await?;
+        Ok(p)
     }
     .await;
     if result.is_ok() {
