@@ -70,7 +70,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(catalog::list_models))
         .routes(routes!(catalog::get_model))
         .routes(routes!(catalog::validate_layout))
-        .routes(routes!(tenants::create_tenant))
+        .routes(routes!(tenants::create_tenant, tenants::list_tenants))
         .routes(routes!(tenants::get_tenant))
         .routes(routes!(tenants::get_quotas, tenants::set_quotas))
         .routes(routes!(requests::create_request, requests::list_requests))

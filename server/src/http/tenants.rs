@@ -178,3 +178,11 @@ pub async fn set_quotas(
     state.store.set_quotas(&id, &parsed, &p.actor()).await?;
     Ok(ApiJson(quota_view(&state, &id).await?))
 }
+
+/// Tenants you may see: all of them for platform admins, your own otherwise.
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("token" = [])),
+    responses((status = 200, body = Vec<TenantView>)))]
+pub async fn list_tenants(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<TenantView>>, ApiError> {
+    let tenants = state.store.tenants().await?;
+    Ok(ApiJson(tenants.into_iter().filter(|t| p.can_see(&t.id)).map(Into::into).collect()))
+}

@@ -28,8 +28,18 @@ const STALE: [&str; 3] = ["gpu_layout_version", "layout_proposals_open", "alloca
 pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option<i64>) -> Result<Approval, ApiError> {
     crate::http::auth::require_platform_admin(p)?;
     let request = crate::services::requests::get(state, p, id).await?;
-    let actor = p.actor();
-    let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor: &actor };
+    approve_as(state, &p.actor(), request, if_match).await
+}
+
+/// Approves `request` on behalf of `actor` (an admin, or `system:auto-approve` for the tenant's policy).
+pub async fn approve_as(
+    state: &AppState,
+    actor: &str,
+    request: SliceRequest,
+    if_match: Option<i64>,
+) -> Result<Approval, ApiError> {
+    let id = request.id.as_str();
+    let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
     let SliceSpec::Mig { profile, model } = &request.spec else {
         // Whole-GPU sharing (exclusive, time-slice, MPS) is placed when the node agent provisions it.
         let request = state.store.transition(t).await?;

@@ -50,10 +50,6 @@ pub async fn create(
     }
     let tenant_row = state.store.tenant(tenant).await?;
     let charge = charge(state.catalog, spec, count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
-    let initial = match tenant_row.policy.decide(&charge) {
-        Decision::AutoApprove => RequestState::Approved,
-        Decision::NeedsAdmin => RequestState::Pending,
-    };
     let actor = p.actor();
     let new = NewRequest {
         tenant_id: tenant,
@@ -61,12 +57,25 @@ pub async fn create(
         count,
         reason,
         charge: &charge,
-        state: initial,
+        state: RequestState::Pending,
         actor: &actor,
         idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
     };
-    Ok(state.store.create_request(new).await?)
+    let (request, created) = state.store.create_request(new).await?;
+    // Within the tenant's auto-approval policy, the request is approved the way an admin would approve it: placed
+    // by the planner. Where it cannot be placed now (no capacity, the fleet changed), it stays pending for an admin.
+    if created && tenant_row.policy.decide(&charge) == Decision::AutoApprove {
+        match crate::services::approvals::approve_as(state, AUTO_APPROVER, request.clone(), Some(request.version)).await
+        {
+            Ok(approval) => return Ok((approval.request, true)),
+            Err(e) => tracing::info!(request = %request.id, error = %e, "auto-approval left the request pending"),
+        }
+    }
+    Ok((request, created))
 }
+
+/// The audit actor of approvals made by a tenant's policy.
+pub const AUTO_APPROVER: &str = "system:auto-approve";
 
 /// A request the principal may see.
 pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<SliceRequest, ApiError> {

@@ -482,6 +482,14 @@ pub(crate) fn audit_from((at_ms, actor, action, object, before, after): AuditRow
     AuditEntry { at_ms, actor, action, object, before, after }
 }
 
+/// A tenant row: `(id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms)`.
+pub(crate) type TenantRow = (String, String, bool, i64, i64);
+
+pub(crate) fn tenant_from((id, name, auto_approve, max, created_at_ms): TenantRow) -> Tenant {
+    let policy = ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: u32::try_from(max).unwrap_or(0) };
+    Tenant { id, name, policy, created_at_ms }
+}
+
 /// A user row: `(id, name, platform_admin, created_at_ms)`.
 pub(crate) type UserRow = (String, String, bool, i64);
 
@@ -546,6 +554,14 @@ impl Store {
             Store::Postgres(p) => postgres::create_tenant(p, &tenant, actor).await?,
         }
         Ok(tenant)
+    }
+
+    /// Every tenant, by name.
+    pub async fn tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::tenants(p).await,
+            Store::Postgres(p) => postgres::tenants(p).await,
+        }
     }
 
     /// A tenant by id.

@@ -257,6 +257,63 @@ async fn small_requests_are_auto_approved_under_the_tenant_policy() {
     assert_eq!(small["state"], "approved");
     let big: Value = app.ask(&alice, &t, 3).await.json().await.expect("json");
     assert_eq!(big["state"], "pending");
+    // Auto-approval places the slices like an admin's approval does, and says who approved.
+    let log: Value = app
+        .call(
+            Method::GET,
+            &format!("/api/v1/audit?object=request/{}", small["id"].as_str().expect("id")),
+            Some(&app.admin),
+        )
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        (log[1]["action"].as_str(), log[1]["actor"].as_str()),
+        (Some("request.approved"), Some("system:auto-approve"))
+    );
+    let held: Value = app
+        .call(Method::GET, &format!("/api/v1/allocations?tenant={t}"), Some(&alice))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(held.as_array().map(Vec::len), Some(2), "two instances reserved");
+    // Within the policy but beyond the fleet: it waits for an admin instead of being approved unplaced.
+    let roomy = app.tenant("auto-roomy", json!({"auto_approve": true, "auto_approve_max_compute_slices": 100})).await;
+    let bob = app.user("bob", Some(&roomy)).await;
+    let body =
+        json!({"tenant": roomy, "spec": {"mode": "mig", "profile": "7g.80gb", "model": "H100-80GB"}, "count": 3});
+    let r: Value = app
+        .call(Method::POST, "/api/v1/requests", Some(&bob))
+        .json(&body)
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(r["state"], "pending");
+    // Tenants are listed to those who may see them.
+    let mine: Value =
+        app.call(Method::GET, "/api/v1/tenants", Some(&bob)).send().await.expect("send").json().await.expect("json");
+    assert_eq!(
+        mine.as_array().map(|v| v.iter().map(|t| t["name"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!("auto-roomy")])
+    );
+    let all: Value = app
+        .call(Method::GET, "/api/v1/tenants", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(all.as_array().map(Vec::len), Some(2));
 }
 
 #[tokio::test]

@@ -10,8 +10,9 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow,
-    audit_from, now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, TenantRow, Transition,
+    User, UserRow, audit_from, now_ms, on_constraint, spec_from, state_from, tenant_from, to_json, usage_from_rows,
+    user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -411,4 +412,14 @@ pub(super) async fn revoke_token(pool: &PgPool, id: &str, owner: Option<&str>, a
     audit_insert(&mut tx, actor, "token.revoke", &format!("token/{id}"), None, None).await?;
     tx.commit().await?;
     Ok(())
+}
+
+pub(super) async fn tenants(pool: &PgPool) -> Result<Vec<Tenant>, StoreError> {
+    let rows: Vec<TenantRow> = sqlx::query_as(&format!(
+        "SELECT id, name, auto_approve, auto_approve_max_compute_slices::bigint, {} FROM tenants ORDER BY name",
+        ms("created_at")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(tenant_from).collect())
 }

@@ -10,8 +10,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, Transition, User, UserRow,
-    audit_from, now_ms, on_constraint, spec_from, state_from, to_json, usage_from_rows, user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, TenantRow, Transition,
+    User, UserRow, audit_from, now_ms, on_constraint, spec_from, state_from, tenant_from, to_json, usage_from_rows,
+    user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -419,4 +420,13 @@ pub(super) async fn revoke_token(
     audit_insert(&mut tx, actor, "token.revoke", &format!("token/{id}"), None, None).await?;
     tx.commit().await?;
     Ok(())
+}
+
+pub(super) async fn tenants(pool: &SqlitePool) -> Result<Vec<Tenant>, StoreError> {
+    let rows: Vec<TenantRow> = sqlx::query_as(
+        "SELECT id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms FROM tenants ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(tenant_from).collect())
 }
