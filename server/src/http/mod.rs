@@ -91,6 +91,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(layouts::reject_layout))
         .routes(routes!(people::create_user))
         .routes(routes!(people::set_member))
+        .routes(routes!(people::list_members))
         .routes(routes!(people::create_token))
         .routes(routes!(people::revoke_token))
         .routes(routes!(audit::audit))

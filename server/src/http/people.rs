@@ -130,3 +130,28 @@ pub async fn revoke_token(
     state.store.revoke_token(&id, owner, &p.actor()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// A member of a tenant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MemberView {
+    /// User id.
+    pub id: String,
+    /// User name.
+    pub name: String,
+    /// Role in the tenant.
+    pub role: Role,
+}
+
+/// A tenant's members (its members, or platform admins).
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "people", security(("token" = [])),
+    params(("id" = String, Path)), responses((status = 200, body = Vec<MemberView>), (status = 404, body = Problem)))]
+pub async fn list_members(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(tenant): Path<String>,
+) -> Result<ApiJson<Vec<MemberView>>, ApiError> {
+    require_visible(&p, &tenant, "tenant")?;
+    state.store.tenant(&tenant).await?;
+    let members = state.store.members(&tenant).await?;
+    Ok(ApiJson(members.into_iter().map(|(u, role)| MemberView { id: u.id, name: u.name, role }).collect()))
+}

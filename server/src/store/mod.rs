@@ -672,6 +672,14 @@ impl Store {
         }
     }
 
+    /// A tenant's members `(user, role)`, by name.
+    pub async fn members(&self, tenant_id: &str) -> Result<Vec<(User, Role)>, StoreError> {
+        match self {
+            Store::Sqlite(p) => sqlite::members(p, tenant_id).await,
+            Store::Postgres(p) => postgres::members(p, tenant_id).await,
+        }
+    }
+
     /// Stores an API token for a user: only the SHA-256 of its secret.
     pub async fn create_token(
         &self,

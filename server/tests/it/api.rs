@@ -708,6 +708,24 @@ async fn users_members_and_tokens_are_managed_with_their_roles() {
     let lead_id = app.store.user_by_name("lead").await.expect("lead").id;
     app.store.set_membership(&lead_id, &t, Role::TenantAdmin, "test").await.expect("promote");
     assert_eq!(put(&lead, &t, "member").await.expect("send").status(), StatusCode::NO_CONTENT);
+    let members: Value = app
+        .call(Method::GET, &format!("/api/v1/tenants/{t}/members"), Some(&member))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let names: Vec<(String, String)> = members
+        .as_array()
+        .expect("members")
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap_or("").to_string(), m["role"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(
+        names,
+        [("carol", "member"), ("lead", "tenant-admin"), ("mo", "member")].map(|(a, b)| (a.to_string(), b.to_string()))
+    );
     let other = app.tenant("other-people", json!({})).await;
     problem(put(&lead, &other, "member").await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
 

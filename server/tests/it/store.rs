@@ -458,6 +458,19 @@ async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
         Err(StoreError::Conflict { .. })
     ));
     assert_eq!(store.proposals(Some("proposed")).await.expect("open"), vec![]);
+
+    // When the request ends, its instances are free again.
+    store
+        .transition(Transition {
+            id: &r1.id,
+            expected_version: Some(2),
+            to: RequestState::Cancelled,
+            reason: None,
+            actor: "user:alice",
+        })
+        .await
+        .expect("cancel");
+    assert_eq!(store.live_allocations().await.expect("live"), vec![]);
 }
 
 async fn decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests(store: &Store) {

@@ -275,6 +275,9 @@ pub(super) async fn transition(pool: &PgPool, t: Transition<'_>) -> Result<Slice
     .bind(&after.id)
     .execute(&mut *tx)
     .await?;
+    if after.state.is_terminal() {
+        release_allocations(&mut tx, &after.id).await?;
+    }
     let action = format!("request.{}", after.state);
     let object = format!("request/{}", after.id);
     audit_insert(&mut tx, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
@@ -422,4 +425,27 @@ pub(super) async fn tenants(pool: &PgPool) -> Result<Vec<Tenant>, StoreError> {
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(tenant_from).collect())
+}
+
+pub(super) async fn members(pool: &PgPool, tenant_id: &str) -> Result<Vec<(User, Role)>, StoreError> {
+    let rows: Vec<(String, String, bool, i64, String)> = sqlx::query_as(&format!(
+        "SELECT u.id, u.name, u.platform_admin, {}, m.role FROM memberships m \
+         JOIN users u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.name",
+        ms("u.created_at")
+    ))
+    .bind(tenant_id)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(id, name, admin, at, role)| Ok((user_from((id, name, admin, at)), Role::parse(&role)?)))
+        .collect()
+}
+
+/// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
+pub(super) async fn release_allocations(conn: &mut PgConnection, request_id: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE allocations SET state = 'released' WHERE request_id = $1 AND state IN ('reserved', 'active')")
+        .bind(request_id)
+        .execute(conn)
+        .await?;
+    Ok(())
 }

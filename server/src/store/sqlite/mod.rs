@@ -280,6 +280,9 @@ pub(super) async fn transition(pool: &SqlitePool, t: Transition<'_>) -> Result<S
         if done.rows_affected() != 1 {
             return Err(StoreError::Conflict { constraint: "version".to_string() });
         }
+        if after.state.is_terminal() {
+            release_allocations(conn, &after.id).await?;
+        }
         let action = format!("request.{}", after.state);
         let object = format!("request/{}", after.id);
         audit_insert(conn, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
@@ -429,4 +432,26 @@ pub(super) async fn tenants(pool: &SqlitePool) -> Result<Vec<Tenant>, StoreError
     .fetch_all(pool)
     .await?;
     Ok(rows.into_iter().map(tenant_from).collect())
+}
+
+pub(super) async fn members(pool: &SqlitePool, tenant_id: &str) -> Result<Vec<(User, Role)>, StoreError> {
+    let rows: Vec<(String, String, bool, i64, String)> = sqlx::query_as(
+        "SELECT u.id, u.name, u.platform_admin, u.created_at_ms, m.role FROM memberships m \
+         JOIN users u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.name",
+    )
+    .bind(tenant_id)
+    .fetch_all(pool)
+    .await?;
+    rows.into_iter()
+        .map(|(id, name, admin, at, role)| Ok((user_from((id, name, admin, at)), Role::parse(&role)?)))
+        .collect()
+}
+
+/// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
+pub(super) async fn release_allocations(conn: &mut SqliteConnection, request_id: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE allocations SET state = 'released' WHERE request_id = $1 AND state IN ('reserved', 'active')")
+        .bind(request_id)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
