@@ -91,13 +91,30 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     Ok((state, generated))
 }
 
-/// Serves the API on `listener` until `shutdown` completes.
+/// How often active requests are checked for the end of their duration.
+pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Serves the API on `listener` until `shutdown` completes; meanwhile expires requests whose duration ran out.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let store = state.store.clone();
+    let sweeper = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EXPIRY_SWEEP);
+        loop {
+            tick.tick().await;
+            match store.expire_due(crate::store::now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(expired = n, "requests expired"),
+                Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
+            }
+        }
+    });
     let app = crate::http::router(state);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    sweeper.abort();
+    served?;
     Ok(())
 }

@@ -1,11 +1,11 @@
 //! The audit log (platform admins): who changed what, before and after, when.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::require_platform_admin;
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::store::Principal;
 
@@ -40,7 +40,7 @@ pub struct AuditView {
 pub async fn audit(
     State(state): State<AppState>,
     p: Principal,
-    Query(q): Query<AuditQuery>,
+    ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> Result<ApiJson<Vec<AuditView>>, ApiError> {
     require_platform_admin(&p)?;
     let entries = state.store.audit(&q.object).await?;

@@ -1,8 +1,8 @@
 //! API errors as `application/problem+json` (RFC 9457) with a stable machine `code`; one place maps every failure.
 
 use axum::Json;
-use axum::extract::FromRequest;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -148,6 +148,15 @@ impl From<StoreError> for ApiError {
             StoreError::Transition(t) => {
                 ApiError::Conflict { code: "request_invalid_transition", detail: t.to_string(), errors: vec![] }
             }
+            StoreError::Other(sqlx::Error::Database(db))
+                if matches!(db.code().as_deref(), Some("40001") | Some("40P01")) =>
+            {
+                ApiError::Conflict {
+                    code: "concurrent_update",
+                    detail: "a concurrent change to the same objects won; retry".to_string(),
+                    errors: vec![],
+                }
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -172,5 +181,16 @@ impl From<JsonRejection> for ApiError {
             _ => StatusCode::BAD_REQUEST,
         };
         ApiError::Invalid { status, code: "invalid_body", detail: r.body_text() }
+    }
+}
+
+/// `Query` whose rejections are problem reports too.
+#[derive(Debug, Clone, Copy, Default, FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> ApiError {
+        ApiError::Invalid { status: StatusCode::BAD_REQUEST, code: "invalid_query", detail: r.body_text() }
     }
 }

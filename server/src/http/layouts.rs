@@ -1,13 +1,13 @@
 //! Layout proposals: what approvals need changed on a GPU, for an admin to approve or reject; and per-GPU
 //! auto-layout.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use tessera_core::layout::PlacedInstance;
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::require_platform_admin;
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use super::nodes::GpuView;
 use crate::app::AppState;
 use crate::services::approvals;
@@ -38,6 +38,8 @@ pub struct LayoutView {
     pub decided_by: Option<String>,
     /// UTC milliseconds.
     pub created_at_ms: i64,
+    /// When it was decided, UTC milliseconds.
+    pub decided_at_ms: Option<i64>,
 }
 
 impl From<LayoutProposal> for LayoutView {
@@ -54,6 +56,7 @@ impl From<LayoutProposal> for LayoutView {
             created_by: p.created_by,
             decided_by: p.decided_by,
             created_at_ms: p.created_at_ms,
+            decided_at_ms: p.decided_at_ms,
         }
     }
 }
@@ -88,7 +91,7 @@ pub struct AutoLayout {
 pub async fn list_layouts(
     State(state): State<AppState>,
     p: Principal,
-    Query(q): Query<LayoutQuery>,
+    ApiQuery(q): ApiQuery<LayoutQuery>,
 ) -> Result<ApiJson<Vec<LayoutView>>, ApiError> {
     require_platform_admin(&p)?;
     if let Some(s) = &q.state

@@ -9,7 +9,7 @@ use tessera_core::planner::Plan;
 use utoipa::ToSchema;
 
 use super::auth::require_platform_admin;
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::fleet::{self, GpuReport};
 use crate::store::{Gpu, Node, Principal};
@@ -162,7 +162,8 @@ pub async fn uncordon_gpu(
 }
 
 /// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
-/// exact placements with the resulting layouts. Nothing is changed; approvers see this before approving.
+/// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before
+/// approving.
 #[utoipa::path(get, path = "/api/v1/requests/{id}/placement", tag = "requests", security(("token" = [])),
     params(("id" = String, Path)),
     responses((status = 200, body = Plan), (status = 404, body = Problem), (status = 422, body = Problem)))]
@@ -213,7 +214,7 @@ pub struct AllocationQuery {
 pub async fn list_allocations(
     State(state): State<AppState>,
     p: Principal,
-    axum::extract::Query(q): axum::extract::Query<AllocationQuery>,
+    ApiQuery(q): ApiQuery<AllocationQuery>,
 ) -> Result<ApiJson<Vec<AllocationView>>, ApiError> {
     super::auth::require_visible(&p, &q.tenant, "tenant")?;
     let nodes = state.store.nodes().await?;

@@ -2,14 +2,14 @@
 //! the actions approve, reject and cancel (with `If-Match`, so that of two admins acting at once one wins and the
 //! other gets 409).
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tessera_core::request::{RequestState, SliceSpec};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::requests::{self, Action};
 use crate::store::{Principal, RequestFilter, SliceRequest};
@@ -27,6 +27,9 @@ pub struct NewRequestBody {
     /// Why (shown to approvers).
     #[serde(default)]
     pub reason: String,
+    /// How long the slices are wanted once active, in seconds (60 to 90 days); absent: until released.
+    #[serde(default)]
+    pub duration_s: Option<u64>,
 }
 
 /// A slice request.
@@ -50,6 +53,10 @@ pub struct RequestView {
     pub created_at_ms: i64,
     /// UTC milliseconds.
     pub updated_at_ms: i64,
+    /// How long the slices are wanted once active, in seconds.
+    pub duration_s: Option<u64>,
+    /// When it expires (set once active with a duration), UTC milliseconds.
+    pub expires_at_ms: Option<i64>,
 }
 
 impl From<SliceRequest> for RequestView {
@@ -64,6 +71,8 @@ impl From<SliceRequest> for RequestView {
             version: r.version,
             created_at_ms: r.created_at_ms,
             updated_at_ms: r.updated_at_ms,
+            duration_s: r.duration_s,
+            expires_at_ms: r.expires_at_ms,
         }
     }
 }
@@ -147,8 +156,14 @@ pub async fn create_request(
     ApiJson(body): ApiJson<NewRequestBody>,
 ) -> Result<Response, ApiError> {
     let key = headers.get("idempotency-key").map(|v| v.to_str().unwrap_or(""));
-    let (request, created) =
-        requests::create(&state, &p, &body.tenant, &body.spec, body.count, &body.reason, key).await?;
+    let ask = requests::Ask {
+        tenant: &body.tenant,
+        spec: &body.spec,
+        count: body.count,
+        reason: &body.reason,
+        duration_s: body.duration_s,
+    };
+    let (request, created) = requests::create(&state, &p, ask, key).await?;
     Ok(with_etag(if created { StatusCode::CREATED } else { StatusCode::OK }, request))
 }
 
@@ -158,7 +173,7 @@ pub async fn create_request(
 pub async fn list_requests(
     State(state): State<AppState>,
     p: Principal,
-    Query(q): Query<ListQuery>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<ApiJson<RequestPage>, ApiError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {

@@ -26,8 +26,9 @@ const STALE: [&str; 3] = ["gpu_layout_version", "layout_proposals_open", "alloca
 
 /// Approves a pending request (platform admins), placing MIG slices through the planner.
 pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option<i64>) -> Result<Approval, ApiError> {
-    crate::http::auth::require_platform_admin(p)?;
+    // Not visible: 404, as for every other action; visible but not an admin: 403.
     let request = crate::services::requests::get(state, p, id).await?;
+    crate::http::auth::require_platform_admin(p)?;
     approve_as(state, &p.actor(), request, if_match).await
 }
 

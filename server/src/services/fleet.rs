@@ -87,6 +87,8 @@ pub async fn register(state: &AppState, p: &Principal, name: &str, gpus: &[GpuRe
 /// not yet tied to allocations, so every existing instance counts as free.
 pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Result<Plan, ApiError> {
     let request = crate::services::requests::get(state, p, request_id).await?;
+    // The plan shows nodes, GPUs and layouts: fleet details, for platform admins only.
+    crate::http::auth::require_platform_admin(p)?;
     let SliceSpec::Mig { profile, model } = &request.spec else {
         return Err(ApiError::invalid(
             "placement_not_planned",

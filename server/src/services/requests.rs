@@ -10,6 +10,10 @@ use crate::store::{NewRequest, Principal, SliceRequest, Transition};
 
 /// Most slices one request may ask for.
 pub const MAX_COUNT: u32 = 1000;
+/// Shortest duration a request may ask for, in seconds.
+pub const MIN_DURATION_S: u64 = 60;
+/// Longest duration a request may ask for (90 days), in seconds.
+pub const MAX_DURATION_S: u64 = 90 * 24 * 3600;
 /// Longest `Idempotency-Key` accepted.
 pub const MAX_IDEMPOTENCY_KEY: usize = 200;
 
@@ -22,21 +26,38 @@ pub enum Action {
     Cancel,
 }
 
-/// Creates a request for `tenant`. Returns it and whether it was created now (`false`: an idempotent replay).
+/// What a tenant asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// Tenant id.
+    pub tenant: &'a str,
+    /// What one slice is.
+    pub spec: &'a SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Why.
+    pub reason: &'a str,
+    /// How long, once active, in seconds.
+    pub duration_s: Option<u64>,
+}
+
+/// Creates a request. Returns it and whether it was created now (`false`: an idempotent replay).
 pub async fn create(
     state: &AppState,
     p: &Principal,
-    tenant: &str,
-    spec: &SliceSpec,
-    count: u32,
-    reason: &str,
+    ask: Ask<'_>,
     idempotency_key: Option<&str>,
 ) -> Result<(SliceRequest, bool), ApiError> {
+    let Ask { tenant, spec, count, reason, duration_s } = ask;
     if !p.can_see(tenant) {
         return Err(ApiError::NotFound(format!("tenant {tenant} not found")));
     }
     if !(1..=MAX_COUNT).contains(&count) {
         return Err(ApiError::invalid("invalid_count", format!("count must be between 1 and {MAX_COUNT}")));
+    }
+    if duration_s.is_some_and(|d| !(MIN_DURATION_S..=MAX_DURATION_S).contains(&d)) {
+        let detail = format!("duration_s must be between {MIN_DURATION_S} and {MAX_DURATION_S} seconds");
+        return Err(ApiError::invalid("invalid_duration", detail));
     }
     if let Some(key) = idempotency_key
         && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
@@ -60,8 +81,19 @@ pub async fn create(
         state: RequestState::Pending,
         actor: &actor,
         idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
+        duration_s,
     };
-    let (request, created) = state.store.create_request(new).await?;
+    let (request, created) = match state.store.create_request(new).await {
+        Ok(done) => done,
+        // The same key raced in for another tenant: one won, this one is a reuse.
+        Err(crate::store::StoreError::Conflict { constraint }) if constraint == "idempotency_keys" => {
+            return Err(key_reused());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !created && (request.tenant_id != tenant || request.spec != *spec || request.count != count) {
+        return Err(key_reused());
+    }
     // Within the tenant's auto-approval policy, the request is approved the way an admin would approve it: placed
     // by the planner. Where it cannot be placed now (no capacity, the fleet changed), it stays pending for an admin.
     if created && tenant_row.policy.decide(&charge) == Decision::AutoApprove {
@@ -113,4 +145,8 @@ pub async fn act(
     let actor = p.actor();
     let t = Transition { id: &request.id, expected_version: if_match, to, reason, actor: &actor };
     Ok(state.store.transition(t).await?)
+}
+
+fn key_reused() -> ApiError {
+    ApiError::invalid("idempotency_key_reused", "this Idempotency-Key was used for a different request; use a new key")
 }

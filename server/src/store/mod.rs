@@ -50,6 +50,40 @@ pub struct SliceRequest {
     pub created_at_ms: i64,
     /// UTC milliseconds.
     pub updated_at_ms: i64,
+    /// How long the slices are wanted once active, in seconds (`None`: until released).
+    pub duration_s: Option<u64>,
+    /// When an active request with a duration expires, UTC milliseconds.
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A request row: `(id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, duration_s,
+/// expires_at_ms)`.
+pub(crate) type RequestRow = (String, String, String, i64, String, String, i64, i64, i64, Option<i64>, Option<i64>);
+
+pub(crate) fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
+    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, duration_s, expires_at_ms) =
+        row;
+    Ok(SliceRequest {
+        id,
+        tenant_id,
+        spec: spec_from(&spec)?,
+        count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("request count {count}")))?,
+        state: state_from(&state)?,
+        reason,
+        version,
+        created_at_ms,
+        updated_at_ms,
+        duration_s: duration_s.and_then(|d| u64::try_from(d).ok()),
+        expires_at_ms,
+    })
+}
+
+/// When a request moving to `state` at `now` expires: an active request with a duration expires after it.
+pub(crate) fn expiry(state: RequestState, duration_s: Option<u64>, now: i64, current: Option<i64>) -> Option<i64> {
+    match (state, duration_s) {
+        (RequestState::Active, Some(d)) => Some(now.saturating_add(i64::try_from(d).unwrap_or(i64::MAX / 1000) * 1000)),
+        _ => current,
+    }
 }
 
 /// A person.
@@ -203,6 +237,8 @@ pub struct LayoutProposal {
     pub decided_by: Option<String>,
     /// UTC milliseconds.
     pub created_at_ms: i64,
+    /// When it was decided, UTC milliseconds.
+    pub decided_at_ms: Option<i64>,
 }
 
 /// A layout change an approval needs.
@@ -269,6 +305,8 @@ pub struct NewRequest<'a> {
     pub actor: &'a str,
     /// `(user id, Idempotency-Key)`: a retry with the same key returns the first request instead of a new one.
     pub idempotency: Option<(&'a str, &'a str)>,
+    /// How long the slices are wanted once active, in seconds.
+    pub duration_s: Option<u64>,
 }
 
 use tessera_core::layout::PlacedInstance;
@@ -358,8 +396,8 @@ pub enum StoreError {
     /// The request's life does not allow the change.
     #[error(transparent)]
     Transition(#[from] TransitionError),
-    /// The database URL is not one Tessera can use.
-    #[error("unsupported database URL `{0}`: use sqlite://PATH or postgres://...")]
+    /// The database URL is not one Tessera can use (only its scheme is kept: the rest may hold a password).
+    #[error("unsupported database URL scheme `{0}`: use sqlite://PATH or postgres://...")]
     BadUrl(String),
     /// Anything else from the database.
     #[error("database error: {0}")]
@@ -379,7 +417,7 @@ pub enum Store {
 }
 
 /// Current UTC time in milliseconds.
-pub(crate) fn now_ms() -> i64 {
+pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
@@ -424,13 +462,25 @@ pub(crate) fn layout_from(text: &str) -> Result<Vec<PlacedInstance>, StoreError>
 }
 
 /// A proposal row: `(id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by,
-/// created_at_ms)`.
+/// created_at_ms, decided_at_ms)`.
 pub(crate) type ProposalRow =
-    (String, String, i64, String, String, String, String, String, String, Option<String>, i64);
+    (String, String, i64, String, String, String, String, String, String, Option<String>, i64, Option<i64>);
 
 pub(crate) fn proposal_from(row: ProposalRow) -> Result<LayoutProposal, StoreError> {
-    let (id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by, created_at_ms) =
-        row;
+    let (
+        id,
+        gpu_id,
+        base_version,
+        layout,
+        created,
+        destroyed,
+        state,
+        reason,
+        created_by,
+        decided_by,
+        created_at_ms,
+        decided_at_ms,
+    ) = row;
     Ok(LayoutProposal {
         id,
         gpu_id,
@@ -443,6 +493,7 @@ pub(crate) fn proposal_from(row: ProposalRow) -> Result<LayoutProposal, StoreErr
         created_by,
         decided_by,
         created_at_ms,
+        decided_at_ms,
     })
 }
 
@@ -517,7 +568,7 @@ impl Store {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Ok(Store::Postgres(postgres::connect(url).await?))
         } else {
-            Err(StoreError::BadUrl(url.to_string()))
+            Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
         }
     }
 
@@ -629,6 +680,8 @@ impl Store {
             version: 1,
             created_at_ms: now,
             updated_at_ms: now,
+            duration_s: new.duration_s,
+            expires_at_ms: None,
         };
         let replayed = match self {
             Store::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor, new.idempotency).await?,
@@ -850,6 +903,32 @@ impl Store {
             Store::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
             Store::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
         }
+    }
+
+    /// Moves every active request whose duration has run out at `now` to expired (which frees its instances).
+    /// Returns how many expired.
+    pub async fn expire_due(&self, now: i64) -> Result<usize, StoreError> {
+        let due = match self {
+            Store::Sqlite(p) => sqlite::due_requests(p, now).await?,
+            Store::Postgres(p) => postgres::due_requests(p, now).await?,
+        };
+        let mut expired = 0;
+        for (id, version) in due {
+            let t = Transition {
+                id: &id,
+                expected_version: Some(version),
+                to: RequestState::Expired,
+                reason: None,
+                actor: "system:expiry",
+            };
+            match self.transition(t).await {
+                Ok(_) => expired += 1,
+                // Changed meanwhile (released, failed): the next sweep sees its new state.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(expired)
     }
 
     /// Audit entries about `object`, oldest first.

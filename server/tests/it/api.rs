@@ -220,6 +220,24 @@ async fn requests_are_held_against_the_quota_and_refused_beyond_it() {
     let body = problem(app.ask(&alice, &t, 2).await, StatusCode::CONFLICT, "quota_exceeded").await;
     assert_eq!(body["errors"][0]["message"], "mig/H100-80GB/1g.10gb: 2 held + 2 requested would exceed the limit of 3");
     problem(app.ask(&alice, &t, 0).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid_count").await;
+    let short = json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A30-24GB"}, "count": 1, "duration_s": 5});
+    problem(
+        app.call(Method::POST, "/api/v1/requests", Some(&alice)).json(&short).send().await.expect("send"),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_duration",
+    )
+    .await;
+    let day = json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A30-24GB"}, "count": 1, "duration_s": 86400});
+    let r: Value = app
+        .call(Method::POST, "/api/v1/requests", Some(&alice))
+        .json(&day)
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!((r["duration_s"].as_u64(), r["expires_at_ms"].clone()), (Some(86400), Value::Null));
     let bad = json!({"tenant": t, "spec": {"mode": "mig", "profile": "3g.20gb", "model": "H100-80GB"}, "count": 1});
     problem(
         app.call(Method::POST, "/api/v1/requests", Some(&alice)).json(&bad).send().await.expect("send"),
@@ -246,6 +264,16 @@ async fn a_retried_post_with_the_same_idempotency_key_creates_one_request() {
     assert_eq!(again.status(), StatusCode::OK);
     let (a, b): (Value, Value) = (first.json().await.expect("json"), again.json().await.expect("json"));
     assert_eq!(a["id"], b["id"]);
+    // The key belongs to that request: the same key for something else is refused, not answered with the old one.
+    let other = json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A30-24GB"}, "count": 1, "reason": "x"});
+    let r = app
+        .call(Method::POST, "/api/v1/requests", Some(&alice))
+        .header("Idempotency-Key", "job-42")
+        .json(&other)
+        .send()
+        .await
+        .expect("send");
+    problem(r, StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused").await;
 }
 
 #[tokio::test]
@@ -523,8 +551,11 @@ async fn approvers_see_where_the_planner_would_place_a_request() {
         assert_eq!(r.status(), StatusCode::OK);
     }
     let plan: Value =
-        app.call(Method::GET, &path, Some(&alice)).send().await.expect("send").json().await.expect("json");
+        app.call(Method::GET, &path, Some(&app.admin)).send().await.expect("send").json().await.expect("json");
     assert_eq!(plan["unplaced"][0]["code"], "all_matching_gpus_cordoned", "{plan}");
+    // Plans show the fleet: members of the tenant may not see them.
+    problem(app.call(Method::GET, &path, Some(&alice)).send().await.expect("send"), StatusCode::FORBIDDEN, "forbidden")
+        .await;
     let whole: Value = app
         .call(Method::POST, "/api/v1/requests", Some(&alice))
         .json(&json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A30-24GB"}, "count": 1}))
@@ -535,7 +566,11 @@ async fn approvers_see_where_the_planner_would_place_a_request() {
         .await
         .expect("json");
     let r = app
-        .call(Method::GET, &format!("/api/v1/requests/{}/placement", whole["id"].as_str().expect("id")), Some(&alice))
+        .call(
+            Method::GET,
+            &format!("/api/v1/requests/{}/placement", whole["id"].as_str().expect("id")),
+            Some(&app.admin),
+        )
         .send()
         .await
         .expect("send");

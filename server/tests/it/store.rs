@@ -109,6 +109,8 @@ conformance!(
     nodes_are_registered_whole_and_gpus_cordoned,
     approvals_reserve_exact_instances_and_propose_layouts,
     decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests,
+    requests_with_a_duration_expire_and_free_their_instances,
+    stale_plans_can_neither_destroy_nor_reserve_what_changed,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -138,6 +140,7 @@ async fn request(
             state: RequestState::Pending,
             actor: "user:alice",
             idempotency: None,
+            duration_s: None,
         })
         .await
         .map(|(r, _)| r)
@@ -349,6 +352,7 @@ async fn a_retried_request_with_the_same_idempotency_key_creates_one_request(sto
                     state: RequestState::Pending,
                     actor: "user:bob",
                     idempotency: Some((&user, "key-1")),
+                    duration_s: None,
                 };
                 store.create_request(new).await.expect("create")
             })
@@ -512,4 +516,120 @@ async fn decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests
         MILLI,
         "r2 no longer holds quota"
     );
+}
+
+async fn requests_with_a_duration_expire_and_free_their_instances(store: &Store) {
+    let gpu = one_h100(store, "node-z").await;
+    let t = store.create_tenant("expiry", POLICY, "admin").await.expect("tenant");
+    let spec = h100_1g();
+    let charge = charge(Catalog::builtin(), &spec, 1).expect("charge");
+    let new = NewRequest {
+        tenant_id: &t.id,
+        spec: &spec,
+        count: 1,
+        reason: "nightly eval",
+        charge: &charge,
+        state: RequestState::Pending,
+        actor: "user:alice",
+        idempotency: None,
+        duration_s: Some(3600),
+    };
+    let (r, _) = store.create_request(new).await.expect("create");
+    assert_eq!((r.duration_s, r.expires_at_ms), (Some(3600), None));
+    let hold = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
+    store.approve_request(approve(&r.id, 1), &[], &hold).await.expect("approve");
+    let step = |to, v| Transition { id: &r.id, expected_version: Some(v), to, reason: None, actor: "agent" };
+    store.transition(step(RequestState::Provisioning, 2)).await.expect("provision");
+    let active = store.transition(step(RequestState::Active, 3)).await.expect("activate");
+    assert_eq!(active.expires_at_ms, Some(active.updated_at_ms + 3_600_000));
+    assert_eq!(store.expire_due(active.updated_at_ms + 3_599_000).await.expect("sweep"), 0, "not yet");
+    assert_eq!(store.expire_due(active.updated_at_ms + 3_600_000).await.expect("sweep"), 1);
+    let expired = store.request(&r.id).await.expect("get");
+    assert_eq!(expired.state, RequestState::Expired);
+    assert_eq!(store.live_allocations().await.expect("live"), vec![], "its instance is free again");
+    assert_eq!(
+        store.audit(&format!("request/{}", r.id)).await.expect("audit").last().map(|e| e.actor.clone()),
+        Some("system:expiry".into())
+    );
+}
+
+async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store) {
+    let gpu = store
+        .register_node(
+            "node-s",
+            &[NewGpu {
+                index: 0,
+                uuid: "GPU-s".into(),
+                model: "H100-80GB".into(),
+                mig_enabled: true,
+                layout: vec![inst("1g.10gb", 0), inst("1g.10gb", 1), inst("1g.10gb", 6)],
+            }],
+            "admin",
+        )
+        .await
+        .expect("node")
+        .gpus
+        .remove(0);
+    store.set_auto_layout(&gpu.id, true, "admin").await.expect("auto");
+    let t = store.create_tenant("stale", POLICY, "admin").await.expect("tenant");
+    let keep = |start| Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start, change: None };
+    // A holds 1g@1. B was planned before that: it would destroy both 1g to make a 2g, applied at once.
+    let a = request(store, &t.id, &h100_1g(), 1).await.expect("a");
+    store.approve_request(approve(&a.id, 1), &[], &[keep(1)]).await.expect("a approved");
+    let b = request(store, &t.id, &SliceSpec::Mig { profile: "2g.20gb".into(), model: Some("H100-80GB".into()) }, 1)
+        .await
+        .expect("b");
+    let destroy = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: 1,
+        layout: vec![inst("2g.20gb", 0), inst("1g.10gb", 6)],
+        created: vec![inst("2g.20gb", 0)],
+        destroyed: vec![inst("1g.10gb", 0), inst("1g.10gb", 1)],
+        auto_apply: true,
+    };
+    let b_slot = [Reservation { gpu_id: gpu.id.clone(), profile: "2g.20gb".into(), start: 0, change: Some(0) }];
+    match store.approve_request(approve(&b.id, 1), std::slice::from_ref(&destroy), &b_slot).await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "instance_in_use"),
+        other => panic!("an auto-applied change destroyed a reserved instance: {other:?}"),
+    }
+    let now =
+        store.nodes().await.expect("nodes").into_iter().find(|n| n.name == "node-s").expect("node").gpus.remove(0);
+    assert_eq!(now.layout.len(), 3, "nothing applied");
+
+    // An admin's edit removes 1g@6; a plan made before it cannot reserve 1g@6 any more.
+    let edit = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: now.layout_version,
+        layout: vec![inst("1g.10gb", 0), inst("1g.10gb", 1)],
+        created: vec![],
+        destroyed: vec![inst("1g.10gb", 6)],
+        auto_apply: false,
+    };
+    let proposal = store.propose_layout(&edit, "admin").await.expect("propose");
+    store.decide_proposal(&proposal.id, true, "", "admin").await.expect("apply");
+    let c = request(store, &t.id, &h100_1g(), 1).await.expect("c");
+    match store.approve_request(approve(&c.id, 1), &[], &[keep(6)]).await {
+        Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "gpu_layout_version"),
+        other => panic!("a reservation on a destroyed instance was accepted: {other:?}"),
+    }
+
+    // A request that fails because its layout change is rejected gives back every instance it held.
+    store.set_auto_layout(&gpu.id, false, "admin").await.expect("manual");
+    let d = request(store, &t.id, &h100_1g(), 2).await.expect("d");
+    let grow = LayoutChange {
+        gpu_id: gpu.id.clone(),
+        base_version: now.layout_version + 1,
+        layout: vec![inst("1g.10gb", 0), inst("1g.10gb", 1), inst("1g.10gb", 2)],
+        created: vec![inst("1g.10gb", 2)],
+        destroyed: vec![],
+        auto_apply: false,
+    };
+    let d_slots =
+        [keep(0), Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 2, change: Some(0) }];
+    let (_, props) = store.approve_request(approve(&d.id, 1), &[grow], &d_slots).await.expect("d approved");
+    store.decide_proposal(&props[0].id, false, "no", "admin").await.expect("reject");
+    assert_eq!(store.request(&d.id).await.expect("d").state, RequestState::Failed);
+    let live: Vec<(String, u8)> =
+        store.live_allocations().await.expect("live").into_iter().map(|a| (a.request_id, a.start)).collect();
+    assert_eq!(live, vec![(a.id.clone(), 1)], "only A's instance is still held");
 }

@@ -10,9 +10,9 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, TenantRow, Transition,
-    User, UserRow, audit_from, now_ms, on_constraint, spec_from, state_from, tenant_from, to_json, usage_from_rows,
-    user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, RequestRow, Role, SliceRequest, StoreError, Tenant, TenantRow,
+    Transition, User, UserRow, audit_from, expiry, now_ms, on_constraint, request_from, tenant_from, to_json,
+    usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
@@ -175,8 +175,8 @@ pub(super) async fn create_request(
         tessera_core::quota::check(&limits, &held, charge).map_err(StoreError::Quota)?;
     }
     sqlx::query(&format!(
-        "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at, updated_at) \
-         VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, {}, {})",
+        "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at, updated_at, \
+         duration_s) VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7, {}, {}, $10)",
         ts(8),
         ts(9)
     ))
@@ -189,6 +189,7 @@ pub(super) async fn create_request(
     .bind(r.version)
     .bind(r.created_at_ms)
     .bind(r.updated_at_ms)
+    .bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
     .execute(&mut *tx)
     .await?;
     for (resource, amount) in charge {
@@ -205,35 +206,20 @@ pub(super) async fn create_request(
             .bind(key)
             .bind(&r.id)
             .execute(&mut *tx)
-            .await?;
+            .await
+            .map_err(|e| on_constraint(e, "idempotency_keys"))?;
     }
     audit_insert(&mut tx, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await?;
     tx.commit().await?;
     Ok(None)
 }
 
-type RequestRow = (String, String, String, i64, String, String, i64, i64, i64);
-
-fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
-    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) = row;
-    Ok(SliceRequest {
-        id,
-        tenant_id,
-        spec: spec_from(&spec)?,
-        count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("request count {count}")))?,
-        state: state_from(&state)?,
-        reason,
-        version,
-        created_at_ms,
-        updated_at_ms,
-    })
-}
-
 fn request_columns() -> String {
     format!(
-        "id, tenant_id, spec::text, count::bigint, state, reason, version, {}, {} FROM slice_requests",
+        "id, tenant_id, spec::text, count::bigint, state, reason, version, {}, {}, duration_s, {} FROM slice_requests",
         ms("created_at"),
-        ms("updated_at")
+        ms("updated_at"),
+        ms("expires_at")
     )
 }
 
@@ -257,22 +243,26 @@ pub(super) async fn transition(pool: &PgPool, t: Transition<'_>) -> Result<Slice
         return Err(StoreError::Conflict { constraint: "version".to_string() });
     }
     let state = before.state.transition(t.to)?;
+    let now = now_ms();
     let after = SliceRequest {
         state,
         reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
         version: before.version + 1,
-        updated_at_ms: now_ms(),
+        updated_at_ms: now,
+        expires_at_ms: expiry(state, before.duration_s, now, before.expires_at_ms),
         ..before.clone()
     };
     sqlx::query(&format!(
-        "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at = {} WHERE id = $5",
-        ts(4)
+        "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at = {}, expires_at = {} WHERE id = $5",
+        ts(4),
+        ts(6)
     ))
     .bind(after.state.as_str())
     .bind(&after.reason)
     .bind(after.version)
     .bind(after.updated_at_ms)
     .bind(&after.id)
+    .bind(after.expires_at_ms)
     .execute(&mut *tx)
     .await?;
     if after.state.is_terminal() {
@@ -448,4 +438,14 @@ pub(super) async fn release_allocations(conn: &mut PgConnection, request_id: &st
         .execute(conn)
         .await?;
     Ok(())
+}
+
+pub(super) async fn due_requests(pool: &PgPool, now: i64) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT id, version FROM slice_requests WHERE state = 'active' AND expires_at <= {}",
+        ts(1)
+    ))
+    .bind(now)
+    .fetch_all(pool)
+    .await?)
 }

@@ -6,12 +6,13 @@ use sqlx::sqlite::SqliteConnection;
 use super::{audit_insert, immediate, request_in};
 use crate::store::{
     Allocation, AllocationRow, LayoutChange, LayoutProposal, ProposalRow, Reservation, SliceRequest, StoreError,
-    Transition, allocation_from, new_id, now_ms, on_constraint, proposal_from, to_json,
+    Transition, allocation_from, layout_from, new_id, now_ms, on_constraint, proposal_from, to_json,
 };
+use tessera_core::layout::PlacedInstance;
 use tessera_core::request::RequestState;
 
-const PROPOSAL_FIELDS: &str =
-    "id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by, created_at_ms";
+const PROPOSAL_FIELDS: &str = "id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, \
+                               decided_by, created_at_ms, decided_at_ms";
 const ALLOCATION_FIELDS: &str = "id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id";
 
 async fn layout_version(conn: &mut SqliteConnection, gpu_id: &str) -> Result<i64, StoreError> {
@@ -44,6 +45,35 @@ async fn set_request(conn: &mut SqliteConnection, r: &SliceRequest, before_versi
     if done.rows_affected() == 1 { Ok(()) } else { Err(StoreError::Conflict { constraint: "version".to_string() }) }
 }
 
+/// A GPU's layout version and layout, locked for the rest of the transaction (SQLite holds the write lock).
+async fn gpu_now(conn: &mut SqliteConnection, gpu_id: &str) -> Result<(i64, Vec<PlacedInstance>), StoreError> {
+    let row: Option<(i64, String)> = sqlx::query_as("SELECT layout_version, layout FROM gpus WHERE id = $1")
+        .bind(gpu_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let (version, layout) = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
+    Ok((version, layout_from(&layout)?))
+}
+
+/// Whether a live allocation (other than those waiting for `except`) holds the instance at `start`.
+async fn in_use(
+    conn: &mut SqliteConnection,
+    gpu_id: &str,
+    start: u8,
+    except: Option<&str>,
+) -> Result<bool, StoreError> {
+    let held: Option<(String,)> = sqlx::query_as(
+        "SELECT id FROM allocations WHERE gpu_id = $1 AND start = $2 AND state IN ('reserved', 'active') \
+         AND ($3 IS NULL OR proposal_id IS NULL OR proposal_id <> $3)",
+    )
+    .bind(gpu_id)
+    .bind(i64::from(start))
+    .bind(except)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(held.is_some())
+}
+
 pub(crate) async fn approve_request(
     pool: &SqlitePool,
     t: Transition<'_>,
@@ -56,12 +86,26 @@ pub(crate) async fn approve_request(
             return Err(StoreError::Conflict { constraint: "version".to_string() });
         }
         let state = before.state.transition(RequestState::Approved)?;
+        let mut gpu_ids: Vec<&str> =
+            changes.iter().map(|c| c.gpu_id.as_str()).chain(reservations.iter().map(|r| r.gpu_id.as_str())).collect();
+        gpu_ids.sort_unstable();
+        gpu_ids.dedup();
+        let mut current = std::collections::HashMap::new();
+        for id in gpu_ids {
+            current.insert(id.to_string(), gpu_now(conn, id).await?);
+        }
         let mut proposals = Vec::with_capacity(changes.len());
         for ch in changes {
-            if layout_version(conn, &ch.gpu_id).await? != ch.base_version {
+            if current.get(&ch.gpu_id).map(|c| c.0) != Some(ch.base_version) {
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
             }
             if ch.auto_apply {
+                // Applied now, so checked now: nothing it destroys may be held (a reservation made since planning).
+                for d in &ch.destroyed {
+                    if in_use(conn, &ch.gpu_id, d.start, None).await? {
+                        return Err(StoreError::Conflict { constraint: "instance_in_use".to_string() });
+                    }
+                }
                 apply_layout(conn, &ch.gpu_id, &to_json(&ch.layout)).await?;
             }
             let p = insert_proposal(conn, ch, t.actor).await?;
@@ -70,6 +114,16 @@ pub(crate) async fn approve_request(
             proposals.push(p);
         }
         for r in reservations {
+            // The instance must exist on the GPU as it is now, or be created by one of this approval's changes.
+            let exists = match r.change {
+                None => current.get(&r.gpu_id).is_some_and(|(_, l)| l.iter().any(|i| i.profile == r.profile && i.start == r.start)),
+                Some(k) => changes.get(k).is_some_and(|c| {
+                    c.gpu_id == r.gpu_id && c.created.iter().any(|i| i.profile == r.profile && i.start == r.start)
+                }),
+            };
+            if !exists {
+                return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
+            }
             let proposal = r.change.and_then(|i| proposals.get(i)).map(|p| p.id.clone());
             sqlx::query(&format!("INSERT INTO allocations ({ALLOCATION_FIELDS}, created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, 'reserved', $7, $8)"))
                 .bind(new_id())
@@ -112,9 +166,10 @@ async fn insert_proposal(
         created_by: actor.to_string(),
         decided_by: ch.auto_apply.then(|| "auto-layout".to_string()),
         created_at_ms: now_ms(),
+        decided_at_ms: ch.auto_apply.then(now_ms),
     };
     sqlx::query(&format!(
-        "INSERT INTO layout_proposals ({PROPOSAL_FIELDS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+        "INSERT INTO layout_proposals ({PROPOSAL_FIELDS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
     ))
     .bind(&p.id)
     .bind(&p.gpu_id)
@@ -127,6 +182,7 @@ async fn insert_proposal(
     .bind(&p.created_by)
     .bind(&p.decided_by)
     .bind(p.created_at_ms)
+    .bind(p.decided_at_ms)
     .execute(conn)
     .await
     .map_err(|e| on_constraint(e, "layout_proposals_open"))?;
@@ -173,16 +229,7 @@ pub(crate) async fn decide_proposal(
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
             }
             for d in &before.destroyed {
-                let held: Option<(String,)> = sqlx::query_as(
-                    "SELECT id FROM allocations WHERE gpu_id = $1 AND start = $2 AND state IN ('reserved', 'active') \
-                     AND (proposal_id IS NULL OR proposal_id <> $3)",
-                )
-                .bind(&before.gpu_id)
-                .bind(i64::from(d.start))
-                .bind(&before.id)
-                .fetch_optional(&mut *conn)
-                .await?;
-                if held.is_some() {
+                if in_use(conn, &before.gpu_id, d.start, Some(&before.id)).await? {
                     return Err(StoreError::Conflict { constraint: "instance_in_use".to_string() });
                 }
             }
@@ -206,6 +253,7 @@ pub(crate) async fn decide_proposal(
                 let after =
                     SliceRequest { state, reason: why, version: r.version + 1, updated_at_ms: now_ms(), ..r.clone() };
                 set_request(conn, &after, r.version).await?;
+                super::release_allocations(conn, &r.id).await?;
                 let object = format!("request/{}", after.id);
                 audit_insert(conn, actor, "request.failed", &object, Some(to_json(&r)), Some(to_json(&after))).await?;
             }
@@ -214,15 +262,19 @@ pub(crate) async fn decide_proposal(
             state: if approve { "approved" } else { "rejected" }.to_string(),
             reason: reason.to_string(),
             decided_by: Some(actor.to_string()),
+            decided_at_ms: Some(now_ms()),
             ..before.clone()
         };
-        sqlx::query("UPDATE layout_proposals SET state = $1, reason = $2, decided_by = $3 WHERE id = $4")
-            .bind(&after.state)
-            .bind(&after.reason)
-            .bind(&after.decided_by)
-            .bind(&after.id)
-            .execute(&mut *conn)
-            .await?;
+        sqlx::query(
+            "UPDATE layout_proposals SET state = $1, reason = $2, decided_by = $3, decided_at_ms = $5 WHERE id = $4",
+        )
+        .bind(&after.state)
+        .bind(&after.reason)
+        .bind(&after.decided_by)
+        .bind(&after.id)
+        .bind(after.decided_at_ms)
+        .execute(&mut *conn)
+        .await?;
         let action = if approve { "layout.approve" } else { "layout.reject" };
         audit_insert(
             conn,

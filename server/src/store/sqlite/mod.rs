@@ -10,9 +10,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use tessera_core::quota::{ApprovalPolicy, Usage};
 
 use super::{
-    AuditEntry, AuditRow, Principal, RequestFilter, Role, SliceRequest, StoreError, Tenant, TenantRow, Transition,
-    User, UserRow, audit_from, now_ms, on_constraint, spec_from, state_from, tenant_from, to_json, usage_from_rows,
-    user_from,
+    AuditEntry, AuditRow, Principal, RequestFilter, RequestRow, Role, SliceRequest, StoreError, Tenant, TenantRow,
+    Transition, User, UserRow, audit_from, expiry, now_ms, on_constraint, request_from, tenant_from, to_json,
+    usage_from_rows, user_from,
 };
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -28,25 +28,17 @@ pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
 }
 
 /// Runs `body` inside `BEGIN IMMEDIATE` ... `COMMIT`, rolling back on error.
+/// Runs `body` in a transaction begun with `BEGIN IMMEDIATE` (the write lock taken up front). The transaction is
+/// tracked by sqlx: if the caller's future is dropped half-way (a client went away, a timeout fired), it rolls back
+/// instead of going back to the pool still open.
 async fn immediate<T>(
     pool: &SqlitePool,
     body: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
-    let mut conn = pool.acquire().await?;
-    sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    match body(&mut conn).await {
-        Ok(value) => {
-            sqlx::query("COMMIT").execute(&mut *conn).await?;
-            Ok(value)
-        }
-        Err(e) => {
-            // The connection goes back to the pool: never leave it inside a transaction.
-            if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
-                conn.close_on_drop();
-            }
-            Err(e)
-        }
-    }
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let value = body(&mut tx).await?;
+    tx.commit().await?;
+    Ok(value)
 }
 
 async fn audit_insert(
@@ -185,8 +177,8 @@ pub(super) async fn create_request(
             tessera_core::quota::check(&limits, &held, charge).map_err(StoreError::Quota)?;
         }
         sqlx::query(
-            "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, \
+             duration_s) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&r.id)
         .bind(&r.tenant_id)
@@ -197,6 +189,7 @@ pub(super) async fn create_request(
         .bind(r.version)
         .bind(r.created_at_ms)
         .bind(r.updated_at_ms)
+        .bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
         .execute(&mut *conn)
         .await?;
         for (resource, amount) in charge {
@@ -213,7 +206,8 @@ pub(super) async fn create_request(
                 .bind(key)
                 .bind(&r.id)
                 .execute(&mut *conn)
-                .await?;
+                .await
+            .map_err(|e| on_constraint(e, "idempotency_keys"))?;
         }
         audit_insert(conn, actor, "request.create", &format!("request/{}", r.id), None, Some(to_json(r))).await?;
         Ok(None)
@@ -221,25 +215,8 @@ pub(super) async fn create_request(
     .await
 }
 
-const REQUEST_COLUMNS: &str =
-    "id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms FROM slice_requests";
-
-type RequestRow = (String, String, String, i64, String, String, i64, i64, i64);
-
-fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
-    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms) = row;
-    Ok(SliceRequest {
-        id,
-        tenant_id,
-        spec: spec_from(&spec)?,
-        count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("request count {count}")))?,
-        state: state_from(&state)?,
-        reason,
-        version,
-        created_at_ms,
-        updated_at_ms,
-    })
-}
+const REQUEST_COLUMNS: &str = "id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, \
+                               duration_s, expires_at_ms FROM slice_requests";
 
 async fn request_in(conn: &mut SqliteConnection, id: &str) -> Result<SliceRequest, StoreError> {
     let row: Option<RequestRow> =
@@ -258,15 +235,17 @@ pub(super) async fn transition(pool: &SqlitePool, t: Transition<'_>) -> Result<S
             return Err(StoreError::Conflict { constraint: "version".to_string() });
         }
         let state = before.state.transition(t.to)?;
+        let now = now_ms();
         let after = SliceRequest {
             state,
             reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
             version: before.version + 1,
-            updated_at_ms: now_ms(),
+            updated_at_ms: now,
+            expires_at_ms: expiry(state, before.duration_s, now, before.expires_at_ms),
             ..before.clone()
         };
         let done = sqlx::query(
-            "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4 \
+            "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4, expires_at_ms = $7 \
              WHERE id = $5 AND version = $6",
         )
         .bind(after.state.as_str())
@@ -275,6 +254,7 @@ pub(super) async fn transition(pool: &SqlitePool, t: Transition<'_>) -> Result<S
         .bind(after.updated_at_ms)
         .bind(&after.id)
         .bind(before.version)
+        .bind(after.expires_at_ms)
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != 1 {
@@ -454,4 +434,11 @@ pub(super) async fn release_allocations(conn: &mut SqliteConnection, request_id:
         .execute(conn)
         .await?;
     Ok(())
+}
+
+pub(super) async fn due_requests(pool: &SqlitePool, now: i64) -> Result<Vec<(String, i64)>, StoreError> {
+    Ok(sqlx::query_as("SELECT id, version FROM slice_requests WHERE state = 'active' AND expires_at_ms <= $1")
+        .bind(now)
+        .fetch_all(pool)
+        .await?)
 }
