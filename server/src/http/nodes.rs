@@ -190,11 +190,11 @@ pub struct AllocationView {
     pub gpu_uuid: String,
     /// GPU index on the node.
     pub gpu_index: u32,
-    /// MIG profile.
+    /// MIG profile, or how a whole GPU is shared (`exclusive`, `timeslice:<n>`, `mps:<n>`).
     pub profile: String,
-    /// Start unit of the instance.
+    /// Start unit of the MIG instance, or the share's index on a whole GPU.
     pub start: u8,
-    /// Kubernetes extended resource (mixed strategy), e.g. `nvidia.com/mig-1g.10gb`.
+    /// Kubernetes extended resource: `nvidia.com/mig-<profile>` (mixed strategy) or `nvidia.com/gpu`.
     pub k8s_resource: String,
     /// Whether the instance waits for a layout change to be approved and applied.
     pub waiting_for_layout: bool,
@@ -223,9 +223,14 @@ pub async fn list_allocations(
         .into_iter()
         .filter_map(|a| {
             let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
+            let whole = !gpu.mig_enabled;
             Some(AllocationView {
-                k8s_resource: format!("nvidia.com/mig-{}", a.profile),
-                waiting_for_layout: !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
+                k8s_resource: if whole {
+                    "nvidia.com/gpu".to_string()
+                } else {
+                    format!("nvidia.com/mig-{}", a.profile)
+                },
+                waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
                 id: a.id,
                 request: a.request_id,
                 state: a.state,

@@ -41,15 +41,14 @@ pub async fn approve_as(
 ) -> Result<Approval, ApiError> {
     let id = request.id.as_str();
     let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
-    let SliceSpec::Mig { profile, model } = &request.spec else {
-        // Whole-GPU sharing (exclusive, time-slice, MPS) is placed when the node agent provisions it.
-        let request = state.store.transition(t).await?;
-        return Ok(Approval { request, reservations: vec![], proposals: vec![] });
-    };
     // Fail fast, before planning, when the request is not pending.
     request.state.transition(RequestState::Approved).map_err(StoreError::from)?;
     let nodes = state.store.nodes().await?;
     let live = state.store.live_allocations().await?;
+    let SliceSpec::Mig { profile, model } = &request.spec else {
+        let reservations = place_whole(state, &request, &nodes, &live)?;
+        return commit(state, t, &[], reservations).await;
+    };
     let open = state.store.proposals(Some("proposed")).await?;
     let gpus: Vec<_> = nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
     let input = PlanInput {
@@ -102,7 +101,16 @@ pub async fn approve_as(
             change: if s.new { changes.iter().position(|c| c.gpu_id == s.gpu) } else { None },
         })
         .collect();
-    match state.store.approve_request(t, &changes, &reservations).await {
+    commit(state, t, &changes, reservations).await
+}
+
+async fn commit(
+    state: &AppState,
+    t: Transition<'_>,
+    changes: &[LayoutChange],
+    reservations: Vec<Reservation>,
+) -> Result<Approval, ApiError> {
+    match state.store.approve_request(t, changes, &reservations).await {
         Ok((request, proposals)) => Ok(Approval { request, reservations, proposals }),
         Err(StoreError::Conflict { constraint }) if STALE.contains(&constraint.as_str()) => Err(ApiError::Conflict {
             code: "plan_stale",
@@ -111,6 +119,87 @@ pub async fn approve_as(
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// How a whole-GPU slice shares its GPU, as its allocations record it: `exclusive`, `timeslice:<n>` or `mps:<n>`,
+/// and how many slices one GPU takes that way. `None` for MIG slices.
+pub fn share_of(spec: &SliceSpec) -> Option<(&str, String, u32)> {
+    match spec {
+        SliceSpec::Mig { .. } => None,
+        SliceSpec::Exclusive { model } => Some((model, "exclusive".to_string(), 1)),
+        SliceSpec::Timeslice { model, replicas } => Some((model, format!("timeslice:{replicas}"), *replicas)),
+        SliceSpec::Mps { model, replicas } => Some((model, format!("mps:{replicas}"), *replicas)),
+    }
+}
+
+/// The live allocations on one GPU.
+fn held_on<'a>(
+    live: &'a [crate::store::Allocation],
+    gpu: &'a str,
+) -> impl Iterator<Item = &'a crate::store::Allocation> {
+    live.iter().filter(move |a| a.gpu_id == gpu)
+}
+
+/// Places whole-GPU slices: on GPUs of the model that are not in MIG mode and not cordoned, shared the same way (or
+/// not yet shared), filling GPUs already shared this way before starting new ones; time-slicing and MPS never meet
+/// on one node (NVIDIA's device plugin runs one or the other).
+fn place_whole(
+    state: &AppState,
+    request: &SliceRequest,
+    nodes: &[crate::store::Node],
+    live: &[crate::store::Allocation],
+) -> Result<Vec<Reservation>, ApiError> {
+    let Some((model, profile, per_gpu)) = share_of(&request.spec) else { return Ok(vec![]) };
+    let key = state.catalog.resolve(model).map(|(m, _)| m.key.clone()).unwrap_or_else(|| model.to_string());
+    let mode = profile.split(':').next().unwrap_or_default().to_string();
+    let rival = match mode.as_str() {
+        "timeslice" => Some("mps:"),
+        "mps" => Some("timeslice:"),
+        _ => None,
+    };
+    let mut candidates = Vec::new();
+    for node in nodes {
+        if let Some(rival) = rival
+            && node.gpus.iter().any(|g| held_on(live, &g.id).any(|a| a.profile.starts_with(rival)))
+        {
+            continue;
+        }
+        for g in node.gpus.iter().filter(|g| g.model == key && !g.mig_enabled && !g.cordoned) {
+            let held: Vec<u8> = held_on(live, &g.id).map(|a| a.start).collect();
+            if held_on(live, &g.id).any(|a| a.profile != profile) {
+                continue;
+            }
+            let free: Vec<u8> = (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !held.contains(s)).collect();
+            if !free.is_empty() {
+                // Partly used GPUs first (fewest free shares), then fresh ones: sharing packs, whole GPUs stay free.
+                candidates.push((held.is_empty(), free.len(), g.id.clone(), free));
+            }
+        }
+    }
+    candidates.sort();
+    let reservations: Vec<Reservation> = candidates
+        .into_iter()
+        .flat_map(|(_, _, gpu, free)| {
+            let profile = profile.clone();
+            free.into_iter().map(move |start| Reservation {
+                gpu_id: gpu.clone(),
+                profile: profile.clone(),
+                start,
+                change: None,
+            })
+        })
+        .take(request.count as usize)
+        .collect();
+    if reservations.len() < request.count as usize {
+        let detail = format!(
+            "only {} of {} {profile} slices of {key} are free: the other GPUs of that model are in MIG mode, cordoned, \
+             or shared another way",
+            reservations.len(),
+            request.count
+        );
+        return Err(ApiError::Conflict { code: "no_capacity", detail, errors: vec![] });
+    }
+    Ok(reservations)
 }
 
 /// Approves or rejects a layout proposal (platform admins); rejecting needs a reason.

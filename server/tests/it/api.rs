@@ -930,6 +930,78 @@ async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocat
 }
 
 #[tokio::test]
+async fn whole_gpu_slices_are_placed_on_gpus_shared_the_same_way() {
+    let app = spawn_app().await;
+    let t = app.tenant("whole", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let ask = |spec: Value, count: u32| {
+        app.call(Method::POST, "/api/v1/requests", Some(&alice))
+            .json(&json!({"tenant": t, "spec": spec, "count": count}))
+            .send()
+    };
+    let approve = |id: &str| app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin)).send();
+    let id = |v: &Value| v["id"].as_str().expect("id").to_string();
+    // The demo's A30 is not in MIG mode: three quarter-shares of it go there.
+    let shares: Value = ask(json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 4}), 3)
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let approval: Value = approve(&id(&shares)).await.expect("send").json().await.expect("json");
+    let starts: Vec<u64> =
+        approval["reservations"].as_array().expect("reservations").iter().filter_map(|r| r["start"].as_u64()).collect();
+    assert_eq!(starts, vec![0, 1, 2], "{approval}");
+    assert_eq!(approval["reservations"][0]["profile"], "timeslice:4");
+    // One share is left; exclusive use, MPS, or another time-slice split cannot have the GPU; two more shares do not fit.
+    for (spec, count) in [
+        (json!({"mode": "exclusive", "model": "A30-24GB"}), 1),
+        (json!({"mode": "mps", "model": "A30-24GB", "replicas": 2}), 1),
+        (json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 2}), 1),
+        (json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 4}), 2),
+    ] {
+        let r: Value = ask(spec.clone(), count).await.expect("send").json().await.expect("json");
+        problem(approve(&id(&r)).await.expect("send"), StatusCode::CONFLICT, "no_capacity").await;
+    }
+    let last: Value = ask(json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 4}), 1)
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(approve(&id(&last)).await.expect("send").status(), StatusCode::OK);
+    let held: Value = app
+        .call(Method::GET, &format!("/api/v1/allocations?tenant={t}"), Some(&alice))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(held.as_array().map(Vec::len), Some(4));
+    assert!(
+        held.as_array()
+            .expect("held")
+            .iter()
+            .all(|a| a["k8s_resource"] == "nvidia.com/gpu" && a["waiting_for_layout"] == false)
+    );
+    // Released shares make room again.
+    let r = app
+        .call(Method::POST, &format!("/api/v1/requests/{}/cancel", id(&shares)), Some(&alice))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let again: Value = ask(json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 4}), 3)
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(approve(&id(&again)).await.expect("send").status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn the_api_reference_is_served_without_any_outside_asset() {
     let app = spawn_app().await;
     let r = app.call(Method::GET, "/api/docs", None).send().await.expect("send");

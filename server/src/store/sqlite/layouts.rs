@@ -45,14 +45,28 @@ async fn set_request(conn: &mut SqliteConnection, r: &SliceRequest, before_versi
     if done.rows_affected() == 1 { Ok(()) } else { Err(StoreError::Conflict { constraint: "version".to_string() }) }
 }
 
-/// A GPU's layout version and layout, locked for the rest of the transaction (SQLite holds the write lock).
-async fn gpu_now(conn: &mut SqliteConnection, gpu_id: &str) -> Result<(i64, Vec<PlacedInstance>), StoreError> {
-    let row: Option<(i64, String)> = sqlx::query_as("SELECT layout_version, layout FROM gpus WHERE id = $1")
-        .bind(gpu_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let (version, layout) = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
-    Ok((version, layout_from(&layout)?))
+/// A GPU's layout version, layout and MIG mode, locked for the rest of the transaction.
+async fn gpu_now(conn: &mut SqliteConnection, gpu_id: &str) -> Result<(i64, Vec<PlacedInstance>, bool), StoreError> {
+    let row: Option<(i64, String, bool)> =
+        sqlx::query_as("SELECT layout_version, layout, mig_enabled FROM gpus WHERE id = $1")
+            .bind(gpu_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let (version, layout, mig) = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
+    Ok((version, layout_from(&layout)?, mig))
+}
+
+/// Whether every live allocation on a whole (non-MIG) GPU is shared the way `profile` says (`exclusive`,
+/// `timeslice:<n>`, `mps:<n>`): one GPU is shared one way at a time.
+async fn shared_alike(conn: &mut SqliteConnection, gpu_id: &str, profile: &str) -> Result<bool, StoreError> {
+    let other: Option<(String,)> = sqlx::query_as(
+        "SELECT id FROM allocations WHERE gpu_id = $1 AND state IN ('reserved', 'active') AND profile <> $2",
+    )
+    .bind(gpu_id)
+    .bind(profile)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(other.is_none())
 }
 
 /// Whether a live allocation (other than those waiting for `except`) holds the instance at `start`.
@@ -96,7 +110,7 @@ pub(crate) async fn approve_request(
         }
         let mut proposals = Vec::with_capacity(changes.len());
         for ch in changes {
-            if current.get(&ch.gpu_id).map(|c| c.0) != Some(ch.base_version) {
+            if current.get(&ch.gpu_id).map(|c: &(i64, Vec<PlacedInstance>, bool)| c.0) != Some(ch.base_version) {
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
             }
             if ch.auto_apply {
@@ -115,11 +129,15 @@ pub(crate) async fn approve_request(
         }
         for r in reservations {
             // The instance must exist on the GPU as it is now, or be created by one of this approval's changes.
-            let exists = match r.change {
-                None => current.get(&r.gpu_id).is_some_and(|(_, l)| l.iter().any(|i| i.profile == r.profile && i.start == r.start)),
-                Some(k) => changes.get(k).is_some_and(|c| {
+            // A MIG instance must exist on the GPU as it is now, or be created by one of this approval's changes; a
+            // share of a whole GPU must match how the GPU is already shared.
+            let exists = match (r.change, current.get(&r.gpu_id)) {
+                (None, Some((_, _, false))) => shared_alike(conn, &r.gpu_id, &r.profile).await?,
+                (None, Some((_, layout, true))) => layout.iter().any(|i| i.profile == r.profile && i.start == r.start),
+                (Some(k), _) => changes.get(k).is_some_and(|c| {
                     c.gpu_id == r.gpu_id && c.created.iter().any(|i| i.profile == r.profile && i.start == r.start)
                 }),
+                (None, None) => false,
             };
             if !exists {
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
