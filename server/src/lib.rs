@@ -5,6 +5,7 @@
 
 pub mod app;
 pub mod cli;
+pub mod config;
 pub mod http;
 pub mod serve;
 pub mod services;

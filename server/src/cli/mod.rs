@@ -26,18 +26,21 @@ enum Command {
     /// Run the control plane: the REST API on `--listen`, data in `--database-url` (a SQLite file in `--data-dir` by
     /// default). On first start a platform admin `admin` is created; its token is printed once.
     Serve {
-        /// Address to listen on.
-        #[arg(long, env = "TESSERA_LISTEN", default_value = "127.0.0.1:8080")]
-        listen: String,
-        /// Where the embedded SQLite database lives when no --database-url is given.
-        #[arg(long, env = "TESSERA_DATA_DIR", default_value = "tessera-data")]
-        data_dir: std::path::PathBuf,
-        /// `sqlite://PATH` or `postgres://...`; defaults to `sqlite://<data-dir>/tessera.db`.
+        /// Address to listen on [default: 127.0.0.1:8080].
+        #[arg(long, env = "TESSERA_LISTEN")]
+        listen: Option<String>,
+        /// Where the embedded SQLite database lives [default: $XDG_DATA_HOME/tessera or ~/.local/share/tessera].
+        #[arg(long, env = "TESSERA_DATA_DIR")]
+        data_dir: Option<std::path::PathBuf>,
+        /// `sqlite://PATH` or `postgres://...` [default: sqlite://<data-dir>/tessera.db].
         #[arg(long, env = "TESSERA_DATABASE_URL")]
         database_url: Option<String>,
         /// Register a simulated node with GPUs of several models, to try Tessera without GPUs.
         #[arg(long)]
         demo: bool,
+        /// A TOML file with any of `listen`, `data_dir`, `database_url`, `demo` (flags and TESSERA_* win).
+        #[arg(long, env = "TESSERA_CONFIG")]
+        config: Option<std::path::PathBuf>,
     },
     /// Print the OpenAPI description of the REST API.
     Openapi,
@@ -61,7 +64,16 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let result = match cli.command {
         Command::Mig(cmd) => mig::run(cmd, out),
         Command::Migrate { database_url } => migrate(&database_url, out),
-        Command::Serve { listen, data_dir, database_url, demo } => serve(&listen, &data_dir, database_url, demo, out),
+        Command::Serve { listen, data_dir, database_url, demo, config } => {
+            let file = match config {
+                Some(path) => crate::config::load(&path).map_err(CliError::BadInput),
+                None => Ok(crate::config::FileConfig::default()),
+            };
+            file.and_then(|file| {
+                let flags = crate::config::Overrides { listen, data_dir, database_url, demo };
+                serve(crate::config::resolve(flags, file), out)
+            })
+        }
         Command::Openapi => openapi(out),
     };
     match result {
@@ -95,21 +107,13 @@ fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-fn serve(
-    listen: &str,
-    data_dir: &std::path::Path,
-    url: Option<String>,
-    demo: bool,
-    out: &mut dyn Write,
-) -> Result<u8, CliError> {
-    let url = match url {
-        Some(u) => u,
-        None => {
-            std::fs::create_dir_all(data_dir)
-                .map_err(|e| CliError::BadInput(format!("cannot create data dir {}: {e}", data_dir.display())))?;
-            format!("sqlite://{}", data_dir.join("tessera.db").display())
-        }
-    };
+fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, CliError> {
+    let crate::config::ServeConfig { listen, data_dir, database_url: url, demo } = config;
+    let listen = listen.as_str();
+    if url.starts_with("sqlite:") {
+        std::fs::create_dir_all(&data_dir)
+            .map_err(|e| CliError::BadInput(format!("cannot create data dir {}: {e}", data_dir.display())))?;
+    }
     let settings = crate::serve::Settings {
         database_url: url.clone(),
         bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),

@@ -212,3 +212,37 @@ fn migrate_creates_the_schema_and_is_idempotent() {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
 }
+
+#[test]
+fn serve_settings_come_from_flags_then_environment_then_file_then_defaults() {
+    use std::path::PathBuf;
+    use tessera_server::config::{FileConfig, Overrides, load, resolve};
+
+    let dir = std::env::temp_dir().join(format!("tessera-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("tessera.toml");
+    std::fs::write(&file, "listen = \"0.0.0.0:9000\"\ndata_dir = \"/var/lib/tessera\"\ndemo = true\n").expect("write");
+    let from_file = load(&file).expect("load");
+    let c = resolve(Overrides::default(), from_file.clone());
+    assert_eq!(
+        (c.listen.as_str(), c.data_dir.clone(), c.demo),
+        ("0.0.0.0:9000", PathBuf::from("/var/lib/tessera"), true)
+    );
+    assert_eq!(c.database_url, "sqlite:///var/lib/tessera/tessera.db");
+    let flags = Overrides {
+        listen: Some("127.0.0.1:1".into()),
+        database_url: Some("postgres://db/t".into()),
+        ..Overrides::default()
+    };
+    let c = resolve(flags, from_file);
+    assert_eq!((c.listen.as_str(), c.database_url.as_str()), ("127.0.0.1:1", "postgres://db/t"));
+    let c = resolve(Overrides::default(), FileConfig::default());
+    assert_eq!(c.listen, "127.0.0.1:8080");
+    assert!(c.data_dir.ends_with("tessera") || c.data_dir.ends_with("tessera-data"), "{:?}", c.data_dir);
+    std::fs::write(&file, "listen = \"x\"\ncolour = \"red\"\n").expect("write");
+    assert!(load(&file).expect_err("unknown key").contains("colour"));
+    let o = tessera(&["serve", "--config", file.to_str().expect("utf8")], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown field `colour`"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}

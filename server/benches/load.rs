@@ -1,0 +1,155 @@
+//! Load benchmark of the REST API on loopback: throughput and p50/p99 latency of `GET /api/v1/requests` (a page of
+//! 20) and `POST /api/v1/requests` (quota-checked create) at 50 and 500 concurrent clients, on SQLite and, when
+//! `TESSERA_TEST_POSTGRES_URL` is set, on PostgreSQL; `/healthz` measured in the same run is the baseline.
+//!
+//! `cargo bench -p tessera-server --bench load` (`-- --quick` for 1 s per measurement instead of 5 s). The server
+//! runs in this process, so server and clients share the machine's cores, as they would on a single small host.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Client, Method};
+use serde_json::{Value, json};
+use tessera_server::http::auth::new_token_secret;
+use tessera_server::serve::{Settings, prepare, serve};
+
+struct Measured {
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: usize,
+}
+
+/// A way to build one request, shared by every client task.
+type MakeRequest = Arc<dyn Fn() -> reqwest::RequestBuilder + Send + Sync>;
+
+async fn measure(clients: usize, duration: Duration, make: MakeRequest) -> Measured {
+    let deadline = Instant::now() + duration;
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let make = make.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut errors = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    match make().send().await {
+                        Ok(r) if r.status().is_success() => {
+                            let _ = r.bytes().await;
+                            lat.push(t.elapsed());
+                        }
+                        _ => errors += 1,
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.unwrap();
+        all.extend(lat);
+        errors += e;
+    }
+    all.sort();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    Measured { rps: all.len() as f64 / duration.as_secs_f64(), p50_ms: pct(0.50), p99_ms: pct(0.99), errors }
+}
+
+async fn run_backend(name: &str, url: String, secs: u64) {
+    let admin = new_token_secret();
+    let settings = Settings { database_url: url, bootstrap_token: Some(admin.clone()), demo: true };
+    let (state, _) = prepare(&settings).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(serve(state, listener, std::future::pending()));
+    let client = Client::builder().pool_max_idle_per_host(600).build().unwrap();
+    let tenant: Value = client
+        .post(format!("{base}/api/v1/tenants"))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "load"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tenant = tenant["id"].as_str().unwrap().to_string();
+    let body =
+        json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1});
+    for _ in 0..200 {
+        client.post(format!("{base}/api/v1/requests")).bearer_auth(&admin).json(&body).send().await.unwrap();
+    }
+    let duration = Duration::from_secs(secs);
+    for clients in [50usize, 500] {
+        let (c, b) = (client.clone(), base.clone());
+        let health = measure(clients, duration, Arc::new(move || c.request(Method::GET, format!("{b}/healthz")))).await;
+        let (c, b, a, t) = (client.clone(), base.clone(), admin.clone(), tenant.clone());
+        let list = measure(
+            clients,
+            duration,
+            Arc::new(move || c.get(format!("{b}/api/v1/requests?tenant={t}&limit=20")).bearer_auth(&a)),
+        )
+        .await;
+        let (c, b, a, body) = (client.clone(), base.clone(), admin.clone(), body.clone());
+        let create = measure(
+            clients,
+            duration,
+            Arc::new(move || c.post(format!("{b}/api/v1/requests")).bearer_auth(&a).json(&body)),
+        )
+        .await;
+        for (op, m) in [("GET /healthz", &health), ("GET /api/v1/requests", &list), ("POST /api/v1/requests", &create)]
+        {
+            println!(
+                "| {name} | {clients} | {op} | {:.0} | {:.2} | {:.2} | {:.2} | {} |",
+                m.rps,
+                m.p50_ms,
+                m.p99_ms,
+                m.rps / health.rps,
+                m.errors
+            );
+        }
+        let read_ok = list.rps >= 0.5 * health.rps;
+        let target = if name == "sqlite" { 50.0 } else { 30.0 };
+        if clients == 500 {
+            println!(
+                "|  |  | targets at 500 clients: reads >= 50% of /healthz: {}; create p99 < {target} ms: {} |  |  |  |  |  |",
+                if read_ok { "met" } else { "MISSED" },
+                if create.p99_ms < target { "met" } else { "MISSED" }
+            );
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let secs = if quick { 1 } else { 5 };
+    println!("# Tessera API load benchmark ({secs} s per measurement, server and clients on this machine)\n");
+    println!("| backend | clients | operation | req/s | p50 ms | p99 ms | throughput / healthz | errors |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let file = std::env::temp_dir().join(format!("tessera-load-{}.db", uuid::Uuid::now_v7().simple()));
+    run_backend("sqlite", format!("sqlite://{}", file.display()), secs).await;
+    if let Ok(admin_url) = std::env::var("TESSERA_TEST_POSTGRES_URL") {
+        let pool = sqlx::PgPool::connect(&admin_url).await.unwrap();
+        let name = format!("tessera_load_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.unwrap();
+        let url = match admin_url.rsplit_once('/') {
+            Some((base, db)) if !db.contains('@') && !base.ends_with('/') => format!("{base}/{name}"),
+            _ => format!("{admin_url}/{name}"),
+        };
+        run_backend("postgres", url, secs).await;
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+    } else {
+        println!("\n(PostgreSQL skipped: TESSERA_TEST_POSTGRES_URL is not set)");
+    }
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}

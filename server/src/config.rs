@@ -1,0 +1,86 @@
+//! Server settings. Each comes from, in order: a command-line flag, its `TESSERA_*` environment variable (clap reads
+//! both), the TOML file named by `--config` / `TESSERA_CONFIG`, and finally the default.
+//!
+//! ```toml
+//! listen = "0.0.0.0:8080"
+//! data_dir = "/var/lib/tessera"
+//! database_url = "postgres://tessera@db/tessera"
+//! demo = false
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Settings as a TOML file gives them; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on.
+    pub listen: Option<String>,
+    /// Data directory (the embedded SQLite database lives here).
+    pub data_dir: Option<PathBuf>,
+    /// `sqlite://...` or `postgres://...`.
+    pub database_url: Option<String>,
+    /// Register the demo node.
+    pub demo: Option<bool>,
+}
+
+/// Settings as flags and environment give them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `--listen` / `TESSERA_LISTEN`.
+    pub listen: Option<String>,
+    /// `--data-dir` / `TESSERA_DATA_DIR`.
+    pub data_dir: Option<PathBuf>,
+    /// `--database-url` / `TESSERA_DATABASE_URL`.
+    pub database_url: Option<String>,
+    /// `--demo` (only ever turns it on).
+    pub demo: bool,
+}
+
+/// The settings `tessera serve` runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Address to listen on.
+    pub listen: String,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Database URL (SQLite in the data dir unless given).
+    pub database_url: String,
+    /// Register the demo node.
+    pub demo: bool,
+}
+
+/// Reads a TOML settings file.
+pub fn load(path: &Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `$XDG_DATA_HOME/tessera`, else `$HOME/.local/share/tessera`, else `./tessera-data`.
+pub fn default_data_dir() -> PathBuf {
+    let from = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from);
+    from("XDG_DATA_HOME")
+        .map(|d| d.join("tessera"))
+        .or_else(|| from("HOME").map(|h| h.join(".local/share/tessera")))
+        .unwrap_or_else(|| PathBuf::from("tessera-data"))
+}
+
+/// Combines flags/environment, the file and the defaults.
+pub fn resolve(flags: Overrides, file: FileConfig) -> ServeConfig {
+    let data_dir = flags.data_dir.or(file.data_dir).unwrap_or_else(default_data_dir);
+    let database_url = flags
+        .database_url
+        .or(file.database_url)
+        .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("tessera.db").display()));
+    ServeConfig {
+        listen: flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
+        data_dir,
+        database_url,
+        demo: flags.demo || file.demo.unwrap_or(false),
+    }
+}
