@@ -3,6 +3,7 @@
 //! Commands write to the writers they are given and return the process exit code, so tests run them in-process:
 //! 0 success, 1 a negative answer (an invalid layout), 2 bad input or usage.
 
+mod client;
 mod mig;
 mod table;
 
@@ -44,6 +45,13 @@ enum Command {
     },
     /// Print the OpenAPI description of the REST API.
     Openapi,
+    /// Slice requests on a running server (create, list, get, approve, reject, cancel).
+    Request {
+        #[command(flatten)]
+        conn: client::Connection,
+        #[command(subcommand)]
+        cmd: client::RequestCommand,
+    },
     /// Create or upgrade the database schema.
     Migrate {
         /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -75,6 +83,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             })
         }
         Command::Openapi => openapi(out),
+        Command::Request { conn, cmd } => client::run(conn, cmd, out),
     };
     match result {
         Ok(code) => code,

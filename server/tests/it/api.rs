@@ -1001,6 +1001,60 @@ async fn whole_gpu_slices_are_placed_on_gpus_shared_the_same_way() {
     assert_eq!(approve(&id(&again)).await.expect("send").status(), StatusCode::OK);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_commands_drive_the_api_from_scripts() {
+    let app = spawn_app().await;
+    let t = app.tenant("cli", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let run = |token: String, args: Vec<String>| {
+        let base = app.base.clone();
+        tokio::task::spawn_blocking(move || {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .arg("request")
+                .args(&args)
+                .env("TESSERA_SERVER", base)
+                .env("TESSERA_TOKEN", token)
+                .output()
+                .expect("run tessera");
+            (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
+        })
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, out) = run(
+        alice.clone(),
+        args(&[
+            "create",
+            "--tenant",
+            &t,
+            "--profile",
+            "1g.10gb",
+            "--model",
+            "H100-80GB",
+            "--count",
+            "2",
+            "--idempotency-key",
+            "nightly-1",
+        ]),
+    )
+    .await
+    .expect("join");
+    assert_eq!(code, Some(0), "{out}");
+    let created: Value = serde_json::from_str(&out).expect("json");
+    let id = created["id"].as_str().expect("id").to_string();
+    let (_, out) = run(alice.clone(), args(&["list", "--tenant", &t])).await.expect("join");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json").as_array().map(Vec::len), Some(1));
+    let (code, out) = run(alice.clone(), args(&["approve", &id])).await.expect("join");
+    assert_eq!((code, out.lines().next()), (Some(1), Some("error[forbidden]: platform admins only")));
+    let (code, out) = run(app.admin.clone(), args(&["approve", &id])).await.expect("join");
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["request"]["state"], "approved");
+    let (code, out) =
+        run(alice.clone(), args(&["create", "--tenant", &t, "--mode", "timeslice", "--model", "A30-24GB"]))
+            .await
+            .expect("join");
+    assert_eq!(code, Some(2), "{out}");
+}
+
 #[tokio::test]
 async fn the_api_reference_is_served_without_any_outside_asset() {
     let app = spawn_app().await;
