@@ -272,6 +272,7 @@ pub(crate) async fn decide_proposal(
                     SliceRequest { state, reason: why, version: r.version + 1, updated_at_ms: now_ms(), ..r.clone() };
                 set_request(conn, &after, r.version).await?;
                 super::release_allocations(conn, &r.id).await?;
+                super::adjust_usage(conn, &r.tenant_id, &r.id, -1).await?;
                 let object = format!("request/{}", after.id);
                 audit_insert(conn, actor, "request.failed", &object, Some(to_json(&r)), Some(to_json(&after))).await?;
             }

@@ -129,14 +129,38 @@ async fn quotas_in(conn: &mut SqliteConnection, tenant_id: &str) -> Result<Usage
 }
 
 async fn held_in(conn: &mut SqliteConnection, tenant_id: &str) -> Result<Usage, StoreError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT c.resource, SUM(c.amount_milli) FROM request_charges c JOIN slice_requests r ON r.id = c.request_id \
-         WHERE r.tenant_id = $1 AND r.state IN ('pending', 'approved', 'provisioning', 'active') GROUP BY c.resource",
-    )
-    .bind(tenant_id)
-    .fetch_all(conn)
-    .await?;
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT resource, held_milli FROM tenant_usage WHERE tenant_id = $1 AND held_milli > 0")
+            .bind(tenant_id)
+            .fetch_all(conn)
+            .await?;
     usage_from_rows(rows)
+}
+
+/// Adds (`sign` 1) or takes back (`sign` -1) a request's charges in its tenant's running usage.
+pub(super) async fn adjust_usage(
+    conn: &mut SqliteConnection,
+    tenant_id: &str,
+    request_id: &str,
+    sign: i64,
+) -> Result<(), StoreError> {
+    let charges: Vec<(String, i64)> =
+        sqlx::query_as("SELECT resource, amount_milli FROM request_charges WHERE request_id = $1")
+            .bind(request_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    for (resource, amount) in charges {
+        sqlx::query(
+            "INSERT INTO tenant_usage (tenant_id, resource, held_milli) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant_id, resource) DO UPDATE SET held_milli = tenant_usage.held_milli + excluded.held_milli",
+        )
+        .bind(tenant_id)
+        .bind(resource)
+        .bind(sign * amount)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 pub(super) async fn quotas(pool: &SqlitePool, tenant_id: &str) -> Result<Usage, StoreError> {
@@ -200,6 +224,9 @@ pub(super) async fn create_request(
                 .execute(&mut *conn)
                 .await?;
         }
+        if r.state.holds_quota() {
+            adjust_usage(conn, &r.tenant_id, &r.id, 1).await?;
+        }
         if let Some((user, key)) = idempotency {
             sqlx::query("INSERT INTO idempotency_keys (user_id, key, request_id) VALUES ($1, $2, $3)")
                 .bind(user)
@@ -262,6 +289,9 @@ pub(super) async fn transition(pool: &SqlitePool, t: Transition<'_>) -> Result<S
         }
         if after.state.is_terminal() {
             release_allocations(conn, &after.id).await?;
+            if before.state.holds_quota() {
+                adjust_usage(conn, &after.tenant_id, &after.id, -1).await?;
+            }
         }
         let action = format!("request.{}", after.state);
         let object = format!("request/{}", after.id);
