@@ -1,10 +1,18 @@
 //! Application state shared by every handler: one `Arc`, cloned per request.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tessera_core::Catalog;
 
-use crate::store::Store;
+use crate::store::{Principal, Store};
+
+/// How long a resolved token is trusted without asking the database again. Revoking a token or changing a
+/// membership clears this replica's cache at once; other replicas see the change within this time.
+pub const PRINCIPAL_TTL: Duration = Duration::from_secs(5);
+/// Most cached principals; past it the cache starts over.
+const PRINCIPAL_CACHE_MAX: usize = 10_000;
 
 /// Everything a handler may need.
 #[derive(Debug)]
@@ -13,6 +21,37 @@ pub struct App {
     pub store: Store,
     /// The GPU catalog.
     pub catalog: &'static Catalog,
+    /// Principals by token hash, with when they were read.
+    pub principals: PrincipalCache,
+}
+
+/// A short-lived cache of resolved API tokens, so that a busy client does not cost two queries per call.
+#[derive(Debug, Default)]
+pub struct PrincipalCache(Mutex<HashMap<String, (Instant, Principal)>>);
+
+impl PrincipalCache {
+    /// The cached principal for a token hash, if fresh.
+    pub fn get(&self, hash: &str) -> Option<Principal> {
+        let map = self.0.lock().ok()?;
+        map.get(hash).filter(|(at, _)| at.elapsed() < PRINCIPAL_TTL).map(|(_, p)| p.clone())
+    }
+
+    /// Remembers a principal.
+    pub fn put(&self, hash: String, principal: Principal) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= PRINCIPAL_CACHE_MAX {
+                map.clear();
+            }
+            map.insert(hash, (Instant::now(), principal));
+        }
+    }
+
+    /// Forgets everything (a token was revoked or a membership changed).
+    pub fn clear(&self) {
+        if let Ok(mut map) = self.0.lock() {
+            map.clear();
+        }
+    }
 }
 
 /// Handler state.

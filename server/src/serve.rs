@@ -87,7 +87,8 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     if settings.demo && !store.nodes().await?.iter().any(|n| n.name == DEMO_NODE) {
         store.register_node(DEMO_NODE, &demo_gpus(), "system").await?;
     }
-    let state = AppState(Arc::new(App { store, catalog: tessera_core::Catalog::builtin() }));
+    let state =
+        AppState(Arc::new(App { store, catalog: tessera_core::Catalog::builtin(), principals: Default::default() }));
     Ok((state, generated))
 }
 

@@ -40,11 +40,17 @@ impl FromRequestParts<AppState> for Principal {
             .ok_or_else(|| {
                 ApiError::Unauthenticated("the Authorization header must be `Bearer tsr_...`".to_string())
             })?;
-        state
+        let hash = token_hash(token);
+        if let Some(p) = state.principals.get(&hash) {
+            return Ok(p);
+        }
+        let principal = state
             .store
-            .principal_by_token(&token_hash(token))
+            .principal_by_token(&hash)
             .await?
-            .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".to_string()))
+            .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".to_string()))?;
+        state.principals.put(hash, principal.clone());
+        Ok(principal)
     }
 }
 

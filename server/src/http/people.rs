@@ -98,6 +98,7 @@ pub async fn set_member(
         return Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()));
     }
     state.store.set_membership(&user, &tenant, body.role, &p.actor()).await?;
+    state.principals.clear();
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -128,6 +129,7 @@ pub async fn revoke_token(
 ) -> Result<StatusCode, ApiError> {
     let owner = if p.user.platform_admin { None } else { Some(p.user.id.as_str()) };
     state.store.revoke_token(&id, owner, &p.actor()).await?;
+    state.principals.clear();
     Ok(StatusCode::NO_CONTENT)
 }
 
