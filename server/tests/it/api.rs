@@ -249,6 +249,28 @@ async fn requests_are_held_against_the_quota_and_refused_beyond_it() {
     problem(app.ask(&alice, &other, 1).await, StatusCode::NOT_FOUND, "not_found").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_clients_racing_over_http_for_the_last_five_units_get_exactly_five() {
+    let app = spawn_app().await;
+    let t = app.tenant("race-http", json!({})).await;
+    app.quota(&t, json!({"mig/H100-80GB/1g.10gb": 5})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let app = std::sync::Arc::new(app);
+    let clients: Vec<_> = (0..64)
+        .map(|_| {
+            let (app, alice, t) = (app.clone(), alice.clone(), t.clone());
+            tokio::spawn(async move { app.ask(&alice, &t, 1).await.status() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for c in clients {
+        statuses.push(c.await.expect("task"));
+    }
+    let created = statuses.iter().filter(|s| **s == StatusCode::CREATED).count();
+    let refused = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+    assert_eq!((created, refused), (5, 59), "{statuses:?}");
+}
+
 #[tokio::test]
 async fn a_retried_post_with_the_same_idempotency_key_creates_one_request() {
     let app = spawn_app().await;
