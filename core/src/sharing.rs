@@ -40,6 +40,25 @@ pub enum Sharing {
 }
 
 impl Sharing {
+    /// A compact key: `exclusive`, `timeslice:<replicas>` or `mps:<replicas>` (how allocations record it).
+    pub fn key(self) -> String {
+        match self {
+            Sharing::Exclusive => "exclusive".to_string(),
+            Sharing::Timeslice { replicas } => format!("timeslice:{replicas}"),
+            Sharing::Mps { replicas } => format!("mps:{replicas}"),
+        }
+    }
+
+    /// Parses [`Sharing::key`]'s form.
+    pub fn from_key(key: &str) -> Option<Sharing> {
+        match key.split_once(':') {
+            None if key == "exclusive" => Some(Sharing::Exclusive),
+            Some(("timeslice", n)) => n.parse().ok().map(|replicas| Sharing::Timeslice { replicas }),
+            Some(("mps", n)) => n.parse().ok().map(|replicas| Sharing::Mps { replicas }),
+            _ => None,
+        }
+    }
+
     /// How many consumers the device serves.
     pub fn replicas(self) -> u32 {
         match self {

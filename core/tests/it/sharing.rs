@@ -113,3 +113,14 @@ fn sharing_round_trips_as_tagged_json() {
     assert_eq!(s, Sharing::Timeslice { replicas: 4 });
     assert_eq!(serde_json::to_string(&Sharing::Exclusive).expect("json"), r#"{"mode":"exclusive"}"#);
 }
+
+#[test]
+fn sharing_keys_round_trip() {
+    for s in [Sharing::Exclusive, Sharing::Timeslice { replicas: 4 }, Sharing::Mps { replicas: 48 }] {
+        assert_eq!(Sharing::from_key(&s.key()), Some(s));
+    }
+    assert_eq!(Sharing::Timeslice { replicas: 4 }.key(), "timeslice:4");
+    for bad in ["", "shared", "mps:", "timeslice:x", "1g.10gb"] {
+        assert_eq!(Sharing::from_key(bad), None, "{bad}");
+    }
+}

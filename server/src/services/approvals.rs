@@ -6,6 +6,7 @@
 
 use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
 use tessera_core::request::{RequestState, SliceSpec};
+use tessera_core::sharing::{GpuSharing, Sharing, validate_node};
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
@@ -121,14 +122,15 @@ async fn commit(
     }
 }
 
-/// How a whole-GPU slice shares its GPU, as its allocations record it: `exclusive`, `timeslice:<n>` or `mps:<n>`,
-/// and how many slices one GPU takes that way. `None` for MIG slices.
-pub fn share_of(spec: &SliceSpec) -> Option<(&str, String, u32)> {
+/// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
+pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
     match spec {
         SliceSpec::Mig { .. } => None,
-        SliceSpec::Exclusive { model } => Some((model, "exclusive".to_string(), 1)),
-        SliceSpec::Timeslice { model, replicas } => Some((model, format!("timeslice:{replicas}"), *replicas)),
-        SliceSpec::Mps { model, replicas } => Some((model, format!("mps:{replicas}"), *replicas)),
+        SliceSpec::Exclusive { model } => Some((model, Sharing::Exclusive, 1)),
+        SliceSpec::Timeslice { model, replicas } => {
+            Some((model, Sharing::Timeslice { replicas: *replicas }, *replicas))
+        }
+        SliceSpec::Mps { model, replicas } => Some((model, Sharing::Mps { replicas: *replicas }, *replicas)),
     }
 }
 
@@ -140,33 +142,42 @@ fn held_on<'a>(
     live.iter().filter(move |a| a.gpu_id == gpu)
 }
 
-/// Places whole-GPU slices: on GPUs of the model that are not in MIG mode and not cordoned, shared the same way (or
-/// not yet shared), filling GPUs already shared this way before starting new ones; time-slicing and MPS never meet
-/// on one node (NVIDIA's device plugin runs one or the other).
+/// Places whole-GPU slices on GPUs of the model that are not in MIG mode and not cordoned, shared the same way (or
+/// not yet shared), filling GPUs already shared this way before starting new ones. A GPU qualifies only if the
+/// core's sharing rules accept its node with the new sharing (time-slicing and MPS never share a node).
 fn place_whole(
     state: &AppState,
     request: &SliceRequest,
     nodes: &[crate::store::Node],
     live: &[crate::store::Allocation],
 ) -> Result<Vec<Reservation>, ApiError> {
-    let Some((model, profile, per_gpu)) = share_of(&request.spec) else { return Ok(vec![]) };
+    let Some((model, want, per_gpu)) = share_of(&request.spec) else { return Ok(vec![]) };
+    let profile = want.key();
     let key = state.catalog.resolve(model).map(|(m, _)| m.key.clone()).unwrap_or_else(|| model.to_string());
-    let mode = profile.split(':').next().unwrap_or_default().to_string();
-    let rival = match mode.as_str() {
-        "timeslice" => Some("mps:"),
-        "mps" => Some("timeslice:"),
-        _ => None,
-    };
     let mut candidates = Vec::new();
     for node in nodes {
-        if let Some(rival) = rival
-            && node.gpus.iter().any(|g| held_on(live, &g.id).any(|a| a.profile.starts_with(rival)))
-        {
-            continue;
-        }
+        // How each whole GPU of the node is shared now (an unshared GPU counts as exclusive).
+        let now: Vec<(&str, GpuSharing)> = node
+            .gpus
+            .iter()
+            .filter(|g| !g.mig_enabled)
+            .map(|g| {
+                let gpu =
+                    held_on(live, &g.id).find_map(|a| Sharing::from_key(&a.profile)).unwrap_or(Sharing::Exclusive);
+                (g.id.as_str(), GpuSharing { mig_enabled: false, gpu, instances: vec![] })
+            })
+            .collect();
         for g in node.gpus.iter().filter(|g| g.model == key && !g.mig_enabled && !g.cordoned) {
             let held: Vec<u8> = held_on(live, &g.id).map(|a| a.start).collect();
             if held_on(live, &g.id).any(|a| a.profile != profile) {
+                continue;
+            }
+            let trial = now.iter().map(|(id, s)| {
+                let s = if *id == g.id { GpuSharing { gpu: want, ..s.clone() } } else { s.clone() };
+                (*id, s)
+            });
+            let trial: Vec<(&str, GpuSharing)> = trial.collect();
+            if validate_node(trial.iter().map(|(id, s)| (*id, s))).is_err() {
                 continue;
             }
             let free: Vec<u8> = (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !held.contains(s)).collect();

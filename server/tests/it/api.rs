@@ -1078,6 +1078,67 @@ async fn the_request_commands_drive_the_api_from_scripts() {
 }
 
 #[tokio::test]
+async fn time_slicing_and_mps_never_share_a_node() {
+    let app = spawn_app().await;
+    let nodes: Value = app
+        .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let demo_a30 = nodes[0]["gpus"][3]["id"].as_str().expect("id").to_string();
+    let r = app
+        .call(Method::POST, &format!("/api/v1/gpus/{demo_a30}/cordon"), Some(&app.admin))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let a30 = |i: u32| json!({"index": i, "uuid": format!("GPU-a30-{i}"), "model": "A30-24GB", "mig_enabled": false});
+    let r = app
+        .call(Method::POST, "/api/v1/nodes", Some(&app.admin))
+        .json(&json!({"name": "twin", "gpus": [a30(0), a30(1)]}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let t = app.tenant("mixers", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let ask = |spec: Value| {
+        app.call(Method::POST, "/api/v1/requests", Some(&alice))
+            .json(&json!({"tenant": t, "spec": spec, "count": 1}))
+            .send()
+    };
+    let approve =
+        |id: String| app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin)).send();
+    let ts: Value = ask(json!({"mode": "timeslice", "model": "A30-24GB", "replicas": 2}))
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(approve(ts["id"].as_str().expect("id").to_string()).await.expect("send").status(), StatusCode::OK);
+    // The twin's other A30 is free, but MPS beside time-slicing on one node is what the device plugin cannot do.
+    let mps: Value = ask(json!({"mode": "mps", "model": "A30-24GB", "replicas": 2}))
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    problem(
+        approve(mps["id"].as_str().expect("id").to_string()).await.expect("send"),
+        StatusCode::CONFLICT,
+        "no_capacity",
+    )
+    .await;
+    // Exclusive use of that other A30 is fine.
+    let whole: Value =
+        ask(json!({"mode": "exclusive", "model": "A30-24GB"})).await.expect("send").json().await.expect("json");
+    assert_eq!(approve(whole["id"].as_str().expect("id").to_string()).await.expect("send").status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn the_api_reference_is_served_without_any_outside_asset() {
     let app = spawn_app().await;
     let r = app.call(Method::GET, "/api/docs", None).send().await.expect("send");
