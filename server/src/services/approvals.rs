@@ -52,26 +52,8 @@ pub async fn approve_as(
     };
     let open = state.store.proposals(Some("proposed")).await?;
     let gpus: Vec<_> = nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
-    let input = PlanInput {
-        gpus: gpus
-            .iter()
-            .map(|g| GpuInput {
-                id: g.id.clone(),
-                model: g.model.clone(),
-                instances: g
-                    .layout
-                    .iter()
-                    .map(|i| InstanceInput {
-                        profile: i.profile.clone(),
-                        start: i.start,
-                        in_use: live.iter().any(|a| a.gpu_id == g.id && a.start == i.start),
-                    })
-                    .collect(),
-                cordoned: g.cordoned || open.iter().any(|o| o.gpu_id == g.id),
-            })
-            .collect(),
-        demand: vec![DemandInput { profile: profile.clone(), count: request.count, model: model.clone() }],
-    };
+    let demand = DemandInput { profile: profile.clone(), count: request.count, model: model.clone() };
+    let input = planner_input(&nodes, &live, &open, demand, |_, g| g.id.clone());
     let planned = plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
     if !planned.unplaced.is_empty() {
         let detail = planned.unplaced.iter().map(|u| u.reason.clone()).collect::<Vec<_>>().join("; ");
@@ -120,6 +102,38 @@ async fn commit(
         }),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The planner's view of the fleet for one MIG demand, the same for previews and approvals: instances with a live
+/// allocation are in use, and GPUs with an undecided layout proposal take no new instances. `label` names each GPU
+/// in the plan.
+pub fn planner_input(
+    nodes: &[crate::store::Node],
+    live: &[crate::store::Allocation],
+    open: &[LayoutProposal],
+    demand: DemandInput,
+    label: impl Fn(&crate::store::Node, &crate::store::Gpu) -> String,
+) -> PlanInput {
+    let gpus = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
+        .filter(|(_, g)| g.mig_enabled)
+        .map(|(n, g)| GpuInput {
+            id: label(n, g),
+            model: g.model.clone(),
+            instances: g
+                .layout
+                .iter()
+                .map(|i| InstanceInput {
+                    profile: i.profile.clone(),
+                    start: i.start,
+                    in_use: live.iter().any(|a| a.gpu_id == g.id && a.start == i.start),
+                })
+                .collect(),
+            cordoned: g.cordoned || open.iter().any(|o| o.gpu_id == g.id),
+        })
+        .collect();
+    PlanInput { gpus, demand: vec![demand] }
 }
 
 /// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.

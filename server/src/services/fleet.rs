@@ -2,7 +2,7 @@
 //! asking the planner where a request would go.
 
 use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
-use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, Plan, PlanInput, plan};
+use tessera_core::planner::{DemandInput, Plan, plan};
 use tessera_core::request::SliceSpec;
 
 use crate::app::AppState;
@@ -83,8 +83,8 @@ pub async fn register(state: &AppState, p: &Principal, name: &str, gpus: &[GpuRe
     Ok(state.store.register_node(name, &checked, &p.actor()).await?)
 }
 
-/// Where the planner would put a request's slices on the fleet as it is now (nothing is changed). Instances are
-/// not yet tied to allocations, so every existing instance counts as free.
+/// Where the planner would put a request's slices on the fleet as it is now, exactly as approval would plan them
+/// (nothing is changed).
 pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Result<Plan, ApiError> {
     let request = crate::services::requests::get(state, p, request_id).await?;
     // The plan shows nodes, GPUs and layouts: fleet details, for platform admins only.
@@ -96,21 +96,11 @@ pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Res
         ));
     };
     let nodes = state.store.nodes().await?;
-    let gpus: Vec<GpuInput> = nodes
-        .iter()
-        .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
-        .filter(|(_, g)| g.mig_enabled)
-        .map(|(n, g)| GpuInput {
-            id: format!("{}/{}", n.name, g.index),
-            model: g.model.clone(),
-            instances: g
-                .layout
-                .iter()
-                .map(|i| InstanceInput { profile: i.profile.clone(), start: i.start, in_use: false })
-                .collect(),
-            cordoned: g.cordoned,
-        })
-        .collect();
-    let demand = vec![DemandInput { profile: profile.clone(), count: request.count, model: model.clone() }];
-    plan(state.catalog, &PlanInput { gpus, demand }).map_err(|e| ApiError::invalid(e.code(), e.to_string()))
+    let live = state.store.live_allocations().await?;
+    let open = state.store.proposals(Some("proposed")).await?;
+    let demand = DemandInput { profile: profile.clone(), count: request.count, model: model.clone() };
+    let input = crate::services::approvals::planner_input(&nodes, &live, &open, demand, |n, g| {
+        format!("{}/{}", n.name, g.index)
+    });
+    plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))
 }
