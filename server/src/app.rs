@@ -23,6 +23,10 @@ pub struct App {
     pub catalog: &'static Catalog,
     /// Principals by token hash, with when they were read.
     pub principals: PrincipalCache,
+    /// Serialised request reads, by the store generation they were read at.
+    pub reads: ReadCache,
+    /// Request creations, written in batches.
+    pub creates: crate::services::requests::CreateQueue,
 }
 
 /// A short-lived cache of resolved API tokens, so that a busy client does not cost two queries per call.
@@ -51,6 +55,47 @@ impl PrincipalCache {
         if let Ok(mut map) = self.0.lock() {
             map.clear();
         }
+    }
+}
+
+/// Most cached read responses; past it the cache starts over.
+const READ_CACHE_MAX: usize = 4096;
+
+/// Serialised responses of request reads (list pages), each filed under the store generation it was read at
+/// ([`Store::generation`]) and served only while the generation is unchanged, so a read never returns anything
+/// older than the last committed change to requests. Dashboards poll the same pages over and over; between writes
+/// those polls cost no query.
+#[derive(Debug, Default)]
+pub struct ReadCache(Mutex<ReadEntries>);
+
+#[derive(Debug, Default)]
+struct ReadEntries {
+    generation: u64,
+    bodies: HashMap<String, axum::body::Bytes>,
+}
+
+impl ReadCache {
+    /// The body filed under `key` at `generation`, if there is one.
+    pub fn get(&self, key: &str, generation: u64) -> Option<axum::body::Bytes> {
+        let entries = self.0.lock().ok()?;
+        if entries.generation != generation {
+            return None;
+        }
+        entries.bodies.get(key).cloned()
+    }
+
+    /// Files `body` under `key` at `generation` (bodies read at older generations go; one read at an older
+    /// generation than the newest filed is not kept).
+    pub fn put(&self, key: String, generation: u64, body: axum::body::Bytes) {
+        let Ok(mut entries) = self.0.lock() else { return };
+        if generation < entries.generation {
+            return;
+        }
+        if generation > entries.generation || entries.bodies.len() >= READ_CACHE_MAX {
+            entries.bodies.clear();
+            entries.generation = generation;
+        }
+        entries.bodies.insert(key, body);
     }
 }
 

@@ -87,8 +87,13 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     if settings.demo && !store.nodes().await?.iter().any(|n| n.name == DEMO_NODE) {
         store.register_node(DEMO_NODE, &demo_gpus(), "system").await?;
     }
-    let state =
-        AppState(Arc::new(App { store, catalog: tessera_core::Catalog::builtin(), principals: Default::default() }));
+    let state = AppState(Arc::new(App {
+        creates: crate::services::requests::CreateQueue::start(store.clone()),
+        store,
+        catalog: tessera_core::Catalog::builtin(),
+        principals: Default::default(),
+        reads: Default::default(),
+    }));
     Ok((state, generated))
 }
 

@@ -174,7 +174,7 @@ pub async fn list_requests(
     State(state): State<AppState>,
     p: Principal,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<ApiJson<RequestPage>, ApiError> {
+) -> Result<Response, ApiError> {
     let limit = q.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
@@ -186,6 +186,17 @@ pub async fn list_requests(
         (None, false, [(only, _)]) => Some(only.clone()),
         (None, false, _) => return Err(ApiError::invalid("tenant_required", "name the tenant: ?tenant=<id>")),
     };
+    // The page depends only on the filter (visibility was settled above), so one cached body serves every caller.
+    let key = format!(
+        "requests?tenant={}&state={}&cursor={}&limit={limit}",
+        tenant.as_deref().unwrap_or("*"),
+        q.state.map_or("*", RequestState::as_str),
+        q.cursor.as_deref().unwrap_or("")
+    );
+    let generation = state.store.generation();
+    if let Some(body) = generation.and_then(|g| state.reads.get(&key, g)) {
+        return Ok(json_body(body));
+    }
     let filter =
         RequestFilter { tenant: tenant.as_deref(), state: q.state, after: q.cursor.as_deref(), limit: limit + 1 };
     let mut items = state.store.list_requests(filter).await?;
@@ -195,7 +206,16 @@ pub async fn list_requests(
     } else {
         None
     };
-    Ok(ApiJson(RequestPage { items: items.into_iter().map(RequestView::from).collect(), next_cursor }))
+    let page = RequestPage { items: items.into_iter().map(RequestView::from).collect(), next_cursor };
+    let body = axum::body::Bytes::from(serde_json::to_vec(&page).map_err(|e| ApiError::Internal(e.to_string()))?);
+    if let Some(g) = generation {
+        state.reads.put(key, g, body.clone());
+    }
+    Ok(json_body(body))
+}
+
+fn json_body(body: axum::body::Bytes) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 /// A request, with its `ETag`.

@@ -1,12 +1,14 @@
 //! Slice requests: creation against the quota (auto-approved where the tenant's policy allows), admin approval and
 //! rejection, cancellation by the tenant.
 
-use tessera_core::quota::{Decision, charge};
+use tessera_core::quota::{Decision, Usage, charge};
 use tessera_core::request::{RequestState, SliceSpec};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::app::AppState;
 use crate::http::error::ApiError;
-use crate::store::{NewRequest, Principal, SliceRequest, Transition};
+use crate::store::batch::MAX_BATCH;
+use crate::store::{Created, NewRequest, Principal, SliceRequest, Store, StoreError, Transition};
 
 /// Most slices one request may ask for.
 pub const MAX_COUNT: u32 = 1000;
@@ -69,7 +71,6 @@ pub async fn create(
             detail,
         });
     }
-    let tenant_row = state.store.tenant(tenant).await?;
     let charge = charge(state.catalog, spec, count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
     let actor = p.actor();
     let new = NewRequest {
@@ -83,7 +84,7 @@ pub async fn create(
         idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
         duration_s,
     };
-    let (request, created) = match state.store.create_request(new).await {
+    let Created { request, created, tenant: tenant_row } = match state.creates.create(new).await {
         Ok(done) => done,
         // The same key raced in for another tenant: one won, this one is a reuse.
         Err(crate::store::StoreError::Conflict { constraint }) if constraint == "idempotency_keys" => {
@@ -149,4 +150,85 @@ pub async fn act(
 
 fn key_reused() -> ApiError {
     ApiError::invalid("idempotency_key_reused", "this Idempotency-Key was used for a different request; use a new key")
+}
+
+/// Queues request creations for one writer task, which creates whatever has queued up meanwhile in one
+/// transaction ([`crate::store::Store::create_requests`]): under load, hundreds of creations share one commit
+/// instead of queueing for the write lock one by one. Each still gets its own outcome, decided in arrival order.
+#[derive(Debug, Clone)]
+pub struct CreateQueue(mpsc::Sender<Job>);
+
+/// One queued creation, owned, and where its outcome goes.
+#[derive(Debug)]
+struct Job {
+    tenant_id: String,
+    spec: SliceSpec,
+    count: u32,
+    reason: String,
+    charge: Usage,
+    state: RequestState,
+    actor: String,
+    idempotency: Option<(String, String)>,
+    duration_s: Option<u64>,
+    reply: oneshot::Sender<Result<Created, StoreError>>,
+}
+
+impl Job {
+    fn as_new(&self) -> NewRequest<'_> {
+        NewRequest {
+            tenant_id: &self.tenant_id,
+            spec: &self.spec,
+            count: self.count,
+            reason: &self.reason,
+            charge: &self.charge,
+            state: self.state,
+            actor: &self.actor,
+            idempotency: self.idempotency.as_ref().map(|(u, k)| (u.as_str(), k.as_str())),
+            duration_s: self.duration_s,
+        }
+    }
+}
+
+/// Creations that may wait for the writer; past it, callers wait to queue.
+const QUEUE_DEPTH: usize = 4096;
+
+impl CreateQueue {
+    /// Starts the writer task for `store`. It ends when every `CreateQueue` clone is gone.
+    pub fn start(store: Store) -> CreateQueue {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        tokio::spawn(write_batches(store, rx));
+        CreateQueue(tx)
+    }
+
+    /// Creates a request (see [`crate::store::Store::create_request`]), in the next batch. Once queued, the
+    /// creation goes ahead even if the caller stops waiting; a retry with the same idempotency key finds it.
+    pub async fn create(&self, new: NewRequest<'_>) -> Result<Created, StoreError> {
+        let (reply, outcome) = oneshot::channel();
+        let job = Job {
+            tenant_id: new.tenant_id.to_string(),
+            spec: new.spec.clone(),
+            count: new.count,
+            reason: new.reason.to_string(),
+            charge: new.charge.clone(),
+            state: new.state,
+            actor: new.actor.to_string(),
+            idempotency: new.idempotency.map(|(u, k)| (u.to_string(), k.to_string())),
+            duration_s: new.duration_s,
+            reply,
+        };
+        self.0.send(job).await.map_err(|_| StoreError::Other(sqlx::Error::PoolClosed))?;
+        outcome.await.map_err(|_| StoreError::Other(sqlx::Error::PoolClosed))?
+    }
+}
+
+async fn write_batches(store: Store, mut queue: mpsc::Receiver<Job>) {
+    let mut jobs = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut jobs, MAX_BATCH).await > 0 {
+        let batch: Vec<NewRequest<'_>> = jobs.iter().map(Job::as_new).collect();
+        let outcomes = store.create_requests(&batch).await;
+        drop(batch);
+        for (job, outcome) in jobs.drain(..).zip(outcomes) {
+            let _ = job.reply.send(outcome);
+        }
+    }
 }

@@ -9,9 +9,12 @@
 //! same request one wins and the other gets [`StoreError::Conflict`]. Every change writes an audit entry in the same
 //! transaction.
 
+pub mod batch;
+pub mod changes;
 mod postgres;
 mod sqlite;
 
+pub use batch::Created;
 use serde::{Deserialize, Serialize};
 use tessera_core::quota::{ApprovalPolicy, QuotaError, Usage};
 use tessera_core::request::{RequestState, SliceSpec, TransitionError};
@@ -309,6 +312,25 @@ pub struct NewRequest<'a> {
     pub duration_s: Option<u64>,
 }
 
+impl NewRequest<'_> {
+    /// The request as stored when it is created at `now`.
+    fn to_request(self, now: i64) -> SliceRequest {
+        SliceRequest {
+            id: new_id(),
+            tenant_id: self.tenant_id.to_string(),
+            spec: self.spec.clone(),
+            count: self.count,
+            state: self.state,
+            reason: self.reason.to_string(),
+            version: 1,
+            created_at_ms: now,
+            updated_at_ms: now,
+            duration_s: self.duration_s,
+            expires_at_ms: None,
+        }
+    }
+}
+
 use tessera_core::layout::PlacedInstance;
 
 /// Which requests to list, oldest first.
@@ -407,9 +429,17 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// The store, on one backend.
+/// The store, on one backend, with a counter of committed changes to slice requests (see [`Store::generation`]):
+/// every method that writes `slice_requests` bumps it.
 #[derive(Debug, Clone)]
-pub enum Store {
+pub struct Store {
+    db: Db,
+    changes: std::sync::Arc<changes::Changes>,
+}
+
+/// The database behind a [`Store`].
+#[derive(Debug, Clone)]
+enum Db {
     /// Embedded SQLite (WAL, foreign keys, busy timeout).
     Sqlite(sqlx::SqlitePool),
     /// PostgreSQL.
@@ -564,62 +594,86 @@ impl Store {
     /// Connects to `url`: `sqlite://PATH` (created if missing) or `postgres://...`.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
-            Ok(Store::Sqlite(sqlite::connect(url).await?))
+            let db = Db::Sqlite(sqlite::connect(url).await?);
+            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()) })
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Ok(Store::Postgres(postgres::connect(url).await?))
+            let pool = postgres::connect(url).await?;
+            let changes = std::sync::Arc::new(changes::Changes::shared());
+            tokio::spawn(changes::follow(pool.clone(), std::sync::Arc::downgrade(&changes)));
+            Ok(Store { db: Db::Postgres(pool), changes })
         } else {
             Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
         }
     }
 
+    /// Closes the connections (and stops following other writers' changes).
+    pub async fn close(&self) {
+        match &self.db {
+            Db::Sqlite(p) => p.close().await,
+            Db::Postgres(p) => p.close().await,
+        }
+    }
+
+    /// The generation of the data, for caches of what was read (see [`changes`]): take it before reading, file
+    /// what was read under it, and serve it only while this still returns the same value. `None`: do not cache.
+    pub fn generation(&self) -> Option<u64> {
+        self.changes.current()
+    }
+
+    /// Marks a committed change; returns `value`, so write methods end `self.changed(result)`.
+    fn changed<T>(&self, value: Result<T, StoreError>) -> Result<T, StoreError> {
+        self.changes.bump();
+        value
+    }
+
     /// Applies the backend's migrations (`migrations/sqlite` or `migrations/postgres`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
-            Store::Postgres(p) => postgres::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
+        match &self.db {
+            Db::Sqlite(p) => sqlite::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
+            Db::Postgres(p) => postgres::MIGRATOR.run(p).await.map_err(|e| StoreError::Other(e.into())),
         }
     }
 
     /// Whether the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
-            Store::Postgres(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
+        match &self.db {
+            Db::Sqlite(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
+            Db::Postgres(p) => sqlx::query("SELECT 1").execute(p).await.map(|_| ()),
         }
         .map_err(StoreError::Other)
     }
 
     /// `sqlite` or `postgres`.
     pub fn backend(&self) -> &'static str {
-        match self {
-            Store::Sqlite(_) => "sqlite",
-            Store::Postgres(_) => "postgres",
+        match &self.db {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
         }
     }
 
     /// Creates a tenant; a taken name is a conflict on `tenants.name`.
     pub async fn create_tenant(&self, name: &str, policy: ApprovalPolicy, actor: &str) -> Result<Tenant, StoreError> {
         let tenant = Tenant { id: new_id(), name: name.to_string(), policy, created_at_ms: now_ms() };
-        match self {
-            Store::Sqlite(p) => sqlite::create_tenant(p, &tenant, actor).await?,
-            Store::Postgres(p) => postgres::create_tenant(p, &tenant, actor).await?,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::create_tenant(p, &tenant, actor).await?,
+            Db::Postgres(p) => postgres::create_tenant(p, &tenant, actor).await?,
         }
         Ok(tenant)
     }
 
     /// Every tenant, by name.
     pub async fn tenants(&self) -> Result<Vec<Tenant>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::tenants(p).await,
-            Store::Postgres(p) => postgres::tenants(p).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::tenants(p).await,
+            Db::Postgres(p) => postgres::tenants(p).await,
         }
     }
 
     /// A tenant by id.
     pub async fn tenant(&self, id: &str) -> Result<Tenant, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::tenant(p, id).await,
-            Store::Postgres(p) => postgres::tenant(p, id).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::tenant(p, id).await,
+            Db::Postgres(p) => postgres::tenant(p, id).await,
         }
     }
 
@@ -643,25 +697,25 @@ impl Store {
     ) -> Result<(), StoreError> {
         let rows: Vec<(String, i64)> =
             limits.iter().map(|(r, m)| (r.to_string(), i64::try_from(*m).unwrap_or(i64::MAX))).collect();
-        match self {
-            Store::Sqlite(p) => sqlite::set_quotas(p, tenant_id, &rows, actor).await,
-            Store::Postgres(p) => postgres::set_quotas(p, tenant_id, &rows, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::set_quotas(p, tenant_id, &rows, actor).await,
+            Db::Postgres(p) => postgres::set_quotas(p, tenant_id, &rows, actor).await,
         }
     }
 
     /// A tenant's limits.
     pub async fn quotas(&self, tenant_id: &str) -> Result<Usage, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::quotas(p, tenant_id).await,
-            Store::Postgres(p) => postgres::quotas(p, tenant_id).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::quotas(p, tenant_id).await,
+            Db::Postgres(p) => postgres::quotas(p, tenant_id).await,
         }
     }
 
     /// What a tenant's live requests (pending, approved, provisioning, active) hold.
     pub async fn held(&self, tenant_id: &str) -> Result<Usage, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::held(p, tenant_id).await,
-            Store::Postgres(p) => postgres::held(p, tenant_id).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::held(p, tenant_id).await,
+            Db::Postgres(p) => postgres::held(p, tenant_id).await,
         }
     }
 
@@ -669,45 +723,63 @@ impl Store {
     /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed. With an idempotency key already
     /// used by the same user, returns the request it created and `false`.
     pub async fn create_request(&self, new: NewRequest<'_>) -> Result<(SliceRequest, bool), StoreError> {
-        let now = now_ms();
-        let request = SliceRequest {
-            id: new_id(),
-            tenant_id: new.tenant_id.to_string(),
-            spec: new.spec.clone(),
-            count: new.count,
-            state: new.state,
-            reason: new.reason.to_string(),
-            version: 1,
-            created_at_ms: now,
-            updated_at_ms: now,
-            duration_s: new.duration_s,
-            expires_at_ms: None,
-        };
-        let replayed = match self {
-            Store::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor, new.idempotency).await?,
-            Store::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor, new.idempotency).await?,
-        };
+        let request = new.to_request(now_ms());
+        let replayed = self.changed(match &self.db {
+            Db::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor, new.idempotency).await,
+            Db::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor, new.idempotency).await,
+        })?;
         match replayed {
             Some(first) => Ok((first, false)),
             None => Ok((request, true)),
         }
     }
 
+    /// Creates many requests in one transaction (group commit): each is decided in order exactly as
+    /// [`Store::create_request`] would decide it, and gets its own outcome. Where the batch as a whole fails (a
+    /// concurrent writer took one of its idempotency keys, say), its requests are created one at a time instead, so
+    /// one request never fails another. At most [`batch::MAX_BATCH`] at once.
+    pub async fn create_requests(&self, batch: &[NewRequest<'_>]) -> Vec<Result<Created, StoreError>> {
+        let now = now_ms();
+        let items: Vec<(SliceRequest, NewRequest<'_>)> = batch.iter().map(|n| (n.to_request(now), *n)).collect();
+        let done = self.changed(match &self.db {
+            Db::Sqlite(p) => sqlite::batch::create_requests(p, &items).await,
+            Db::Postgres(p) => postgres::batch::create_requests(p, &items).await,
+        });
+        match done {
+            Ok(outcomes) => outcomes,
+            Err(e) if batch.len() == 1 => vec![Err(e)],
+            Err(e) => {
+                tracing::debug!(error = %e, size = batch.len(), "batch create failed; creating one at a time");
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for new in batch {
+                    outcomes.push(self.create_one(*new).await);
+                }
+                outcomes
+            }
+        }
+    }
+
+    async fn create_one(&self, new: NewRequest<'_>) -> Result<Created, StoreError> {
+        let (request, created) = self.create_request(new).await?;
+        let tenant = self.tenant(new.tenant_id).await?;
+        Ok(Created { request, created, tenant })
+    }
+
     /// Creates a user.
     pub async fn create_user(&self, name: &str, platform_admin: bool, actor: &str) -> Result<User, StoreError> {
         let user = User { id: new_id(), name: name.to_string(), platform_admin, created_at_ms: now_ms() };
-        match self {
-            Store::Sqlite(p) => sqlite::create_user(p, &user, actor).await?,
-            Store::Postgres(p) => postgres::create_user(p, &user, actor).await?,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::create_user(p, &user, actor).await?,
+            Db::Postgres(p) => postgres::create_user(p, &user, actor).await?,
         }
         Ok(user)
     }
 
     /// A user by name.
     pub async fn user_by_name(&self, name: &str) -> Result<User, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::user_by_name(p, name).await,
-            Store::Postgres(p) => postgres::user_by_name(p, name).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::user_by_name(p, name).await,
+            Db::Postgres(p) => postgres::user_by_name(p, name).await,
         }
     }
 
@@ -719,17 +791,17 @@ impl Store {
         role: Role,
         actor: &str,
     ) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::set_membership(p, user_id, tenant_id, role, actor).await,
-            Store::Postgres(p) => postgres::set_membership(p, user_id, tenant_id, role, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::set_membership(p, user_id, tenant_id, role, actor).await,
+            Db::Postgres(p) => postgres::set_membership(p, user_id, tenant_id, role, actor).await,
         }
     }
 
     /// A tenant's members `(user, role)`, by name.
     pub async fn members(&self, tenant_id: &str) -> Result<Vec<(User, Role)>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::members(p, tenant_id).await,
-            Store::Postgres(p) => postgres::members(p, tenant_id).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::members(p, tenant_id).await,
+            Db::Postgres(p) => postgres::members(p, tenant_id).await,
         }
     }
 
@@ -742,50 +814,50 @@ impl Store {
         actor: &str,
     ) -> Result<String, StoreError> {
         let id = new_id();
-        match self {
-            Store::Sqlite(p) => sqlite::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
-            Store::Postgres(p) => postgres::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
+            Db::Postgres(p) => postgres::create_token(p, &id, user_id, name, secret_sha256, actor).await?,
         }
         Ok(id)
     }
 
     /// Revokes a token. With `owner`, only that user's token matches (others get `NotFound`).
     pub async fn revoke_token(&self, id: &str, owner: Option<&str>, actor: &str) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::revoke_token(p, id, owner, actor).await,
-            Store::Postgres(p) => postgres::revoke_token(p, id, owner, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::revoke_token(p, id, owner, actor).await,
+            Db::Postgres(p) => postgres::revoke_token(p, id, owner, actor).await,
         }
     }
 
     /// The principal behind a token's secret hash, unless unknown or revoked.
     pub async fn principal_by_token(&self, secret_sha256: &str) -> Result<Option<Principal>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::principal_by_token(p, secret_sha256).await,
-            Store::Postgres(p) => postgres::principal_by_token(p, secret_sha256).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::principal_by_token(p, secret_sha256).await,
+            Db::Postgres(p) => postgres::principal_by_token(p, secret_sha256).await,
         }
     }
 
     /// A request by id.
     pub async fn request(&self, id: &str) -> Result<SliceRequest, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::request(p, id).await,
-            Store::Postgres(p) => postgres::request(p, id).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::request(p, id).await,
+            Db::Postgres(p) => postgres::request(p, id).await,
         }
     }
 
     /// Moves a request to another state if its life allows it and nobody changed it since `expected_version`.
     pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::transition(p, t).await,
-            Store::Postgres(p) => postgres::transition(p, t).await,
-        }
+        self.changed(match &self.db {
+            Db::Sqlite(p) => sqlite::transition(p, t).await,
+            Db::Postgres(p) => postgres::transition(p, t).await,
+        })
     }
 
     /// Requests matching `filter`, by id (creation order).
     pub async fn list_requests(&self, filter: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::list_requests(p, filter).await,
-            Store::Postgres(p) => postgres::list_requests(p, filter).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::list_requests(p, filter).await,
+            Db::Postgres(p) => postgres::list_requests(p, filter).await,
         }
     }
 
@@ -812,26 +884,26 @@ impl Store {
                 })
                 .collect(),
         };
-        match self {
-            Store::Sqlite(p) => sqlite::fleet::register_node(p, &node, actor).await?,
-            Store::Postgres(p) => postgres::fleet::register_node(p, &node, actor).await?,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::fleet::register_node(p, &node, actor).await?,
+            Db::Postgres(p) => postgres::fleet::register_node(p, &node, actor).await?,
         }
         Ok(node)
     }
 
     /// Every node with its GPUs, by name.
     pub async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::fleet::nodes(p).await,
-            Store::Postgres(p) => postgres::fleet::nodes(p).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::fleet::nodes(p).await,
+            Db::Postgres(p) => postgres::fleet::nodes(p).await,
         }
     }
 
     /// Cordons or uncordons a GPU; returns it.
     pub async fn set_cordoned(&self, gpu_id: &str, cordoned: bool, actor: &str) -> Result<Gpu, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
-            Store::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
+            Db::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "cordoned", cordoned, actor).await,
         }
     }
 
@@ -845,18 +917,18 @@ impl Store {
         changes: &[LayoutChange],
         reservations: &[Reservation],
     ) -> Result<(SliceRequest, Vec<LayoutProposal>), StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::layouts::approve_request(p, t, changes, reservations).await,
-            Store::Postgres(p) => postgres::layouts::approve_request(p, t, changes, reservations).await,
-        }
+        self.changed(match &self.db {
+            Db::Sqlite(p) => sqlite::layouts::approve_request(p, t, changes, reservations).await,
+            Db::Postgres(p) => postgres::layouts::approve_request(p, t, changes, reservations).await,
+        })
     }
 
     /// Proposes a layout for one GPU by hand (an admin's edit), if its layout is still at `change.base_version` and
     /// no other proposal is open for it.
     pub async fn propose_layout(&self, change: &LayoutChange, actor: &str) -> Result<LayoutProposal, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::layouts::propose_layout(p, change, actor).await,
-            Store::Postgres(p) => postgres::layouts::propose_layout(p, change, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::layouts::propose_layout(p, change, actor).await,
+            Db::Postgres(p) => postgres::layouts::propose_layout(p, change, actor).await,
         }
     }
 
@@ -867,17 +939,17 @@ impl Store {
 
     /// Allocations that hold their instance (reserved or active).
     pub async fn live_allocations(&self) -> Result<Vec<Allocation>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::layouts::live_allocations(p).await,
-            Store::Postgres(p) => postgres::layouts::live_allocations(p).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::layouts::live_allocations(p).await,
+            Db::Postgres(p) => postgres::layouts::live_allocations(p).await,
         }
     }
 
     /// Layout proposals, newest first, optionally only in one state.
     pub async fn proposals(&self, state: Option<&str>) -> Result<Vec<LayoutProposal>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::layouts::proposals(p, state).await,
-            Store::Postgres(p) => postgres::layouts::proposals(p, state).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::layouts::proposals(p, state).await,
+            Db::Postgres(p) => postgres::layouts::proposals(p, state).await,
         }
     }
 
@@ -891,26 +963,26 @@ impl Store {
         reason: &str,
         actor: &str,
     ) -> Result<LayoutProposal, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::layouts::decide_proposal(p, id, approve, reason, actor).await,
-            Store::Postgres(p) => postgres::layouts::decide_proposal(p, id, approve, reason, actor).await,
-        }
+        self.changed(match &self.db {
+            Db::Sqlite(p) => sqlite::layouts::decide_proposal(p, id, approve, reason, actor).await,
+            Db::Postgres(p) => postgres::layouts::decide_proposal(p, id, approve, reason, actor).await,
+        })
     }
 
     /// Turns auto-layout on or off for a GPU.
     pub async fn set_auto_layout(&self, gpu_id: &str, enabled: bool, actor: &str) -> Result<Gpu, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
-            Store::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
+            Db::Postgres(p) => postgres::fleet::set_flag(p, gpu_id, "auto_layout", enabled, actor).await,
         }
     }
 
     /// Moves every active request whose duration has run out at `now` to expired (which frees its instances).
     /// Returns how many expired.
     pub async fn expire_due(&self, now: i64) -> Result<usize, StoreError> {
-        let due = match self {
-            Store::Sqlite(p) => sqlite::due_requests(p, now).await?,
-            Store::Postgres(p) => postgres::due_requests(p, now).await?,
+        let due = match &self.db {
+            Db::Sqlite(p) => sqlite::due_requests(p, now).await?,
+            Db::Postgres(p) => postgres::due_requests(p, now).await?,
         };
         let mut expired = 0;
         for (id, version) in due {
@@ -933,9 +1005,9 @@ impl Store {
 
     /// Audit entries about `object`, oldest first.
     pub async fn audit(&self, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
-        match self {
-            Store::Sqlite(p) => sqlite::audit(p, object).await,
-            Store::Postgres(p) => postgres::audit(p, object).await,
+        match &self.db {
+            Db::Sqlite(p) => sqlite::audit(p, object).await,
+            Db::Postgres(p) => postgres::audit(p, object).await,
         }
     }
 }

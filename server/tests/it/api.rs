@@ -458,6 +458,42 @@ async fn requests_are_listed_a_page_at_a_time() {
     .await;
 }
 
+/// Lists are served from a cache between writes; every change to a request shows in the next read, and one
+/// tenant's page never reaches another's members.
+#[tokio::test]
+async fn listed_pages_show_every_change_at_once() {
+    let app = spawn_app().await;
+    let t = app.tenant("fresh", json!({})).await;
+    let other = app.tenant("other", json!({})).await;
+    let alice = app.user("alice", Some(&t)).await;
+    let bob = app.user("bob", Some(&other)).await;
+    let list = |token: String, query: String| {
+        let call = app.call(Method::GET, &format!("/api/v1/requests?{query}"), Some(&token));
+        async move {
+            let page: Value = call.send().await.expect("send").json().await.expect("json");
+            page["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|i| (i["id"].clone(), i["state"].clone()))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(list(alice.clone(), String::new()).await.is_empty());
+    assert!(list(alice.clone(), String::new()).await.is_empty(), "a second read, from the cache");
+    let r: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+    let id = r["id"].clone();
+    assert_eq!(list(alice.clone(), String::new()).await, vec![(id.clone(), json!("pending"))]);
+    let pending = format!("tenant={t}&state=pending");
+    assert_eq!(list(app.admin.clone(), pending.clone()).await.len(), 1);
+    let cancel = app.call(Method::POST, &format!("/api/v1/requests/{}/cancel", id.as_str().expect("id")), Some(&alice));
+    assert_eq!(cancel.send().await.expect("send").status(), StatusCode::OK);
+    assert_eq!(list(alice.clone(), String::new()).await, vec![(id, json!("cancelled"))]);
+    assert!(list(app.admin.clone(), pending).await.is_empty());
+    // The same query string from a member of another tenant names that tenant's requests, not the cached page.
+    assert!(list(bob, String::new()).await.is_empty());
+}
+
 #[tokio::test]
 async fn malformed_and_oversized_bodies_are_problems_not_panics() {
     let app = spawn_app().await;

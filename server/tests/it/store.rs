@@ -18,10 +18,7 @@ struct TestDb {
 
 impl TestDb {
     async fn close(self) {
-        match self.store {
-            Store::Sqlite(p) => p.close().await,
-            Store::Postgres(p) => p.close().await,
-        }
+        self.store.close().await;
         if let Some((admin, name)) = self.drop_pg
             && let Ok(pool) = sqlx::PgPool::connect(&admin).await
         {
@@ -111,6 +108,8 @@ conformance!(
     decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests,
     requests_with_a_duration_expire_and_free_their_instances,
     stale_plans_can_neither_destroy_nor_reserve_what_changed,
+    a_batch_decides_each_request_in_order_as_one_transaction_each_would,
+    racing_batches_and_single_creates_never_overshoot,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -632,4 +631,153 @@ async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store)
     let live: Vec<(String, u8)> =
         store.live_allocations().await.expect("live").into_iter().map(|a| (a.request_id, a.start)).collect();
     assert_eq!(live, vec![(a.id.clone(), 1)], "only A's instance is still held");
+}
+
+/// A creation for a batch, charged `count` H100 1g.10gb slices.
+struct Ask {
+    tenant: String,
+    count: u32,
+    key: Option<(&'static str, &'static str)>,
+    charge: tessera_core::quota::Usage,
+    spec: SliceSpec,
+}
+
+fn ask(tenant: &str, count: u32, key: Option<(&'static str, &'static str)>) -> Ask {
+    let spec = h100_1g();
+    let charge = charge(Catalog::builtin(), &spec, count).expect("charge");
+    Ask { tenant: tenant.to_string(), count, key, charge, spec }
+}
+
+impl Ask {
+    fn new_request(&self) -> NewRequest<'_> {
+        NewRequest {
+            tenant_id: &self.tenant,
+            spec: &self.spec,
+            count: self.count,
+            reason: "batch",
+            charge: &self.charge,
+            state: RequestState::Pending,
+            actor: "user:alice",
+            idempotency: self.key,
+            duration_s: None,
+        }
+    }
+}
+
+async fn a_batch_decides_each_request_in_order_as_one_transaction_each_would(store: &Store) {
+    let policy = ApprovalPolicy { auto_approve: true, auto_approve_max_compute_slices: 2 };
+    let a = store.create_tenant("a", policy, "admin").await.expect("tenant a");
+    let b = store.create_tenant("b", POLICY, "admin").await.expect("tenant b");
+    store.set_quota(&a.id, &res("mig/H100-80GB/1g.10gb"), 3 * MILLI, "admin").await.expect("quota");
+    let old = ask(&a.id, 1, Some(("alice", "old")));
+    let (first, created) = store.create_request(old.new_request()).await.expect("first");
+    assert!(created);
+    let generation = store.generation().expect("this replica's own writes are always seen");
+
+    let asks = [
+        ask(&a.id, 1, Some(("alice", "new"))), // created: 2 of 3 held
+        ask(&a.id, 1, Some(("alice", "new"))), // a retry inside the batch: the one above
+        ask(&a.id, 1, None),                   // created: 3 of 3
+        ask(&a.id, 1, None),                   // over the quota
+        ask(&b.id, 2, Some(("alice", "old"))), // a key used before the batch: the first request, whatever it asks
+        ask("no-such-tenant", 1, None),
+        ask(&b.id, 2, Some(("bob", "new"))), // another user's key is another key
+    ];
+    let batch: Vec<NewRequest<'_>> = asks.iter().map(Ask::new_request).collect();
+    let out = store.create_requests(&batch).await;
+    assert_eq!(out.len(), asks.len());
+    let ok = |i: usize| out[i].as_ref().unwrap_or_else(|e| panic!("batch item {i}: {e}"));
+    assert!(ok(0).created && ok(0).request.tenant_id == a.id && ok(0).tenant == a);
+    assert!(!ok(1).created && ok(1).request.id == ok(0).request.id);
+    assert!(ok(2).created);
+    assert!(matches!(&out[3], Err(StoreError::Quota(e)) if e.len() == 1), "{:?}", out[3]);
+    assert!(!ok(4).created && ok(4).request == first, "a key names its first request");
+    assert!(matches!(&out[5], Err(StoreError::NotFound { .. })), "{:?}", out[5]);
+    assert!(ok(6).created && ok(6).tenant == b && ok(6).request.count == 2);
+    assert!(store.generation().expect("generation") > generation, "a batch counts as a change");
+
+    // What the batch wrote is what one request at a time writes: held usage, rows, keys, audit entries.
+    assert_eq!(store.held(&a.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 3 * MILLI);
+    assert_eq!(store.held(&b.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 2 * MILLI);
+    let listed = |t: String| async move {
+        let f = tessera_server::store::RequestFilter { tenant: Some(&t), state: None, after: None, limit: 100 };
+        store.list_requests(f).await.expect("list")
+    };
+    assert_eq!(listed(a.id.clone()).await.len(), 3);
+    assert_eq!(listed(b.id.clone()).await, vec![ok(6).request.clone()]);
+    let retry = store.create_request(asks[0].new_request()).await.expect("retry");
+    assert_eq!(retry, (ok(0).request.clone(), false), "keys written by a batch hold for later retries");
+    let audit = store.audit(&format!("request/{}", ok(2).request.id)).await.expect("audit");
+    assert_eq!(audit.len(), 1);
+    assert_eq!((audit[0].actor.as_str(), audit[0].action.as_str()), ("user:alice", "request.create"));
+    // Ending a request created by a batch gives its charge back like any other.
+    let t = Transition {
+        id: &ok(2).request.id,
+        expected_version: Some(1),
+        to: RequestState::Cancelled,
+        reason: None,
+        actor: "user:alice",
+    };
+    store.transition(t).await.expect("cancel");
+    assert_eq!(store.held(&a.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 2 * MILLI);
+}
+
+async fn racing_batches_and_single_creates_never_overshoot(store: &Store) {
+    let t = store.create_tenant("racers", POLICY, "admin").await.expect("tenant");
+    store.set_quota(&t.id, &res("compute_slices"), 40 * MILLI, "admin").await.expect("quota");
+    let store = Arc::new(store.clone());
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, tenant) = (store.clone(), t.id.clone());
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    let asks: Vec<Ask> = (0..8).map(|_| ask(&tenant, 1, None)).collect();
+                    let batch: Vec<NewRequest<'_>> = asks.iter().map(Ask::new_request).collect();
+                    store.create_requests(&batch).await.iter().filter(|r| r.is_ok()).count()
+                } else {
+                    let one = ask(&tenant, 1, None);
+                    let mut n = 0;
+                    for _ in 0..8 {
+                        n += usize::from(store.create_request(one.new_request()).await.is_ok());
+                    }
+                    n
+                }
+            })
+        })
+        .collect();
+    let mut created = 0;
+    for task in tasks {
+        created += task.await.expect("task");
+    }
+    assert_eq!(created, 40, "128 one-slice asks for 40 slices: exactly 40 created");
+    assert_eq!(store.held(&t.id).await.expect("held")[&res("compute_slices")], 40 * MILLI);
+}
+
+/// Two server replicas on one PostgreSQL database: a write through one makes the other's cached reads stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_see_each_others_changes_to_requests() {
+    let Some(db) = postgres().await else { return };
+    let (admin, name) = db.drop_pg.clone().expect("postgres");
+    let other = Store::connect(&with_database(&admin, &name)).await.expect("second replica");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let seen = loop {
+        if let Some(g) = other.generation() {
+            break g;
+        }
+        assert!(std::time::Instant::now() < deadline, "the second replica never started following changes");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let t = db.store.create_tenant("t", POLICY, "admin").await.expect("tenant");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(other.generation(), Some(seen), "a change to tenants does not touch cached requests");
+    request(&db.store, &t.id, &h100_1g(), 1).await.expect("request");
+    loop {
+        if other.generation().is_some_and(|g| g > seen) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the other replica missed a committed request");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    other.close().await;
+    db.close().await;
 }

@@ -417,6 +417,7 @@ pub(super) async fn list_requests(pool: &PgPool, f: RequestFilter<'_>) -> Result
     }
     query.fetch_all(pool).await?.into_iter().map(request_from).collect()
 }
+pub(super) mod batch;
 pub(super) mod fleet;
 pub(super) mod layouts;
 

@@ -411,6 +411,7 @@ pub(super) async fn list_requests(pool: &SqlitePool, f: RequestFilter<'_>) -> Re
     }
     query.fetch_all(pool).await?.into_iter().map(request_from).collect()
 }
+pub(super) mod batch;
 pub(super) mod fleet;
 pub(super) mod layouts;
 

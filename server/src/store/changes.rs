@@ -1,0 +1,104 @@
+//! A counter of committed changes, so that readers can cache what they read from the store and know when it went
+//! stale.
+//!
+//! Every store method that writes bumps the counter after its transaction commits. A reader takes
+//! [`Changes::current`] *before* it queries and files what it read under that generation; the entry is good for as
+//! long as the generation has not moved. A write that commits during the query bumps the counter past the entry's
+//! generation, so nothing older than the last commit is ever served.
+//!
+//! With PostgreSQL other server replicas write too. A trigger on `slice_requests` notifies the `tessera_changes`
+//! channel on every statement that changes requests, and a listener bumps the counter when a notification
+//! arrives (so other replicas' writes are seen within the notification's delivery time, typically well under a
+//! millisecond on one network). While the listener is not connected, [`Changes::current`] is `None`: nothing may
+//! be cached, because notifications sent meanwhile are lost.
+
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+
+/// The channel the PostgreSQL trigger notifies (migration `0007_change_notify.sql`).
+pub const CHANNEL: &str = "tessera_changes";
+
+/// The change counter (see the module docs).
+#[derive(Debug)]
+pub struct Changes {
+    generation: AtomicU64,
+    /// Whether every committed change is seen (always for SQLite, whose only writer is this process; for
+    /// PostgreSQL, while the listener is connected).
+    complete: AtomicBool,
+}
+
+impl Changes {
+    /// A counter that sees every change from the start (SQLite).
+    pub(super) fn local() -> Changes {
+        Changes { generation: AtomicU64::new(1), complete: AtomicBool::new(true) }
+    }
+
+    /// A counter that sees other writers' changes only once [`follow`] is listening (PostgreSQL).
+    pub(super) fn shared() -> Changes {
+        Changes { generation: AtomicU64::new(1), complete: AtomicBool::new(false) }
+    }
+
+    /// Records that a change committed.
+    pub(super) fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The current generation, or `None` while changes may go unseen (then nothing may be cached).
+    pub fn current(&self) -> Option<u64> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        self.complete.load(Ordering::SeqCst).then_some(generation)
+    }
+
+    fn set_complete(&self, complete: bool) {
+        // Bumped either way: what was read before the listener (re)connected may have missed a change.
+        self.bump();
+        self.complete.store(complete, Ordering::SeqCst);
+        self.bump();
+    }
+}
+
+/// Listens for change notifications from every writer of `pool`'s database and bumps `changes` for each, until the
+/// pool is closed or the store dropped. Reconnects after a lost connection; while disconnected, the counter reports
+/// itself incomplete.
+pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
+    loop {
+        if pool.is_closed() {
+            return;
+        }
+        match listen(&pool).await {
+            Ok(mut listener) => {
+                match changes.upgrade() {
+                    Some(c) => c.set_complete(true),
+                    None => return,
+                }
+                loop {
+                    let got = listener.try_recv().await;
+                    let Some(c) = changes.upgrade() else { return };
+                    match got {
+                        Ok(Some(_)) => c.bump(),
+                        // Lost the connection (`None`), or the pool is closing: notifications may be missed.
+                        Ok(None) | Err(_) => {
+                            c.set_complete(false);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot listen for change notifications; retrying"),
+        }
+        if changes.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
