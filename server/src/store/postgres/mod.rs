@@ -410,12 +410,13 @@ pub(super) async fn principal_by_token(pool: &PgPool, secret_sha256: &str) -> Re
 
 pub(super) async fn list_requests(pool: &PgPool, f: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
     let (conditions, values) = f.conditions();
-    let sql = format!("SELECT {} WHERE TRUE{conditions} ORDER BY id LIMIT {}", request_columns(), f.limit);
+    // The limit is bound, not spliced in, so every page size shares one prepared statement.
+    let sql = format!("SELECT {} WHERE TRUE{conditions} ORDER BY id LIMIT ${}", request_columns(), values.len() + 1);
     let mut query = sqlx::query_as::<_, RequestRow>(&sql);
     for v in values {
         query = query.bind(v);
     }
-    query.fetch_all(pool).await?.into_iter().map(request_from).collect()
+    query.bind(i64::from(f.limit)).fetch_all(pool).await?.into_iter().map(request_from).collect()
 }
 pub(super) mod batch;
 pub(super) mod fleet;
