@@ -58,8 +58,13 @@ impl PrincipalCache {
     }
 }
 
-/// Most cached read responses; past it the cache starts over.
-const READ_CACHE_MAX: usize = 4096;
+/// Most bytes of cached read responses; past it the cache starts over.
+const READ_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Largest response worth caching (a page of 20 typical requests is about 6 KiB).
+const READ_CACHE_LARGEST: usize = 256 * 1024;
+/// Longest a cached response is served, however quiet the store: a bound on staleness should a change notification
+/// ever go unseen without the listener noticing (a silent network partition).
+pub const READ_CACHE_TTL: Duration = Duration::from_secs(5);
 
 /// Serialised responses of request reads (list pages), each filed under the store generation it was read at
 /// ([`Store::generation`]) and served only while the generation is unchanged, so a read never returns anything
@@ -71,31 +76,37 @@ pub struct ReadCache(Mutex<ReadEntries>);
 #[derive(Debug, Default)]
 struct ReadEntries {
     generation: u64,
-    bodies: HashMap<String, axum::body::Bytes>,
+    bytes: usize,
+    bodies: HashMap<String, (Instant, axum::body::Bytes)>,
 }
 
 impl ReadCache {
-    /// The body filed under `key` at `generation`, if there is one.
+    /// The body filed under `key` at `generation`, if there is one and it is fresh.
     pub fn get(&self, key: &str, generation: u64) -> Option<axum::body::Bytes> {
         let entries = self.0.lock().ok()?;
         if entries.generation != generation {
             return None;
         }
-        entries.bodies.get(key).cloned()
+        entries.bodies.get(key).filter(|(at, _)| at.elapsed() < READ_CACHE_TTL).map(|(_, body)| body.clone())
     }
 
     /// Files `body` under `key` at `generation` (bodies read at older generations go; one read at an older
-    /// generation than the newest filed is not kept).
+    /// generation than the newest filed, or too large, is not kept).
     pub fn put(&self, key: String, generation: u64, body: axum::body::Bytes) {
         let Ok(mut entries) = self.0.lock() else { return };
-        if generation < entries.generation {
+        if generation < entries.generation || body.len() > READ_CACHE_LARGEST {
             return;
         }
-        if generation > entries.generation || entries.bodies.len() >= READ_CACHE_MAX {
+        if generation > entries.generation || entries.bytes + body.len() + key.len() > READ_CACHE_BYTES {
             entries.bodies.clear();
+            entries.bytes = 0;
             entries.generation = generation;
         }
-        entries.bodies.insert(key, body);
+        let key_len = key.len();
+        entries.bytes += body.len() + key_len;
+        if let Some((_, old)) = entries.bodies.insert(key, (Instant::now(), body)) {
+            entries.bytes -= old.len() + key_len;
+        }
     }
 }
 
@@ -108,5 +119,28 @@ impl std::ops::Deref for AppState {
 
     fn deref(&self) -> &App {
         &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Bytes;
+
+    use super::{READ_CACHE_LARGEST, ReadCache};
+
+    #[test]
+    fn cached_reads_are_served_only_at_the_generation_they_were_read_at() {
+        let cache = ReadCache::default();
+        cache.put("a".into(), 2, Bytes::from_static(b"page at 2"));
+        assert_eq!(cache.get("a", 2).as_deref(), Some(&b"page at 2"[..]));
+        assert_eq!(cache.get("a", 3), None, "a later generation never sees an older read");
+        assert_eq!(cache.get("b", 2), None);
+        cache.put("a".into(), 1, Bytes::from_static(b"read before the change"));
+        assert_eq!(cache.get("a", 2).as_deref(), Some(&b"page at 2"[..]), "a late, older read is not kept");
+        cache.put("b".into(), 3, Bytes::from_static(b"page at 3"));
+        assert_eq!(cache.get("a", 3), None, "moving on drops what was read before");
+        assert_eq!(cache.get("b", 3).as_deref(), Some(&b"page at 3"[..]));
+        cache.put("big".into(), 3, Bytes::from(vec![b'x'; READ_CACHE_LARGEST + 1]));
+        assert_eq!(cache.get("big", 3), None, "too large to keep");
     }
 }

@@ -187,12 +187,8 @@ pub async fn list_requests(
         (None, false, _) => return Err(ApiError::invalid("tenant_required", "name the tenant: ?tenant=<id>")),
     };
     // The page depends only on the filter (visibility was settled above), so one cached body serves every caller.
-    let key = format!(
-        "requests?tenant={}&state={}&cursor={}&limit={limit}",
-        tenant.as_deref().unwrap_or("*"),
-        q.state.map_or("*", RequestState::as_str),
-        q.cursor.as_deref().unwrap_or("")
-    );
+    // JSON, so that no value can pass for another field however it is spelt.
+    let key = serde_json::json!(["requests", tenant, q.state.map(RequestState::as_str), q.cursor, limit]).to_string();
     let generation = state.store.generation();
     if let Some(body) = generation.and_then(|g| state.reads.get(&key, g)) {
         return Ok(json_body(body));

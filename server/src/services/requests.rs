@@ -216,19 +216,28 @@ impl CreateQueue {
             duration_s: new.duration_s,
             reply,
         };
-        self.0.send(job).await.map_err(|_| StoreError::Other(sqlx::Error::PoolClosed))?;
-        outcome.await.map_err(|_| StoreError::Other(sqlx::Error::PoolClosed))?
+        let stopped = || StoreError::Failed("the request writer stopped before answering".to_string());
+        self.0.send(job).await.map_err(|_| stopped())?;
+        outcome.await.map_err(|_| stopped())?
     }
 }
 
 async fn write_batches(store: Store, mut queue: mpsc::Receiver<Job>) {
     let mut jobs = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-        let batch: Vec<NewRequest<'_>> = jobs.iter().map(Job::as_new).collect();
-        let outcomes = store.create_requests(&batch).await;
-        drop(batch);
-        for (job, outcome) in jobs.drain(..).zip(outcomes) {
-            let _ = job.reply.send(outcome);
-        }
+        let batch = std::mem::take(&mut jobs);
+        let store = store.clone();
+        // Each batch in its own task: were one ever to panic, its callers would get an error and the writer would
+        // go on with the next.
+        let _ = tokio::spawn(async move { write_batch(&store, batch).await }).await;
+    }
+}
+
+async fn write_batch(store: &Store, jobs: Vec<Job>) {
+    let batch: Vec<NewRequest<'_>> = jobs.iter().map(Job::as_new).collect();
+    let outcomes = store.create_requests(&batch).await;
+    drop(batch);
+    for (job, outcome) in jobs.into_iter().zip(outcomes) {
+        let _ = job.reply.send(outcome);
     }
 }

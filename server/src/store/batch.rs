@@ -98,6 +98,18 @@ pub(super) fn keyed_requests(rows: Vec<KeyedRequestRow>, into: &mut Loaded) -> R
     Ok(())
 }
 
+/// Whether a batch failed because of a concurrent writer (a unique key taken meanwhile, a deadlock, a
+/// serialization failure): then nothing was committed, and its requests can be tried one at a time.
+pub(super) fn lost_to_another_writer(e: &StoreError) -> bool {
+    match e {
+        StoreError::Conflict { .. } => true,
+        StoreError::Other(sqlx::Error::Database(db)) => {
+            db.is_unique_violation() || matches!(db.code().as_deref(), Some("40P01" | "40001"))
+        }
+        _ => false,
+    }
+}
+
 /// Groups `(tenant, resource, milli)` rows by tenant.
 pub(super) fn usage_by_tenant(rows: Vec<(String, String, i64)>) -> Result<HashMap<String, Usage>, StoreError> {
     let mut grouped: HashMap<String, Vec<(String, i64)>> = HashMap::new();

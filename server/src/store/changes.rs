@@ -1,7 +1,8 @@
 //! A counter of committed changes, so that readers can cache what they read from the store and know when it went
 //! stale.
 //!
-//! Every store method that writes bumps the counter after its transaction commits. A reader takes
+//! Every store method that writes requests bumps the counter after its transaction commits (or when its caller stops
+//! waiting, since the commit may have happened anyway). A reader takes
 //! [`Changes::current`] *before* it queries and files what it read under that generation; the entry is good for as
 //! long as the generation has not moved. A write that commits during the query bumps the counter past the entry's
 //! generation, so nothing older than the last commit is ever served.
@@ -58,6 +59,15 @@ impl Changes {
         self.bump();
         self.complete.store(complete, Ordering::SeqCst);
         self.bump();
+    }
+}
+
+/// Counts a change when dropped (see `Store::changing`).
+pub(super) struct Changing<'a>(pub(super) &'a Changes);
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.bump();
     }
 }
 

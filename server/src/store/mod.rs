@@ -427,6 +427,9 @@ pub enum StoreError {
     /// Stored data that does not parse.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// A database error, as text (one error shared by every request of a failed batch).
+    #[error("database error: {0}")]
+    Failed(String),
 }
 
 /// The store, on one backend, with a counter of committed changes to slice requests (see [`Store::generation`]):
@@ -620,10 +623,10 @@ impl Store {
         self.changes.current()
     }
 
-    /// Marks a committed change; returns `value`, so write methods end `self.changed(result)`.
-    fn changed<T>(&self, value: Result<T, StoreError>) -> Result<T, StoreError> {
-        self.changes.bump();
-        value
+    /// Counts a change when dropped: write methods hold one across their transaction, so the count moves after
+    /// the commit, and also when the caller stops waiting half-way (the commit may still have happened).
+    fn changing(&self) -> changes::Changing<'_> {
+        changes::Changing(&self.changes)
     }
 
     /// Applies the backend's migrations (`migrations/sqlite` or `migrations/postgres`).
@@ -724,10 +727,11 @@ impl Store {
     /// used by the same user, returns the request it created and `false`.
     pub async fn create_request(&self, new: NewRequest<'_>) -> Result<(SliceRequest, bool), StoreError> {
         let request = new.to_request(now_ms());
-        let replayed = self.changed(match &self.db {
+        let _changing = self.changing();
+        let replayed = match &self.db {
             Db::Sqlite(p) => sqlite::create_request(p, &request, new.charge, new.actor, new.idempotency).await,
             Db::Postgres(p) => postgres::create_request(p, &request, new.charge, new.actor, new.idempotency).await,
-        })?;
+        }?;
         match replayed {
             Some(first) => Ok((first, false)),
             None => Ok((request, true)),
@@ -735,25 +739,44 @@ impl Store {
     }
 
     /// Creates many requests in one transaction (group commit): each is decided in order exactly as
-    /// [`Store::create_request`] would decide it, and gets its own outcome. Where the batch as a whole fails (a
-    /// concurrent writer took one of its idempotency keys, say), its requests are created one at a time instead, so
-    /// one request never fails another. At most [`batch::MAX_BATCH`] at once.
+    /// [`Store::create_request`] would decide it, and gets its own outcome. More than [`batch::MAX_BATCH`] go in
+    /// several transactions. Where a batch fails as a whole because of another writer (a concurrent writer took
+    /// one of its idempotency keys, a deadlock or serialization failure), its requests are created one at a time
+    /// instead, so one request never fails another; any other failure (the database is unreachable, the commit
+    /// was lost) is every request's outcome, never retried, because the commit may have happened.
     pub async fn create_requests(&self, batch: &[NewRequest<'_>]) -> Vec<Result<Created, StoreError>> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(batch::MAX_BATCH) {
+            outcomes.extend(self.create_batch(chunk).await);
+        }
+        outcomes
+    }
+
+    async fn create_batch(&self, batch: &[NewRequest<'_>]) -> Vec<Result<Created, StoreError>> {
         let now = now_ms();
         let items: Vec<(SliceRequest, NewRequest<'_>)> = batch.iter().map(|n| (n.to_request(now), *n)).collect();
-        let done = self.changed(match &self.db {
-            Db::Sqlite(p) => sqlite::batch::create_requests(p, &items).await,
-            Db::Postgres(p) => postgres::batch::create_requests(p, &items).await,
-        });
+        let done = {
+            let _changing = self.changing();
+            match &self.db {
+                Db::Sqlite(p) => sqlite::batch::create_requests(p, &items).await,
+                Db::Postgres(p) => postgres::batch::create_requests(p, &items).await,
+            }
+        };
         match done {
             Ok(outcomes) => outcomes,
             Err(e) if batch.len() == 1 => vec![Err(e)],
-            Err(e) => {
-                tracing::debug!(error = %e, size = batch.len(), "batch create failed; creating one at a time");
+            Err(e) if batch::lost_to_another_writer(&e) => {
+                tracing::debug!(error = %e, size = batch.len(), "batch lost to another writer; creating one at a time");
                 let mut outcomes = Vec::with_capacity(batch.len());
                 for new in batch {
                     outcomes.push(self.create_one(*new).await);
                 }
+                outcomes
+            }
+            Err(e) => {
+                let failed = e.to_string();
+                let mut outcomes = vec![Err(e)];
+                outcomes.extend((1..batch.len()).map(|_| Err(StoreError::Failed(failed.clone()))));
                 outcomes
             }
         }
@@ -847,10 +870,11 @@ impl Store {
 
     /// Moves a request to another state if its life allows it and nobody changed it since `expected_version`.
     pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
-        self.changed(match &self.db {
+        let _changing = self.changing();
+        match &self.db {
             Db::Sqlite(p) => sqlite::transition(p, t).await,
             Db::Postgres(p) => postgres::transition(p, t).await,
-        })
+        }
     }
 
     /// Requests matching `filter`, by id (creation order).
@@ -917,10 +941,11 @@ impl Store {
         changes: &[LayoutChange],
         reservations: &[Reservation],
     ) -> Result<(SliceRequest, Vec<LayoutProposal>), StoreError> {
-        self.changed(match &self.db {
+        let _changing = self.changing();
+        match &self.db {
             Db::Sqlite(p) => sqlite::layouts::approve_request(p, t, changes, reservations).await,
             Db::Postgres(p) => postgres::layouts::approve_request(p, t, changes, reservations).await,
-        })
+        }
     }
 
     /// Proposes a layout for one GPU by hand (an admin's edit), if its layout is still at `change.base_version` and
@@ -963,10 +988,11 @@ impl Store {
         reason: &str,
         actor: &str,
     ) -> Result<LayoutProposal, StoreError> {
-        self.changed(match &self.db {
+        let _changing = self.changing();
+        match &self.db {
             Db::Sqlite(p) => sqlite::layouts::decide_proposal(p, id, approve, reason, actor).await,
             Db::Postgres(p) => postgres::layouts::decide_proposal(p, id, approve, reason, actor).await,
-        })
+        }
     }
 
     /// Turns auto-layout on or off for a GPU.

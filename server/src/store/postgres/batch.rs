@@ -8,7 +8,7 @@ use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use super::{ms, request_columns};
 use crate::store::batch::{Created, KeyedRequestRow, Loaded, keyed_requests, plan, usage_by_tenant};
-use crate::store::{NewRequest, SliceRequest, StoreError, TenantRow, now_ms, tenant_from, to_json};
+use crate::store::{NewRequest, SliceRequest, StoreError, TenantRow, now_ms, on_constraint, tenant_from, to_json};
 
 pub(in crate::store) async fn create_requests(
     pool: &PgPool,
@@ -66,7 +66,7 @@ pub(in crate::store) async fn create_requests(
         q.push_values(&keyed, |mut b, (u, k, id)| {
             b.push_bind(*u).push_bind(*k).push_bind(*id);
         });
-        q.build().execute(&mut *conn).await?;
+        q.build().execute(&mut *conn).await.map_err(|e| on_constraint(e, "idempotency_keys"))?;
     }
     let at = now_ms();
     let mut q =

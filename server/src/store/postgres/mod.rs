@@ -138,11 +138,14 @@ pub(super) async fn adjust_usage(
     request_id: &str,
     sign: i64,
 ) -> Result<(), StoreError> {
-    let charges: Vec<(String, i64)> =
-        sqlx::query_as("SELECT resource, amount_milli FROM request_charges WHERE request_id = $1")
-            .bind(request_id)
-            .fetch_all(&mut *conn)
-            .await?;
+    // In byte order of resource, as batches write them, so two writers never take a tenant's usage rows in
+    // opposite orders (a deadlock).
+    let charges: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT resource, amount_milli FROM request_charges WHERE request_id = $1 ORDER BY resource COLLATE \"C\"",
+    )
+    .bind(request_id)
+    .fetch_all(&mut *conn)
+    .await?;
     for (resource, amount) in charges {
         sqlx::query(
             "INSERT INTO tenant_usage (tenant_id, resource, held_milli) VALUES ($1, $2, $3) \

@@ -145,7 +145,7 @@ pub(super) async fn adjust_usage(
     sign: i64,
 ) -> Result<(), StoreError> {
     let charges: Vec<(String, i64)> =
-        sqlx::query_as("SELECT resource, amount_milli FROM request_charges WHERE request_id = $1")
+        sqlx::query_as("SELECT resource, amount_milli FROM request_charges WHERE request_id = $1 ORDER BY resource")
             .bind(request_id)
             .fetch_all(&mut *conn)
             .await?;
