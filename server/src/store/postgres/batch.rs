@@ -114,7 +114,7 @@ async fn load(conn: &mut PgConnection, items: &[(SliceRequest, NewRequest<'_>)])
         let mut q = QueryBuilder::<Postgres>::new(format!(
             "SELECT k.user_id, k.key, {} JOIN idempotency_keys k ON k.request_id = slice_requests.id \
              WHERE (k.user_id, k.key) IN (VALUES ",
-            qualified_request_columns()
+            request_columns()
         ));
         let mut list = q.separated(", ");
         for (u, k) in &keys {
@@ -125,12 +125,6 @@ async fn load(conn: &mut PgConnection, items: &[(SliceRequest, NewRequest<'_>)])
         keyed_requests(q.build_query_as::<KeyedRequestRow>().fetch_all(&mut *conn).await?, &mut loaded)?;
     }
     Ok(loaded)
-}
-
-/// The request columns, for a join with `idempotency_keys` (its columns are `user_id`, `key`, `request_id`, so
-/// none is ambiguous).
-fn qualified_request_columns() -> String {
-    request_columns()
 }
 
 /// Binds UTC milliseconds as a `timestamptz` value.
