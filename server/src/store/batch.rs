@@ -98,6 +98,21 @@ pub(super) fn keyed_requests(rows: Vec<KeyedRequestRow>, into: &mut Loaded) -> R
     Ok(())
 }
 
+/// The accepted requests' `request_charges` rows: `(request id, resource, milli)`.
+pub(super) fn charge_rows<'a>(inserted: &[&'a (SliceRequest, NewRequest<'a>)]) -> Vec<(&'a str, String, i64)> {
+    inserted
+        .iter()
+        .flat_map(|(r, n)| {
+            n.charge.iter().map(|(res, m)| (r.id.as_str(), res.to_string(), i64::try_from(*m).unwrap_or(i64::MAX)))
+        })
+        .collect()
+}
+
+/// The accepted requests' `idempotency_keys` rows: `(user, key, request id)`.
+pub(super) fn key_rows<'a>(inserted: &[&'a (SliceRequest, NewRequest<'a>)]) -> Vec<(&'a str, &'a str, &'a str)> {
+    inserted.iter().filter_map(|(r, n)| n.idempotency.map(|(u, k)| (u, k, r.id.as_str()))).collect()
+}
+
 /// Whether a batch failed because of a concurrent writer (a unique key taken meanwhile, a deadlock, a
 /// serialization failure): then nothing was committed, and its requests can be tried one at a time.
 pub(super) fn lost_to_another_writer(e: &StoreError) -> bool {

@@ -7,7 +7,9 @@ use sqlx::postgres::PgConnection;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 use super::{ms, request_columns};
-use crate::store::batch::{Created, KeyedRequestRow, Loaded, keyed_requests, plan, usage_by_tenant};
+use crate::store::batch::{
+    Created, KeyedRequestRow, Loaded, charge_rows, key_rows, keyed_requests, plan, usage_by_tenant,
+};
 use crate::store::{NewRequest, SliceRequest, StoreError, TenantRow, now_ms, on_constraint, tenant_from, to_json};
 
 pub(in crate::store) async fn create_requests(
@@ -38,12 +40,7 @@ pub(in crate::store) async fn create_requests(
         b.push_bind(r.duration_s.and_then(|d| i64::try_from(d).ok()));
     });
     q.build().execute(&mut *conn).await?;
-    let charges: Vec<(&str, String, i64)> = inserted
-        .iter()
-        .flat_map(|(r, n)| {
-            n.charge.iter().map(|(res, m)| (r.id.as_str(), res.to_string(), i64::try_from(*m).unwrap_or(i64::MAX)))
-        })
-        .collect();
+    let charges = charge_rows(&inserted);
     if !charges.is_empty() {
         let mut q = QueryBuilder::<Postgres>::new("INSERT INTO request_charges (request_id, resource, amount_milli) ");
         q.push_values(&charges, |mut b, (id, res, m)| {
@@ -59,8 +56,7 @@ pub(in crate::store) async fn create_requests(
         q.push(" ON CONFLICT (tenant_id, resource) DO UPDATE SET held_milli = tenant_usage.held_milli + excluded.held_milli");
         q.build().execute(&mut *conn).await?;
     }
-    let keyed: Vec<(&str, &str, &str)> =
-        inserted.iter().filter_map(|(r, n)| n.idempotency.map(|(u, k)| (u, k, r.id.as_str()))).collect();
+    let keyed = key_rows(&inserted);
     if !keyed.is_empty() {
         let mut q = QueryBuilder::<Postgres>::new("INSERT INTO idempotency_keys (user_id, key, request_id) ");
         q.push_values(&keyed, |mut b, (u, k, id)| {
