@@ -128,7 +128,8 @@ fn summarise(mut all: Vec<Duration>, errors: usize, duration: Duration) -> Measu
 
 async fn run_backend(name: &str, url: String, secs: u64) {
     let admin = new_token_secret();
-    let settings = Settings { database_url: url, bootstrap_token: Some(admin.clone()), demo: true };
+    let settings =
+        Settings { database_url: url, bootstrap_token: Some(admin.clone()), demo: true, ..Settings::default() };
     let (state, _) = prepare(&settings).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

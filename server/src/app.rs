@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use tessera_core::Catalog;
 
+use crate::auth::Auth;
+use crate::store::auth::{NodePrincipal, SessionRecord};
 use crate::store::{Principal, Store};
 
 /// How long a resolved token is trusted without asking the database again. Revoking a token or changing a
@@ -21,7 +23,9 @@ pub struct App {
     pub store: Store,
     /// The GPU catalog.
     pub catalog: &'static Catalog,
-    /// Principals by token hash, with when they were read.
+    /// Sign-in settings, the identity provider and password throttling.
+    pub auth: Auth,
+    /// Resolved credentials by credential hash, with when they were read.
     pub principals: PrincipalCache,
     /// Serialised request reads, by the store generation they were read at.
     pub reads: ReadCache,
@@ -29,24 +33,43 @@ pub struct App {
     pub creates: crate::services::requests::CreateQueue,
 }
 
-/// A short-lived cache of resolved API tokens, so that a busy client does not cost two queries per call.
+/// What a credential resolved to.
+#[derive(Debug, Clone)]
+pub enum Resolved {
+    /// A user (API token or JWT access token).
+    User(Principal),
+    /// A browser session and its user.
+    Session(SessionRecord, Principal),
+    /// A node.
+    Node(NodePrincipal),
+}
+
+/// A short-lived cache of resolved credentials (keyed by a hash of the credential), so that a busy client does not
+/// cost queries on every call.
 #[derive(Debug, Default)]
-pub struct PrincipalCache(Mutex<HashMap<String, (Instant, Principal)>>);
+pub struct PrincipalCache(Mutex<HashMap<String, (Instant, Resolved)>>);
 
 impl PrincipalCache {
-    /// The cached principal for a token hash, if fresh.
-    pub fn get(&self, hash: &str) -> Option<Principal> {
+    /// The cached resolution of a credential hash, if fresh.
+    pub fn get(&self, hash: &str) -> Option<Resolved> {
         let map = self.0.lock().ok()?;
         map.get(hash).filter(|(at, _)| at.elapsed() < PRINCIPAL_TTL).map(|(_, p)| p.clone())
     }
 
-    /// Remembers a principal.
-    pub fn put(&self, hash: String, principal: Principal) {
+    /// Remembers a resolution.
+    pub fn put(&self, hash: String, resolved: Resolved) {
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= PRINCIPAL_CACHE_MAX {
                 map.clear();
             }
-            map.insert(hash, (Instant::now(), principal));
+            map.insert(hash, (Instant::now(), resolved));
+        }
+    }
+
+    /// Forgets one credential (a session ended).
+    pub fn remove(&self, hash: &str) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(hash);
         }
     }
 

@@ -27,6 +27,9 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     /// Register the demo node.
     pub demo: Option<bool>,
+    /// Sign-in: local accounts, sessions, single sign-on (see [`crate::auth`]).
+    #[serde(default)]
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// Settings as flags and environment give them.
@@ -53,6 +56,8 @@ pub struct ServeConfig {
     pub database_url: String,
     /// Register the demo node.
     pub demo: bool,
+    /// Sign-in settings.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// Reads a TOML settings file.
@@ -82,5 +87,40 @@ pub fn resolve(flags: Overrides, file: FileConfig) -> ServeConfig {
         data_dir,
         database_url,
         demo: flags.demo || file.demo.unwrap_or(false),
+        auth: with_auth_env(file.auth, |name| std::env::var(name).ok().filter(|v| !v.is_empty())),
     }
+}
+
+/// Folds the sign-in environment variables into the `[auth]` table: `TESSERA_LOCAL_ACCOUNTS` (`true`/`false`),
+/// `TESSERA_OIDC_ISSUER`, `TESSERA_OIDC_CLIENT_ID`, `TESSERA_OIDC_CLIENT_SECRET`, `TESSERA_OIDC_REDIRECT_URL`,
+/// `TESSERA_OIDC_API_AUDIENCE`. The issuer variable alone is enough to turn single sign-on on (with the other
+/// settings from the file or their defaults).
+pub fn with_auth_env(
+    mut auth: crate::auth::AuthConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> crate::auth::AuthConfig {
+    if let Some(v) = env("TESSERA_LOCAL_ACCOUNTS") {
+        auth.local_accounts = Some(!matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no" | "off"));
+    }
+    let issuer = env("TESSERA_OIDC_ISSUER");
+    if issuer.is_some() && auth.oidc.is_none() {
+        auth.oidc = Some(crate::auth::OidcConfig::default());
+    }
+    if let Some(o) = auth.oidc.as_mut() {
+        let set = |field: &mut String, name: &str| {
+            if let Some(v) = env(name) {
+                *field = v;
+            }
+        };
+        set(&mut o.issuer, "TESSERA_OIDC_ISSUER");
+        set(&mut o.client_id, "TESSERA_OIDC_CLIENT_ID");
+        set(&mut o.redirect_url, "TESSERA_OIDC_REDIRECT_URL");
+        if let Some(v) = env("TESSERA_OIDC_CLIENT_SECRET") {
+            o.client_secret = Some(v);
+        }
+        if let Some(v) = env("TESSERA_OIDC_API_AUDIENCE") {
+            o.api_audience = Some(v);
+        }
+    }
+    auth
 }

@@ -4,6 +4,7 @@
 //! persistence, `cli/` the command line. `serve::prepare` + `serve::serve` start the server.
 
 pub mod app;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod http;

@@ -13,14 +13,18 @@ use crate::store::{NewGpu, Store, StoreError};
 use tessera_core::layout::{InstanceSpec, validate};
 
 /// What the server needs to start.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Settings {
     /// `sqlite://PATH` or `postgres://...`.
     pub database_url: String,
     /// Token for the bootstrap admin (`TESSERA_BOOTSTRAP_TOKEN`); generated when absent.
     pub bootstrap_token: Option<String>,
+    /// Password for the bootstrap admin (`TESSERA_BOOTSTRAP_PASSWORD`), set when it is created; none when absent.
+    pub bootstrap_password: Option<String>,
     /// Register a simulated node with a few GPUs of different models (`--demo`).
     pub demo: bool,
+    /// Sign-in settings.
+    pub auth: crate::auth::AuthConfig,
 }
 
 /// Name of the node `--demo` registers.
@@ -60,6 +64,9 @@ pub enum ServeError {
     /// The bootstrap token is malformed.
     #[error("the bootstrap token must start with `{TOKEN_PREFIX}` and have at least 32 characters after it")]
     BadBootstrapToken,
+    /// The sign-in settings are wrong.
+    #[error("{0}")]
+    Config(String),
     /// The server failed.
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
@@ -68,6 +75,7 @@ pub enum ServeError {
 /// Opens the store, migrates it and, on first start, creates the platform admin `admin`. Returns the state and,
 /// when a token was generated, its secret (shown once; only its hash is stored).
 pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), ServeError> {
+    let auth = crate::auth::Auth::from_config(&settings.auth).map_err(ServeError::Config)?;
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
     let generated = match store.user_by_name(BOOTSTRAP_ADMIN).await {
@@ -80,6 +88,16 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             };
             let admin = store.create_user(BOOTSTRAP_ADMIN, true, "system").await?;
             store.create_token(&admin.id, "bootstrap", &token_hash(&secret), "system").await?;
+            if let Some(password) = &settings.bootstrap_password {
+                if password.chars().count() < crate::auth::MIN_PASSWORD {
+                    return Err(ServeError::Config(format!(
+                        "TESSERA_BOOTSTRAP_PASSWORD needs at least {} characters",
+                        crate::auth::MIN_PASSWORD
+                    )));
+                }
+                let hash = crate::auth::hash_password(password).map_err(ServeError::Config)?;
+                store.set_password_hash(&admin.id, Some(&hash), "system").await?;
+            }
             generated.then_some(secret)
         }
         Err(e) => return Err(e.into()),
@@ -91,6 +109,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         creates: crate::services::requests::CreateQueue::start(store.clone()),
         store,
         catalog: tessera_core::Catalog::builtin(),
+        auth,
         principals: Default::default(),
         reads: Default::default(),
     }));
@@ -107,14 +126,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let store = state.store.clone();
+    let idle = state.auth.session_idle;
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
         loop {
             tick.tick().await;
-            match store.expire_due(crate::store::now_ms()).await {
+            let now = crate::store::now_ms();
+            match store.expire_due(now).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(expired = n, "requests expired"),
                 Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
+            }
+            let idle_before = now - idle.as_millis() as i64;
+            let attempts_before = now - crate::http::signin::LOGIN_TTL_MS;
+            if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
+                tracing::warn!(error = %e, "session sweep failed");
             }
         }
     });

@@ -117,7 +117,7 @@ fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
 }
 
 fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, CliError> {
-    let crate::config::ServeConfig { listen, data_dir, database_url: url, demo } = config;
+    let crate::config::ServeConfig { listen, data_dir, database_url: url, demo, auth } = config;
     let listen = listen.as_str();
     if url.starts_with("sqlite:") {
         std::fs::create_dir_all(&data_dir)
@@ -126,7 +126,9 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
     let settings = crate::serve::Settings {
         database_url: url.clone(),
         bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
+        bootstrap_password: std::env::var("TESSERA_BOOTSTRAP_PASSWORD").ok().filter(|t| !t.is_empty()),
         demo,
+        auth,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {

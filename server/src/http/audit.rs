@@ -35,7 +35,7 @@ pub struct AuditView {
 }
 
 /// An object's history, oldest first.
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", security(("token" = [])), params(AuditQuery),
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(AuditQuery),
     responses((status = 200, body = Vec<AuditView>), (status = 403, body = Problem)))]
 pub async fn audit(
     State(state): State<AppState>,

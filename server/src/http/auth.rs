@@ -1,21 +1,46 @@
-//! Authentication: `Authorization: Bearer tsr_...` API tokens resolve to a [`Principal`]. Only a SHA-256 of each
-//! secret is stored; the secret itself is shown once, when the token is created.
+//! Who is calling. A request carries one credential:
+//! - `Authorization: Bearer tsr_...`: a Tessera API token (only a SHA-256 of each secret is stored);
+//! - `Authorization: Bearer <JWT>`: an access token from the identity provider, validated and mapped like a
+//!   sign-in (see [`crate::auth`]);
+//! - `Authorization: Bearer tsn_...`: a node credential, good for the agent routes only;
+//! - the `tessera_session` cookie of a browser session; state changes must then echo the session's CSRF token in
+//!   `X-CSRF-Token`.
+//!
+//! User routes take a [`Principal`], agent routes a [`NodeAuth`]; each refuses the other's credentials.
 
 use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method};
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
-use crate::app::AppState;
+use crate::app::{AppState, Resolved};
+use crate::auth::oidc::{TokenError, constant_time_eq};
 use crate::store::Principal;
+use crate::store::auth::NodePrincipal;
 
 /// Prefix of every Tessera API token, so leaked tokens are easy to recognise.
 pub const TOKEN_PREFIX: &str = "tsr_";
+/// Prefix of node credentials.
+pub const NODE_TOKEN_PREFIX: &str = "tsn_";
+/// The session cookie (HttpOnly).
+pub const SESSION_COOKIE: &str = "tessera_session";
+/// A readable copy of the session's CSRF token, for the portal's scripts.
+pub const CSRF_COOKIE: &str = "tessera_csrf";
+/// The header cookie-authenticated state changes must carry.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// How often a session's last use is written (idle expiry is this coarse).
+pub const TOUCH_EVERY_MS: i64 = 60_000;
 
 /// A fresh token secret: the prefix and 244 random bits in hex.
 pub fn new_token_secret() -> String {
     format!("{TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+/// A fresh node credential secret.
+pub fn new_node_secret() -> String {
+    format!("{NODE_TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
 /// What the store keeps of a secret.
@@ -23,34 +48,176 @@ pub fn token_hash(secret: &str) -> String {
     Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A cookie's value from the request's `Cookie` headers.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim_matches('"').to_string())
+}
+
+/// The credential a request carries.
+enum Credential {
+    ApiToken(String),
+    Node(String),
+    Jwt(String),
+    Session(String),
+}
+
+fn credential(parts: &Parts) -> Result<Option<Credential>, ApiError> {
+    if let Some(header) = parts.headers.get(AUTHORIZATION) {
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::Unauthenticated("the Authorization header must be `Bearer <token>`".into()))?;
+        return Ok(Some(if token.starts_with(TOKEN_PREFIX) {
+            Credential::ApiToken(token.to_string())
+        } else if token.starts_with(NODE_TOKEN_PREFIX) {
+            Credential::Node(token.to_string())
+        } else {
+            Credential::Jwt(token.to_string())
+        }));
+    }
+    Ok(cookie(&parts.headers, SESSION_COOKIE).filter(|c| !c.is_empty()).map(Credential::Session))
+}
+
+fn token_error(e: TokenError) -> ApiError {
+    match e {
+        TokenError::Provider(detail) => ApiError::Unavailable(format!("cannot check the token: {detail}")),
+        other => ApiError::unauthorized(other.code(), other.to_string()),
+    }
+}
+
+fn is_safe(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Resolves a browser session: live, not idle too long, and for a state change the CSRF token echoed.
+async fn session(parts: &Parts, state: &AppState, id: &str) -> Result<Principal, ApiError> {
+    let hash = format!("session:{}", token_hash(id));
+    let (mut record, principal) = match state.principals.get(&hash) {
+        Some(Resolved::Session(record, principal)) => (record, principal),
+        _ => {
+            let record = state
+                .store
+                .session(&hash["session:".len()..])
+                .await?
+                .ok_or_else(|| ApiError::unauthorized("session_expired", "the session has ended; sign in again"))?;
+            let principal = state.store.principal(&record.user_id).await?;
+            state.principals.put(hash.clone(), Resolved::Session(record.clone(), principal.clone()));
+            (record, principal)
+        }
+    };
+    let now = crate::store::now_ms();
+    let idle_ms = state.auth.session_idle.as_millis() as i64;
+    if now >= record.expires_at_ms || now - record.last_seen_at_ms >= idle_ms {
+        state.principals.remove(&hash);
+        let _ = state.store.delete_session(&hash["session:".len()..]).await;
+        return Err(ApiError::unauthorized("session_expired", "the session has ended; sign in again"));
+    }
+    if !is_safe(&parts.method) {
+        let sent = parts.headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !constant_time_eq(sent.as_bytes(), record.csrf_token.as_bytes()) {
+            return Err(ApiError::forbidden(
+                "csrf_failed",
+                format!(
+                    "a state change with the session cookie must carry the session's CSRF token in `{CSRF_HEADER}`"
+                ),
+            ));
+        }
+    }
+    if now - record.last_seen_at_ms >= TOUCH_EVERY_MS {
+        state.store.touch_session(&hash["session:".len()..], now).await?;
+        record.last_seen_at_ms = now;
+        state.principals.put(hash, Resolved::Session(record, principal.clone()));
+    }
+    Ok(principal)
+}
+
+/// Resolves a JWT access token from the identity provider to a user, creating or updating them.
+async fn access_token(state: &AppState, token: &str) -> Result<Principal, ApiError> {
+    let Some(sso) = &state.auth.sso else {
+        return Err(ApiError::unauthorized(
+            "invalid_token",
+            "unknown token: send a Tessera API token (`tsr_...`); single sign-on is not configured",
+        ));
+    };
+    let hash = format!("jwt:{}", token_hash(token));
+    if let Some(Resolved::User(p)) = state.principals.get(&hash) {
+        return Ok(p);
+    }
+    let claims = sso.provider.validate_access_token(token).await.map_err(token_error)?;
+    let identity = sso.mapping.identity(&claims).map_err(|e| ApiError::unauthorized("token_claims", e.to_string()))?;
+    let signed_in = state.store.sso_sign_in(&identity).await?;
+    state.principals.put(hash, Resolved::User(signed_in.principal.clone()));
+    Ok(signed_in.principal)
+}
+
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .ok_or_else(|| ApiError::Unauthenticated("send `Authorization: Bearer <token>`".to_string()))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| t.starts_with(TOKEN_PREFIX))
-            .ok_or_else(|| {
-                ApiError::Unauthenticated("the Authorization header must be `Bearer tsr_...`".to_string())
-            })?;
-        let hash = token_hash(token);
-        if let Some(p) = state.principals.get(&hash) {
-            return Ok(p);
+        match credential(parts)? {
+            None => Err(ApiError::Unauthenticated(
+                "sign in, or send `Authorization: Bearer <token>` (a Tessera API token or the identity provider's \
+                 access token)"
+                    .to_string(),
+            )),
+            Some(Credential::Node(_)) => Err(ApiError::forbidden(
+                "node_credential",
+                "node credentials may call only the agent routes (`/api/v1/agent/...`)",
+            )),
+            Some(Credential::Session(id)) => session(parts, state, &id).await,
+            Some(Credential::Jwt(token)) => access_token(state, &token).await,
+            Some(Credential::ApiToken(token)) => {
+                let hash = token_hash(&token);
+                if let Some(Resolved::User(p)) = state.principals.get(&hash) {
+                    return Ok(p);
+                }
+                let principal = state
+                    .store
+                    .principal_by_token(&hash)
+                    .await?
+                    .ok_or_else(|| ApiError::unauthorized("invalid_token", "unknown or revoked token"))?;
+                state.principals.put(hash, Resolved::User(principal.clone()));
+                Ok(principal)
+            }
         }
-        let principal = state
-            .store
-            .principal_by_token(&hash)
-            .await?
-            .ok_or_else(|| ApiError::Unauthenticated("unknown or revoked token".to_string()))?;
-        state.principals.put(hash, principal.clone());
-        Ok(principal)
+    }
+}
+
+/// The node whose credential the request carries (agent routes).
+#[derive(Debug, Clone)]
+pub struct NodeAuth(pub NodePrincipal);
+
+impl FromRequestParts<AppState> for NodeAuth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        match credential(parts)? {
+            None => Err(ApiError::Unauthenticated("send `Authorization: Bearer tsn_...` (a node credential)".into())),
+            Some(Credential::Node(token)) => {
+                let hash = format!("node:{}", token_hash(&token));
+                if let Some(Resolved::Node(n)) = state.principals.get(&hash) {
+                    return Ok(NodeAuth(n));
+                }
+                let node = state
+                    .store
+                    .node_by_credential(&hash["node:".len()..])
+                    .await?
+                    .ok_or_else(|| ApiError::unauthorized("invalid_token", "unknown or revoked node credential"))?;
+                state.principals.put(hash, Resolved::Node(node.clone()));
+                Ok(NodeAuth(node))
+            }
+            Some(_) => Err(ApiError::forbidden("user_credential", "agent routes take a node credential (`tsn_...`)")),
+        }
     }
 }
 
@@ -62,4 +229,16 @@ pub fn require_platform_admin(p: &Principal) -> Result<(), ApiError> {
 /// Requires that `p` may see `tenant_id`'s objects; others get 404, never a hint that the object exists.
 pub fn require_visible(p: &Principal, tenant_id: &str, what: &str) -> Result<(), ApiError> {
     if p.can_see(tenant_id) { Ok(()) } else { Err(ApiError::NotFound(format!("{what} not found"))) }
+}
+
+/// A `Set-Cookie` value.
+pub fn set_cookie(name: &str, value: &str, max_age_s: i64, http_only: bool, secure: bool) -> String {
+    let mut c = format!("{name}={value}; Path=/; Max-Age={max_age_s}; SameSite=Lax");
+    if http_only {
+        c.push_str("; HttpOnly");
+    }
+    if secure {
+        c.push_str("; Secure");
+    }
+    c
 }

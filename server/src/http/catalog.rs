@@ -91,14 +91,14 @@ fn view(m: &tessera_core::GpuModel) -> ModelView {
 }
 
 /// Every GPU model in the catalog.
-#[utoipa::path(get, path = "/api/v1/catalog/models", tag = "catalog", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/catalog/models", tag = "catalog", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, body = Vec<ModelView>), (status = 401, body = super::error::Problem)))]
 pub async fn list_models(State(state): State<AppState>, _p: Principal) -> ApiJson<Vec<ModelView>> {
     ApiJson(state.catalog.models.iter().map(view).collect())
 }
 
 /// One GPU model, by key, product name or PCI device id.
-#[utoipa::path(get, path = "/api/v1/catalog/models/{model}", tag = "catalog", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/catalog/models/{model}", tag = "catalog", security(("token" = ["user"]), ("session" = ["user"])),
     params(("model" = String, Path, description = "key, product name or PCI device id")),
     responses((status = 200, body = ModelView), (status = 404, body = super::error::Problem)))]
 pub async fn get_model(
@@ -131,7 +131,7 @@ pub struct LayoutVerdict {
 }
 
 /// Check a MIG layout for a model, with the same rules the planner and the node agent use.
-#[utoipa::path(post, path = "/api/v1/catalog/models/{model}/validate", tag = "catalog", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/catalog/models/{model}/validate", tag = "catalog", security(("token" = ["user"]), ("session" = ["user"])),
     params(("model" = String, Path)), request_body = LayoutCheck,
     responses((status = 200, body = LayoutVerdict), (status = 404, body = super::error::Problem),
         (status = 422, body = super::error::Problem)))]

@@ -47,6 +47,16 @@ pub enum ApiError {
     /// 403: known caller, not allowed (only for objects the caller may see).
     #[error("{0}")]
     Forbidden(String),
+    /// 401 or 403 with a specific code (`invalid_token`, `csrf_failed`, `node_credential`, ...).
+    #[error("{detail}")]
+    Denied {
+        /// 401 or 403.
+        status: StatusCode,
+        /// Stable code.
+        code: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
     /// 404: no such object, or one the caller may not see.
     #[error("{0}")]
     NotFound(String),
@@ -79,6 +89,16 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A 401 with `code`.
+    pub fn unauthorized(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Denied { status: StatusCode::UNAUTHORIZED, code, detail: detail.into() }
+    }
+
+    /// A 403 with `code`.
+    pub fn forbidden(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Denied { status: StatusCode::FORBIDDEN, code, detail: detail.into() }
+    }
+
     /// A 422 with `code`.
     pub fn invalid(code: &'static str, detail: impl Into<String>) -> ApiError {
         ApiError::Invalid { status: StatusCode::UNPROCESSABLE_ENTITY, code, detail: detail.into() }
@@ -88,6 +108,10 @@ impl ApiError {
         match self {
             ApiError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated", "Not authenticated"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Not allowed"),
+            ApiError::Denied { status, code, .. } if *status == StatusCode::UNAUTHORIZED => {
+                (*status, code, "Not authenticated")
+            }
+            ApiError::Denied { status, code, .. } => (*status, code, "Not allowed"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, "Conflict"),
             ApiError::Invalid { status, code, .. } => (*status, code, "Invalid request"),
@@ -119,6 +143,10 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::UNAUTHORIZED {
+            let challenge = if code == "unauthenticated" { "Bearer" } else { "Bearer error=\"invalid_token\"" };
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static(challenge));
+        }
         response
     }
 }

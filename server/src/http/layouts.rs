@@ -86,7 +86,7 @@ pub struct AutoLayout {
 }
 
 /// Layout proposals, newest first (platform admins).
-#[utoipa::path(get, path = "/api/v1/layouts", tag = "layouts", security(("token" = [])), params(LayoutQuery),
+#[utoipa::path(get, path = "/api/v1/layouts", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(LayoutQuery),
     responses((status = 200, body = Vec<LayoutView>), (status = 403, body = Problem), (status = 422, body = Problem)))]
 pub async fn list_layouts(
     State(state): State<AppState>,
@@ -103,7 +103,7 @@ pub async fn list_layouts(
 }
 
 /// Approve a layout proposal: the GPU's layout changes (platform admins).
-#[utoipa::path(post, path = "/api/v1/layouts/{id}/approve", tag = "layouts", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/layouts/{id}/approve", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)),
     responses((status = 200, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "layout_stale, instance_in_use or proposal_decided")))]
@@ -116,7 +116,7 @@ pub async fn approve_layout(
 }
 
 /// Reject a layout proposal with a reason; requests waiting for it fail (platform admins).
-#[utoipa::path(post, path = "/api/v1/layouts/{id}/reject", tag = "layouts", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/layouts/{id}/reject", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = RejectLayout,
     responses((status = 200, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem), (status = 422, body = Problem)))]
@@ -130,7 +130,7 @@ pub async fn reject_layout(
 }
 
 /// Turn auto-layout on or off for a GPU (platform admins).
-#[utoipa::path(put, path = "/api/v1/gpus/{id}/auto-layout", tag = "fleet", security(("token" = [])),
+#[utoipa::path(put, path = "/api/v1/gpus/{id}/auto-layout", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = AutoLayout,
     responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn set_auto_layout(
@@ -153,7 +153,7 @@ pub struct LayoutEdit {
 
 /// Propose a new layout for a GPU by hand (platform admins). It is checked against the MIG rules and must keep
 /// every instance in use; it then waits for approval.
-#[utoipa::path(put, path = "/api/v1/gpus/{id}/layout", tag = "layouts", security(("token" = [])),
+#[utoipa::path(put, path = "/api/v1/gpus/{id}/layout", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = LayoutEdit,
     responses((status = 201, body = LayoutView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "instance_in_use, layout_proposal_open or layout_stale"),
@@ -172,7 +172,7 @@ pub async fn edit_layout(
 }
 
 /// One layout proposal (platform admins).
-#[utoipa::path(get, path = "/api/v1/layouts/{id}", tag = "layouts", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/layouts/{id}", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), responses((status = 200, body = LayoutView), (status = 404, body = Problem)))]
 pub async fn get_layout(
     State(state): State<AppState>,

@@ -11,6 +11,7 @@ mod layouts;
 pub(crate) mod nodes;
 mod people;
 mod requests;
+pub mod signin;
 mod tenants;
 
 use std::time::Duration;
@@ -22,7 +23,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -47,6 +48,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         (name = "layouts", description = "MIG layout proposals"),
         (name = "people", description = "Users, memberships and API tokens"),
         (name = "audit", description = "Who changed what, when"),
+        (name = "auth", description = "Signing in and out"),
     )
 )]
 struct ApiDoc;
@@ -55,11 +57,28 @@ struct BearerToken;
 
 impl Modify for BearerToken {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("tsr_...").build();
-        openapi
-            .components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme("token", SecurityScheme::Http(scheme));
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let token = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .bearer_format("tsr_... or a JWT access token from the identity provider")
+            .description(Some(
+                "A Tessera API token or the identity provider's access token. Each operation lists, as this \
+                 scheme's scopes, the role it needs: `user` (anybody signed in; objects of tenants the caller is \
+                 not in are 404), `tenant-member`, `tenant-admin`, `platform-admin`.",
+            ))
+            .build();
+        components.add_security_scheme("token", SecurityScheme::Http(token));
+        let session = ApiKey::Cookie(ApiKeyValue::with_description(
+            "tessera_session",
+            "Browser session from /auth/callback or /auth/local; state changes also need the `X-CSRF-Token` header.",
+        ));
+        components.add_security_scheme("session", SecurityScheme::ApiKey(session));
+        let node = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .bearer_format("tsn_...")
+            .description(Some("A node credential: the agent routes of its own node only."))
+            .build();
+        components.add_security_scheme("node", SecurityScheme::Http(node));
     }
 }
 
@@ -95,6 +114,15 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(people::create_token))
         .routes(routes!(people::revoke_token))
         .routes(routes!(audit::audit))
+        .routes(routes!(signin::methods))
+        .routes(routes!(signin::login))
+        .routes(routes!(signin::callback))
+        .routes(routes!(signin::local))
+        .routes(routes!(signin::logout))
+        .routes(routes!(signin::whoami))
+        .routes(routes!(signin::set_password))
+        .routes(routes!(signin::create_node_credential))
+        .routes(routes!(signin::agent_node))
 }
 
 /// The OpenAPI 3.1 description of the API.

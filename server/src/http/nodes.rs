@@ -106,7 +106,7 @@ impl From<Node> for NodeView {
 
 /// Register a node and its GPUs (platform admins). Models are checked against the catalog and layouts against the
 /// MIG rules; nothing is stored unless all of it is valid.
-#[utoipa::path(post, path = "/api/v1/nodes", tag = "fleet", security(("token" = [])), request_body = NewNode,
+#[utoipa::path(post, path = "/api/v1/nodes", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewNode,
     responses((status = 201, body = NodeView), (status = 403, body = Problem), (status = 409, body = Problem),
         (status = 422, body = Problem)))]
 pub async fn register_node(
@@ -130,7 +130,7 @@ pub async fn register_node(
 }
 
 /// Every node and GPU (platform admins).
-#[utoipa::path(get, path = "/api/v1/nodes", tag = "fleet", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/nodes", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     responses((status = 200, body = Vec<NodeView>), (status = 403, body = Problem)))]
 pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<NodeView>>, ApiError> {
     require_platform_admin(&p)?;
@@ -138,7 +138,7 @@ pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<A
 }
 
 /// Cordon a GPU: it gets nothing new (platform admins).
-#[utoipa::path(post, path = "/api/v1/gpus/{id}/cordon", tag = "fleet", security(("token" = [])), params(("id" = String, Path)),
+#[utoipa::path(post, path = "/api/v1/gpus/{id}/cordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
     responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn cordon_gpu(
     State(state): State<AppState>,
@@ -150,7 +150,7 @@ pub async fn cordon_gpu(
 }
 
 /// Uncordon a GPU (platform admins).
-#[utoipa::path(post, path = "/api/v1/gpus/{id}/uncordon", tag = "fleet", security(("token" = [])), params(("id" = String, Path)),
+#[utoipa::path(post, path = "/api/v1/gpus/{id}/uncordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
     responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn uncordon_gpu(
     State(state): State<AppState>,
@@ -164,7 +164,7 @@ pub async fn uncordon_gpu(
 /// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
 /// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before
 /// approving.
-#[utoipa::path(get, path = "/api/v1/requests/{id}/placement", tag = "requests", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/requests/{id}/placement", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)),
     responses((status = 200, body = Plan), (status = 404, body = Problem), (status = 422, body = Problem)))]
 pub async fn request_placement(
@@ -209,7 +209,7 @@ pub struct AllocationQuery {
 }
 
 /// A tenant's allocations (its members, or platform admins).
-#[utoipa::path(get, path = "/api/v1/allocations", tag = "requests", security(("token" = [])), params(AllocationQuery),
+#[utoipa::path(get, path = "/api/v1/allocations", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])), params(AllocationQuery),
     responses((status = 200, body = Vec<AllocationView>), (status = 404, body = Problem)))]
 pub async fn list_allocations(
     State(state): State<AppState>,

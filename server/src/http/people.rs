@@ -66,7 +66,7 @@ pub struct CreatedToken {
 }
 
 /// Create a user (platform admins).
-#[utoipa::path(post, path = "/api/v1/users", tag = "people", security(("token" = [])), request_body = NewUser,
+#[utoipa::path(post, path = "/api/v1/users", tag = "people", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewUser,
     responses((status = 201, body = UserView), (status = 403, body = Problem), (status = 409, body = Problem),
         (status = 422, body = Problem)))]
 pub async fn create_user(
@@ -84,7 +84,7 @@ pub async fn create_user(
 }
 
 /// Add a user to a tenant or change their role (platform admins, or the tenant's own admins).
-#[utoipa::path(put, path = "/api/v1/tenants/{id}/members/{user}", tag = "people", security(("token" = [])),
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/members/{user}", tag = "people", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
     params(("id" = String, Path), ("user" = String, Path, description = "user id")), request_body = Membership,
     responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
 pub async fn set_member(
@@ -103,7 +103,7 @@ pub async fn set_member(
 }
 
 /// Create an API token for yourself; the secret is in the response and nowhere else.
-#[utoipa::path(post, path = "/api/v1/tokens", tag = "people", security(("token" = [])), request_body = NewToken,
+#[utoipa::path(post, path = "/api/v1/tokens", tag = "people", security(("token" = ["user"]), ("session" = ["user"])), request_body = NewToken,
     responses((status = 201, body = CreatedToken), (status = 422, body = Problem)))]
 pub async fn create_token(
     State(state): State<AppState>,
@@ -120,7 +120,7 @@ pub async fn create_token(
 }
 
 /// Revoke a token: your own, or anyone's as a platform admin.
-#[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "people", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "people", security(("token" = ["user"]), ("session" = ["user"])),
     params(("id" = String, Path)), responses((status = 204), (status = 404, body = Problem)))]
 pub async fn revoke_token(
     State(state): State<AppState>,
@@ -145,7 +145,7 @@ pub struct MemberView {
 }
 
 /// A tenant's members (its members, or platform admins).
-#[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "people", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "people", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = Vec<MemberView>), (status = 404, body = Problem)))]
 pub async fn list_members(
     State(state): State<AppState>,

@@ -143,7 +143,7 @@ fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
 
 /// Ask for slices. Within quota it is pending (or approved at once where the tenant's policy allows); over quota it
 /// is refused with every limit it would exceed. Retrying with the same `Idempotency-Key` returns the first request.
-#[utoipa::path(post, path = "/api/v1/requests", tag = "requests", security(("token" = [])), request_body = NewRequestBody,
+#[utoipa::path(post, path = "/api/v1/requests", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])), request_body = NewRequestBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "retry key, 1-200 characters")),
     responses((status = 201, body = RequestView, description = "created"),
         (status = 200, body = RequestView, description = "an earlier request with the same Idempotency-Key"),
@@ -168,7 +168,7 @@ pub async fn create_request(
 }
 
 /// List requests, oldest first, a page at a time.
-#[utoipa::path(get, path = "/api/v1/requests", tag = "requests", security(("token" = [])), params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/requests", tag = "requests", security(("token" = ["user"]), ("session" = ["user"])), params(ListQuery),
     responses((status = 200, body = RequestPage), (status = 404, body = Problem), (status = 422, body = Problem)))]
 pub async fn list_requests(
     State(state): State<AppState>,
@@ -215,7 +215,7 @@ fn json_body(body: axum::body::Bytes) -> Response {
 }
 
 /// A request, with its `ETag`.
-#[utoipa::path(get, path = "/api/v1/requests/{id}", tag = "requests", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/requests/{id}", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = RequestView), (status = 404, body = Problem)))]
 pub async fn get_request(
     State(state): State<AppState>,
@@ -251,7 +251,7 @@ pub struct ReservationView {
 
 /// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout
 /// changes it needs become proposals (or apply at once on auto-layout GPUs). Send the `ETag` you saw as `If-Match`.
-#[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem,
@@ -280,7 +280,7 @@ pub async fn approve_request(
 }
 
 /// Reject a pending request with a reason (platform admins).
-#[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header)), request_body = RejectBody,
     responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem), (status = 422, body = Problem, description = "reason_required")))]
@@ -297,7 +297,7 @@ pub async fn reject_request(
 }
 
 /// Cancel a request that is not active yet (the tenant's members).
-#[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = [])),
+#[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
     responses((status = 200, body = RequestView), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn cancel_request(

@@ -90,7 +90,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Create a tenant (platform admins).
-#[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", security(("token" = [])), request_body = NewTenant,
+#[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewTenant,
     responses((status = 201, body = TenantView), (status = 403, body = Problem), (status = 409, body = Problem),
         (status = 422, body = Problem)))]
 pub async fn create_tenant(
@@ -111,7 +111,7 @@ pub async fn create_tenant(
 }
 
 /// A tenant (members see their own; others get 404).
-#[utoipa::path(get, path = "/api/v1/tenants/{id}", tag = "tenants", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/tenants/{id}", tag = "tenants", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = TenantView), (status = 404, body = Problem)))]
 pub async fn get_tenant(
     State(state): State<AppState>,
@@ -141,7 +141,7 @@ async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiErro
 }
 
 /// A tenant's limits and what its live requests hold.
-#[utoipa::path(get, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = QuotaView), (status = 404, body = Problem)))]
 pub async fn get_quotas(
     State(state): State<AppState>,
@@ -154,7 +154,7 @@ pub async fn get_quotas(
 }
 
 /// Set limits (platform admins). Every resource key and amount is checked before any is written.
-#[utoipa::path(put, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = [])),
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = QuotaUpdate,
     responses((status = 200, body = QuotaView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem)))]
@@ -180,7 +180,7 @@ pub async fn set_quotas(
 }
 
 /// Tenants you may see: all of them for platform admins, your own otherwise.
-#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("token" = [])),
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, body = Vec<TenantView>)))]
 pub async fn list_tenants(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<TenantView>>, ApiError> {
     let tenants = state.store.tenants().await?;

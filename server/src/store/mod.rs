@@ -9,6 +9,7 @@
 //! same request one wins and the other gets [`StoreError::Conflict`]. Every change writes an audit entry in the same
 //! transaction.
 
+pub mod auth;
 pub mod batch;
 pub mod changes;
 mod postgres;

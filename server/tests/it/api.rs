@@ -21,6 +21,7 @@ async fn spawn_app() -> TestApp {
         database_url: format!("sqlite://{}", file.display()),
         bootstrap_token: Some(admin.clone()),
         demo: true,
+        ..Settings::default()
     };
     let (state, generated) = prepare(&settings).await.expect("prepare");
     assert!(generated.is_none(), "the given bootstrap token is used, not a new one");
@@ -112,7 +113,7 @@ async fn every_api_route_needs_a_valid_token() {
     problem(
         app.call(Method::GET, "/api/v1/catalog/models", Some(&fake)).send().await.expect("send"),
         StatusCode::UNAUTHORIZED,
-        "unauthenticated",
+        "invalid_token",
     )
     .await;
     let r = app
@@ -843,7 +844,7 @@ async fn users_members_and_tokens_are_managed_with_their_roles() {
     problem(
         app.call(Method::GET, &format!("/api/v1/tenants/{t}"), Some(&secret)).send().await.expect("send"),
         StatusCode::UNAUTHORIZED,
-        "unauthenticated",
+        "invalid_token",
     )
     .await;
 

@@ -2,4 +2,5 @@
 
 mod api;
 mod cli_mig;
+mod sso;
 mod store;

@@ -31,7 +31,7 @@ pub(super) async fn connect(url: &str) -> Result<PgPool, StoreError> {
     Ok(PgPoolOptions::new().max_connections(16).acquire_timeout(Duration::from_secs(30)).connect(url).await?)
 }
 
-async fn audit_insert(
+pub(super) async fn audit_insert(
     conn: &mut PgConnection,
     actor: &str,
     action: &str,

@@ -41,7 +41,7 @@ async fn immediate<T>(
     Ok(value)
 }
 
-async fn audit_insert(
+pub(super) async fn audit_insert(
     conn: &mut SqliteConnection,
     actor: &str,
     action: &str,

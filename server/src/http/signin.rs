@@ -1,0 +1,454 @@
+//! Signing in and out: the OpenID Connect code flow (`/auth/login` -> provider -> `/auth/callback`), local
+//! passwords (`/auth/local`), the current session, logout (RP-initiated at the provider when it offers it), local
+//! password changes, and node credentials.
+
+use axum::extract::{Path, State};
+use axum::http::header::{AUTHORIZATION, LOCATION, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::{
+    CSRF_COOKIE, NodeAuth, SESSION_COOKIE, cookie, new_node_secret, require_platform_admin, set_cookie, token_hash,
+};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::nodes::NodeView;
+use super::people::UserView;
+use crate::app::{AppState, Resolved};
+use crate::auth::oidc::{TokenError, constant_time_eq, random_secret};
+use crate::auth::{MIN_PASSWORD, decoy_hash, hash_password, verify_password};
+use crate::store::auth::{LoginAttempt, SessionRecord};
+use crate::store::{Principal, Role, now_ms};
+
+/// The cookie binding a login in flight to the browser that started it.
+pub const LOGIN_COOKIE: &str = "tessera_login";
+/// How long a login may stay at the provider.
+pub const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
+
+/// How one may sign in here.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignInMethods {
+    /// Single sign-on is configured: send the browser to `/auth/login`.
+    pub sso: bool,
+    /// The name to show on the single sign-on button.
+    pub sso_name: Option<String>,
+    /// Local user names and passwords are accepted at `/auth/local`.
+    pub local: bool,
+}
+
+/// How one may sign in here.
+#[utoipa::path(get, path = "/auth/methods", tag = "auth", security(()),
+    responses((status = 200, body = SignInMethods)))]
+pub async fn methods(State(state): State<AppState>) -> ApiJson<SignInMethods> {
+    ApiJson(SignInMethods {
+        sso: state.auth.sso.is_some(),
+        sso_name: state.auth.sso.as_ref().map(|s| s.display_name.clone()),
+        local: state.auth.local_accounts,
+    })
+}
+
+/// Where to go after signing in.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LoginQuery {
+    /// A path on this server (default `/`).
+    pub return_to: Option<String>,
+}
+
+/// Only local paths: never an open redirect.
+fn local_path(path: Option<&str>) -> String {
+    match path {
+        Some(p)
+            if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && !p.chars().any(char::is_control) =>
+        {
+            p.to_string()
+        }
+        _ => "/".to_string(),
+    }
+}
+
+fn sso_of(state: &AppState) -> Result<&crate::auth::Sso, ApiError> {
+    state.auth.sso.as_ref().ok_or_else(|| ApiError::NotFound("single sign-on is not configured".into()))
+}
+
+fn provider_error(e: TokenError) -> ApiError {
+    match e {
+        TokenError::Provider(detail) => {
+            ApiError::Unavailable(format!("the identity provider is unavailable: {detail}"))
+        }
+        other => ApiError::unauthorized(other.code(), other.to_string()),
+    }
+}
+
+/// Start single sign-on: redirects the browser to the identity provider (authorization code flow with PKCE).
+#[utoipa::path(get, path = "/auth/login", tag = "auth", security(()), params(LoginQuery),
+    responses((status = 303, description = "To the identity provider"), (status = 404, body = Problem),
+        (status = 503, body = Problem)))]
+pub async fn login(State(state): State<AppState>, ApiQuery(q): ApiQuery<LoginQuery>) -> Result<Response, ApiError> {
+    let sso = sso_of(&state)?;
+    let (login_state, nonce, verifier) = (random_secret(), random_secret(), random_secret());
+    let url = sso.provider.authorization_url(&login_state, &nonce, &verifier).await.map_err(provider_error)?;
+    state
+        .store
+        .create_login_attempt(&LoginAttempt {
+            state_sha256: token_hash(&login_state),
+            nonce,
+            pkce_verifier: verifier,
+            return_to: local_path(q.return_to.as_deref()),
+            created_at_ms: now_ms(),
+        })
+        .await?;
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let headers = response.headers_mut();
+    headers.insert(LOCATION, header_value(&url)?);
+    let bind = set_cookie(LOGIN_COOKIE, &login_state, LOGIN_TTL_MS / 1000, true, state.auth.secure_cookies);
+    headers.append(SET_COOKIE, header_value(&bind)?);
+    Ok(response)
+}
+
+fn header_value(text: &str) -> Result<HeaderValue, ApiError> {
+    HeaderValue::from_str(text).map_err(|e| ApiError::Internal(format!("header value: {e}")))
+}
+
+/// What the provider sends back.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CallbackQuery {
+    /// The authorization code.
+    pub code: Option<String>,
+    /// The login's `state`.
+    pub state: Option<String>,
+    /// The provider's error, when it refused.
+    pub error: Option<String>,
+    /// Its description.
+    pub error_description: Option<String>,
+    /// The issuer (RFC 9207), when the provider sends it.
+    pub iss: Option<String>,
+}
+
+fn bad_login(code: &'static str, detail: impl Into<String>) -> ApiError {
+    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail: detail.into() }
+}
+
+/// Finish single sign-on: checks `state` against this browser's login, exchanges the code with the PKCE verifier,
+/// validates the ID token (signature, issuer, audience, expiry, nonce), maps its claims to memberships, starts a
+/// session and redirects to where the login started.
+#[utoipa::path(get, path = "/auth/callback", tag = "auth", security(()), params(CallbackQuery),
+    responses((status = 303, description = "Signed in; the session cookie is set"),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 503, body = Problem)))]
+pub async fn callback(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<CallbackQuery>,
+) -> Result<Response, ApiError> {
+    let sso = sso_of(&state)?;
+    if let Some(error) = &q.error {
+        let description: String = q.error_description.as_deref().unwrap_or("").chars().take(300).collect();
+        return Err(ApiError::unauthorized(
+            "sign_in_refused",
+            format!("the identity provider said {error}: {description}"),
+        ));
+    }
+    let login_state =
+        q.state.as_deref().filter(|s| !s.is_empty()).ok_or_else(|| bad_login("login_state_missing", "no `state`"))?;
+    let bound = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
+    if !constant_time_eq(bound.as_bytes(), login_state.as_bytes()) {
+        return Err(bad_login("login_state_mismatch", "this login was not started by this browser; sign in again"));
+    }
+    let attempt = state
+        .store
+        .take_login_attempt(&token_hash(login_state))
+        .await?
+        .filter(|a| now_ms() - a.created_at_ms < LOGIN_TTL_MS)
+        .ok_or_else(|| bad_login("login_state_unknown", "this login was already used or has expired; sign in again"))?;
+    if let Some(iss) = &q.iss
+        && iss != &sso.provider.settings().issuer
+    {
+        return Err(ApiError::unauthorized("token_wrong_issuer", "the answer comes from another provider"));
+    }
+    let code = q.code.as_deref().filter(|c| !c.is_empty()).ok_or_else(|| bad_login("code_missing", "no `code`"))?;
+    let tokens = sso.provider.exchange_code(code, &attempt.pkce_verifier).await.map_err(provider_error)?;
+    let id_token =
+        tokens.id_token.ok_or_else(|| ApiError::unauthorized("token_missing", "the provider sent no ID token"))?;
+    let mut claims = sso.provider.validate_id_token(&id_token, &attempt.nonce).await.map_err(provider_error)?;
+    // Some providers put groups only in userinfo.
+    if !claims.contains_key(&sso.mapping.groups_claim)
+        && let Some(access) = &tokens.access_token
+        && let Ok(Some(info)) = sso.provider.userinfo(access).await
+        && info.get("sub") == claims.get("sub")
+    {
+        for (k, v) in info {
+            claims.entry(k).or_insert(v);
+        }
+    }
+    let identity = sso.mapping.identity(&claims).map_err(|e| ApiError::unauthorized("token_claims", e.to_string()))?;
+    let signed_in = state.store.sso_sign_in(&identity).await?;
+    if !signed_in.unknown_tenants.is_empty() {
+        tracing::warn!(user = %signed_in.principal.user.name, tenants = ?signed_in.unknown_tenants,
+            "groups map to tenants that do not exist");
+    }
+    let (cookies, _) = start_session(&state, &signed_in.principal.user.id, Some(id_token)).await?;
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let h = response.headers_mut();
+    h.insert(LOCATION, header_value(&attempt.return_to)?);
+    for c in cookies {
+        h.append(SET_COOKIE, header_value(&c)?);
+    }
+    h.append(SET_COOKIE, header_value(&set_cookie(LOGIN_COOKIE, "", 0, true, state.auth.secure_cookies))?);
+    Ok(response)
+}
+
+/// Starts a session; returns its cookies and record.
+async fn start_session(
+    state: &AppState,
+    user_id: &str,
+    id_token: Option<String>,
+) -> Result<(Vec<String>, SessionRecord), ApiError> {
+    let id = random_secret();
+    let now = now_ms();
+    let absolute_ms = state.auth.session_absolute.as_millis() as i64;
+    let record = SessionRecord {
+        user_id: user_id.to_string(),
+        csrf_token: random_secret(),
+        id_token,
+        created_at_ms: now,
+        last_seen_at_ms: now,
+        expires_at_ms: now + absolute_ms,
+    };
+    state.store.create_session(&token_hash(&id), &record).await?;
+    let secure = state.auth.secure_cookies;
+    let max_age = absolute_ms / 1000;
+    let cookies = vec![
+        set_cookie(SESSION_COOKIE, &id, max_age, true, secure),
+        set_cookie(CSRF_COOKIE, &record.csrf_token, max_age, false, secure),
+    ];
+    Ok((cookies, record))
+}
+
+/// A local sign-in.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSignIn {
+    /// User name.
+    pub name: String,
+    /// Password.
+    pub password: String,
+}
+
+/// Who is signed in, and how.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionView {
+    /// The user.
+    pub user: UserView,
+    /// Tenant memberships.
+    pub memberships: Vec<MembershipView>,
+    /// `session` (cookie) or `token` (bearer).
+    pub method: String,
+    /// With a session: echo it in `X-CSRF-Token` on state changes.
+    pub csrf_token: Option<String>,
+    /// With a session: when it ends at the latest (UTC milliseconds).
+    pub expires_at_ms: Option<i64>,
+}
+
+/// One membership.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MembershipView {
+    /// Tenant id.
+    pub tenant: String,
+    /// Role.
+    pub role: Role,
+}
+
+fn session_view(p: Principal, session: Option<&SessionRecord>) -> SessionView {
+    SessionView {
+        memberships: p.memberships.iter().map(|(t, r)| MembershipView { tenant: t.clone(), role: *r }).collect(),
+        user: p.user.into(),
+        method: if session.is_some() { "session" } else { "token" }.to_string(),
+        csrf_token: session.map(|s| s.csrf_token.clone()),
+        expires_at_ms: session.map(|s| s.expires_at_ms),
+    }
+}
+
+/// Sign in with a local user name and password (when local accounts are on); starts a session.
+#[utoipa::path(post, path = "/auth/local", tag = "auth", security(()), request_body = LocalSignIn,
+    responses((status = 200, body = SessionView, description = "Signed in; the session cookie is set"),
+        (status = 401, body = Problem), (status = 403, body = Problem), (status = 429, body = Problem)))]
+pub async fn local(State(state): State<AppState>, ApiJson(body): ApiJson<LocalSignIn>) -> Result<Response, ApiError> {
+    if !state.auth.local_accounts {
+        return Err(ApiError::forbidden(
+            "local_accounts_disabled",
+            "local accounts are turned off; use single sign-on",
+        ));
+    }
+    if !state.auth.may_try_password(&body.name) {
+        return Err(ApiError::Invalid {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "too_many_attempts",
+            detail: "too many failed sign-ins for this user; wait a few minutes".into(),
+        });
+    }
+    let found = state.store.password_hash(&body.name).await?;
+    let hash = found.as_ref().map_or_else(|| decoy_hash().to_string(), |(_, h)| h.clone());
+    let password = body.password.clone();
+    let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let user_id = match (found, matches) {
+        (Some((id, _)), true) => id,
+        _ => {
+            state.auth.password_result(&body.name, false);
+            return Err(ApiError::unauthorized("bad_credentials", "wrong user name or password"));
+        }
+    };
+    state.auth.password_result(&body.name, true);
+    let (cookies, record) = start_session(&state, &user_id, None).await?;
+    let principal = state.store.principal(&user_id).await?;
+    let mut response = ApiJson(session_view(principal, Some(&record))).into_response();
+    for c in cookies {
+        response.headers_mut().append(SET_COOKIE, header_value(&c)?);
+    }
+    Ok(response)
+}
+
+/// The session record behind a cookie-authenticated request, if that is how it came.
+async fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Option<(String, SessionRecord)>, ApiError> {
+    if headers.contains_key(AUTHORIZATION) {
+        return Ok(None);
+    }
+    let Some(id) = cookie(headers, SESSION_COOKIE) else { return Ok(None) };
+    let hash = token_hash(&id);
+    if let Some(Resolved::Session(record, _)) = state.principals.get(&format!("session:{hash}")) {
+        return Ok(Some((hash, record)));
+    }
+    Ok(state.store.session(&hash).await?.map(|r| (hash, r)))
+}
+
+/// Who is calling: the user, their memberships, and for a browser session its CSRF token.
+#[utoipa::path(get, path = "/api/v1/session", tag = "auth", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = SessionView), (status = 401, body = Problem)))]
+pub async fn whoami(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    p: Principal,
+) -> Result<ApiJson<SessionView>, ApiError> {
+    let session = session_of(&state, &headers).await?;
+    Ok(ApiJson(session_view(p, session.as_ref().map(|(_, r)| r))))
+}
+
+/// Where the browser goes after logout.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SignedOut {
+    /// The provider's end-session URL (RP-initiated logout) when it offers one, else `/`.
+    pub redirect_to: String,
+}
+
+/// Sign out: ends the session (a cookie-authenticated state change: send `X-CSRF-Token`) and, when the identity
+/// provider offers RP-initiated logout, says where to send the browser to sign out there too.
+#[utoipa::path(post, path = "/auth/logout", tag = "auth", security(("session" = ["user"])),
+    responses((status = 200, body = SignedOut), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem)))]
+pub async fn logout(State(state): State<AppState>, headers: HeaderMap, _p: Principal) -> Result<Response, ApiError> {
+    let Some((hash, _)) = session_of(&state, &headers).await? else {
+        return Err(bad_login("not_a_session", "only a browser session signs out; revoke tokens instead"));
+    };
+    state.principals.remove(&format!("session:{hash}"));
+    let ended = state.store.delete_session(&hash).await?;
+    let id_token = ended.and_then(|s| s.id_token);
+    let redirect_to = match (&state.auth.sso, &id_token) {
+        (Some(sso), Some(hint)) => sso.provider.end_session_url(Some(hint)).await.unwrap_or_else(|| "/".into()),
+        _ => "/".to_string(),
+    };
+    let mut response = ApiJson(SignedOut { redirect_to }).into_response();
+    let secure = state.auth.secure_cookies;
+    for c in [set_cookie(SESSION_COOKIE, "", 0, true, secure), set_cookie(CSRF_COOKIE, "", 0, false, secure)] {
+        response.headers_mut().append(SET_COOKIE, header_value(&c)?);
+    }
+    Ok(response)
+}
+
+/// A new local password.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewPassword {
+    /// At least 12 characters.
+    pub password: String,
+    /// The current password (when changing your own and you have one).
+    pub current_password: Option<String>,
+}
+
+/// Set a local password: your own (with the current one, if set), or anybody's (platform admins).
+#[utoipa::path(put, path = "/api/v1/users/{id}/password", tag = "people",
+    security(("token" = ["user"]), ("session" = ["user"])), params(("id" = String, Path)), request_body = NewPassword,
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_password(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<NewPassword>,
+) -> Result<StatusCode, ApiError> {
+    let own = p.user.id == id;
+    if !own && !p.user.platform_admin {
+        return Err(ApiError::NotFound("user not found".into()));
+    }
+    if !state.auth.local_accounts {
+        return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
+    }
+    if body.password.chars().count() < MIN_PASSWORD {
+        return Err(ApiError::invalid("weak_password", format!("a password has at least {MIN_PASSWORD} characters")));
+    }
+    if own && let Some((_, current)) = state.store.password_hash(&p.user.name).await? {
+        let given = body.current_password.clone().unwrap_or_default();
+        let ok = tokio::task::spawn_blocking(move || verify_password(&given, &current))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if !ok {
+            return Err(ApiError::forbidden("bad_credentials", "the current password is wrong"));
+        }
+    }
+    let password = body.password;
+    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::Internal)?;
+    state.store.set_password_hash(&id, Some(&hash), &p.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A node credential. The secret is shown only in this response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeCredential {
+    /// Credential id.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The secret: the agent sends it as `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// Issue a credential for a node's agent (platform admins). It can call only the agent routes, for its own node.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
+    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 201, body = NodeCredential), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn create_node_credential(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, ApiJson<NodeCredential>), ApiError> {
+    require_platform_admin(&p)?;
+    let secret = new_node_secret();
+    let credential = state.store.create_node_credential(&id, &token_hash(&secret), &p.actor()).await?;
+    Ok((StatusCode::CREATED, ApiJson(NodeCredential { id: credential, node_id: id, secret })))
+}
+
+/// The calling agent's node (node credentials).
+#[utoipa::path(get, path = "/api/v1/agent/node", tag = "fleet", security(("node" = [])),
+    responses((status = 200, body = NodeView), (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn agent_node(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+) -> Result<ApiJson<NodeView>, ApiError> {
+    let found = state.store.nodes().await?.into_iter().find(|n| n.id == node.node_id);
+    found.map(|n| ApiJson(n.into())).ok_or_else(|| ApiError::NotFound("node not found".into()))
+}
