@@ -2,5 +2,6 @@
 
 mod api;
 mod cli_mig;
+mod isolation;
 mod sso;
 mod store;

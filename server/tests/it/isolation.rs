@@ -1,0 +1,358 @@
+//! The tenant isolation matrix, generated from the OpenAPI description: every operation declares the role it
+//! needs (its security scopes), and every operation is called by everybody on tenant B's objects. A route added
+//! without a role, a fixture for its path parameters or a body fails this test, so none can be forgotten.
+//!
+//! - Nobody signed in: 401. A node credential on a user route, or a user credential on an agent route: 403.
+//! - Members and tenant admins of tenant A acting on tenant B's objects: 404, with nothing of B in the answer.
+//! - Tenant-admin routes: B's plain member gets 403. Platform-admin routes: every non-admin gets 403 (or 404).
+//! - The rightful caller gets past authorization (not 401, 403 or 404), so the 404s above are not fixture typos.
+
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::http::auth::{new_node_secret, new_token_secret, token_hash};
+use tessera_server::serve::{Settings, prepare, serve};
+use tessera_server::store::{Role, Store};
+
+struct World {
+    base: String,
+    store: Store,
+    admin: String,
+    a_member: String,
+    a_admin: String,
+    b_member: String,
+    b_admin: String,
+    node: String,
+    b_tenant: String,
+    b_user: String,
+    b_token_ids: Vec<String>,
+    b_requests: Vec<String>,
+    gpu: String,
+    node_id: String,
+    layout: String,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Names that must never show up in an answer to a caller outside tenant B.
+const B_NAME: &str = "tenant-b-secret";
+const B_USER: &str = "bea-of-b";
+
+async fn user(store: &Store, name: &str, tenant: &str, role: Role) -> (String, String) {
+    let u = store.create_user(name, false, "test").await.expect("user");
+    store.set_membership(&u.id, tenant, role, "test").await.expect("member");
+    let secret = new_token_secret();
+    store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
+    (u.id, secret)
+}
+
+async fn world() -> World {
+    let file = std::env::temp_dir().join(format!("tessera-iso-{}.db", uuid::Uuid::now_v7().simple()));
+    let admin = new_token_secret();
+    let settings = Settings {
+        database_url: format!("sqlite://{}", file.display()),
+        bootstrap_token: Some(admin.clone()),
+        demo: true,
+        ..Settings::default()
+    };
+    let (state, _) = prepare(&settings).await.expect("prepare");
+    let store = state.store.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(state, listener, async {
+        let _ = rx.await;
+    }));
+    let client = Client::new();
+    let call = |method: Method, path: &str, body: Value| {
+        client.request(method, format!("{base}{path}")).bearer_auth(&admin).json(&body).send()
+    };
+    let mut tenants = Vec::new();
+    for name in ["tenant-a", B_NAME] {
+        let r = call(Method::POST, "/api/v1/tenants", json!({"name": name})).await.expect("send");
+        assert_eq!(r.status(), StatusCode::CREATED);
+        let id = r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string();
+        let r = call(Method::PUT, &format!("/api/v1/tenants/{id}/quotas"), json!({"limits": {"compute_slices": 50}}))
+            .await
+            .expect("send");
+        assert!(r.status().is_success());
+        tenants.push(id);
+    }
+    let (a, b) = (tenants[0].clone(), tenants[1].clone());
+    let (_, a_member) = user(&store, "al-of-a", &a, Role::Member).await;
+    let (_, a_admin) = user(&store, "ace-of-a", &a, Role::TenantAdmin).await;
+    let (b_user, b_member) = user(&store, B_USER, &b, Role::Member).await;
+    let (_, b_admin) = user(&store, "boss-of-b", &b, Role::TenantAdmin).await;
+    let mut b_token_ids = Vec::new();
+    for i in 0..8 {
+        b_token_ids.push(
+            store
+                .create_token(&b_user, &format!("spare-{i}"), &token_hash(&new_token_secret()), "test")
+                .await
+                .expect("token"),
+        );
+    }
+    let mut b_requests = Vec::new();
+    for _ in 0..8 {
+        let r = client
+            .post(format!("{base}/api/v1/requests"))
+            .bearer_auth(&b_member)
+            .json(
+                &json!({"tenant": b, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1}),
+            )
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+        b_requests.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
+    }
+    // One of B's requests is approved.
+    let r = client
+        .post(format!("{base}/api/v1/requests/{}/approve", b_requests[7]))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .expect("send");
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let nodes: Value = call(Method::GET, "/api/v1/nodes", json!(null)).await.expect("send").json().await.expect("json");
+    let node_id = nodes[0]["id"].as_str().expect("node").to_string();
+    let gpu = nodes[0]["gpus"][0]["id"].as_str().expect("gpu").to_string();
+    let r = call(
+        Method::PUT,
+        &format!("/api/v1/gpus/{gpu}/layout"),
+        json!({"instances": [{"profile": "1g.10gb", "start": 0}]}),
+    )
+    .await
+    .expect("send");
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let layout = r.json::<Value>().await.expect("json")["id"].as_str().expect("a layout proposal").to_string();
+    let node = new_node_secret();
+    store.create_node_credential(&node_id, &token_hash(&node), "test").await.expect("node credential");
+    World {
+        base,
+        store,
+        admin,
+        a_member,
+        a_admin,
+        b_member,
+        b_admin,
+        node,
+        b_tenant: b,
+        b_user,
+        b_token_ids,
+        b_requests,
+        gpu,
+        node_id,
+        layout,
+        _shutdown: tx,
+    }
+}
+
+/// The role an operation declares (the scope of its `token` or `session` requirement), `public` or `node`.
+fn declared_role(op: &Value) -> String {
+    let Some(requirements) = op["security"].as_array() else { return "undeclared".into() };
+    if requirements.iter().any(|r| r.as_object().is_some_and(|o| o.is_empty())) {
+        return "public".into();
+    }
+    if requirements.iter().any(|r| r.get("node").is_some()) {
+        return "node".into();
+    }
+    let roles: Vec<&str> = requirements
+        .iter()
+        .filter_map(|r| r.get("token").or_else(|| r.get("session")))
+        .filter_map(|s| s.as_array())
+        .flat_map(|s| s.iter().filter_map(Value::as_str))
+        .collect();
+    match roles.first() {
+        Some(r) if roles.iter().all(|x| x == r) => (*r).to_string(),
+        _ => "undeclared".into(),
+    }
+}
+
+/// The concrete URL and body for an operation on tenant B's objects. `round` picks a fresh object where a call
+/// consumes one.
+fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, Value) {
+    let mut path = String::new();
+    let segments: Vec<&str> = template.split('/').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        if i > 0 {
+            path.push('/');
+        }
+        if !(segment.starts_with('{') && segment.ends_with('}')) {
+            path.push_str(segment);
+            continue;
+        }
+        let collection = segments[i - 1];
+        let value = match (collection, *segment) {
+            ("tenants", "{id}") => w.b_tenant.clone(),
+            ("members", "{user}") => w.b_user.clone(),
+            ("requests", "{id}") => w.b_requests[round % 7].clone(),
+            ("gpus", "{id}") => w.gpu.clone(),
+            ("layouts", "{id}") => w.layout.clone(),
+            ("users", "{id}") => w.b_user.clone(),
+            ("tokens", "{id}") => w.b_token_ids[round % w.b_token_ids.len()].clone(),
+            ("nodes", "{id}") => w.node_id.clone(),
+            ("models", "{model}") => "H100-80GB".into(),
+            _ => {
+                panic!("{method} {template}: add a fixture for {segment} after `{collection}` to the isolation matrix")
+            }
+        };
+        path.push_str(&value);
+    }
+    let query = match (method, template) {
+        ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") => format!("?tenant={}", w.b_tenant),
+        ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
+        _ => String::new(),
+    };
+    let unique = uuid::Uuid::now_v7().simple().to_string();
+    let body = match (method, template) {
+        ("post", "/api/v1/requests") => {
+            json!({"tenant": w.b_tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1})
+        }
+        ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
+        ("put", "/api/v1/tenants/{id}/quotas") => json!({"limits": {"compute_slices": 50}}),
+        ("put", "/api/v1/tenants/{id}/members/{user}") => json!({"role": "member"}),
+        ("post", "/api/v1/requests/{id}/reject") | ("post", "/api/v1/layouts/{id}/reject") => {
+            json!({"reason": "matrix"})
+        }
+        ("post", "/api/v1/catalog/models/{model}/validate") => json!({"instances": [{"profile": "1g.10gb"}]}),
+        ("put", "/api/v1/gpus/{id}/auto-layout") => json!({"enabled": false}),
+        ("put", "/api/v1/gpus/{id}/layout") => json!({"instances": [{"profile": "1g.10gb", "start": 0}]}),
+        ("post", "/api/v1/nodes") => json!({"name": format!("n-{unique}"), "gpus": []}),
+        ("post", "/api/v1/tokens") => json!({"name": "matrix"}),
+        ("post", "/api/v1/users") => json!({"name": format!("u-{unique}")}),
+        ("put", "/api/v1/users/{id}/password") => json!({"password": "a long enough password"}),
+        ("post", "/auth/local") => json!({"name": B_USER, "password": "not the password"}),
+        _ => Value::Null,
+    };
+    (format!("{path}{query}"), body)
+}
+
+async fn send(w: &World, method: &str, url: &str, body: &Value, token: Option<&str>) -> (StatusCode, String) {
+    let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).expect("method");
+    let mut r = Client::new().request(method, format!("{}{url}", w.base));
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if !body.is_null() {
+        r = r.json(body);
+    }
+    let r = r.send().await.expect("send");
+    (r.status(), r.text().await.unwrap_or_default())
+}
+
+fn past_authorization(status: StatusCode) -> bool {
+    !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND)
+}
+
+#[tokio::test]
+async fn every_route_keeps_tenants_apart_and_roles_enforced() {
+    let w = world().await;
+    let spec: Value = serde_json::to_value(tessera_server::http::openapi()).expect("spec");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    let mut fail = |what: String| failures.push(what);
+    for (template, ops) in spec["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("operations") {
+            let role = declared_role(op);
+            let name = format!("{} {template} [{role}]", method.to_uppercase());
+            checked += 1;
+            let (url, body) = concrete(&w, method, template, checked);
+            if op.get("requestBody").is_some() && body.is_null() {
+                panic!("{name}: add a body to the isolation matrix");
+            }
+            match role.as_str() {
+                "public" => {
+                    let (status, text) = send(&w, method, &url, &body, None).await;
+                    let demands_credentials = text.contains("\"unauthenticated\"") || text.contains("credential\"");
+                    if status == StatusCode::FORBIDDEN || demands_credentials {
+                        fail(format!("{name}: public route answered {status} {text} without credentials"));
+                    }
+                    continue;
+                }
+                "node" => {
+                    for (who, token) in [("b member", &w.b_member), ("platform admin", &w.admin)] {
+                        let (status, text) = send(&w, method, &url, &body, Some(token)).await;
+                        if status != StatusCode::FORBIDDEN || !text.contains("user_credential") {
+                            fail(format!("{name}: {who} got {status} {text}"));
+                        }
+                    }
+                    let (status, _) = send(&w, method, &url, &body, None).await;
+                    if status != StatusCode::UNAUTHORIZED {
+                        fail(format!("{name}: anonymous got {status}"));
+                    }
+                    let (status, text) = send(&w, method, &url, &body, Some(&w.node)).await;
+                    if !status.is_success() {
+                        fail(format!("{name}: the node itself got {status} {text}"));
+                    }
+                    continue;
+                }
+                "user" | "tenant-member" | "tenant-admin" | "platform-admin" => {}
+                other => {
+                    fail(format!("{name}: declares no role (`{other}`): give it security scopes"));
+                    continue;
+                }
+            }
+            // Everybody but the rightful caller first (the rightful call may consume the object).
+            let (status, _) = send(&w, method, &url, &body, None).await;
+            if status != StatusCode::UNAUTHORIZED {
+                fail(format!("{name}: anonymous got {status}"));
+            }
+            let (status, text) = send(&w, method, &url, &body, Some(&w.node)).await;
+            if status != StatusCode::FORBIDDEN || !text.contains("node_credential") {
+                fail(format!("{name}: a node credential got {status} {text}"));
+            }
+            let touches_b = url.contains(&w.b_tenant)
+                || url.contains(&w.b_user)
+                || w.b_requests.iter().chain(&w.b_token_ids).any(|id| url.contains(id.as_str()))
+                || body.to_string().contains(&w.b_tenant);
+            for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {
+                let (status, text) = send(&w, method, &url, &body, Some(token)).await;
+                let leaked = text.contains(B_NAME) || text.contains(B_USER);
+                match role.as_str() {
+                    "platform-admin" => {
+                        if !matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND) || leaked {
+                            fail(format!("{name}: {who} got {status} {text}"));
+                        }
+                    }
+                    _ if touches_b => {
+                        if status != StatusCode::NOT_FOUND || leaked {
+                            fail(format!("{name}: {who} on B's object got {status} {text}"));
+                        }
+                    }
+                    // Routes on no particular object: allowed, but nothing of B may show.
+                    _ => {
+                        if leaked || !past_authorization(status) {
+                            fail(format!("{name}: {who} got {status} {text}"));
+                        }
+                    }
+                }
+            }
+            if role == "tenant-admin" {
+                let (status, text) = send(&w, method, &url, &body, Some(&w.b_member)).await;
+                if status != StatusCode::FORBIDDEN {
+                    fail(format!("{name}: B's plain member got {status} {text}"));
+                }
+            }
+            if role == "platform-admin" {
+                for (who, token) in [("b member", &w.b_member), ("b tenant admin", &w.b_admin)] {
+                    let (status, text) = send(&w, method, &url, &body, Some(token)).await;
+                    if status != StatusCode::FORBIDDEN {
+                        fail(format!("{name}: {who} got {status} {text}"));
+                    }
+                }
+            }
+            let owner = match role.as_str() {
+                "platform-admin" => &w.admin,
+                "tenant-admin" => &w.b_admin,
+                _ => &w.b_member,
+            };
+            let (status, text) = send(&w, method, &url, &body, Some(owner)).await;
+            if !past_authorization(status) {
+                fail(format!("{name}: the rightful caller got {status} {text} (fixture wrong?)"));
+            }
+        }
+    }
+    assert!(checked >= 40, "the matrix covered only {checked} operations");
+    assert!(failures.is_empty(), "{} isolation failures:\n{}", failures.len(), failures.join("\n"));
+    // The store was not bypassed: B's data is still B's.
+    assert_eq!(w.store.members(&w.b_tenant).await.expect("members").len(), 2);
+}
