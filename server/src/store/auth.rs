@@ -51,6 +51,15 @@ enum Dialect {
 }
 
 impl Dialect {
+    /// How a writing transaction begins: SQLite takes the write lock up front, so that a transaction that reads
+    /// before it writes never fails to upgrade its lock.
+    fn begin(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BEGIN IMMEDIATE",
+            Dialect::Postgres => "BEGIN",
+        }
+    }
+
     /// The users' creation time as milliseconds.
     fn user_created_ms(self) -> &'static str {
         match self {
@@ -192,7 +201,7 @@ impl Store {
             }
         }
         on_pool!(self, pool, dialect, audit => {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<UserRow> = sqlx::query_as(&format!(
                 "SELECT id, name, platform_admin, {} FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2",
                 dialect.user_created_ms()
@@ -339,8 +348,8 @@ impl Store {
 
     /// Sets (or, with `None`, removes) a user's local password hash.
     pub async fn set_password_hash(&self, user_id: &str, hash: Option<&str>, actor: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, _dialect, audit => {
-            let mut tx = pool.begin().await?;
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
                 .bind(hash)
                 .bind(user_id)
@@ -494,8 +503,8 @@ impl Store {
         actor: &str,
     ) -> Result<String, StoreError> {
         let id = new_id();
-        on_pool!(self, pool, _dialect, audit => {
-            let mut tx = pool.begin().await?;
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let node: Option<(String,)> = sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
                 .bind(node_id)
                 .fetch_optional(&mut *tx)
@@ -522,8 +531,8 @@ impl Store {
 
     /// Revokes every credential of a node; returns how many were live.
     pub async fn revoke_node_credentials(&self, node_id: &str, actor: &str) -> Result<u64, StoreError> {
-        on_pool!(self, pool, _dialect, audit => {
-            let mut tx = pool.begin().await?;
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let n = sqlx::query(
                 "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",
             )

@@ -7,6 +7,7 @@ use tessera_core::Catalog;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
 use tessera_core::request::{RequestState, SliceSpec};
+use tessera_server::store::auth::{LoginAttempt, SessionRecord, SsoIdentity};
 use tessera_server::store::{LayoutChange, NewGpu, NewRequest, Reservation, Role, Store, StoreError, Transition};
 
 /// A store on a fresh database, dropped with it.
@@ -110,6 +111,9 @@ conformance!(
     stale_plans_can_neither_destroy_nor_reserve_what_changed,
     a_batch_decides_each_request_in_order_as_one_transaction_each_would,
     racing_batches_and_single_creates_never_overshoot,
+    single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign_in,
+    sessions_and_login_attempts_live_in_the_database,
+    node_credentials_identify_one_node_until_revoked,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -780,4 +784,143 @@ async fn postgres_replicas_see_each_others_changes_to_requests() {
     }
     other.close().await;
     db.close().await;
+}
+
+async fn single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign_in(store: &Store) {
+    let ml = store.create_tenant("ml", POLICY, "admin").await.expect("tenant");
+    let cv = store.create_tenant("cv", POLICY, "admin").await.expect("tenant");
+    let local = store.create_user("ada", false, "admin").await.expect("local user");
+    let who = |admin: Option<bool>, memberships: &[(&str, Role)]| SsoIdentity {
+        issuer: "https://idp.example.com".into(),
+        subject: "s-1".into(),
+        name: "ada".into(),
+        email: Some("ada@example.com".into()),
+        platform_admin: admin,
+        memberships: memberships.iter().map(|(t, r)| (t.to_string(), *r)).collect(),
+    };
+    let first = store
+        .sso_sign_in(&who(
+            Some(true),
+            &[("ml", Role::Member), ("ml", Role::TenantAdmin), ("cv", Role::Member), ("ghost", Role::Member)],
+        ))
+        .await
+        .expect("first sign-in");
+    assert!(first.created);
+    let user = first.principal.user.clone();
+    assert_ne!(user.id, local.id, "never the local user of the same name");
+    assert!(user.name.starts_with("ada~") && user.platform_admin);
+    let mut expected = vec![(ml.id.clone(), Role::TenantAdmin), (cv.id.clone(), Role::Member)];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(first.principal.memberships, expected, "highest role per tenant");
+    assert_eq!(first.unknown_tenants, vec!["ghost".to_string()]);
+
+    // A platform admin sets cv by hand: from then on the mapping leaves it alone.
+    store.set_membership(&user.id, &cv.id, Role::TenantAdmin, "admin").await.expect("by hand");
+    let second = store.sso_sign_in(&who(Some(false), &[("ml", Role::Member)])).await.expect("second sign-in");
+    assert!(!second.created);
+    assert_eq!(second.principal.user.id, user.id);
+    assert!(!second.principal.user.platform_admin);
+    let mut expected = vec![(ml.id.clone(), Role::Member), (cv.id.clone(), Role::TenantAdmin)];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(second.principal.memberships, expected);
+    let third = store.sso_sign_in(&who(None, &[])).await.expect("third sign-in");
+    assert_eq!(third.principal.memberships, vec![(cv.id.clone(), Role::TenantAdmin)], "the mapped one went");
+    assert!(!third.principal.user.platform_admin, "None leaves the flag as it is");
+
+    // A sign-in that changes nothing writes nothing.
+    let before = store.audit(&format!("user/{}", user.id)).await.expect("audit").len();
+    store.sso_sign_in(&who(None, &[])).await.expect("again");
+    assert_eq!(store.audit(&format!("user/{}", user.id)).await.expect("audit").len(), before);
+    assert_eq!(store.principal(&user.id).await.expect("principal"), third.principal);
+
+    // Many first sign-ins of one new identity at once make one user.
+    let racing = |i: usize| {
+        let store = store.clone();
+        async move {
+            let id = SsoIdentity {
+                subject: "s-new".into(),
+                name: format!("newbie{}", i % 2),
+                ..who(None, &[("ml", Role::Member)])
+            };
+            store.sso_sign_in(&id).await.expect("racing sign-in").principal.user.id
+        }
+    };
+    let ids: Vec<String> = futures_join((0..8).map(racing).collect()).await;
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+}
+
+async fn futures_join<F: std::future::Future<Output = String> + Send + 'static>(futures: Vec<F>) -> Vec<String> {
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("join"));
+    }
+    out
+}
+
+async fn sessions_and_login_attempts_live_in_the_database(store: &Store) {
+    let u = store.create_user("sam", false, "admin").await.expect("user");
+    let session = |created: i64, expires: i64| SessionRecord {
+        user_id: u.id.clone(),
+        csrf_token: "csrf".into(),
+        id_token: Some("id.token.here".into()),
+        created_at_ms: created,
+        last_seen_at_ms: created,
+        expires_at_ms: expires,
+    };
+    store.create_session("live", &session(1_000, 100_000)).await.expect("create");
+    store.create_session("idle", &session(500, 100_000)).await.expect("create");
+    store.create_session("old", &session(1_000, 5_000)).await.expect("create");
+    assert!(matches!(store.create_session("live", &session(1, 2)).await, Err(StoreError::Conflict { .. })));
+    assert_eq!(store.session("live").await.expect("read"), Some(session(1_000, 100_000)));
+    store.touch_session("live", 9_000).await.expect("touch");
+    store.touch_session("live", 8_000).await.expect("touch");
+    assert_eq!(store.session("live").await.expect("read").expect("live").last_seen_at_ms, 9_000, "only forward");
+    // At 10 s: `old` is past its absolute expiry, `idle` unused since before 8.5 s.
+    assert_eq!(store.purge_sign_in(10_000, 8_500, 0).await.expect("purge"), 2);
+    assert!(
+        store.session("old").await.expect("read").is_none() && store.session("idle").await.expect("read").is_none()
+    );
+    let ended = store.delete_session("live").await.expect("delete").expect("was there");
+    assert_eq!(ended.id_token.as_deref(), Some("id.token.here"));
+    assert_eq!(store.delete_session("live").await.expect("delete"), None);
+
+    let attempt = LoginAttempt {
+        state_sha256: "st".into(),
+        nonce: "n".into(),
+        pkce_verifier: "v".into(),
+        return_to: "/x".into(),
+        created_at_ms: 1_000,
+    };
+    store.create_login_attempt(&attempt).await.expect("attempt");
+    let takers: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.take_login_attempt("st").await.expect("take") })
+        })
+        .collect();
+    let mut taken = Vec::new();
+    for t in takers {
+        taken.extend(t.await.expect("join"));
+    }
+    assert_eq!(taken, vec![attempt.clone()], "a login is taken exactly once");
+    store.create_login_attempt(&LoginAttempt { state_sha256: "old".into(), ..attempt }).await.expect("attempt");
+    store.purge_sign_in(10_000, 0, 2_000).await.expect("purge");
+    assert_eq!(store.take_login_attempt("old").await.expect("take"), None, "stale attempts are purged");
+}
+
+async fn node_credentials_identify_one_node_until_revoked(store: &Store) {
+    let node = store.register_node("gpu-n", &[], "admin").await.expect("node");
+    assert!(matches!(store.create_node_credential("nope", "h0", "admin").await, Err(StoreError::NotFound { .. })));
+    store.create_node_credential(&node.id, "h1", "admin").await.expect("credential");
+    let p = store.node_by_credential("h1").await.expect("lookup").expect("known");
+    assert_eq!((p.node_id.as_str(), p.node_name.as_str()), (node.id.as_str(), "gpu-n"));
+    assert_eq!(p.actor(), "node:gpu-n");
+    assert_eq!(store.node_by_credential("h2").await.expect("lookup"), None);
+    assert_eq!(store.revoke_node_credentials(&node.id, "admin").await.expect("revoke"), 1);
+    assert_eq!(store.node_by_credential("h1").await.expect("lookup"), None, "revoked");
+    assert_eq!(
+        store.audit(&format!("node/{}", node.id)).await.expect("audit").last().map(|e| e.action.as_str()),
+        Some("node.credential.revoke")
+    );
 }
