@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Test-only OpenID Connect provider for Tessera's integration tests.
 //
-// Usage: node provider.mjs [--port N] [--config FILE] [--ignore-stdin]
+// Usage: node provider.mjs [--port N] [--config FILE] [--ignore-stdin] [--host ADDR] [--issuer URL]
+//   --host: address to listen on (default 127.0.0.1); --issuer: the issuer URL when it is not
+//   http://127.0.0.1:<port> (e.g. behind a published container port).
 //
 // Listens on 127.0.0.1:N (default 0 = ephemeral); the issuer is
 // http://127.0.0.1:<actual port>. When ready it prints exactly one JSON line to
@@ -49,12 +51,12 @@ const { default: Provider, errors: oidcErrors } = await import('oidc-provider');
 
 function usage(message) {
   if (message) process.stderr.write(`provider.mjs: ${message}\n`);
-  process.stderr.write('usage: node provider.mjs [--port N] [--config FILE] [--ignore-stdin]\n');
+  process.stderr.write('usage: node provider.mjs [--port N] [--config FILE] [--ignore-stdin] [--host ADDR] [--issuer URL]\n');
   process.exit(2);
 }
 
 function parseArgs(argv) {
-  const out = { port: 0, config: undefined, ignoreStdin: false };
+  const out = { port: 0, config: undefined, ignoreStdin: false, host: '127.0.0.1', issuer: undefined };
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i];
     let name = arg;
@@ -80,6 +82,12 @@ function parseArgs(argv) {
       }
       case '--config':
         out.config = takeValue();
+        break;
+      case '--host':
+        out.host = takeValue();
+        break;
+      case '--issuer':
+        out.issuer = takeValue();
         break;
       case '--ignore-stdin':
         out.ignoreStdin = true;
@@ -673,9 +681,9 @@ if (!args.ignoreStdin) {
   process.stdin.resume();
 }
 
-server.listen(args.port, '127.0.0.1', () => {
+server.listen(args.port, args.host, () => {
   const { port } = server.address();
-  issuer = `http://127.0.0.1:${port}`;
+  issuer = args.issuer ?? `http://127.0.0.1:${port}`;
   try {
     buildProvider();
     writeKeysFile();
