@@ -204,11 +204,15 @@ struct Keys {
 pub struct Provider {
     settings: ProviderSettings,
     http: reqwest::Client,
-    metadata: tokio::sync::Mutex<Option<Arc<Metadata>>>,
+    metadata: tokio::sync::Mutex<(Option<Arc<Metadata>>, Option<(Instant, TokenError)>)>,
     keys: Mutex<Arc<Keys>>,
-    /// Held while fetching keys, so that many requests with an unknown `kid` cause one fetch.
-    fetching: tokio::sync::Mutex<()>,
+    /// Held while fetching keys, so that many requests with an unknown `kid` cause one fetch; holds the last
+    /// failed fetch.
+    fetching: tokio::sync::Mutex<Option<(Instant, TokenError)>>,
 }
+
+/// After a failed fetch from the provider, how long requests fail at once instead of asking again.
+pub const PROVIDER_RETRY: Duration = Duration::from_secs(5);
 
 /// What a token exchange gives back.
 #[derive(Debug, Clone, Deserialize)]
@@ -244,9 +248,9 @@ impl Provider {
         Provider {
             settings,
             http,
-            metadata: tokio::sync::Mutex::new(None),
+            metadata: tokio::sync::Mutex::new((None, None)),
             keys: Mutex::new(Arc::new(Keys::default())),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -258,20 +262,36 @@ impl Provider {
     /// The provider's metadata, from discovery (fetched once, then kept).
     pub async fn metadata(&self) -> Result<Arc<Metadata>, TokenError> {
         let mut slot = self.metadata.lock().await;
-        if let Some(m) = slot.as_ref() {
+        if let Some(m) = slot.0.as_ref() {
             return Ok(m.clone());
         }
-        let url = format!("{}/.well-known/openid-configuration", self.settings.issuer.trim_end_matches('/'));
-        let metadata: Metadata = self.get_json(&url).await?;
-        if metadata.issuer != self.settings.issuer {
-            return Err(TokenError::Provider(format!(
-                "discovery says the issuer is `{}`, not the configured `{}`",
-                metadata.issuer, self.settings.issuer
-            )));
+        if let Some((at, e)) = &slot.1
+            && at.elapsed() < PROVIDER_RETRY
+        {
+            return Err(e.clone());
         }
-        let metadata = Arc::new(metadata);
-        *slot = Some(metadata.clone());
-        Ok(metadata)
+        let url = format!("{}/.well-known/openid-configuration", self.settings.issuer.trim_end_matches('/'));
+        let fetched = self.get_json::<Metadata>(&url).await.and_then(|metadata| {
+            if metadata.issuer == self.settings.issuer {
+                Ok(metadata)
+            } else {
+                Err(TokenError::Provider(format!(
+                    "discovery says the issuer is `{}`, not the configured `{}`",
+                    metadata.issuer, self.settings.issuer
+                )))
+            }
+        });
+        match fetched {
+            Ok(metadata) => {
+                let metadata = Arc::new(metadata);
+                *slot = (Some(metadata.clone()), None);
+                Ok(metadata)
+            }
+            Err(e) => {
+                slot.1 = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, TokenError> {
@@ -289,7 +309,7 @@ impl Provider {
     /// Fetches the key set unless another caller fetched it since `seen` (or, with `floor`, less than the floor
     /// ago).
     async fn refresh_keys(&self, seen: Option<Instant>, floor: bool) -> Result<Arc<Keys>, TokenError> {
-        let _one_at_a_time = self.fetching.lock().await;
+        let mut last_failure = self.fetching.lock().await;
         let current = self.current_keys();
         if current.fetched_at != seen {
             return Ok(current);
@@ -297,8 +317,26 @@ impl Provider {
         if floor && current.fetched_at.is_some_and(|at| at.elapsed() < self.settings.jwks_refetch_floor) {
             return Ok(current);
         }
-        let metadata = self.metadata().await?;
-        let set: JwkSet = self.get_json(&metadata.jwks_uri).await?;
+        // A provider that just failed is not asked again at once, however many tokens arrive.
+        if let Some((at, e)) = last_failure.as_ref()
+            && at.elapsed() < PROVIDER_RETRY
+        {
+            return Err(e.clone());
+        }
+        let fetched = match self.metadata().await {
+            Ok(metadata) => self.get_json::<JwkSet>(&metadata.jwks_uri).await,
+            Err(e) => Err(e),
+        };
+        let set = match fetched {
+            Ok(set) => {
+                *last_failure = None;
+                set
+            }
+            Err(e) => {
+                *last_failure = Some((Instant::now(), e.clone()));
+                return Err(e);
+            }
+        };
         let mut keys = Keys { fetched_at: Some(Instant::now()), ..Keys::default() };
         for jwk in &set.keys {
             if jwk.common.public_key_use.as_ref().is_some_and(|u| *u != PublicKeyUse::Signature) {

@@ -188,6 +188,7 @@ pub async fn callback(
         tracing::warn!(user = %signed_in.principal.user.name, tenants = ?signed_in.unknown_tenants,
             "groups map to tenants that do not exist");
     }
+    end_previous_session(&state, &headers).await?;
     let (cookies, _) = start_session(&state, &signed_in.principal.user.id, Some(id_token)).await?;
     let mut response = StatusCode::SEE_OTHER.into_response();
     let h = response.headers_mut();
@@ -197,6 +198,16 @@ pub async fn callback(
     }
     h.append(SET_COOKIE, header_value(&set_cookie(LOGIN_COOKIE, "", 0, true, state.auth.secure_cookies))?);
     Ok(response)
+}
+
+/// Ends the session the browser brought along, if any: a sign-in always starts a fresh session id (no fixation).
+async fn end_previous_session(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if let Some(id) = cookie(headers, SESSION_COOKIE).filter(|c| !c.is_empty()) {
+        let hash = token_hash(&id);
+        state.principals.remove(&format!("session:{hash}"));
+        state.store.delete_session(&hash).await?;
+    }
+    Ok(())
 }
 
 /// Starts a session; returns its cookies and record.
@@ -274,7 +285,11 @@ fn session_view(p: Principal, session: Option<&SessionRecord>) -> SessionView {
 #[utoipa::path(post, path = "/auth/local", tag = "auth", security(()), request_body = LocalSignIn,
     responses((status = 200, body = SessionView, description = "Signed in; the session cookie is set"),
         (status = 401, body = Problem), (status = 403, body = Problem), (status = 429, body = Problem)))]
-pub async fn local(State(state): State<AppState>, ApiJson(body): ApiJson<LocalSignIn>) -> Result<Response, ApiError> {
+pub async fn local(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<LocalSignIn>,
+) -> Result<Response, ApiError> {
     if !state.auth.local_accounts {
         return Err(ApiError::forbidden(
             "local_accounts_disabled",
@@ -302,6 +317,7 @@ pub async fn local(State(state): State<AppState>, ApiJson(body): ApiJson<LocalSi
         }
     };
     state.auth.password_result(&body.name, true);
+    end_previous_session(&state, &headers).await?;
     let (cookies, record) = start_session(&state, &user_id, None).await?;
     let principal = state.store.principal(&user_id).await?;
     let mut response = ApiJson(session_view(principal, Some(&record))).into_response();

@@ -248,6 +248,17 @@ impl SsoApp {
     }
 }
 
+fn session_cookie(r: &reqwest::Response) -> String {
+    r.headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix("tessera_session="))
+        .and_then(|c| c.split(';').next())
+        .expect("session cookie")
+        .to_string()
+}
+
 fn code_of(body: &Value) -> &str {
     body["code"].as_str().unwrap_or("")
 }
@@ -575,8 +586,26 @@ async fn local_accounts_sign_in_with_argon2_passwords_are_throttled_and_can_be_t
         .await
         .expect("send");
     assert_eq!(r.status(), StatusCode::OK);
+    let first_cookie = session_cookie(&r);
     let me: Value = r.json().await.expect("json");
     assert_eq!(me["user"]["platform_admin"], true);
+    // Signing in again in the same browser replaces the session: the old id is dead (no fixation).
+    let r = b
+        .post(format!("{}/auth/local", app.base))
+        .json(&json!({"name": "admin", "password": BOOTSTRAP_PASSWORD}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_ne!(session_cookie(&r), first_cookie);
+    let me: Value = r.json().await.expect("json");
+    let r = Client::new()
+        .get(format!("{}/api/v1/session", app.base))
+        .header("cookie", format!("tessera_session={first_cookie}"))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "the replaced session is gone");
     let csrf = me["csrf_token"].as_str().expect("csrf").to_string();
     let r = b
         .post(format!("{}/api/v1/tenants", app.base))
@@ -632,4 +661,41 @@ async fn local_accounts_sign_in_with_argon2_passwords_are_throttled_and_can_be_t
     let methods: Value =
         reqwest::get(format!("{}/auth/methods", off.base)).await.expect("send").json().await.expect("json");
     assert_eq!(methods, json!({"sso": true, "sso_name": "Single sign-on", "local": false}));
+}
+
+#[tokio::test]
+async fn an_unreachable_provider_is_a_clear_503_not_a_hang() {
+    // Port 9 (discard) on loopback: nothing listens.
+    let settings = Settings {
+        database_url: format!(
+            "sqlite://{}",
+            std::env::temp_dir().join(format!("tessera-sso-down-{}.db", uuid::Uuid::now_v7().simple())).display()
+        ),
+        auth: AuthConfig {
+            oidc: Some(OidcConfig {
+                issuer: "http://127.0.0.1:9".into(),
+                client_id: "tessera".into(),
+                redirect_url: "http://127.0.0.1:1/auth/callback".into(),
+                ..OidcConfig::default()
+            }),
+            ..AuthConfig::default()
+        },
+        ..Settings::default()
+    };
+    let (state, _) = prepare(&settings).await.expect("prepare");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(state, listener, async {
+        let _ = rx.await;
+    }));
+    for _ in 0..2 {
+        let r = browser().get(format!("{base}/auth/login")).send().await.expect("send");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body: Value = r.json().await.expect("json");
+        assert!(body["detail"].as_str().is_some_and(|d| d.contains("identity provider")), "{body}");
+    }
+    let jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ4In0.c2ln";
+    let r = Client::new().get(format!("{base}/api/v1/session")).bearer_auth(jwt).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "a token cannot be checked while the provider is away");
 }
