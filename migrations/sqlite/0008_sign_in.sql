@@ -25,6 +25,7 @@ CREATE INDEX sessions_expiry ON sessions (expires_at_ms);
 
 CREATE TABLE login_attempts (
     state_sha256 TEXT PRIMARY KEY,
+    browser_sha256 TEXT NOT NULL,
     nonce TEXT NOT NULL,
     pkce_verifier TEXT NOT NULL,
     return_to TEXT NOT NULL,

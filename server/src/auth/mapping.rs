@@ -161,7 +161,8 @@ impl ClaimMapping {
         let name = text(&self.username_claim).or_else(|| text("email")).unwrap_or(&subject);
         let name: String = name.trim().chars().filter(|c| !c.is_control()).take(200).collect();
         let groups = self.groups(claims)?;
-        let platform_admin = if self.admin_groups.is_empty() {
+        let has_groups = claims.get(&self.groups_claim).is_some_and(|g| !g.is_null());
+        let platform_admin = if self.admin_groups.is_empty() || !has_groups {
             None
         } else {
             Some(groups.iter().any(|g| self.admin_groups.contains(g)))
@@ -175,7 +176,14 @@ impl ClaimMapping {
                 memberships.push(m);
             }
         }
-        Ok(SsoIdentity { issuer, subject, name, email: text("email").map(str::to_string), platform_admin, memberships })
+        Ok(SsoIdentity {
+            issuer,
+            subject,
+            name,
+            email: text("email").map(str::to_string),
+            platform_admin,
+            memberships: has_groups.then_some(memberships),
+        })
     }
 }
 
@@ -212,11 +220,11 @@ mod tests {
         assert_eq!(who.platform_admin, Some(false));
         assert_eq!(
             who.memberships,
-            vec![
+            Some(vec![
                 ("ml".to_string(), Role::TenantAdmin),
                 ("vision".to_string(), Role::Member),
                 ("nlp".to_string(), Role::TenantAdmin)
-            ]
+            ])
         );
         let admin = mapping()
             .identity(&claims(json!({"iss": "i", "sub": "u2", "groups": "tessera-admins", "email": "r@x"})))
@@ -234,9 +242,12 @@ mod tests {
             Err(MappingError::BadGroups("groups".into()))
         );
         let without_admins = ClaimMapping { admin_groups: vec![], ..mapping() };
-        let who = without_admins.identity(&claims(json!({"iss": "i", "sub": "s"}))).expect("identity");
+        let who = without_admins.identity(&claims(json!({"iss": "i", "sub": "s", "groups": []}))).expect("identity");
         assert_eq!(who.platform_admin, None, "no admin groups: platform admins are left alone");
+        assert_eq!(who.memberships, Some(vec![]), "an empty list is known to be empty");
         assert_eq!(who.name, "s");
+        let no_claim = mapping().identity(&claims(json!({"iss": "i", "sub": "s"}))).expect("identity");
+        assert_eq!((no_claim.platform_admin, no_claim.memberships), (None, None), "no groups claim: nothing known");
     }
 
     #[test]

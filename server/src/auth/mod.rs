@@ -104,6 +104,8 @@ pub struct Auth {
     pub sso: Option<Sso>,
     /// Recent failed password sign-ins per user name.
     failures: Mutex<HashMap<String, (Instant, u32)>>,
+    /// Password checks running at once (argon2 takes 19 MiB and tens of milliseconds each).
+    pub password_slots: tokio::sync::Semaphore,
 }
 
 /// Single sign-on: the provider and the claim mapping.
@@ -126,6 +128,7 @@ impl Default for Auth {
             secure_cookies: false,
             sso: None,
             failures: Mutex::new(HashMap::new()),
+            password_slots: tokio::sync::Semaphore::new(4),
         }
     }
 }
@@ -134,6 +137,8 @@ impl Default for Auth {
 pub const MAX_FAILURES: u32 = 5;
 /// The window over which failures count.
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Most user names with recent failures tracked at once.
+const MAX_TRACKED_NAMES: usize = 100_000;
 /// Shortest local password.
 pub const MIN_PASSWORD: usize = 12;
 
@@ -204,22 +209,27 @@ impl Auth {
         Ok(auth)
     }
 
-    /// Whether `name` may try a password now (not locked out by recent failures).
-    pub fn may_try_password(&self, name: &str) -> bool {
-        let Ok(mut failures) = self.failures.lock() else { return true };
+    /// Starts a password attempt for `name`: counts it as a failure up front (so that parallel guesses count
+    /// too) and says whether it may go ahead. Locked out after [`MAX_FAILURES`] in [`FAILURE_WINDOW`]; when the
+    /// table of names is full, every attempt waits until it empties.
+    pub fn begin_password_attempt(&self, name: &str) -> bool {
+        let Ok(mut failures) = self.failures.lock() else { return false };
         failures.retain(|_, (at, _)| at.elapsed() < FAILURE_WINDOW);
-        failures.get(name).is_none_or(|(_, n)| *n < MAX_FAILURES)
+        if !failures.contains_key(name) && failures.len() >= MAX_TRACKED_NAMES {
+            return false;
+        }
+        let entry = failures.entry(name.to_string()).or_insert((Instant::now(), 0));
+        if entry.1 >= MAX_FAILURES {
+            return false;
+        }
+        entry.1 += 1;
+        true
     }
 
-    /// Counts a failed password for `name` (or forgets its failures after a success).
-    pub fn password_result(&self, name: &str, ok: bool) {
+    /// A password attempt for `name` succeeded: its failures are forgotten.
+    pub fn password_succeeded(&self, name: &str) {
         if let Ok(mut failures) = self.failures.lock() {
-            if ok {
-                failures.remove(name);
-            } else if failures.len() < 100_000 {
-                let entry = failures.entry(name.to_string()).or_insert((Instant::now(), 0));
-                entry.1 += 1;
-            }
+            failures.remove(name);
         }
     }
 }
@@ -259,11 +269,12 @@ mod tests {
     fn repeated_failures_lock_a_name_out() {
         let auth = Auth::default();
         for _ in 0..MAX_FAILURES {
-            assert!(auth.may_try_password("ada"));
-            auth.password_result("ada", false);
+            assert!(auth.begin_password_attempt("ada"));
         }
-        assert!(!auth.may_try_password("ada"));
-        assert!(auth.may_try_password("bob"), "per name");
+        assert!(!auth.begin_password_attempt("ada"), "attempts count before they are checked");
+        assert!(auth.begin_password_attempt("bob"), "per name");
+        auth.password_succeeded("bob");
+        assert!(auth.failures.lock().expect("lock").get("bob").is_none());
     }
 
     #[test]

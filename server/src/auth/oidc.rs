@@ -204,12 +204,15 @@ struct Keys {
 pub struct Provider {
     settings: ProviderSettings,
     http: reqwest::Client,
-    metadata: tokio::sync::Mutex<(Option<Arc<Metadata>>, Option<(Instant, TokenError)>)>,
+    metadata: tokio::sync::Mutex<MetadataSlot>,
     keys: Mutex<Arc<Keys>>,
     /// Held while fetching keys, so that many requests with an unknown `kid` cause one fetch; holds the last
     /// failed fetch.
     fetching: tokio::sync::Mutex<Option<(Instant, TokenError)>>,
 }
+
+/// The metadata once fetched, and the last failed fetch.
+type MetadataSlot = (Option<Arc<Metadata>>, Option<(Instant, TokenError)>);
 
 /// After a failed fetch from the provider, how long requests fail at once instead of asking again.
 pub const PROVIDER_RETRY: Duration = Duration::from_secs(5);
@@ -244,7 +247,7 @@ impl Provider {
             .timeout(Duration::from_secs(10))
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .unwrap_or_default();
+            .unwrap_or_else(|_| reqwest::Client::new());
         Provider {
             settings,
             http,
@@ -367,7 +370,12 @@ impl Provider {
     async fn key_for(&self, kid: Option<&str>, alg: Algorithm) -> Result<Key, TokenError> {
         let mut keys = self.current_keys();
         if keys.fetched_at.is_none_or(|at| at.elapsed() > self.settings.jwks_max_age) {
-            keys = self.refresh_keys(keys.fetched_at, false).await?;
+            match self.refresh_keys(keys.fetched_at, false).await {
+                Ok(fresh) => keys = fresh,
+                // Keys we had are still good while the provider is away.
+                Err(e) if keys.fetched_at.is_some() => tracing::warn!(error = %e, "keeping the provider's keys"),
+                Err(e) => return Err(e),
+            }
         }
         let pick = |keys: &Keys| -> Option<Key> {
             match kid {
@@ -407,7 +415,7 @@ impl Provider {
             jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation).map_err(from_jwt_error)?;
         let claims = data.claims;
         if let Some(iat) = claims.get("iat") {
-            let iat = iat.as_i64().ok_or_else(|| TokenError::MissingClaim("iat".into()))?;
+            let iat = iat.as_f64().ok_or_else(|| TokenError::MissingClaim("iat".into()))? as i64;
             let now = crate::store::now_ms() / 1000;
             if iat > now + self.settings.leeway.as_secs() as i64 {
                 return Err(TokenError::NotYetValid);
@@ -420,11 +428,11 @@ impl Provider {
     /// expiry, and the login's nonce.
     pub async fn validate_id_token(&self, token: &str, nonce: &str) -> Result<Map<String, Value>, TokenError> {
         let claims = self.verify(token, &self.settings.client_id).await?;
-        if let Some(Value::Array(audiences)) = claims.get("aud")
-            && audiences.len() > 1
-            && claims.get("azp").and_then(Value::as_str) != Some(&self.settings.client_id)
-        {
-            return Err(TokenError::WrongAudience);
+        let several = matches!(claims.get("aud"), Some(Value::Array(a)) if a.len() > 1);
+        match claims.get("azp").and_then(Value::as_str) {
+            Some(azp) if azp != self.settings.client_id => return Err(TokenError::WrongAudience),
+            None if several => return Err(TokenError::WrongAudience),
+            _ => {}
         }
         match claims.get("nonce").and_then(Value::as_str) {
             Some(n) if constant_time_eq(n.as_bytes(), nonce.as_bytes()) => Ok(claims),
@@ -443,7 +451,15 @@ impl Provider {
                 return Err(TokenError::Malformed(format!("type `{typ}` is not an access token")));
             }
         }
-        self.verify(token, &self.settings.api_audience).await
+        let claims = self.verify(token, &self.settings.api_audience).await?;
+        // Where the API audience is the client id, an ID token (shown to browsers, passed as a logout hint) would
+        // pass the audience check: the claims only ID tokens carry tell it apart, and it never works on the API.
+        let id_token_claims = ["nonce", "at_hash", "c_hash"].iter().any(|c| claims.contains_key(*c))
+            || claims.get("typ").and_then(Value::as_str).is_some_and(|t| t.eq_ignore_ascii_case("id"));
+        if self.settings.api_audience == self.settings.client_id && id_token_claims {
+            return Err(TokenError::Malformed("an ID token is not an access token".into()));
+        }
+        Ok(claims)
     }
 
     /// Where to send the browser to sign in.

@@ -102,7 +102,7 @@ fn is_safe(method: &Method) -> bool {
 /// Resolves a browser session: live, not idle too long, and for a state change the CSRF token echoed.
 async fn session(parts: &Parts, state: &AppState, id: &str) -> Result<Principal, ApiError> {
     let hash = format!("session:{}", token_hash(id));
-    let (mut record, principal) = match state.principals.get(&hash) {
+    let (record, principal) = match state.principals.get(&hash) {
         Some(Resolved::Session(record, principal)) => (record, principal),
         _ => {
             let record = state
@@ -135,8 +135,8 @@ async fn session(parts: &Parts, state: &AppState, id: &str) -> Result<Principal,
     }
     if now - record.last_seen_at_ms >= TOUCH_EVERY_MS {
         state.store.touch_session(&hash["session:".len()..], now).await?;
-        record.last_seen_at_ms = now;
-        state.principals.put(hash, Resolved::Session(record, principal.clone()));
+        // The next request reads the session afresh (re-caching here would stretch the cache's staleness).
+        state.principals.remove(&hash);
     }
     Ok(principal)
 }

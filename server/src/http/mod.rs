@@ -121,7 +121,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(signin::logout))
         .routes(routes!(signin::whoami))
         .routes(routes!(signin::set_password))
-        .routes(routes!(signin::create_node_credential))
+        .routes(routes!(signin::create_node_credential, signin::revoke_node_credentials))
         .routes(routes!(signin::agent_node))
 }
 

@@ -16,7 +16,7 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use super::nodes::NodeView;
 use super::people::UserView;
 use crate::app::{AppState, Resolved};
-use crate::auth::oidc::{TokenError, constant_time_eq, random_secret};
+use crate::auth::oidc::{TokenError, random_secret};
 use crate::auth::{MIN_PASSWORD, decoy_hash, hash_password, verify_password};
 use crate::store::auth::{LoginAttempt, SessionRecord};
 use crate::store::{Principal, Role, now_ms};
@@ -56,11 +56,37 @@ pub struct LoginQuery {
     pub return_to: Option<String>,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::local_path;
+
+    #[test]
+    fn return_targets_are_local_paths_only() {
+        assert_eq!(local_path(Some("/requests?state=pending")), "/requests?state=pending");
+        for bad in [
+            "//evil.example.com",
+            "/\\evil.example.com",
+            "https://evil.example.com/",
+            "evil",
+            "/caf\u{e9}",
+            "/a\nb",
+            "",
+        ] {
+            assert_eq!(local_path(Some(bad)), "/", "{bad:?}");
+        }
+        assert_eq!(local_path(None), "/");
+    }
+}
+
 /// Only local paths: never an open redirect.
 fn local_path(path: Option<&str>) -> String {
     match path {
         Some(p)
-            if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') && !p.chars().any(char::is_control) =>
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && p.len() <= 2000
+                && p.bytes().all(|b| b.is_ascii_graphic()) =>
         {
             p.to_string()
         }
@@ -85,25 +111,30 @@ fn provider_error(e: TokenError) -> ApiError {
 #[utoipa::path(get, path = "/auth/login", tag = "auth", security(()), params(LoginQuery),
     responses((status = 303, description = "To the identity provider"), (status = 404, body = Problem),
         (status = 503, body = Problem)))]
-pub async fn login(State(state): State<AppState>, ApiQuery(q): ApiQuery<LoginQuery>) -> Result<Response, ApiError> {
+pub async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<LoginQuery>,
+) -> Result<Response, ApiError> {
     let sso = sso_of(&state)?;
-    let (login_state, nonce, verifier) = (random_secret(), random_secret(), random_secret());
+    let (login_state, nonce, verifier, browser) = (random_secret(), random_secret(), random_secret(), random_secret());
     let url = sso.provider.authorization_url(&login_state, &nonce, &verifier).await.map_err(provider_error)?;
     state
         .store
         .create_login_attempt(&LoginAttempt {
             state_sha256: token_hash(&login_state),
+            browser_sha256: token_hash(&browser),
             nonce,
             pkce_verifier: verifier,
             return_to: local_path(q.return_to.as_deref()),
             created_at_ms: now_ms(),
         })
         .await?;
+    let bind = set_cookie(LOGIN_COOKIE, &browser, LOGIN_TTL_MS / 1000, true, secure(&state, &headers));
     let mut response = StatusCode::SEE_OTHER.into_response();
-    let headers = response.headers_mut();
-    headers.insert(LOCATION, header_value(&url)?);
-    let bind = set_cookie(LOGIN_COOKIE, &login_state, LOGIN_TTL_MS / 1000, true, state.auth.secure_cookies);
-    headers.append(SET_COOKIE, header_value(&bind)?);
+    let out = response.headers_mut();
+    out.insert(LOCATION, header_value(&url)?);
+    out.append(SET_COOKIE, header_value(&bind)?);
     Ok(response)
 }
 
@@ -152,16 +183,20 @@ pub async fn callback(
     }
     let login_state =
         q.state.as_deref().filter(|s| !s.is_empty()).ok_or_else(|| bad_login("login_state_missing", "no `state`"))?;
-    let bound = cookie(&headers, LOGIN_COOKIE).unwrap_or_default();
-    if !constant_time_eq(bound.as_bytes(), login_state.as_bytes()) {
+    let Some(browser) = cookie(&headers, LOGIN_COOKIE).filter(|c| !c.is_empty()) else {
         return Err(bad_login("login_state_mismatch", "this login was not started by this browser; sign in again"));
-    }
+    };
     let attempt = state
         .store
-        .take_login_attempt(&token_hash(login_state))
+        .take_login_attempt(&token_hash(login_state), &token_hash(&browser))
         .await?
         .filter(|a| now_ms() - a.created_at_ms < LOGIN_TTL_MS)
-        .ok_or_else(|| bad_login("login_state_unknown", "this login was already used or has expired; sign in again"))?;
+        .ok_or_else(|| {
+            bad_login(
+                "login_state_unknown",
+                "this login was already used, has expired or was started in another browser; sign in again",
+            )
+        })?;
     if let Some(iss) = &q.iss
         && iss != &sso.provider.settings().issuer
     {
@@ -189,15 +224,25 @@ pub async fn callback(
             "groups map to tenants that do not exist");
     }
     end_previous_session(&state, &headers).await?;
-    let (cookies, _) = start_session(&state, &signed_in.principal.user.id, Some(id_token)).await?;
+    let (cookies, _) = start_session(&state, &headers, &signed_in.principal.user.id, Some(id_token)).await?;
     let mut response = StatusCode::SEE_OTHER.into_response();
     let h = response.headers_mut();
     h.insert(LOCATION, header_value(&attempt.return_to)?);
     for c in cookies {
         h.append(SET_COOKIE, header_value(&c)?);
     }
-    h.append(SET_COOKIE, header_value(&set_cookie(LOGIN_COOKIE, "", 0, true, state.auth.secure_cookies))?);
+    h.append(SET_COOKIE, header_value(&set_cookie(LOGIN_COOKIE, "", 0, true, secure(&state, &headers)))?);
     Ok(response)
+}
+
+/// Whether cookies get `Secure`: configured so (the default behind an https redirect URL), or the request came
+/// through a proxy that terminated https (`X-Forwarded-Proto: https`).
+fn secure(state: &AppState, headers: &HeaderMap) -> bool {
+    state.auth.secure_cookies
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|p| p.eq_ignore_ascii_case("https"))
 }
 
 /// Ends the session the browser brought along, if any: a sign-in always starts a fresh session id (no fixation).
@@ -213,6 +258,7 @@ async fn end_previous_session(state: &AppState, headers: &HeaderMap) -> Result<(
 /// Starts a session; returns its cookies and record.
 async fn start_session(
     state: &AppState,
+    headers: &HeaderMap,
     user_id: &str,
     id_token: Option<String>,
 ) -> Result<(Vec<String>, SessionRecord), ApiError> {
@@ -228,7 +274,7 @@ async fn start_session(
         expires_at_ms: now + absolute_ms,
     };
     state.store.create_session(&token_hash(&id), &record).await?;
-    let secure = state.auth.secure_cookies;
+    let secure = secure(state, headers);
     let max_age = absolute_ms / 1000;
     let cookies = vec![
         set_cookie(SESSION_COOKIE, &id, max_age, true, secure),
@@ -296,7 +342,7 @@ pub async fn local(
             "local accounts are turned off; use single sign-on",
         ));
     }
-    if !state.auth.may_try_password(&body.name) {
+    if !state.auth.begin_password_attempt(&body.name) {
         return Err(ApiError::Invalid {
             status: StatusCode::TOO_MANY_REQUESTS,
             code: "too_many_attempts",
@@ -306,19 +352,19 @@ pub async fn local(
     let found = state.store.password_hash(&body.name).await?;
     let hash = found.as_ref().map_or_else(|| decoy_hash().to_string(), |(_, h)| h.clone());
     let password = body.password.clone();
-    let matches = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let matches = {
+        let _slot = state.auth.password_slots.acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+        tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+    };
     let user_id = match (found, matches) {
         (Some((id, _)), true) => id,
-        _ => {
-            state.auth.password_result(&body.name, false);
-            return Err(ApiError::unauthorized("bad_credentials", "wrong user name or password"));
-        }
+        _ => return Err(ApiError::unauthorized("bad_credentials", "wrong user name or password")),
     };
-    state.auth.password_result(&body.name, true);
+    state.auth.password_succeeded(&body.name);
     end_previous_session(&state, &headers).await?;
-    let (cookies, record) = start_session(&state, &user_id, None).await?;
+    let (cookies, record) = start_session(&state, &headers, &user_id, None).await?;
     let principal = state.store.principal(&user_id).await?;
     let mut response = ApiJson(session_view(principal, Some(&record))).into_response();
     for c in cookies {
@@ -376,7 +422,7 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap, _p: Princ
         _ => "/".to_string(),
     };
     let mut response = ApiJson(SignedOut { redirect_to }).into_response();
-    let secure = state.auth.secure_cookies;
+    let secure = secure(&state, &headers);
     for c in [set_cookie(SESSION_COOKIE, "", 0, true, secure), set_cookie(CSRF_COOKIE, "", 0, false, secure)] {
         response.headers_mut().append(SET_COOKIE, header_value(&c)?);
     }
@@ -411,6 +457,10 @@ pub async fn set_password(
     if !state.auth.local_accounts {
         return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
     }
+    // A password would let a provider's user sign in past the provider (its MFA, its deprovisioning).
+    if own && !p.user.platform_admin && state.store.is_sso_user(&id).await? {
+        return Err(ApiError::forbidden("sso_user", "users who sign in with single sign-on have no local password"));
+    }
     if body.password.chars().count() < MIN_PASSWORD {
         return Err(ApiError::invalid("weak_password", format!("a password has at least {MIN_PASSWORD} characters")));
     }
@@ -429,6 +479,9 @@ pub async fn set_password(
         .map_err(|e| ApiError::Internal(e.to_string()))?
         .map_err(ApiError::Internal)?;
     state.store.set_password_hash(&id, Some(&hash), &p.actor()).await?;
+    // Every session of the user ends: whoever knew the old password is signed out.
+    state.store.delete_user_sessions(&id).await?;
+    state.principals.clear();
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -456,6 +509,28 @@ pub async fn create_node_credential(
     let secret = new_node_secret();
     let credential = state.store.create_node_credential(&id, &token_hash(&secret), &p.actor()).await?;
     Ok((StatusCode::CREATED, ApiJson(NodeCredential { id: credential, node_id: id, secret })))
+}
+
+/// How many credentials were revoked.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Revoked {
+    /// Live credentials that were revoked.
+    pub revoked: u64,
+}
+
+/// Revoke every credential of a node (platform admins), e.g. when one leaked; its agent must join again.
+#[utoipa::path(delete, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
+    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 200, body = Revoked), (status = 403, body = Problem)))]
+pub async fn revoke_node_credentials(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Revoked>, ApiError> {
+    require_platform_admin(&p)?;
+    let revoked = state.store.revoke_node_credentials(&id, &p.actor()).await?;
+    state.principals.clear();
+    Ok(ApiJson(Revoked { revoked }))
 }
 
 /// The calling agent's node (node credentials).

@@ -97,8 +97,9 @@ pub struct SsoIdentity {
     pub email: Option<String>,
     /// Whether the user is a platform admin; `None` when the mapping does not manage platform admins.
     pub platform_admin: Option<bool>,
-    /// Tenant memberships by tenant name.
-    pub memberships: Vec<(String, Role)>,
+    /// Tenant memberships by tenant name; `None` when the token carries no groups claim at all (then the
+    /// memberships are left as they are: some providers put groups in ID tokens only).
+    pub memberships: Option<Vec<(String, Role)>>,
 }
 
 /// The outcome of a single sign-on.
@@ -134,6 +135,8 @@ pub struct SessionRecord {
 pub struct LoginAttempt {
     /// SHA-256 of the `state` parameter.
     pub state_sha256: String,
+    /// SHA-256 of the secret in the browser's login cookie (never in a URL), binding the login to that browser.
+    pub browser_sha256: String,
     /// The `nonce` the ID token must carry.
     pub nonce: String,
     /// The PKCE code verifier.
@@ -194,7 +197,7 @@ impl Store {
         let actor = format!("sso:{}", who.issuer);
         // Highest role per tenant name.
         let mut wanted: BTreeMap<&str, Role> = BTreeMap::new();
-        for (tenant, role) in &who.memberships {
+        for (tenant, role) in who.memberships.iter().flatten() {
             let entry = wanted.entry(tenant.as_str()).or_insert(*role);
             if rank(*role) > rank(*entry) {
                 *entry = *role;
@@ -290,8 +293,8 @@ impl Store {
                 existing.insert(tenant, (Role::parse(&role)?, source));
             }
             for (tenant, (role, source)) in &existing {
-                if source == "sso" && !mapped.contains_key(tenant) {
-                    sqlx::query("DELETE FROM memberships WHERE user_id = $1 AND tenant_id = $2")
+                if who.memberships.is_some() && source == "sso" && !mapped.contains_key(tenant) {
+                    sqlx::query("DELETE FROM memberships WHERE user_id = $1 AND tenant_id = $2 AND source = 'sso'")
                         .bind(&user.id)
                         .bind(tenant)
                         .execute(&mut *tx)
@@ -301,7 +304,7 @@ impl Store {
                     audit(&mut tx, &actor, "membership.remove", &object, Some(before), None).await?;
                 }
             }
-            for (tenant, role) in &mapped {
+            for (tenant, role) in mapped.iter().filter(|_| who.memberships.is_some()) {
                 let before = existing.get(tenant);
                 match before {
                     // Set by hand: the mapping leaves it alone.
@@ -311,7 +314,8 @@ impl Store {
                 }
                 sqlx::query(
                     "INSERT INTO memberships (user_id, tenant_id, role, source) VALUES ($1, $2, $3, 'sso') \
-                     ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
+                     ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role \
+                     WHERE memberships.source = 'sso'",
                 )
                 .bind(&user.id)
                 .bind(tenant)
@@ -374,6 +378,25 @@ impl Store {
                     .fetch_optional(pool)
                     .await?;
             Ok(row.and_then(|(id, hash)| hash.map(|h| (id, h))))
+        })
+    }
+
+    /// Whether a user signs in through the identity provider.
+    pub async fn is_sso_user(&self, user_id: &str) -> Result<bool, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let row: Option<(Option<String>,)> = sqlx::query_as("SELECT oidc_subject FROM users WHERE id = $1")
+                .bind(user_id)
+                .fetch_optional(pool)
+                .await?;
+            Ok(row.is_some_and(|(s,)| s.is_some()))
+        })
+    }
+
+    /// Ends every session of a user; returns how many.
+    pub async fn delete_user_sessions(&self, user_id: &str) -> Result<u64, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1").bind(user_id).execute(pool).await?;
+            Ok(done.rows_affected())
         })
     }
 
@@ -460,10 +483,11 @@ impl Store {
     pub async fn create_login_attempt(&self, attempt: &LoginAttempt) -> Result<(), StoreError> {
         on_pool!(self, pool, _dialect, _audit => {
             sqlx::query(
-                "INSERT INTO login_attempts (state_sha256, nonce, pkce_verifier, return_to, created_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO login_attempts (state_sha256, browser_sha256, nonce, pkce_verifier, return_to, \
+                 created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(&attempt.state_sha256)
+            .bind(&attempt.browser_sha256)
             .bind(&attempt.nonce)
             .bind(&attempt.pkce_verifier)
             .bind(&attempt.return_to)
@@ -475,18 +499,25 @@ impl Store {
         })
     }
 
-    /// Takes a login attempt by the SHA-256 of its `state`: the first caller gets it, every later one `None`.
-    pub async fn take_login_attempt(&self, state_sha256: &str) -> Result<Option<LoginAttempt>, StoreError> {
+    /// Takes a login attempt by the SHA-256 of its `state` and of the browser's login secret: the first caller
+    /// with both gets it, every later one (and anybody without the browser's secret) `None`.
+    pub async fn take_login_attempt(
+        &self,
+        state_sha256: &str,
+        browser_sha256: &str,
+    ) -> Result<Option<LoginAttempt>, StoreError> {
         on_pool!(self, pool, _dialect, _audit => {
-            let row: Option<(String, String, String, String, i64)> = sqlx::query_as(
-                "DELETE FROM login_attempts WHERE state_sha256 = $1 \
-                 RETURNING state_sha256, nonce, pkce_verifier, return_to, created_at_ms",
+            let row: Option<(String, String, String, String, String, i64)> = sqlx::query_as(
+                "DELETE FROM login_attempts WHERE state_sha256 = $1 AND browser_sha256 = $2 \
+                 RETURNING state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms",
             )
             .bind(state_sha256)
+            .bind(browser_sha256)
             .fetch_optional(pool)
             .await?;
-            Ok(row.map(|(state_sha256, nonce, pkce_verifier, return_to, created_at_ms)| LoginAttempt {
+            Ok(row.map(|(state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms)| LoginAttempt {
                 state_sha256,
+                browser_sha256,
                 nonce,
                 pkce_verifier,
                 return_to,

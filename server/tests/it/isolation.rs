@@ -241,6 +241,7 @@ async fn send(w: &World, method: &str, url: &str, body: &Value, token: Option<&s
 
 fn past_authorization(status: StatusCode) -> bool {
     !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND)
+        && !status.is_server_error()
 }
 
 #[tokio::test]

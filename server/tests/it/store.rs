@@ -789,6 +789,7 @@ async fn postgres_replicas_see_each_others_changes_to_requests() {
 async fn single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign_in(store: &Store) {
     let ml = store.create_tenant("ml", POLICY, "admin").await.expect("tenant");
     let cv = store.create_tenant("cv", POLICY, "admin").await.expect("tenant");
+    let nlp = store.create_tenant("nlp", POLICY, "admin").await.expect("tenant");
     let local = store.create_user("ada", false, "admin").await.expect("local user");
     let who = |admin: Option<bool>, memberships: &[(&str, Role)]| SsoIdentity {
         issuer: "https://idp.example.com".into(),
@@ -796,7 +797,7 @@ async fn single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign
         name: "ada".into(),
         email: Some("ada@example.com".into()),
         platform_admin: admin,
-        memberships: memberships.iter().map(|(t, r)| (t.to_string(), *r)).collect(),
+        memberships: Some(memberships.iter().map(|(t, r)| (t.to_string(), *r)).collect()),
     };
     let first = store
         .sso_sign_in(&who(
@@ -814,18 +815,26 @@ async fn single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign
     assert_eq!(first.principal.memberships, expected, "highest role per tenant");
     assert_eq!(first.unknown_tenants, vec!["ghost".to_string()]);
 
-    // A platform admin sets cv by hand: from then on the mapping leaves it alone.
-    store.set_membership(&user.id, &cv.id, Role::TenantAdmin, "admin").await.expect("by hand");
+    // A platform admin adds nlp by hand: the mapping leaves it alone. Editing a mapped membership (cv) by hand
+    // does not take it away from the mapping: the provider's groups stay the truth for it.
+    store.set_membership(&user.id, &nlp.id, Role::Member, "admin").await.expect("by hand");
+    store.set_membership(&user.id, &cv.id, Role::TenantAdmin, "admin").await.expect("edit a mapped one");
     let second = store.sso_sign_in(&who(Some(false), &[("ml", Role::Member)])).await.expect("second sign-in");
     assert!(!second.created);
     assert_eq!(second.principal.user.id, user.id);
     assert!(!second.principal.user.platform_admin);
-    let mut expected = vec![(ml.id.clone(), Role::Member), (cv.id.clone(), Role::TenantAdmin)];
+    let mut expected = vec![(ml.id.clone(), Role::Member), (nlp.id.clone(), Role::Member)];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
-    assert_eq!(second.principal.memberships, expected);
+    assert_eq!(second.principal.memberships, expected, "cv went with its group; nlp stayed");
     let third = store.sso_sign_in(&who(None, &[])).await.expect("third sign-in");
-    assert_eq!(third.principal.memberships, vec![(cv.id.clone(), Role::TenantAdmin)], "the mapped one went");
+    assert_eq!(third.principal.memberships, vec![(nlp.id.clone(), Role::Member)], "the mapped one went");
     assert!(!third.principal.user.platform_admin, "None leaves the flag as it is");
+    // A token without any groups claim changes no membership.
+    let unknown = SsoIdentity { memberships: None, ..who(None, &[]) };
+    store.sso_sign_in(&who(None, &[("ml", Role::Member)])).await.expect("back in ml");
+    let kept = store.sso_sign_in(&unknown).await.expect("no groups claim");
+    assert_eq!(kept.principal.memberships.len(), 2, "ml and nlp kept");
+    store.sso_sign_in(&who(None, &[])).await.expect("out of ml again");
 
     // A sign-in that changes nothing writes nothing.
     let before = store.audit(&format!("user/{}", user.id)).await.expect("audit").len();
@@ -887,16 +896,18 @@ async fn sessions_and_login_attempts_live_in_the_database(store: &Store) {
 
     let attempt = LoginAttempt {
         state_sha256: "st".into(),
+        browser_sha256: "br".into(),
         nonce: "n".into(),
         pkce_verifier: "v".into(),
         return_to: "/x".into(),
         created_at_ms: 1_000,
     };
     store.create_login_attempt(&attempt).await.expect("attempt");
+    assert_eq!(store.take_login_attempt("st", "another browser").await.expect("take"), None);
     let takers: Vec<_> = (0..4)
         .map(|_| {
             let store = store.clone();
-            tokio::spawn(async move { store.take_login_attempt("st").await.expect("take") })
+            tokio::spawn(async move { store.take_login_attempt("st", "br").await.expect("take") })
         })
         .collect();
     let mut taken = Vec::new();
@@ -906,7 +917,7 @@ async fn sessions_and_login_attempts_live_in_the_database(store: &Store) {
     assert_eq!(taken, vec![attempt.clone()], "a login is taken exactly once");
     store.create_login_attempt(&LoginAttempt { state_sha256: "old".into(), ..attempt }).await.expect("attempt");
     store.purge_sign_in(10_000, 0, 2_000).await.expect("purge");
-    assert_eq!(store.take_login_attempt("old").await.expect("take"), None, "stale attempts are purged");
+    assert_eq!(store.take_login_attempt("old", "br").await.expect("take"), None, "stale attempts are purged");
 }
 
 async fn node_credentials_identify_one_node_until_revoked(store: &Store) {

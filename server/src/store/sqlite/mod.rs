@@ -345,7 +345,7 @@ pub(super) async fn set_membership(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3) \
-         ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role, source = 'local'",
+         ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
     )
     .bind(user_id)
     .bind(tenant_id)
