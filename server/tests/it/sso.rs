@@ -120,6 +120,7 @@ fn chrono_now() -> i64 {
 pub struct SsoApp {
     pub base: String,
     pub admin: String,
+    pub store: tessera_server::store::Store,
     pub idp: Idp,
     _shutdown: tokio::sync::oneshot::Sender<()>,
 }
@@ -156,11 +157,12 @@ pub async fn spawn_sso_app(tune: impl FnOnce(&mut AuthConfig)) -> SsoApp {
         auth,
     };
     let (state, _) = prepare(&settings).await.expect("prepare");
+    let store = state.store.clone();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(serve(state, listener, async {
         let _ = rx.await;
     }));
-    let app = SsoApp { base, admin, idp, _shutdown: tx };
+    let app = SsoApp { base, admin, store, idp, _shutdown: tx };
     for name in ["team-a", "team-b"] {
         let r = app.api(Method::POST, "/api/v1/tenants", Some(&app.admin)).json(&json!({"name": name})).send().await;
         assert_eq!(r.expect("send").status(), StatusCode::CREATED);
@@ -748,4 +750,65 @@ async fn an_unreachable_provider_is_a_clear_503_not_a_hang() {
     let jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6ImsifQ.eyJzdWIiOiJ4In0.c2ln";
     let r = Client::new().get(format!("{base}/api/v1/session")).bearer_auth(jwt).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "a token cannot be checked while the provider is away");
+}
+
+#[tokio::test]
+async fn sessions_end_at_their_absolute_and_idle_expiry() {
+    use tessera_server::http::auth::token_hash;
+    use tessera_server::store::auth::SessionRecord;
+    let app = spawn_sso_app(|a| a.session_idle_minutes = Some(30)).await;
+    let admin_id = app
+        .api(Method::GET, "/api/v1/session", Some(&app.admin))
+        .send()
+        .await
+        .expect("send")
+        .json::<Value>()
+        .await
+        .expect("json")["user"]["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let now = tessera_server::store::now_ms();
+    let session = |created: i64, seen: i64, expires: i64| SessionRecord {
+        user_id: admin_id.clone(),
+        csrf_token: "c".into(),
+        id_token: None,
+        created_at_ms: created,
+        last_seen_at_ms: seen,
+        expires_at_ms: expires,
+    };
+    let cases = [
+        ("fresh", session(now - 1_000, now - 1_000, now + 3_600_000), StatusCode::OK),
+        ("seen 20 min ago", session(now - 1_200_000, now - 1_200_000, now + 3_600_000), StatusCode::OK),
+        ("idle 31 min", session(now - 1_860_000, now - 1_860_000, now + 3_600_000), StatusCode::UNAUTHORIZED),
+        ("past absolute expiry", session(now - 90_000_000, now - 1_000, now - 1), StatusCode::UNAUTHORIZED),
+    ];
+    for (what, record, expected) in cases {
+        let id = format!("s-{}", uuid::Uuid::now_v7().simple());
+        app.store.create_session(&token_hash(&id), &record).await.expect("session");
+        let r = Client::new()
+            .get(format!("{}/api/v1/session", app.base))
+            .header("cookie", format!("tessera_session={id}"))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), expected, "{what}");
+        if expected == StatusCode::UNAUTHORIZED {
+            assert_eq!(code_of(&r.json().await.expect("json")), "session_expired", "{what}");
+            assert_eq!(app.store.session(&token_hash(&id)).await.expect("read"), None, "{what}: deleted");
+        }
+    }
+    // A session used after 20 minutes has its last use written (idle expiry counts from there).
+    let id = "s-touched";
+    app.store
+        .create_session(&token_hash(id), &session(now - 1_200_000, now - 1_200_000, now + 3_600_000))
+        .await
+        .expect("session");
+    let r = Client::new()
+        .get(format!("{}/api/v1/session", app.base))
+        .header("cookie", format!("tessera_session={id}"))
+        .send();
+    assert_eq!(r.await.expect("send").status(), StatusCode::OK);
+    let seen = app.store.session(&token_hash(id)).await.expect("read").expect("live").last_seen_at_ms;
+    assert!(seen >= now, "touched");
 }
