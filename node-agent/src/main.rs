@@ -1,25 +1,73 @@
-//! `tessera-agent`: the node agent. It will receive the node's desired MIG layout and sharing config from the
-//! server, apply it through NVML or the GPU Operator, and stream telemetry back. This build only identifies GPU
-//! models against the catalog; the daemon itself is not part of it yet.
+//! `tessera-agent`: the node agent daemon (see the library docs).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tessera_agent::agent::{self, Config, Transport};
+use tessera_agent::backend::GpuBackend;
+use tessera_agent::backend::sim::{Faults, SimBackend, SimNode, parse_gpus};
 use tessera_core::Catalog;
 
-/// Tessera node agent.
+/// Tessera node agent: applies the node's MIG layout and sharing config, reports status.
 #[derive(Debug, Parser)]
 #[command(name = "tessera-agent", version, about)]
 struct Args {
     /// Resolve a GPU product name or PCI device id (as NVML reports it) to a catalog model and exit.
     #[arg(long, value_name = "NAME_OR_PCI_ID")]
     identify: Option<String>,
+    /// The Tessera server, e.g. https://tessera.example.com.
+    #[arg(long, env = "TESSERA_SERVER")]
+    server: Option<String>,
+    /// A join token from an admin (`tessera node join-token`); needed the first time only.
+    #[arg(long, env = "TESSERA_JOIN_TOKEN")]
+    join_token: Option<String>,
+    /// Where the node credential and the applied generation are kept.
+    #[arg(long, env = "TESSERA_AGENT_STATE", default_value = "/var/lib/tessera-agent")]
+    state_dir: PathBuf,
+    /// GPU backend.
+    #[arg(long, value_enum, default_value = "nvml")]
+    backend: BackendKind,
+    /// Simulated GPUs for `--backend sim`: MODEL:COUNT,..., e.g. H100-80GB:4,A100-40GB:2.
+    #[arg(long, default_value = "H100-80GB:2")]
+    sim_gpus: String,
+    /// Host name to report (default: the machine's).
+    #[arg(long, env = "TESSERA_NODE_NAME")]
+    hostname: Option<String>,
+    /// Simulated fault: creating this profile fails.
+    #[arg(long)]
+    sim_fail_create: Option<String>,
+    /// Simulated fault: every create/destroy takes this many milliseconds.
+    #[arg(long, default_value_t = 0)]
+    sim_step_delay_ms: u64,
+    /// Simulated fault: crash after this many create/destroy steps.
+    #[arg(long)]
+    sim_crash_after: Option<u32>,
+    /// Receive specs by long-polling only (no WebSocket).
+    #[arg(long)]
+    long_poll: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BackendKind {
+    /// NVIDIA's management library (needs the driver).
+    Nvml,
+    /// Simulated GPUs.
+    Sim,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".to_string())
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match args.identify {
-        Some(name) => match Catalog::builtin().resolve(&name) {
+    if let Some(name) = &args.identify {
+        return match Catalog::builtin().resolve(name) {
             Some((model, _)) => {
                 #[allow(clippy::print_stdout)]
                 {
@@ -31,10 +79,76 @@ fn main() -> ExitCode {
                 eprintln!("tessera-agent: `{name}` is not a MIG-capable GPU model in the catalog");
                 ExitCode::from(1)
             }
-        },
-        None => {
-            eprintln!("tessera-agent: the node agent daemon is not available in this build; see `--help`");
-            ExitCode::from(2)
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let Some(server) = &args.server else {
+        eprintln!("tessera-agent: --server URL is needed (or --identify NAME)");
+        return ExitCode::from(2);
+    };
+    let backend: Box<dyn GpuBackend> = match args.backend {
+        BackendKind::Nvml => {
+            eprintln!(
+                "tessera-agent: the NVML backend is not in this build yet; run with --backend sim for simulated GPUs"
+            );
+            return ExitCode::from(2);
+        }
+        BackendKind::Sim => {
+            let gpus = match parse_gpus(&args.sim_gpus) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("tessera-agent: --sim-gpus: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let name = args.hostname.clone().unwrap_or_else(hostname);
+            if let Err(e) = std::fs::create_dir_all(&args.state_dir) {
+                eprintln!("tessera-agent: {}: {e}", args.state_dir.display());
+                return ExitCode::from(1);
+            }
+            let sim = match SimBackend::with_file(args.state_dir.join("sim-gpus.json"), SimNode::new(&name, &gpus)) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("tessera-agent: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            {
+                let handle = sim.handle();
+                let mut node = handle.lock().unwrap_or_else(|e| e.into_inner());
+                node.hostname = name;
+                node.faults = Faults {
+                    fail_create: args.sim_fail_create.clone(),
+                    step_delay_ms: args.sim_step_delay_ms,
+                    crash_after_steps: args.sim_crash_after,
+                };
+            }
+            Box::new(sim)
+        }
+    };
+    let mut config = Config::new(server, args.join_token.clone(), args.state_dir.clone());
+    if args.long_poll {
+        config.transport = Transport::LongPoll;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tessera-agent: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(agent::run(config, backend)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(agent::AgentError::Crashed(c)) => {
+            eprintln!("tessera-agent: {c}");
+            ExitCode::from(70)
+        }
+        Err(e) => {
+            eprintln!("tessera-agent: {e}");
+            ExitCode::from(1)
         }
     }
 }

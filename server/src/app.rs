@@ -31,6 +31,8 @@ pub struct App {
     pub reads: ReadCache,
     /// Request creations, written in batches.
     pub creates: crate::services::requests::CreateQueue,
+    /// Connected agents and node heartbeats.
+    pub hub: crate::services::agents::Hub,
 }
 
 /// What a credential resolved to.

@@ -112,6 +112,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         auth,
         principals: Default::default(),
         reads: Default::default(),
+        hub: Default::default(),
     }));
     Ok((state, generated))
 }
@@ -127,6 +128,8 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let store = state.store.clone();
     let idle = state.auth.session_idle;
+    let agents = crate::services::agents::start_background(&state);
+    let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
         loop {
@@ -142,11 +145,15 @@ pub async fn serve(
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
                 tracing::warn!(error = %e, "session sweep failed");
             }
+            if let Err(e) = crate::services::agents::refresh(&sweeping, None).await {
+                tracing::warn!(error = %e, "node spec sweep failed");
+            }
         }
     });
     let app = crate::http::router(state);
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
+    agents.abort();
     served?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The HTTP API: one router per resource, merged with their OpenAPI descriptions (routes and spec come from the
 //! same `#[utoipa::path]` annotations), behind tracing, request ids, compression, a body limit and a timeout.
 
+mod agents;
 mod audit;
 pub mod auth;
 mod catalog;
@@ -123,6 +124,14 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(signin::set_password))
         .routes(routes!(signin::create_node_credential, signin::revoke_node_credentials))
         .routes(routes!(signin::agent_node))
+        .routes(routes!(agents::create_join_token, agents::list_join_tokens))
+        .routes(routes!(agents::delete_join_token))
+        .routes(routes!(agents::join))
+        .routes(routes!(agents::put_inventory))
+        .routes(routes!(agents::get_spec))
+        .routes(routes!(agents::put_status))
+        .routes(routes!(agents::heartbeat))
+        .routes(routes!(agents::websocket))
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -12,7 +12,9 @@ use super::auth::require_platform_admin;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::fleet::{self, GpuReport};
+use crate::store::agents::AgentRecord;
 use crate::store::{Gpu, Node, Principal};
+use tessera_core::api::{Inventory, NodeStatus, ObservedInstance, StepError};
 
 /// A node to register.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -52,6 +54,31 @@ pub struct NodeView {
     pub created_at_ms: i64,
     /// GPUs, by index.
     pub gpus: Vec<GpuView>,
+    /// `ready` (heard from, spec applied without errors), `applying` (a newer spec than the applied one),
+    /// `failed` (applied with errors, e.g. `instance_busy`), `not-ready` (no heartbeat for 20 s) or `not-joined`
+    /// (no agent ever reported).
+    pub state: String,
+    /// Spec generation: bumped at every change of the node's desired layouts or sharing.
+    pub generation: i64,
+    /// The generation the agent last finished applying.
+    pub observed_generation: i64,
+    /// When the agent was last heard from, UTC milliseconds.
+    pub last_seen_ms: Option<i64>,
+    /// Agent version, backend and driver, from the agent's inventory.
+    pub agent: Option<AgentInfo>,
+    /// Errors of the last apply not tied to one GPU.
+    pub errors: Vec<StepError>,
+}
+
+/// The agent of a node.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentInfo {
+    /// Agent version.
+    pub version: String,
+    /// `nvml`, `sim` or `kube`.
+    pub backend: String,
+    /// NVIDIA driver version.
+    pub driver_version: Option<String>,
 }
 
 /// A GPU.
@@ -75,6 +102,10 @@ pub struct GpuView {
     pub layout_version: i64,
     /// Layout changes apply without an admin's approval.
     pub auto_layout: bool,
+    /// The MIG instances the agent last reported, with their UUIDs and processes (`None` before any report).
+    pub applied: Option<Vec<ObservedInstance>>,
+    /// Steps of the last apply on this GPU that failed or wait.
+    pub errors: Vec<StepError>,
 }
 
 impl From<Gpu> for GpuView {
@@ -89,6 +120,8 @@ impl From<Gpu> for GpuView {
             layout: g.layout,
             layout_version: g.layout_version,
             auto_layout: g.auto_layout,
+            applied: None,
+            errors: Vec::new(),
         }
     }
 }
@@ -100,7 +133,55 @@ impl From<Node> for NodeView {
             name: n.name,
             created_at_ms: n.created_at_ms,
             gpus: n.gpus.into_iter().map(Into::into).collect(),
+            state: "not-joined".to_string(),
+            generation: 0,
+            observed_generation: 0,
+            last_seen_ms: None,
+            agent: None,
+            errors: Vec::new(),
         }
+    }
+}
+
+impl NodeView {
+    /// The node with what its agent last reported.
+    pub fn with_agent(node: Node, record: Option<&AgentRecord>, state: &AppState, now: i64) -> NodeView {
+        let mut view = NodeView::from(node);
+        let Some(record) = record else { return view };
+        let status: Option<NodeStatus> = record.status.as_deref().and_then(|s| serde_json::from_str(s).ok());
+        let inventory: Option<Inventory> = record.inventory.as_deref().and_then(|s| serde_json::from_str(s).ok());
+        let (ready, last_seen) = crate::services::agents::ready(state, &view.id, record.last_seen_ms, now);
+        view.generation = record.generation;
+        view.observed_generation = record.observed_generation;
+        view.last_seen_ms = last_seen;
+        view.agent = inventory.map(|i| AgentInfo {
+            version: i.agent_version,
+            backend: i.backend,
+            driver_version: i.driver_version,
+        });
+        if let Some(status) = &status {
+            view.errors = status.errors.clone();
+            for gpu in &mut view.gpus {
+                if let Some(seen) = status.gpus.iter().find(|s| s.uuid == gpu.uuid) {
+                    gpu.applied = Some(seen.instances.clone());
+                    gpu.errors = seen.errors.clone();
+                }
+            }
+        }
+        let failed = !view.errors.is_empty() || view.gpus.iter().any(|g| !g.errors.is_empty());
+        view.state = if last_seen.is_none() {
+            "not-joined"
+        } else if !ready {
+            "not-ready"
+        } else if record.observed_generation < record.generation || status.as_ref().is_some_and(|s| s.applying) {
+            "applying"
+        } else if failed {
+            "failed"
+        } else {
+            "ready"
+        }
+        .to_string();
+        view
     }
 }
 
@@ -134,7 +215,19 @@ pub async fn register_node(
     responses((status = 200, body = Vec<NodeView>), (status = 403, body = Problem)))]
 pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<NodeView>>, ApiError> {
     require_platform_admin(&p)?;
-    Ok(ApiJson(state.store.nodes().await?.into_iter().map(Into::into).collect()))
+    let records = state.store.agent_records().await?;
+    let now = crate::store::now_ms();
+    let views = state
+        .store
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| {
+            let record = records.iter().find(|r| r.node_id == n.id);
+            NodeView::with_agent(n, record, &state, now)
+        })
+        .collect();
+    Ok(ApiJson(views))
 }
 
 /// Cordon a GPU: it gets nothing new (platform admins).
@@ -198,6 +291,10 @@ pub struct AllocationView {
     pub k8s_resource: String,
     /// Whether the instance waits for a layout change to be approved and applied.
     pub waiting_for_layout: bool,
+    /// The device serving it once active: the MIG device UUID (`MIG-...`) or the GPU UUID.
+    pub device_uuid: Option<String>,
+    /// What a workload on the node sets `CUDA_VISIBLE_DEVICES` to (once active).
+    pub cuda_visible_devices: Option<String>,
 }
 
 /// Query.
@@ -219,6 +316,7 @@ pub async fn list_allocations(
     super::auth::require_visible(&p, &q.tenant, "tenant")?;
     let nodes = state.store.nodes().await?;
     let allocations = state.store.tenant_allocations(&q.tenant).await?;
+    let devices = state.store.allocation_devices(&q.tenant).await?;
     let views = allocations
         .into_iter()
         .filter_map(|a| {
@@ -231,6 +329,8 @@ pub async fn list_allocations(
                     format!("nvidia.com/mig-{}", a.profile)
                 },
                 waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
+                device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
+                cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
                 id: a.id,
                 request: a.request_id,
                 state: a.state,

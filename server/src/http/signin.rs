@@ -541,5 +541,9 @@ pub async fn agent_node(
     NodeAuth(node): NodeAuth,
 ) -> Result<ApiJson<NodeView>, ApiError> {
     let found = state.store.nodes().await?.into_iter().find(|n| n.id == node.node_id);
-    found.map(|n| ApiJson(n.into())).ok_or_else(|| ApiError::NotFound("node not found".into()))
+    let record = state.store.agent_record(&node.node_id).await.ok();
+    let now = crate::store::now_ms();
+    found
+        .map(|n| ApiJson(NodeView::with_agent(n, record.as_ref(), &state, now)))
+        .ok_or_else(|| ApiError::NotFound("node not found".into()))
 }

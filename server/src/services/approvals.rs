@@ -94,7 +94,12 @@ async fn commit(
     reservations: Vec<Reservation>,
 ) -> Result<Approval, ApiError> {
     match state.store.approve_request(t, changes, &reservations).await {
-        Ok((request, proposals)) => Ok(Approval { request, reservations, proposals }),
+        Ok((request, proposals)) => {
+            let gpus: Vec<String> =
+                reservations.iter().map(|r| r.gpu_id.clone()).chain(changes.iter().map(|c| c.gpu_id.clone())).collect();
+            crate::services::agents::refresh_gpus(state, &gpus).await;
+            Ok(Approval { request, reservations, proposals })
+        }
         Err(StoreError::Conflict { constraint }) if STALE.contains(&constraint.as_str()) => Err(ApiError::Conflict {
             code: "plan_stale",
             detail: "the fleet changed while the placement was planned; approve again".to_string(),
@@ -240,7 +245,10 @@ pub async fn decide_layout(
         return Err(ApiError::invalid("reason_required", "rejecting a layout needs a reason"));
     }
     match state.store.decide_proposal(id, approve, reason.trim(), &p.actor()).await {
-        Ok(proposal) => Ok(proposal),
+        Ok(proposal) => {
+            crate::services::agents::refresh_gpus(state, std::slice::from_ref(&proposal.gpu_id)).await;
+            Ok(proposal)
+        }
         Err(StoreError::Conflict { constraint }) => {
             let (code, detail) = match constraint.as_str() {
                 "gpu_layout_version" => ("layout_stale", "the GPU's layout changed since this proposal was planned"),

@@ -145,7 +145,19 @@ pub async fn act(
     };
     let actor = p.actor();
     let t = Transition { id: &request.id, expected_version: if_match, to, reason, actor: &actor };
-    Ok(state.store.transition(t).await?)
+    let gpus: Vec<String> = state
+        .store
+        .tenant_allocations(&request.tenant_id)
+        .await?
+        .into_iter()
+        .filter(|a| a.request_id == request.id)
+        .map(|a| a.gpu_id)
+        .collect();
+    let after = state.store.transition(t).await?;
+    if !gpus.is_empty() {
+        crate::services::agents::refresh_gpus(state, &gpus).await;
+    }
+    Ok(after)
 }
 
 fn key_reused() -> ApiError {

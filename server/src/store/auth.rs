@@ -10,27 +10,6 @@ use sha2::{Digest, Sha256};
 
 use super::{Db, Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
 
-/// Runs `$body` with `$pool` bound to the store's pool, `$dialect` to its [`Dialect`] and `$audit` to its
-/// audit-insert function.
-macro_rules! on_pool {
-    ($store:expr, $pool:ident, $dialect:ident, $audit:ident => $body:expr) => {
-        match &$store.db {
-            Db::Sqlite($pool) => {
-                let $dialect = Dialect::Sqlite;
-                #[allow(unused_variables)]
-                let $audit = super::sqlite::audit_insert;
-                $body
-            }
-            Db::Postgres($pool) => {
-                let $dialect = Dialect::Postgres;
-                #[allow(unused_variables)]
-                let $audit = super::postgres::audit_insert;
-                $body
-            }
-        }
-    };
-}
-
 /// Every membership of a user, by tenant id.
 macro_rules! memberships_of {
     ($conn:expr, $user_id:expr) => {{
@@ -45,7 +24,7 @@ macro_rules! memberships_of {
 
 /// Where the two schemas differ: user creation times are milliseconds on SQLite and `TIMESTAMPTZ` on PostgreSQL.
 #[derive(Debug, Clone, Copy)]
-enum Dialect {
+pub(super) enum Dialect {
     Sqlite,
     Postgres,
 }
@@ -53,7 +32,7 @@ enum Dialect {
 impl Dialect {
     /// How a writing transaction begins: SQLite takes the write lock up front, so that a transaction that reads
     /// before it writes never fails to upgrade its lock.
-    fn begin(self) -> &'static str {
+    pub(super) fn begin(self) -> &'static str {
         match self {
             Dialect::Sqlite => "BEGIN IMMEDIATE",
             Dialect::Postgres => "BEGIN",
@@ -61,7 +40,7 @@ impl Dialect {
     }
 
     /// The users' creation time as milliseconds.
-    fn user_created_ms(self) -> &'static str {
+    pub(super) fn user_created_ms(self) -> &'static str {
         match self {
             Dialect::Sqlite => "created_at_ms",
             Dialect::Postgres => "(extract(epoch from created_at) * 1000)::bigint",

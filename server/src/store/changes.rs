@@ -22,6 +22,8 @@ use sqlx::postgres::PgListener;
 
 /// The channel the PostgreSQL trigger notifies (migration `0007_change_notify.sql`).
 pub const CHANNEL: &str = "tessera_changes";
+/// The channel node spec changes are notified on, with `<node id>:<generation>` (migration `0009_agents.sql`).
+pub const NODE_SPEC_CHANNEL: &str = "tessera_node_spec";
 
 /// The change counter (see the module docs).
 #[derive(Debug)]
@@ -30,17 +32,27 @@ pub struct Changes {
     /// Whether every committed change is seen (always for SQLite, whose only writer is this process; for
     /// PostgreSQL, while the listener is connected).
     complete: AtomicBool,
+    /// Node spec changes `(node id, generation)`, from this process and (PostgreSQL) from every other writer.
+    node_specs: tokio::sync::broadcast::Sender<(String, i64)>,
 }
 
 impl Changes {
     /// A counter that sees every change from the start (SQLite).
     pub(super) fn local() -> Changes {
-        Changes { generation: AtomicU64::new(1), complete: AtomicBool::new(true) }
+        Changes {
+            generation: AtomicU64::new(1),
+            complete: AtomicBool::new(true),
+            node_specs: tokio::sync::broadcast::channel(4096).0,
+        }
     }
 
     /// A counter that sees other writers' changes only once [`follow`] is listening (PostgreSQL).
     pub(super) fn shared() -> Changes {
-        Changes { generation: AtomicU64::new(1), complete: AtomicBool::new(false) }
+        Changes {
+            generation: AtomicU64::new(1),
+            complete: AtomicBool::new(false),
+            node_specs: tokio::sync::broadcast::channel(4096).0,
+        }
     }
 
     /// Records that a change committed.
@@ -52,6 +64,16 @@ impl Changes {
     pub fn current(&self) -> Option<u64> {
         let generation = self.generation.load(Ordering::SeqCst);
         self.complete.load(Ordering::SeqCst).then_some(generation)
+    }
+
+    /// Announces that a node's spec moved to `generation`.
+    pub(super) fn node_spec(&self, node_id: &str, generation: i64) {
+        let _ = self.node_specs.send((node_id.to_string(), generation));
+    }
+
+    /// Node spec changes from now on.
+    pub fn node_specs(&self) -> tokio::sync::broadcast::Receiver<(String, i64)> {
+        self.node_specs.subscribe()
     }
 
     fn set_complete(&self, complete: bool) {
@@ -89,6 +111,13 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
                     let got = listener.try_recv().await;
                     let Some(c) = changes.upgrade() else { return };
                     match got {
+                        Ok(Some(n)) if n.channel() == NODE_SPEC_CHANNEL => {
+                            if let Some((node, generation)) = n.payload().rsplit_once(':')
+                                && let Ok(generation) = generation.parse()
+                            {
+                                c.node_spec(node, generation);
+                            }
+                        }
                         Ok(Some(_)) => c.bump(),
                         // Lost the connection (`None`), or the pool is closing: notifications may be missed.
                         Ok(None) | Err(_) => {
@@ -109,6 +138,6 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
 
 async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, NODE_SPEC_CHANNEL]).await?;
     Ok(listener)
 }

@@ -9,6 +9,28 @@
 //! same request one wins and the other gets [`StoreError::Conflict`]. Every change writes an audit entry in the same
 //! transaction.
 
+/// Runs `$body` with `$pool` bound to the store's pool, `$dialect` to its [`Dialect`] and `$audit` to its
+/// audit-insert function.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident, $dialect:ident, $audit:ident => $body:expr) => {
+        match &$store.db {
+            Db::Sqlite($pool) => {
+                let $dialect = Dialect::Sqlite;
+                #[allow(unused_variables)]
+                let $audit = super::sqlite::audit_insert;
+                $body
+            }
+            Db::Postgres($pool) => {
+                let $dialect = Dialect::Postgres;
+                #[allow(unused_variables)]
+                let $audit = super::postgres::audit_insert;
+                $body
+            }
+        }
+    };
+}
+
+pub mod agents;
 pub mod auth;
 pub mod batch;
 pub mod changes;

@@ -467,10 +467,14 @@ pub(super) async fn members(pool: &PgPool, tenant_id: &str) -> Result<Vec<(User,
 
 /// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
 pub(super) async fn release_allocations(conn: &mut PgConnection, request_id: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE allocations SET state = 'released' WHERE request_id = $1 AND state IN ('reserved', 'active')")
-        .bind(request_id)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "UPDATE allocations SET state = 'released', released_at_ms = $2 \
+         WHERE request_id = $1 AND state IN ('reserved', 'active')",
+    )
+    .bind(request_id)
+    .bind(super::now_ms())
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

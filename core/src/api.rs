@@ -1,0 +1,204 @@
+//! Wire types between the server and the node agent: what a node has (inventory), what it should have (spec, with a
+//! generation), what it has now (status, with the generation it observed), and its telemetry.
+//!
+//! Spec and status follow the Kubernetes pattern: the server bumps `generation` whenever the desired state of the
+//! node changes; the agent reports `observed_generation`, the generation of the last spec it finished acting on, so
+//! `observed_generation == generation` with no errors means "applied".
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::PlacedInstance;
+use crate::sharing::GpuSharing;
+
+/// What an agent finds on its node; sent when it joins and every time it starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Inventory {
+    /// The node's host name (the name it joins under unless the join token names one).
+    pub hostname: String,
+    /// Agent version.
+    pub agent_version: String,
+    /// `nvml`, `sim` or `kube`.
+    pub backend: String,
+    /// NVIDIA driver version, when a driver is there.
+    #[serde(default)]
+    pub driver_version: Option<String>,
+    /// CUDA driver API version, e.g. `12.8`.
+    #[serde(default)]
+    pub cuda_version: Option<String>,
+    /// GPUs by index.
+    pub gpus: Vec<GpuInventory>,
+}
+
+/// One GPU as the agent sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuInventory {
+    /// Index (NVML order).
+    pub index: u32,
+    /// NVML UUID, `GPU-...`.
+    pub uuid: String,
+    /// Product name as NVML reports it, e.g. `NVIDIA H100 80GB HBM3`; resolved through the catalog by the server.
+    pub name: String,
+    /// PCI device id, e.g. `0x233010DE`, the fallback for resolving the model.
+    #[serde(default)]
+    pub pci_device_id: Option<String>,
+    /// Framebuffer memory, MiB.
+    pub memory_mib: u64,
+    /// Whether the GPU supports MIG.
+    pub mig_capable: bool,
+    /// Whether MIG mode is on (current mode).
+    pub mig_enabled: bool,
+    /// MIG mode after the next GPU reset, when it differs from the current one.
+    #[serde(default)]
+    pub mig_pending: Option<bool>,
+    /// MIG instances that exist now.
+    #[serde(default)]
+    pub instances: Vec<ObservedInstance>,
+}
+
+/// A MIG instance that exists on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ObservedInstance {
+    /// Profile name, e.g. `3g.40gb`.
+    pub profile: String,
+    /// Start unit of its placement.
+    pub start: u8,
+    /// MIG device UUID (`MIG-...`): what `CUDA_VISIBLE_DEVICES` takes.
+    pub uuid: String,
+    /// GPU instance id.
+    pub gi_id: u32,
+    /// Compute instance id.
+    pub ci_id: u32,
+    /// Device name, e.g. `MIG 3g.40gb Device 0`.
+    pub device_name: String,
+    /// Processes running in it (PIDs on the node).
+    #[serde(default)]
+    pub processes: Vec<u32>,
+}
+
+/// The desired state of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeSpec {
+    /// Node id.
+    pub node: String,
+    /// Bumped whenever anything below changes.
+    pub generation: i64,
+    /// Desired state per GPU.
+    pub gpus: Vec<GpuSpec>,
+}
+
+/// The desired state of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuSpec {
+    /// NVML UUID.
+    pub uuid: String,
+    /// Index on the node.
+    pub index: u32,
+    /// MIG mode the GPU must be in (the agent never changes MIG mode: that may need a GPU reset, which is the
+    /// admin's call; a GPU in the wrong mode is reported as an error).
+    pub mig_enabled: bool,
+    /// Every MIG instance the GPU should have, at its exact placement (empty when MIG is off).
+    pub layout: Vec<PlacedInstance>,
+    /// How the GPU or its instances are shared (time-slicing, MPS).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub sharing: GpuSharing,
+}
+
+/// What a node has now, reported after every change and on every heartbeat interval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeStatus {
+    /// Generation of the last spec the agent finished acting on (0: none yet).
+    pub observed_generation: i64,
+    /// Whether the agent is still working on a newer spec than `observed_generation`.
+    #[serde(default)]
+    pub applying: bool,
+    /// Per GPU.
+    pub gpus: Vec<GpuStatus>,
+    /// Errors not tied to one GPU (e.g. writing the device-plugin config).
+    #[serde(default)]
+    pub errors: Vec<StepError>,
+}
+
+/// What one GPU has now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuStatus {
+    /// NVML UUID.
+    pub uuid: String,
+    /// MIG mode now.
+    pub mig_enabled: bool,
+    /// MIG instances that exist now, with their UUIDs and processes.
+    pub instances: Vec<ObservedInstance>,
+    /// Sharing config in effect.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    #[serde(default)]
+    pub sharing: Option<GpuSharing>,
+    /// Steps of the last apply that failed, or wait (e.g. `instance_busy`).
+    #[serde(default)]
+    pub errors: Vec<StepError>,
+}
+
+/// One step of applying a spec that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StepError {
+    /// The step, e.g. `destroy 3g.40gb@4` or `create 1g.10gb@6`.
+    pub step: String,
+    /// Stable code, e.g. `instance_busy`, `placement_occupied`, `mig_mode_mismatch`, `driver_error`.
+    pub code: String,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+/// A message from the server to an agent on its WebSocket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    /// The node's current spec (sent on connect and on every change).
+    Spec {
+        /// The spec.
+        spec: NodeSpec,
+    },
+}
+
+/// A message from an agent to the server on its WebSocket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// Still here.
+    Heartbeat,
+    /// What the node has now.
+    Status {
+        /// The status.
+        status: NodeStatus,
+    },
+}
+
+/// What a node credential is exchanged for at joining.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JoinRequest {
+    /// The join token an admin created (`tsj_...`).
+    pub token: String,
+    /// What the node has.
+    pub inventory: Inventory,
+}
+
+/// The answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Joined {
+    /// The node's id.
+    pub node_id: String,
+    /// The node's name.
+    pub node_name: String,
+    /// The node credential (`tsn_...`), shown once: the agent keeps it in its state directory.
+    pub credential: String,
+}

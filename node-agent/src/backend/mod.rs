@@ -1,0 +1,46 @@
+//! GPU backends: what the agent can see and do on its node's GPUs.
+//!
+//! Every backend speaks in placements (profile + start unit), as the spec does: instances are created at their
+//! exact placement and found again by it, never by "the first free slot" the driver would pick.
+
+pub mod sim;
+
+use tessera_core::api::{GpuSpec, Inventory, ObservedInstance};
+
+/// What a backend call failed with: a stable code (as reported in status) and a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct BackendError {
+    /// Stable code, e.g. `in_use`, `placement_occupied`, `placement_invalid`, `mig_disabled`, `driver_error`.
+    pub code: &'static str,
+    /// What went wrong.
+    pub message: String,
+    /// The agent must stop at once, as if it crashed (fault injection).
+    pub crash: bool,
+}
+
+impl BackendError {
+    /// An error with `code`.
+    pub fn new(code: &'static str, message: impl Into<String>) -> BackendError {
+        BackendError { code, message: message.into(), crash: false }
+    }
+}
+
+/// A node's GPUs, as the agent drives them.
+pub trait GpuBackend: Send {
+    /// The node's GPUs, MIG instances (with their processes) and driver.
+    fn inventory(&mut self) -> Result<Inventory, BackendError>;
+
+    /// Creates a GPU instance and its compute instance at exactly `start` on the GPU `gpu_uuid`.
+    fn create_instance(&mut self, gpu_uuid: &str, profile: &str, start: u8) -> Result<ObservedInstance, BackendError>;
+
+    /// Destroys the MIG instance at `start` (its compute instances first). Fails with `in_use` when processes run
+    /// in it.
+    fn destroy_instance(&mut self, gpu_uuid: &str, profile: &str, start: u8) -> Result<(), BackendError>;
+
+    /// Puts the sharing config (time-slicing / MPS) of every GPU in effect.
+    fn apply_sharing(&mut self, gpus: &[GpuSpec]) -> Result<(), BackendError>;
+
+    /// The sharing config in effect, per GPU UUID.
+    fn sharing(&mut self) -> Vec<(String, tessera_core::sharing::GpuSharing)>;
+}

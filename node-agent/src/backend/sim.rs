@@ -1,0 +1,370 @@
+//! Simulated GPUs of any catalog model, enforcing the rules the driver enforces: an instance only at an allowed
+//! placement of its profile, never overlapping another, within the GPU's compute slices and engines (the core's
+//! layout validation), only in MIG mode, and never destroyed while a process runs in it.
+//!
+//! The simulated hardware is shared (`Arc<Mutex<SimNode>>`) and outlives the agent, as real GPUs outlive an agent
+//! process: a restarted agent finds what the previous one left. With a state file it also outlives the process.
+//! Faults can be injected: a create that fails, slow steps, and a crash after a number of steps.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tessera_core::Catalog;
+use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance};
+use tessera_core::layout::{InstanceSpec, LayoutError, validate};
+use tessera_core::sharing::{GpuSharing, Sharing};
+
+use super::{BackendError, GpuBackend};
+
+/// A simulated node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SimNode {
+    /// Host name.
+    pub hostname: String,
+    /// GPUs by index.
+    pub gpus: Vec<SimGpu>,
+    /// Injected faults.
+    #[serde(default)]
+    pub faults: Faults,
+    /// Next process id handed out.
+    #[serde(default = "first_pid")]
+    pub next_pid: u32,
+}
+
+fn first_pid() -> u32 {
+    4000
+}
+
+/// A simulated GPU.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SimGpu {
+    /// Index.
+    pub index: u32,
+    /// `GPU-...`.
+    pub uuid: String,
+    /// Catalog model key.
+    pub model: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// MIG instances.
+    pub instances: Vec<ObservedInstance>,
+    /// Sharing config in effect.
+    pub sharing: GpuSharing,
+    /// Next GPU instance id.
+    pub next_gi: u32,
+}
+
+/// Faults to inject.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Faults {
+    /// Creating an instance of this profile fails (`driver_error`).
+    #[serde(default)]
+    pub fail_create: Option<String>,
+    /// Every create and destroy takes this long.
+    #[serde(default)]
+    pub step_delay_ms: u64,
+    /// After this many more successful create/destroy steps, the next one crashes the agent (before acting).
+    #[serde(default)]
+    pub crash_after_steps: Option<u32>,
+}
+
+/// Shared handle on a simulated node.
+pub type SimHandle = Arc<Mutex<SimNode>>;
+
+/// Parses `MODEL:COUNT[,MODEL:COUNT...]`, e.g. `H100-80GB:4,A100-40GB:2`, against the catalog.
+pub fn parse_gpus(text: &str) -> Result<Vec<(String, u32)>, String> {
+    let catalog = Catalog::builtin();
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|part| {
+            let (model, count) = part.rsplit_once(':').unwrap_or((part, "1"));
+            let (m, _) = catalog
+                .resolve(model)
+                .ok_or_else(|| format!("`{model}` is not a catalog model; known: {}", catalog.keys().join(", ")))?;
+            let count: u32 = count.parse().map_err(|_| format!("`{part}`: the count after `:` must be a number"))?;
+            if count == 0 || count > 64 {
+                return Err(format!("`{part}`: a node has 1 to 64 GPUs of a model"));
+            }
+            Ok((m.key.clone(), count))
+        })
+        .collect()
+}
+
+/// A stable pseudo-UUID from a seed text (FNV-1a, twice).
+fn uuid_from(prefix: &str, seed: &str) -> String {
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
+    for byte in seed.bytes() {
+        a = (a ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        b = (b ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x55);
+    }
+    let h = format!("{a:016x}{b:016x}");
+    format!("{prefix}-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+impl SimNode {
+    /// A node `hostname` with `gpus` (`(model key, count)`), all in MIG mode with no instances.
+    pub fn new(hostname: &str, gpus: &[(String, u32)]) -> SimNode {
+        let mut out = Vec::new();
+        for (model, count) in gpus {
+            for _ in 0..*count {
+                let index = out.len() as u32;
+                out.push(SimGpu {
+                    index,
+                    uuid: uuid_from("GPU", &format!("{hostname}/{index}")),
+                    model: model.clone(),
+                    mig_enabled: true,
+                    instances: Vec::new(),
+                    sharing: GpuSharing { mig_enabled: true, gpu: Sharing::Exclusive, instances: Vec::new() },
+                    next_gi: 1,
+                });
+            }
+        }
+        SimNode { hostname: hostname.to_string(), gpus: out, faults: Faults::default(), next_pid: first_pid() }
+    }
+
+    /// Turns MIG mode off on GPU `index` (for whole-GPU sharing); only while it has no instances.
+    pub fn set_mig(&mut self, index: u32, enabled: bool) -> Result<(), BackendError> {
+        let gpu = self
+            .gpus
+            .iter_mut()
+            .find(|g| g.index == index)
+            .ok_or_else(|| BackendError::new("gpu_missing", "no such GPU"))?;
+        if !gpu.instances.is_empty() {
+            return Err(BackendError::new("in_use", "MIG mode changes only on a GPU without instances"));
+        }
+        gpu.mig_enabled = enabled;
+        gpu.sharing.mig_enabled = enabled;
+        Ok(())
+    }
+
+    /// Starts a (simulated) process in the MIG instance `instance_uuid`; returns its PID.
+    pub fn start_process(&mut self, instance_uuid: &str) -> Option<u32> {
+        let pid = self.next_pid;
+        let inst = self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).find(|i| i.uuid == instance_uuid)?;
+        inst.processes.push(pid);
+        self.next_pid += 1;
+        Some(pid)
+    }
+
+    /// Ends every process in the instance `instance_uuid`.
+    pub fn stop_processes(&mut self, instance_uuid: &str) {
+        for inst in self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).filter(|i| i.uuid == instance_uuid) {
+            inst.processes.clear();
+        }
+    }
+
+    fn gpu_mut(&mut self, uuid: &str) -> Result<&mut SimGpu, BackendError> {
+        self.gpus
+            .iter_mut()
+            .find(|g| g.uuid == uuid)
+            .ok_or_else(|| BackendError::new("gpu_missing", format!("no GPU {uuid}")))
+    }
+
+    /// Counts a step against the crash fault and waits the step delay.
+    fn step(&mut self) -> Result<(), BackendError> {
+        if let Some(n) = self.faults.crash_after_steps {
+            if n == 0 {
+                self.faults.crash_after_steps = None;
+                return Err(BackendError { code: "crash", message: "injected crash".to_string(), crash: true });
+            }
+            self.faults.crash_after_steps = Some(n - 1);
+        }
+        Ok(())
+    }
+}
+
+/// The simulated backend over a shared node, optionally saved to a file after every change.
+#[derive(Debug, Clone)]
+pub struct SimBackend {
+    node: SimHandle,
+    file: Option<PathBuf>,
+}
+
+impl SimBackend {
+    /// A backend over `node`.
+    pub fn new(node: SimHandle) -> SimBackend {
+        SimBackend { node, file: None }
+    }
+
+    /// A backend whose node lives in `file`: loaded from it when it exists (else `fresh` is used), saved after
+    /// every change.
+    pub fn with_file(file: PathBuf, fresh: SimNode) -> Result<SimBackend, String> {
+        let node = match std::fs::read_to_string(&file) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh,
+            Err(e) => return Err(format!("{}: {e}", file.display())),
+        };
+        let backend = SimBackend { node: Arc::new(Mutex::new(node)), file: Some(file) };
+        backend.save(&backend.lock())?;
+        Ok(backend)
+    }
+
+    /// The shared node.
+    pub fn handle(&self) -> SimHandle {
+        self.node.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SimNode> {
+        self.node.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn save(&self, node: &SimNode) -> Result<(), String> {
+        let Some(file) = &self.file else { return Ok(()) };
+        let text = serde_json::to_string_pretty(node).map_err(|e| e.to_string())?;
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, file))
+            .map_err(|e| format!("{}: {e}", file.display()))
+    }
+
+    fn delay(&self) {
+        let ms = self.lock().faults.step_delay_ms;
+        if ms > 0 {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+    }
+}
+
+fn product_name(model: &str) -> String {
+    Catalog::builtin()
+        .model(model)
+        .and_then(|m| m.products.first().cloned())
+        .unwrap_or_else(|| format!("NVIDIA {model}"))
+}
+
+impl GpuBackend for SimBackend {
+    fn inventory(&mut self) -> Result<Inventory, BackendError> {
+        let node = self.lock();
+        let catalog = Catalog::builtin();
+        Ok(Inventory {
+            hostname: node.hostname.clone(),
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            backend: "sim".to_string(),
+            driver_version: Some("580.95.05-sim".to_string()),
+            cuda_version: Some("13.0".to_string()),
+            gpus: node
+                .gpus
+                .iter()
+                .map(|g| {
+                    let model = catalog.model(&g.model);
+                    GpuInventory {
+                        index: g.index,
+                        uuid: g.uuid.clone(),
+                        name: product_name(&g.model),
+                        pci_device_id: model.and_then(|m| m.pci_device_ids.first().cloned()),
+                        memory_mib: model.map_or(0, |m| {
+                            m.total_memory_mib_observed.map_or(u64::from(m.total_memory_gb_nominal) * 1024, u64::from)
+                        }),
+                        mig_capable: true,
+                        mig_enabled: g.mig_enabled,
+                        mig_pending: None,
+                        instances: g.instances.clone(),
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    fn create_instance(&mut self, gpu_uuid: &str, profile: &str, start: u8) -> Result<ObservedInstance, BackendError> {
+        self.delay();
+        let mut node = self.lock();
+        if node.faults.fail_create.as_deref() == Some(profile) {
+            return Err(BackendError::new("driver_error", format!("injected failure creating {profile}@{start}")));
+        }
+        let hostname = node.hostname.clone();
+        let gpu = node.gpu_mut(gpu_uuid)?;
+        if !gpu.mig_enabled {
+            return Err(BackendError::new("mig_disabled", "MIG mode is off on this GPU"));
+        }
+        let model = Catalog::builtin()
+            .model(&gpu.model)
+            .ok_or_else(|| BackendError::new("driver_error", format!("unknown model {}", gpu.model)))?;
+        let Some(p) = model.profile(profile) else {
+            return Err(BackendError::new("profile_unknown", format!("{} has no profile {profile}", model.key)));
+        };
+        if p.placement_at(start).is_none() {
+            return Err(BackendError::new(
+                "placement_invalid",
+                format!("{profile} cannot start at {start}; allowed: {:?}", p.allowed_starts()),
+            ));
+        }
+        if gpu.instances.iter().any(|i| i.profile == profile && i.start == start) {
+            return Err(BackendError::new("placement_occupied", format!("{profile}@{start} exists already")));
+        }
+        let mut specs: Vec<InstanceSpec> =
+            gpu.instances.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
+        specs.push(InstanceSpec { profile: profile.to_string(), start: Some(start) });
+        if let Err(errors) = validate(model, &specs) {
+            let code = if errors.iter().any(|e| matches!(e, LayoutError::Overlap { .. })) {
+                "placement_occupied"
+            } else {
+                "insufficient_resources"
+            };
+            let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            return Err(BackendError::new(code, list));
+        }
+        let gi = gpu.next_gi;
+        gpu.next_gi += 1;
+        let device = gpu.instances.len();
+        let created = ObservedInstance {
+            profile: profile.to_string(),
+            start,
+            uuid: uuid_from("MIG", &format!("{hostname}/{}/{gi}/{profile}@{start}", gpu.uuid)),
+            gi_id: gi,
+            ci_id: 0,
+            device_name: format!("MIG {profile} Device {device}"),
+            processes: Vec::new(),
+        };
+        // The crash fault strikes before the driver acts, so a crash never leaves a half-made instance.
+        node.step()?;
+        let gpu = node.gpu_mut(gpu_uuid)?;
+        gpu.instances.push(created.clone());
+        gpu.instances.sort_by_key(|i| i.start);
+        let snapshot = node.clone();
+        drop(node);
+        self.save(&snapshot).map_err(|e| BackendError::new("driver_error", e))?;
+        Ok(created)
+    }
+
+    fn destroy_instance(&mut self, gpu_uuid: &str, profile: &str, start: u8) -> Result<(), BackendError> {
+        self.delay();
+        let mut node = self.lock();
+        let gpu = node.gpu_mut(gpu_uuid)?;
+        let Some(pos) = gpu.instances.iter().position(|i| i.profile == profile && i.start == start) else {
+            return Err(BackendError::new("not_found", format!("no instance {profile}@{start}")));
+        };
+        if !gpu.instances[pos].processes.is_empty() {
+            return Err(BackendError::new(
+                "in_use",
+                format!("{profile}@{start} has running processes {:?}", gpu.instances[pos].processes),
+            ));
+        }
+        node.step()?;
+        node.gpu_mut(gpu_uuid)?.instances.remove(pos);
+        let snapshot = node.clone();
+        drop(node);
+        self.save(&snapshot).map_err(|e| BackendError::new("driver_error", e))
+    }
+
+    fn apply_sharing(&mut self, gpus: &[GpuSpec]) -> Result<(), BackendError> {
+        tessera_core::sharing::validate_node(gpus.iter().map(|g| (g.uuid.as_str(), &g.sharing)))
+            .map_err(|e| BackendError::new("sharing_invalid", e.to_string()))?;
+        let mut node = self.lock();
+        for spec in gpus {
+            if let Some(gpu) = node.gpus.iter_mut().find(|g| g.uuid == spec.uuid) {
+                gpu.sharing = spec.sharing.clone();
+            }
+        }
+        let snapshot = node.clone();
+        drop(node);
+        self.save(&snapshot).map_err(|e| BackendError::new("driver_error", e))
+    }
+
+    fn sharing(&mut self) -> Vec<(String, GpuSharing)> {
+        self.lock().gpus.iter().map(|g| (g.uuid.clone(), g.sharing.clone())).collect()
+    }
+}

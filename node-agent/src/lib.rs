@@ -1,0 +1,11 @@
+//! `tessera-agent`: the node agent. It joins the control plane with a join token, reports the node's GPUs,
+//! receives the node's desired spec (pushed over a WebSocket, or long-polled), applies it through a GPU backend,
+//! and reports what the node has now.
+//!
+//! - [`backend`]: the [`backend::GpuBackend`] trait and its simulated implementation.
+//! - [`reconcile`]: desired spec against observed state: actions, then status; idempotent.
+//! - [`agent`]: joining, the push channel with reconnects, heartbeats and status reports.
+
+pub mod agent;
+pub mod backend;
+pub mod reconcile;

@@ -1,0 +1,354 @@
+//! Node agents: join tokens (platform admins), joining, and the agent routes (node credentials): inventory, the
+//! node's spec pushed over a WebSocket or long-polled, status and heartbeats.
+
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
+use utoipa::ToSchema;
+
+use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use crate::app::AppState;
+use crate::services::agents::{self as svc, HEARTBEAT, StatusOutcome};
+use crate::store::auth::NodePrincipal;
+use crate::store::{Principal, StoreError};
+
+/// Prefix of join-token secrets.
+pub const JOIN_TOKEN_PREFIX: &str = "tsj_";
+/// Longest a join token may live.
+const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
+/// Longest a long-poll waits for a new spec.
+const LONG_POLL_MAX_S: u64 = 20;
+
+/// A join token to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewJoinToken {
+    /// The name the joining node takes; by default its host name.
+    #[serde(default)]
+    pub node_name: Option<String>,
+    /// Seconds until it expires (default one hour, at most 7 days).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+}
+
+/// A join token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JoinTokenView {
+    /// Id.
+    pub id: String,
+    /// The secret (`tsj_...`), only in the answer to its creation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The name the joining node takes.
+    pub node_name: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// UTC milliseconds.
+    pub expires_at_ms: i64,
+    /// When a node joined with it (a token is good for one join).
+    pub used_at_ms: Option<i64>,
+    /// The node that joined with it.
+    pub node_id: Option<String>,
+}
+
+impl From<crate::store::agents::JoinToken> for JoinTokenView {
+    fn from(t: crate::store::agents::JoinToken) -> Self {
+        JoinTokenView {
+            id: t.id,
+            token: None,
+            node_name: t.node_name,
+            created_by: t.created_by,
+            created_at_ms: t.created_at_ms,
+            expires_at_ms: t.expires_at_ms,
+            used_at_ms: t.used_at_ms,
+            node_id: t.node_id,
+        }
+    }
+}
+
+fn valid_node_name(name: &str) -> bool {
+    (1..=253).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// Create a join token (platform admins): an agent exchanges it once for its node's credential. The secret is in
+/// this answer only.
+#[utoipa::path(post, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewJoinToken,
+    responses((status = 201, body = JoinTokenView), (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn create_join_token(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewJoinToken>,
+) -> Result<(StatusCode, ApiJson<JoinTokenView>), ApiError> {
+    require_platform_admin(&p)?;
+    if let Some(name) = &body.node_name
+        && !valid_node_name(name)
+    {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            "a node name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
+        ));
+    }
+    let ttl = body.ttl_s.unwrap_or(3600);
+    if ttl == 0 || ttl > JOIN_TOKEN_MAX_TTL_S {
+        return Err(ApiError::invalid("invalid_ttl", format!("ttl_s is 1 to {JOIN_TOKEN_MAX_TTL_S} seconds")));
+    }
+    let secret = format!("{JOIN_TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let expires = crate::store::now_ms() + i64::try_from(ttl * 1000).unwrap_or(i64::MAX);
+    let stored =
+        state.store.create_join_token(&token_hash(&secret), body.node_name.as_deref(), expires, &p.actor()).await?;
+    let mut view = JoinTokenView::from(stored);
+    view.token = Some(secret);
+    Ok((StatusCode::CREATED, ApiJson(view)))
+}
+
+/// Every join token, newest first (platform admins).
+#[utoipa::path(get, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    responses((status = 200, body = Vec<JoinTokenView>), (status = 403, body = Problem)))]
+pub async fn list_join_tokens(
+    State(state): State<AppState>,
+    p: Principal,
+) -> Result<ApiJson<Vec<JoinTokenView>>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.join_tokens().await?.into_iter().map(Into::into).collect()))
+}
+
+/// Delete a join token (platform admins).
+#[utoipa::path(delete, path = "/api/v1/join-tokens/{id}", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_join_token(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    require_platform_admin(&p)?;
+    state.store.delete_join_token(&id, &p.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Join: exchange a join token for a node credential, reporting the node's inventory. The token is good once; a
+/// node whose name exists already takes it over (its old credentials stop working).
+#[utoipa::path(post, path = "/api/v1/agent/join", tag = "agent", security(()), request_body = JoinRequest,
+    responses((status = 201, body = Joined), (status = 401, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn join(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<JoinRequest>,
+) -> Result<(StatusCode, ApiJson<Joined>), ApiError> {
+    if !body.token.starts_with(JOIN_TOKEN_PREFIX) {
+        return Err(ApiError::unauthorized("join_token_invalid", "a join token starts with tsj_"));
+    }
+    if !valid_node_name(&body.inventory.hostname) {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            "the host name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
+        ));
+    }
+    let gpus = svc::inventory_gpus(&state, &body.inventory)?;
+    let credential = new_node_secret();
+    let joined = state
+        .store
+        .join_node(&token_hash(&body.token), &body.inventory.hostname, &gpus, &token_hash(&credential), &body.inventory)
+        .await;
+    let (node_id, node_name) = match joined {
+        Ok(j) => j,
+        Err(StoreError::NotFound { .. }) => {
+            return Err(ApiError::unauthorized(
+                "join_token_invalid",
+                "the join token is unknown, used already or expired; ask an admin for a new one",
+            ));
+        }
+        Err(e) => return Err(gpu_conflict(e)),
+    };
+    state.principals.clear();
+    if let Err(e) = svc::refresh(&state, Some(std::slice::from_ref(&node_id))).await {
+        tracing::warn!(error = %e, "cannot refresh the new node's spec");
+    }
+    Ok((StatusCode::CREATED, ApiJson(Joined { node_id, node_name, credential })))
+}
+
+/// A GPU UUID taken by another node is `gpu_on_other_node`.
+fn gpu_conflict(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Conflict { constraint } if constraint == "gpus.uuid" => ApiError::Conflict {
+            code: "gpu_on_other_node",
+            detail: "a GPU of this node is registered on another node".to_string(),
+            errors: vec![],
+        },
+        e => e.into(),
+    }
+}
+
+/// Report the node's inventory (agents do at every start): new GPUs are registered, known ones updated.
+#[utoipa::path(put, path = "/api/v1/agent/inventory", tag = "agent", security(("node" = [])), request_body = Inventory,
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem), (status = 409, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn put_inventory(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    ApiJson(body): ApiJson<Inventory>,
+) -> Result<StatusCode, ApiError> {
+    let gpus = svc::inventory_gpus(&state, &body)?;
+    state.store.update_inventory(&node.node_id, &gpus, &body, &node.actor()).await.map_err(gpu_conflict)?;
+    state.hub.seen(&node.node_id);
+    svc::refresh(&state, Some(std::slice::from_ref(&node.node_id))).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Long-poll query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SpecQuery {
+    /// The generation the agent has; the answer waits for a newer one.
+    #[serde(default)]
+    pub after: Option<i64>,
+    /// Seconds to wait for a newer generation (0 to 20, default 20).
+    #[serde(default)]
+    pub wait_s: Option<u64>,
+}
+
+/// The node's spec: at once without `after`, else as soon as its generation passes `after` (204 when none
+/// came within `wait_s`). The fallback to the WebSocket; each call counts as a heartbeat.
+#[utoipa::path(get, path = "/api/v1/agent/spec", tag = "agent", security(("node" = [])), params(SpecQuery),
+    responses((status = 200, body = NodeSpec), (status = 204), (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn get_spec(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    ApiQuery(q): ApiQuery<SpecQuery>,
+) -> Result<Response, ApiError> {
+    state.hub.seen(&node.node_id);
+    let mut changes = state.hub.subscribe(&node.node_id);
+    let spec = svc::current_spec(&state, &node.node_id).await?;
+    let Some(after) = q.after else { return Ok(ApiJson(spec).into_response()) };
+    if spec.generation > after {
+        return Ok(ApiJson(spec).into_response());
+    }
+    let wait = Duration::from_secs(q.wait_s.unwrap_or(LONG_POLL_MAX_S).min(LONG_POLL_MAX_S));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) if *changes.borrow_and_update() > after => {
+                let spec = svc::current_spec(&state, &node.node_id).await?;
+                if spec.generation > after {
+                    return Ok(ApiJson(spec).into_response());
+                }
+            }
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => {
+                // Time is up: one last look (a change may have come from a replica whose notice was lost).
+                let spec = svc::current_spec(&state, &node.node_id).await?;
+                state.hub.seen(&node.node_id);
+                return Ok(if spec.generation > after {
+                    ApiJson(spec).into_response()
+                } else {
+                    StatusCode::NO_CONTENT.into_response()
+                });
+            }
+        }
+    }
+}
+
+/// Report what the node has now. Allocations whose instance it shows turn active. A status older than the
+/// stored one (lower `observed_generation`) is ignored.
+#[utoipa::path(put, path = "/api/v1/agent/status", tag = "agent", security(("node" = [])), request_body = NodeStatus,
+    responses((status = 200, body = StatusOutcome), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn put_status(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    ApiJson(body): ApiJson<NodeStatus>,
+) -> Result<ApiJson<StatusOutcome>, ApiError> {
+    Ok(ApiJson(svc::ingest_status(&state, &node, &body).await?))
+}
+
+/// A heartbeat, for agents on the long-poll fallback (WebSocket agents send theirs on the socket).
+#[utoipa::path(post, path = "/api/v1/agent/heartbeat", tag = "agent", security(("node" = [])),
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn heartbeat(NodeAuth(node): NodeAuth, State(state): State<AppState>) -> StatusCode {
+    state.hub.seen(&node.node_id);
+    StatusCode::NO_CONTENT
+}
+
+/// The push channel: a WebSocket on which the server sends the node's spec (`{"type":"spec"}`) on connect and at
+/// every new generation, and the agent sends heartbeats and status (`{"type":"heartbeat"}`,
+/// `{"type":"status"}`). The server closes a socket that stays silent for three heartbeat intervals.
+#[utoipa::path(get, path = "/api/v1/agent/ws", tag = "agent", security(("node" = [])),
+    responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 401, body = Problem),
+        (status = 403, body = Problem)))]
+pub async fn websocket(State(state): State<AppState>, NodeAuth(node): NodeAuth, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.max_message_size(super::BODY_LIMIT).on_upgrade(move |socket| push(state, node, socket))
+}
+
+async fn push(state: AppState, node: NodePrincipal, mut socket: WebSocket) {
+    state.hub.seen(&node.node_id);
+    let mut changes = state.hub.subscribe(&node.node_id);
+    let mut sent = 0;
+    let silent_limit = HEARTBEAT * 3;
+    // Also looks at the store now and then, in case a change notice from another replica was lost.
+    let mut recheck = tokio::time::interval(Duration::from_secs(30));
+    let mut last_heard = tokio::time::Instant::now();
+    loop {
+        let wake = tokio::select! {
+            _ = recheck.tick() => true,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                *changes.borrow_and_update() > sent
+            }
+            got = tokio::time::timeout_at(last_heard + silent_limit, socket.recv()) => {
+                let msg = match got {
+                    Err(_) => {
+                        tracing::info!(node = %node.node_name, "agent went silent; closing its socket");
+                        let _ = socket.send(Message::Close(None)).await;
+                        return;
+                    }
+                    Ok(None | Some(Err(_))) => return,
+                    Ok(Some(Ok(msg))) => msg,
+                };
+                last_heard = tokio::time::Instant::now();
+                state.hub.seen(&node.node_id);
+                match msg {
+                    Message::Text(text) => match serde_json::from_str::<AgentMessage>(&text) {
+                        Ok(AgentMessage::Heartbeat) => {}
+                        Ok(AgentMessage::Status { status }) => {
+                            if let Err(e) = svc::ingest_status(&state, &node, &status).await {
+                                tracing::warn!(node = %node.node_name, error = %e, "status not taken");
+                            }
+                        }
+                        Err(e) => tracing::warn!(node = %node.node_name, error = %e, "unreadable agent message"),
+                    },
+                    Message::Close(_) => return,
+                    _ => {}
+                }
+                false
+            }
+        };
+        if !wake {
+            continue;
+        }
+        match svc::current_spec(&state, &node.node_id).await {
+            Ok(spec) if spec.generation > sent => {
+                let generation = spec.generation;
+                let text = match serde_json::to_string(&ServerMessage::Spec { spec }) {
+                    Ok(t) => t,
+                    Err(_) => return,
+                };
+                if socket.send(Message::Text(text.into())).await.is_err() {
+                    return;
+                }
+                sent = generation;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(node = %node.node_name, error = %e, "cannot read the node's spec"),
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Node agents: what each node's spec is, when it moves to a new generation, who is told, and what a status
+//! report changes (allocations turn active when the status shows their instance).
+//!
+//! A node's spec is computed from the store (its GPUs' approved layouts and the sharing its live allocations
+//! need). [`refresh`] recomputes specs after every change that may touch them and moves a node to a new generation
+//! when the content changed; the [`Hub`] wakes the connections of agents on this replica, and with PostgreSQL the
+//! generation change is also notified to every other replica (see `store::changes`). The sweeper refreshes every
+//! node periodically too, so a change whose refresh was lost (a crash between commit and refresh, or two replicas
+//! racing) is still pushed within one sweep.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use sha2::{Digest, Sha256};
+use tessera_core::api::{GpuSpec, Inventory, NodeSpec, NodeStatus};
+use tessera_core::request::RequestState;
+use tessera_core::sharing::{GpuSharing, Sharing};
+use tokio::sync::watch;
+
+use crate::app::AppState;
+use crate::http::error::ApiError;
+use crate::store::agents::SpecInputs;
+use crate::store::auth::NodePrincipal;
+use crate::store::{Allocation, Gpu, NewGpu, StoreError, Transition};
+
+/// How often agents send a heartbeat.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A node not heard from for this long is not ready.
+pub const NOT_READY_AFTER_MS: i64 = 20_000;
+
+/// The live connections of this replica's agents, and when each node was last heard from.
+#[derive(Debug, Default)]
+pub struct Hub {
+    specs: Mutex<HashMap<String, watch::Sender<i64>>>,
+    seen: Mutex<HashMap<String, i64>>,
+    unsaved: Mutex<HashMap<String, i64>>,
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl Hub {
+    /// Generation changes for `node_id` from now on (the receiver starts at the last one this replica knows).
+    pub fn subscribe(&self, node_id: &str) -> watch::Receiver<i64> {
+        let mut specs = self.specs.lock().unwrap_or_else(|e| e.into_inner());
+        specs.retain(|_, tx| tx.receiver_count() > 0);
+        specs.entry(node_id.to_string()).or_insert_with(|| watch::channel(0).0).subscribe()
+    }
+
+    /// Wakes the connections of `node_id` when `generation` is newer than what they were told.
+    pub fn notify(&self, node_id: &str, generation: i64) {
+        let specs = self.specs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = specs.get(node_id) {
+            tx.send_if_modified(|g| {
+                let newer = generation > *g;
+                if newer {
+                    *g = generation;
+                }
+                newer
+            });
+        }
+    }
+
+    /// How many agents are connected to this replica.
+    pub fn connected(&self) -> usize {
+        let specs = self.specs.lock().unwrap_or_else(|e| e.into_inner());
+        specs.values().map(watch::Sender::receiver_count).sum()
+    }
+
+    /// Records that `node_id` was heard from now.
+    pub fn seen(&self, node_id: &str) {
+        let now = crate::store::now_ms();
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert(node_id.to_string(), now);
+        self.unsaved.lock().unwrap_or_else(|e| e.into_inner()).insert(node_id.to_string(), now);
+    }
+
+    /// When this replica last heard from `node_id`.
+    pub fn last_seen(&self, node_id: &str) -> Option<i64> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(node_id).copied()
+    }
+
+    /// Heartbeats not written to the store yet (taken).
+    pub fn take_unsaved(&self) -> Vec<(String, i64)> {
+        std::mem::take(&mut *self.unsaved.lock().unwrap_or_else(|e| e.into_inner())).into_iter().collect()
+    }
+}
+
+/// Forwards node spec changes from the store (this process's and other replicas') to the hub's connections, and
+/// writes heartbeats to the store every `HEARTBEAT`, until the store is dropped.
+pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
+    let state = state.clone();
+    tokio::spawn(async move {
+        let mut changes = state.store.node_spec_changes();
+        let mut flush = tokio::time::interval(HEARTBEAT);
+        loop {
+            tokio::select! {
+                got = changes.recv() => match got {
+                    Ok((node, generation)) => state.hub.notify(&node, generation),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        // Missed some: tell every node its current generation.
+                        if let Ok(heads) = state.store.spec_heads().await {
+                            for (node, generation, _) in heads {
+                                state.hub.notify(&node, generation);
+                            }
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+                _ = flush.tick() => {
+                    let seen = state.hub.take_unsaved();
+                    if let Err(e) = state.store.touch_nodes(&seen).await {
+                        tracing::warn!(error = %e, "cannot write node heartbeats");
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// The desired state of a node's GPUs: the approved layout of each, and the sharing its live allocations take (a
+/// GPU not in MIG mode whose allocations are time-slice or MPS shares is shared that way; every other device is
+/// exclusive).
+pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
+    gpus.iter()
+        .map(|g| {
+            let shared = (!g.mig_enabled)
+                .then(|| live.iter().filter(|a| a.gpu_id == g.id).find_map(|a| Sharing::from_key(&a.profile)))
+                .flatten()
+                .unwrap_or(Sharing::Exclusive);
+            GpuSpec {
+                uuid: g.uuid.clone(),
+                index: g.index,
+                mig_enabled: g.mig_enabled,
+                layout: if g.mig_enabled { g.layout.clone() } else { Vec::new() },
+                sharing: GpuSharing { mig_enabled: g.mig_enabled, gpu: shared, instances: Vec::new() },
+            }
+        })
+        .collect()
+}
+
+/// A digest of a spec's content.
+pub fn spec_hash(gpus: &[GpuSpec]) -> String {
+    let text = serde_json::to_string(gpus).unwrap_or_default();
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The spec of `inputs`' node, under the generation stored for it.
+fn spec_of(node_id: &str, inputs: &SpecInputs) -> NodeSpec {
+    NodeSpec { node: node_id.to_string(), generation: inputs.generation, gpus: desired(&inputs.gpus, &inputs.live) }
+}
+
+/// The node's current spec. The generation is read before the content, so the content is never older than its
+/// generation says (it may be newer; the next generation then carries the same content).
+pub async fn current_spec(state: &AppState, node_id: &str) -> Result<NodeSpec, StoreError> {
+    Ok(spec_of(node_id, &state.store.spec_inputs(node_id).await?))
+}
+
+/// Recomputes the specs of `nodes` (every node when `None`) and moves each whose content changed to a new
+/// generation, telling its connections. Refreshes on this replica run one at a time.
+pub async fn refresh(state: &AppState, nodes: Option<&[String]>) -> Result<(), StoreError> {
+    let _one = state.hub.refresh.lock().await;
+    let ids: Vec<String> = match nodes {
+        Some(ids) => ids.to_vec(),
+        None => state.store.spec_heads().await?.into_iter().map(|(id, _, _)| id).collect(),
+    };
+    for id in ids {
+        let inputs = match state.store.spec_inputs(&id).await {
+            Ok(i) => i,
+            Err(StoreError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let hash = spec_hash(&desired(&inputs.gpus, &inputs.live));
+        if hash != inputs.spec_hash
+            && let Some(generation) = state.store.bump_spec(&id, &hash).await?
+        {
+            state.hub.notify(&id, generation);
+        }
+    }
+    Ok(())
+}
+
+/// Refreshes the specs of the nodes holding `gpu_ids`, logging (not failing) when it cannot: the sweeper retries.
+pub async fn refresh_gpus(state: &AppState, gpu_ids: &[String]) {
+    let nodes = match state.store.nodes().await {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot refresh node specs");
+            return;
+        }
+    };
+    let ids: Vec<String> =
+        nodes.into_iter().filter(|n| n.gpus.iter().any(|g| gpu_ids.contains(&g.id))).map(|n| n.id).collect();
+    if let Err(e) = refresh(state, Some(&ids)).await {
+        tracing::warn!(error = %e, "cannot refresh node specs");
+    }
+}
+
+/// Checks an inventory's GPUs against the catalog: what to register. GPUs of models the catalog does not know are
+/// left out (reported, not refused: a node may also hold GPUs Tessera does not manage).
+pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<NewGpu>, ApiError> {
+    if inventory.gpus.len() > crate::services::fleet::MAX_GPUS_PER_NODE {
+        return Err(ApiError::invalid(
+            "too_many_gpus",
+            format!("a node has at most {} GPUs", crate::services::fleet::MAX_GPUS_PER_NODE),
+        ));
+    }
+    let mut out = Vec::new();
+    for g in &inventory.gpus {
+        if g.uuid.trim().is_empty() || g.uuid.len() > 128 {
+            return Err(ApiError::invalid(
+                "invalid_gpu_uuid",
+                format!("gpu {}: a GPU UUID is 1-128 characters", g.index),
+            ));
+        }
+        if inventory.gpus.iter().filter(|o| o.index == g.index || o.uuid == g.uuid).count() > 1 {
+            return Err(ApiError::invalid("duplicate_gpu", format!("gpu {} is listed twice", g.index)));
+        }
+        let resolved = state
+            .catalog
+            .resolve(&g.name)
+            .or_else(|| g.pci_device_id.as_deref().and_then(|p| state.catalog.resolve(p)));
+        let Some((model, _)) = resolved else {
+            tracing::warn!(gpu = %g.uuid, name = %g.name, "GPU model not in the catalog; not managed");
+            continue;
+        };
+        let specs: Vec<_> = g
+            .instances
+            .iter()
+            .map(|i| tessera_core::layout::InstanceSpec { profile: i.profile.clone(), start: Some(i.start) })
+            .collect();
+        let layout = if g.mig_enabled {
+            tessera_core::layout::validate(model, &specs).map_err(|errors| {
+                let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                ApiError::invalid("mig_layout_invalid", format!("gpu {}: {list}", g.index))
+            })?
+        } else {
+            Vec::new()
+        };
+        out.push(NewGpu {
+            index: g.index,
+            uuid: g.uuid.trim().to_string(),
+            model: model.key.clone(),
+            mig_enabled: g.mig_enabled,
+            layout,
+        });
+    }
+    Ok(out)
+}
+
+/// What a status report changed.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
+pub struct StatusOutcome {
+    /// Whether the status was newer than the stored one (an older one is ignored).
+    pub stored: bool,
+    /// Allocations that turned active.
+    pub activated: usize,
+    /// Requests that turned active.
+    pub requests_active: usize,
+}
+
+/// Stores a node's status and activates the allocations whose instance it shows: a MIG allocation when its GPU
+/// has the instance at its placement, a whole-GPU allocation when the agent has applied the current spec (and so
+/// the GPU's sharing) without an error on that GPU. A request turns active once all its allocations are.
+pub async fn ingest_status(
+    state: &AppState,
+    node: &NodePrincipal,
+    status: &NodeStatus,
+) -> Result<StatusOutcome, ApiError> {
+    if status.gpus.len() > crate::services::fleet::MAX_GPUS_PER_NODE {
+        return Err(ApiError::invalid("too_many_gpus", "a status lists at most 64 GPUs"));
+    }
+    state.hub.seen(&node.node_id);
+    let stored = state.store.record_status(&node.node_id, status).await?;
+    let mut outcome = StatusOutcome { stored, ..Default::default() };
+    if !stored {
+        return Ok(outcome);
+    }
+    let pending = state.store.provisioning(&node.node_id).await?;
+    if pending.is_empty() {
+        return Ok(outcome);
+    }
+    let inputs = state.store.spec_inputs(&node.node_id).await?;
+    let applied = status.observed_generation >= inputs.generation && !status.applying;
+    let mut found = Vec::new();
+    for p in pending.iter().filter(|p| !p.active) {
+        let Some(gpu) = inputs.gpus.iter().find(|g| g.id == p.gpu_id) else { continue };
+        let Some(seen) = status.gpus.iter().find(|s| s.uuid == gpu.uuid) else { continue };
+        let device = if gpu.mig_enabled {
+            seen.instances.iter().find(|i| i.profile == p.profile && i.start == p.start).map(|i| i.uuid.clone())
+        } else {
+            (applied && !seen.mig_enabled && seen.errors.is_empty()).then(|| gpu.uuid.clone())
+        };
+        if let Some(device) = device {
+            found.push((p.allocation_id.clone(), device));
+        }
+    }
+    let actor = node.actor();
+    if !found.is_empty() {
+        outcome.activated = state.store.activate_allocations(&found, &actor).await?;
+    }
+    // Requests move on from what is active now (so a report after a crash between the two steps still does it).
+    let mut requests: Vec<&str> = pending.iter().map(|p| p.request_id.as_str()).collect();
+    requests.sort_unstable();
+    requests.dedup();
+    for request_id in requests {
+        let mine: Vec<_> = pending.iter().filter(|p| p.request_id == request_id).collect();
+        let active =
+            |p: &&crate::store::agents::Provisioning| p.active || found.iter().any(|(id, _)| *id == p.allocation_id);
+        let all = mine.iter().all(active);
+        let any = mine.iter().any(active);
+        let mut now = mine[0].request_state;
+        let mut steps = Vec::new();
+        if any && now == RequestState::Approved {
+            steps.push(RequestState::Provisioning);
+            now = RequestState::Provisioning;
+        }
+        if all && now == RequestState::Provisioning {
+            steps.push(RequestState::Active);
+        }
+        for to in steps {
+            let t = Transition { id: request_id, expected_version: None, to, reason: None, actor: &actor };
+            match state.store.transition(t).await {
+                Ok(r) if r.state == RequestState::Active => outcome.requests_active += 1,
+                Ok(_) => {}
+                // Another report or an admin moved it meanwhile: the next report looks again.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(outcome)
+}
+
+/// Whether a node counts as ready: heard from within [`NOT_READY_AFTER_MS`] (by this replica, or as written to
+/// the store by any replica).
+pub fn ready(state: &AppState, node_id: &str, stored_last_seen: Option<i64>, now: i64) -> (bool, Option<i64>) {
+    let last = state.hub.last_seen(node_id).max(stored_last_seen);
+    (last.is_some_and(|t| now - t < NOT_READY_AFTER_MS), last)
+}

@@ -1,0 +1,581 @@
+//! Node agents: join tokens, joining (a token exchanged once for a node credential, with the node's inventory),
+//! each node's spec generation, the status its agent reports, heartbeats, and allocations turning active when the
+//! status shows their instance.
+//!
+//! The SQL is the same on both backends (these columns keep times as UTC milliseconds on both); see [`on_pool!`].
+
+use tessera_core::api::{Inventory, NodeStatus};
+use tessera_core::layout::PlacedInstance;
+use tessera_core::request::RequestState;
+
+use super::auth::Dialect;
+use super::{Db, NewGpu, Store, StoreError, new_id, now_ms, on_constraint, state_from, to_json};
+
+/// Registers the GPUs of `$gpus` a node does not have yet and updates index and MIG mode of those it has (a GPU
+/// whose MIG mode changed takes the instances it reports as its layout). A GPU UUID that belongs to another node is
+/// a conflict.
+macro_rules! sync_gpus {
+    ($conn:expr, $dialect:expr, $node_id:expr, $gpus:expr) => {{
+        let conn = $conn;
+        let node_id: &str = $node_id;
+        for g in $gpus {
+            let found: Option<(String, String, bool)> =
+                sqlx::query_as("SELECT id, node_id, mig_enabled FROM gpus WHERE uuid = $1")
+                    .bind(&g.uuid)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            match found {
+                Some((_, owner, _)) if owner != node_id => {
+                    return Err(StoreError::Conflict { constraint: "gpus.uuid".to_string() });
+                }
+                Some((id, _, mig)) => {
+                    sqlx::query("UPDATE gpus SET idx = $1 WHERE id = $2")
+                        .bind(i64::from(g.index))
+                        .bind(&id)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(|e| on_constraint(e, "gpus.idx"))?;
+                    if mig != g.mig_enabled {
+                        sqlx::query(&format!(
+                            "UPDATE gpus SET mig_enabled = $1, layout = {}, layout_version = layout_version + 1 \
+                             WHERE id = $3",
+                            $dialect.json(2)
+                        ))
+                        .bind(g.mig_enabled)
+                        .bind(to_json::<Vec<PlacedInstance>>(&g.layout))
+                        .bind(&id)
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                }
+                None => {
+                    sqlx::query(&format!(
+                        "INSERT INTO gpus (id, node_id, idx, uuid, model, mig_enabled, layout) \
+                         VALUES ($1, $2, $3, $4, $5, $6, {})",
+                        $dialect.json(7)
+                    ))
+                    .bind(new_id())
+                    .bind(node_id)
+                    .bind(i64::from(g.index))
+                    .bind(&g.uuid)
+                    .bind(&g.model)
+                    .bind(g.mig_enabled)
+                    .bind(to_json::<Vec<PlacedInstance>>(&g.layout))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| on_constraint(e, "gpus.idx"))?;
+                }
+            }
+        }
+    }};
+}
+
+/// A join token as stored (the secret itself is only kept as a SHA-256).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JoinToken {
+    /// UUIDv7.
+    pub id: String,
+    /// The name the joining node takes; `None`: its host name.
+    pub node_name: Option<String>,
+    /// Who created it.
+    pub created_by: String,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// Unusable after this, UTC milliseconds.
+    pub expires_at_ms: i64,
+    /// When a node joined with it.
+    pub used_at_ms: Option<i64>,
+    /// The node that joined with it.
+    pub node_id: Option<String>,
+}
+
+type JoinTokenRow = (String, Option<String>, String, i64, i64, Option<i64>, Option<String>);
+const JOIN_TOKEN_FIELDS: &str = "id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id";
+
+fn join_token_from(row: JoinTokenRow) -> JoinToken {
+    let (id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id) = row;
+    JoinToken { id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id }
+}
+
+/// What the server knows of a node's agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentRecord {
+    /// Node id.
+    pub node_id: String,
+    /// Spec generation.
+    pub generation: i64,
+    /// The generation the agent last reported acting on.
+    pub observed_generation: i64,
+    /// The last status, as JSON (parsed by the caller).
+    pub status: Option<String>,
+    /// When the last status came, UTC milliseconds.
+    pub status_at_ms: Option<i64>,
+    /// The last heartbeat written to the store, UTC milliseconds.
+    pub last_seen_ms: Option<i64>,
+    /// The last inventory, as JSON.
+    pub inventory: Option<String>,
+}
+
+/// What a node's spec is computed from.
+#[derive(Debug, Clone)]
+pub struct SpecInputs {
+    /// The stored generation.
+    pub generation: i64,
+    /// The hash of the spec content that generation was given for.
+    pub spec_hash: String,
+    /// The node's GPUs by index.
+    pub gpus: Vec<super::Gpu>,
+    /// Live allocations on them.
+    pub live: Vec<super::Allocation>,
+}
+
+type AgentRow = (String, i64, i64, Option<String>, Option<i64>, Option<i64>, Option<String>);
+
+/// A live allocation on a node whose request is not active yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioning {
+    /// Allocation id.
+    pub allocation_id: String,
+    /// Its request.
+    pub request_id: String,
+    /// The GPU.
+    pub gpu_id: String,
+    /// Profile name or whole-GPU sharing key.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// Whether the allocation is active already.
+    pub active: bool,
+    /// The request's state (`approved` or `provisioning`).
+    pub request_state: RequestState,
+}
+
+impl Dialect {
+    /// A JSON value bound as text at `$n`.
+    fn json(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("${n}"),
+            Dialect::Postgres => format!("${n}::jsonb"),
+        }
+    }
+
+    /// GPU row fields ([`super::GpuRow`]).
+    fn gpu_fields(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => {
+                "id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version, auto_layout"
+            }
+            Dialect::Postgres => {
+                "id, node_id, idx::bigint, uuid, model, mig_enabled, cordoned, layout::text, layout_version, auto_layout"
+            }
+        }
+    }
+
+    /// Allocation row fields ([`super::AllocationRow`]), of table alias `a`.
+    fn allocation_fields(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "a.id, a.request_id, a.tenant_id, a.gpu_id, a.profile, a.start, a.state, a.proposal_id",
+            Dialect::Postgres => {
+                "a.id, a.request_id, a.tenant_id, a.gpu_id, a.profile, a.start::bigint, a.state, a.proposal_id"
+            }
+        }
+    }
+
+    /// The `INSERT` of a node `($1 id, $2 name, $3 created ms)`.
+    fn insert_node(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "INSERT INTO nodes (id, name, created_at_ms) VALUES ($1, $2, $3)",
+            Dialect::Postgres => {
+                "INSERT INTO nodes (id, name, created_at) VALUES ($1, $2, to_timestamp($3::bigint / 1000.0))"
+            }
+        }
+    }
+}
+
+impl Store {
+    /// Stores a new join token.
+    pub async fn create_join_token(
+        &self,
+        secret_sha256: &str,
+        node_name: Option<&str>,
+        expires_at_ms: i64,
+        actor: &str,
+    ) -> Result<JoinToken, StoreError> {
+        let token = JoinToken {
+            id: new_id(),
+            node_name: node_name.map(str::to_string),
+            created_by: actor.to_string(),
+            created_at_ms: now_ms(),
+            expires_at_ms,
+            used_at_ms: None,
+            node_id: None,
+        };
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query(
+                "INSERT INTO join_tokens (id, secret_sha256, node_name, created_by, created_at_ms, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(&token.id)
+            .bind(secret_sha256)
+            .bind(&token.node_name)
+            .bind(&token.created_by)
+            .bind(token.created_at_ms)
+            .bind(token.expires_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| on_constraint(e, "join_tokens"))?;
+            audit(&mut tx, actor, "join_token.create", &format!("join-token/{}", token.id), None, Some(to_json(&token)))
+                .await?;
+            tx.commit().await?;
+            Ok(token)
+        })
+    }
+
+    /// Every join token, newest first.
+    pub async fn join_tokens(&self) -> Result<Vec<JoinToken>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let rows: Vec<JoinTokenRow> =
+                sqlx::query_as(&format!("SELECT {JOIN_TOKEN_FIELDS} FROM join_tokens ORDER BY id DESC"))
+                    .fetch_all(pool)
+                    .await?;
+            Ok(rows.into_iter().map(join_token_from).collect())
+        })
+    }
+
+    /// Deletes an unused join token.
+    pub async fn delete_join_token(&self, id: &str, actor: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let done = sqlx::query("DELETE FROM join_tokens WHERE id = $1").bind(id).execute(&mut *tx).await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound { what: format!("join token {id}") });
+            }
+            audit(&mut tx, actor, "join_token.delete", &format!("join-token/{id}"), None, None).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Joins a node, in one transaction: takes the join token (unused and unexpired, else `NotFound`), creates the
+    /// node under the token's name or `hostname` (or takes over the node of that name: its old credentials are
+    /// revoked, as when an agent lost its state directory), registers GPUs it does not know yet and updates the
+    /// index and MIG mode of those it knows, and stores the new node credential. Returns `(node id, node name)`.
+    pub async fn join_node(
+        &self,
+        token_sha256: &str,
+        hostname: &str,
+        gpus: &[NewGpu],
+        credential_sha256: &str,
+        inventory: &Inventory,
+    ) -> Result<(String, String), StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let token: Option<(String, Option<String>)> = sqlx::query_as(
+                "UPDATE join_tokens SET used_at_ms = $1 \
+                 WHERE secret_sha256 = $2 AND used_at_ms IS NULL AND expires_at_ms > $1 RETURNING id, node_name",
+            )
+            .bind(now)
+            .bind(token_sha256)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((token_id, token_name)) = token else {
+                return Err(StoreError::NotFound { what: "join token".to_string() });
+            };
+            let name = token_name.unwrap_or_else(|| hostname.to_string());
+            let existing: Option<(String,)> =
+                sqlx::query_as("SELECT id FROM nodes WHERE name = $1").bind(&name).fetch_optional(&mut *tx).await?;
+            let (node_id, action) = match existing {
+                Some((id,)) => {
+                    sqlx::query(
+                        "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",
+                    )
+                    .bind(now)
+                    .bind(&id)
+                    .execute(&mut *tx)
+                    .await?;
+                    (id, "node.rejoin")
+                }
+                None => {
+                    let id = new_id();
+                    sqlx::query(dialect.insert_node())
+                        .bind(&id)
+                        .bind(&name)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| on_constraint(e, "nodes.name"))?;
+                    (id, "node.join")
+                }
+            };
+            sync_gpus!(&mut *tx, dialect, &node_id, gpus);
+            sqlx::query(
+                "INSERT INTO node_credentials (id, node_id, secret_sha256, created_at_ms) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(new_id())
+            .bind(&node_id)
+            .bind(credential_sha256)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| on_constraint(e, "node_credentials"))?;
+            sqlx::query("UPDATE join_tokens SET node_id = $1 WHERE id = $2")
+                .bind(&node_id)
+                .bind(&token_id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("UPDATE nodes SET inventory = $1, last_seen_ms = $2 WHERE id = $3")
+                .bind(to_json(inventory))
+                .bind(now)
+                .bind(&node_id)
+                .execute(&mut *tx)
+                .await?;
+            let after = serde_json::json!({ "name": name, "join_token": token_id, "inventory": inventory });
+            audit(&mut tx, &format!("node:{name}"), action, &format!("node/{node_id}"), None, Some(after.to_string()))
+                .await?;
+            tx.commit().await?;
+            Ok((node_id, name))
+        })
+    }
+
+    /// Records a node's inventory (agents send it every time they start): GPUs it does not know yet are
+    /// registered, known ones get their index and MIG mode updated.
+    pub async fn update_inventory(
+        &self,
+        node_id: &str,
+        gpus: &[NewGpu],
+        inventory: &Inventory,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let before: Option<(Option<String>,)> = sqlx::query_as("SELECT inventory FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some((before,)) = before else {
+                return Err(StoreError::NotFound { what: format!("node {node_id}") });
+            };
+            sync_gpus!(&mut *tx, dialect, node_id, gpus);
+            let after = to_json(inventory);
+            sqlx::query("UPDATE nodes SET inventory = $1, last_seen_ms = $2 WHERE id = $3")
+                .bind(&after)
+                .bind(now_ms())
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+            if before.as_deref() != Some(after.as_str()) {
+                audit(&mut tx, actor, "node.inventory", &format!("node/{node_id}"), before, Some(after)).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Every node's agent record.
+    pub async fn agent_records(&self) -> Result<Vec<AgentRecord>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let rows: Vec<AgentRow> = sqlx::query_as(
+                "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory FROM nodes",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(agent_from).collect())
+        })
+    }
+
+    /// One node's agent record.
+    pub async fn agent_record(&self, node_id: &str) -> Result<AgentRecord, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let row: Option<AgentRow> = sqlx::query_as(
+                "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory \
+                 FROM nodes WHERE id = $1",
+            )
+            .bind(node_id)
+            .fetch_optional(pool)
+            .await?;
+            row.map(agent_from).ok_or_else(|| StoreError::NotFound { what: format!("node {node_id}") })
+        })
+    }
+
+    /// What a node's spec is made of: its spec generation and stored spec hash (read first), then its GPUs and the
+    /// live allocations on them.
+    pub async fn spec_inputs(&self, node_id: &str) -> Result<SpecInputs, StoreError> {
+        on_pool!(self, pool, dialect, _audit => {
+            let head: Option<(i64, String)> = sqlx::query_as("SELECT generation, spec_hash FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(pool)
+                .await?;
+            let Some((generation, spec_hash)) = head else {
+                return Err(StoreError::NotFound { what: format!("node {node_id}") });
+            };
+            let rows: Vec<super::GpuRow> = sqlx::query_as(&format!(
+                "SELECT {} FROM gpus WHERE node_id = $1 ORDER BY idx",
+                dialect.gpu_fields()
+            ))
+            .bind(node_id)
+            .fetch_all(pool)
+            .await?;
+            let gpus = rows.into_iter().map(super::gpu_from).collect::<Result<Vec<_>, _>>()?;
+            let rows: Vec<super::AllocationRow> = sqlx::query_as(&format!(
+                "SELECT {} FROM allocations a JOIN gpus g ON g.id = a.gpu_id \
+                 WHERE g.node_id = $1 AND a.state IN ('reserved', 'active')",
+                dialect.allocation_fields()
+            ))
+            .bind(node_id)
+            .fetch_all(pool)
+            .await?;
+            let live = rows.into_iter().map(super::allocation_from).collect();
+            Ok(SpecInputs { generation, spec_hash, gpus, live })
+        })
+    }
+
+    /// Every node's spec generation and hash, by node id.
+    pub async fn spec_heads(&self) -> Result<Vec<(String, i64, String)>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            Ok(sqlx::query_as("SELECT id, generation, spec_hash FROM nodes").fetch_all(pool).await?)
+        })
+    }
+
+    /// Moves a node's spec to a new generation when its content (`spec_hash`) changed; returns the new generation,
+    /// or `None` when the spec was already that.
+    pub async fn bump_spec(&self, node_id: &str, spec_hash: &str) -> Result<Option<i64>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let row: Option<(i64,)> = sqlx::query_as(
+                "UPDATE nodes SET generation = generation + 1, spec_hash = $1 \
+                 WHERE id = $2 AND spec_hash <> $1 RETURNING generation",
+            )
+            .bind(spec_hash)
+            .bind(node_id)
+            .fetch_optional(pool)
+            .await?;
+            if let Some((generation,)) = row {
+                self.changes.node_spec(node_id, generation);
+            }
+            Ok(row.map(|(g,)| g))
+        })
+    }
+
+    /// Stores the status a node's agent reported (and counts it as a heartbeat). A status older than the stored
+    /// one (a lower `observed_generation`, e.g. a late retry) is not stored; returns whether it was.
+    pub async fn record_status(&self, node_id: &str, status: &NodeStatus) -> Result<bool, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, _dialect, _audit => {
+            let done = sqlx::query(
+                "UPDATE nodes SET status = $1, observed_generation = $2, status_at_ms = $3, last_seen_ms = $3 \
+                 WHERE id = $4 AND observed_generation <= $2",
+            )
+            .bind(to_json(status))
+            .bind(status.observed_generation)
+            .bind(now)
+            .bind(node_id)
+            .execute(pool)
+            .await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    /// Writes heartbeats: the last time each node was heard from (never moving backwards), in one transaction.
+    pub async fn touch_nodes(&self, seen: &[(String, i64)]) -> Result<(), StoreError> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool, dialect, _audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for (node_id, at) in seen {
+                sqlx::query(
+                    "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2 AND (last_seen_ms IS NULL OR last_seen_ms < $1)",
+                )
+                .bind(at)
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Live allocations on `node_id`'s GPUs whose request is approved or provisioning (not active yet).
+    pub async fn provisioning(&self, node_id: &str) -> Result<Vec<Provisioning>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let rows: Vec<(String, String, String, String, i64, String, String)> = sqlx::query_as(
+                "SELECT a.id, a.request_id, a.gpu_id, a.profile, CAST(a.start AS BIGINT), a.state, r.state \
+                 FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN slice_requests r ON r.id = a.request_id \
+                 WHERE g.node_id = $1 AND a.state IN ('reserved', 'active') \
+                 AND r.state IN ('approved', 'provisioning') ORDER BY a.id",
+            )
+            .bind(node_id)
+            .fetch_all(pool)
+            .await?;
+            rows.into_iter()
+                .map(|(allocation_id, request_id, gpu_id, profile, start, state, request_state)| {
+                    Ok(Provisioning {
+                        allocation_id,
+                        request_id,
+                        gpu_id,
+                        profile,
+                        start: u8::try_from(start).unwrap_or(u8::MAX),
+                        active: state == "active",
+                        request_state: state_from(&request_state)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Marks reserved allocations active with the device that serves them (`(allocation id, device UUID)`), in one
+    /// transaction; allocations no longer reserved are left alone. Returns how many changed.
+    pub async fn activate_allocations(&self, found: &[(String, String)], actor: &str) -> Result<usize, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect, audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let mut changed = 0;
+            for (id, device) in found {
+                let done = sqlx::query(
+                    "UPDATE allocations SET state = 'active', device_uuid = $1, activated_at_ms = $2 \
+                     WHERE id = $3 AND state = 'reserved'",
+                )
+                .bind(device)
+                .bind(now)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 1 {
+                    changed += 1;
+                    let after = serde_json::json!({ "device_uuid": device }).to_string();
+                    audit(&mut tx, actor, "allocation.active", &format!("allocation/{id}"), None, Some(after)).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(changed)
+        })
+    }
+
+    /// The device UUID of every active allocation, by allocation id.
+    pub async fn allocation_devices(&self, tenant_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            Ok(sqlx::query_as(
+                "SELECT id, device_uuid FROM allocations \
+                 WHERE tenant_id = $1 AND state = 'active' AND device_uuid IS NOT NULL",
+            )
+            .bind(tenant_id)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+}
+
+fn agent_from(row: AgentRow) -> AgentRecord {
+    let (node_id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory) = row;
+    AgentRecord { node_id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory }
+}
+
+impl Store {
+    /// Node spec changes `(node id, generation)` from now on: this process's, and with PostgreSQL every
+    /// replica's.
+    pub fn node_spec_changes(&self) -> tokio::sync::broadcast::Receiver<(String, i64)> {
+        self.changes.node_specs()
+    }
+}

@@ -1,0 +1,448 @@
+//! Node agents end to end over real HTTP on loopback: the `tessera` server as a process, simulated agents (the
+//! agent library with the sim backend) joining with join tokens, specs pushed over WebSockets or long-polled,
+//! layouts applied at exact placements, allocations turning active with their MIG device UUIDs, agents killed
+//! mid-apply and restarted, the server restarted, and busy instances never destroyed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_agent::agent::{self, AgentError, Config, Transport};
+use tessera_agent::backend::sim::{SimBackend, SimHandle, SimNode, parse_gpus};
+use tessera_server::http::auth::new_token_secret;
+use tokio::task::JoinHandle;
+
+/// The `tessera` server as a child process on a fixed port (so it can be restarted at the same address).
+struct Server {
+    child: tokio::process::Child,
+    port: u16,
+    database_url: String,
+    admin: String,
+    base: String,
+    client: Client,
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+impl Server {
+    async fn start(database_url: &str, port: u16, admin: &str) -> Server {
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database-url", database_url])
+            .env("TESSERA_BOOTSTRAP_TOKEN", admin)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tessera serve");
+        let server = Server {
+            child,
+            port,
+            database_url: database_url.to_string(),
+            admin: admin.to_string(),
+            base: format!("http://127.0.0.1:{port}"),
+            client: Client::new(),
+        };
+        let up = wait_for(Duration::from_secs(30), || async {
+            let r = server.client.get(format!("{}/readyz", server.base)).send().await.ok()?;
+            (r.status() == StatusCode::OK).then_some(())
+        })
+        .await;
+        assert!(up.is_some(), "the server did not come up");
+        server
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    async fn restart(&mut self) {
+        self.stop().await;
+        *self = Server::start(&self.database_url, self.port, &self.admin).await;
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.admin);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.expect("send");
+        let status = r.status();
+        let text = r.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn join_token(&self, name: Option<&str>) -> String {
+        let (s, v) = self.call(Method::POST, "/api/v1/join-tokens", Some(json!({ "node_name": name }))).await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        v["token"].as_str().expect("token").to_string()
+    }
+
+    async fn nodes(&self) -> Vec<Value> {
+        let (s, v) = self.call(Method::GET, "/api/v1/nodes", None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        v.as_array().cloned().unwrap_or_default()
+    }
+
+    async fn node(&self, name: &str) -> Option<Value> {
+        self.nodes().await.into_iter().find(|n| n["name"] == name)
+    }
+
+    /// Waits until node `name` has applied its current spec without errors.
+    async fn settled(&self, name: &str) -> Value {
+        let node = wait_for(Duration::from_secs(30), || async {
+            let n = self.node(name).await?;
+            (n["state"] == "ready" && n["observed_generation"] == n["generation"]).then_some(n)
+        })
+        .await;
+        match node {
+            Some(n) => n,
+            None => panic!("node {name} did not settle: {:?}", self.node(name).await),
+        }
+    }
+
+    /// Proposes `layout` for a GPU by hand and approves it.
+    async fn set_layout(&self, gpu_id: &str, layout: Value) {
+        let (s, v) = self
+            .call(Method::PUT, &format!("/api/v1/gpus/{gpu_id}/layout"), Some(json!({ "instances": layout })))
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+        let id = v["id"].as_str().expect("id");
+        let (s, v) = self.call(Method::POST, &format!("/api/v1/layouts/{id}/approve"), None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+}
+
+/// Polls `f` every 100 ms until it gives something or `limit` passes.
+async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(t) = f().await {
+            return Some(t);
+        }
+        if tokio::time::Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A simulated node: its hardware outlives its agent, as real GPUs outlive an agent process.
+struct SimAgent {
+    sim: SimHandle,
+    dir: PathBuf,
+    base: String,
+    token: Option<String>,
+    transport: Transport,
+    task: Option<JoinHandle<Result<(), AgentError>>>,
+}
+
+impl SimAgent {
+    fn new(base: &str, name: &str, gpus: &str, token: String) -> SimAgent {
+        let dir = std::env::temp_dir().join(format!("tessera-agent-{}", uuid::Uuid::now_v7().simple()));
+        let sim = std::sync::Arc::new(std::sync::Mutex::new(SimNode::new(name, &parse_gpus(gpus).expect("gpus"))));
+        SimAgent { sim, dir, base: base.to_string(), token: Some(token), transport: Transport::Auto, task: None }
+    }
+
+    fn start(&mut self) {
+        let mut config = Config::new(&self.base, self.token.clone(), self.dir.clone());
+        config.transport = self.transport;
+        config.heartbeat = Duration::from_millis(500);
+        config.retry_every = Duration::from_millis(200);
+        config.status_every = Duration::from_secs(2);
+        let backend = Box::new(SimBackend::new(self.sim.clone()));
+        self.task = Some(tokio::spawn(agent::run(config, backend)));
+    }
+
+    /// Kills the agent at once (its task is dropped wherever it is).
+    fn kill(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+
+    fn instances(&self, gpu: usize) -> Vec<(String, u8, String)> {
+        let node = self.sim.lock().expect("sim");
+        node.gpus[gpu].instances.iter().map(|i| (i.profile.clone(), i.start, i.uuid.clone())).collect()
+    }
+}
+
+impl Drop for SimAgent {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn sqlite_url() -> String {
+    let file = std::env::temp_dir().join(format!("tessera-agents-{}.db", uuid::Uuid::now_v7().simple()));
+    format!("sqlite://{}", file.display())
+}
+
+fn gpu_id(node: &Value, index: usize) -> String {
+    node["gpus"][index]["id"].as_str().expect("gpu id").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_sim_agents_apply_layouts_and_survive_crashes_and_a_server_restart() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "gpu-a", "H100-80GB:2", server.join_token(None).await);
+    let mut b = SimAgent::new(&server.base, "gpu-b", "A100-40GB:2", server.join_token(None).await);
+    // A token may name the node; it wins over the host name the agent reports.
+    let mut c = SimAgent::new(&server.base, "host-c", "H100-80GB:1", server.join_token(Some("gpu-c")).await);
+    for agent in [&mut a, &mut b, &mut c] {
+        agent.start();
+    }
+    for name in ["gpu-a", "gpu-b", "gpu-c"] {
+        let node = server.settled(name).await;
+        assert_eq!(node["agent"]["backend"], "sim", "{node}");
+    }
+    let node_a = server.node("gpu-a").await.expect("gpu-a");
+    assert_eq!(node_a["gpus"].as_array().map(Vec::len), Some(2));
+    assert_eq!(node_a["gpus"][0]["model"], "H100-80GB");
+    assert_eq!(node_a["gpus"][0]["uuid"].as_str().map(|u| u.starts_with("GPU-")), Some(true));
+    assert!(server.node("host-c").await.is_none(), "the token's node name wins");
+
+    // Request -> approve -> layout approved -> pushed -> applied -> active, with the MIG device UUID.
+    let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "ml"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+    let (s, _) = server
+        .call(
+            Method::PUT,
+            &format!("/api/v1/tenants/{tenant}/quotas"),
+            Some(json!({"limits": {"compute_slices": 100}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let ask =
+        json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "3g.40gb", "model": "H100-80GB"}, "count": 1});
+    let (s, request) = server.call(Method::POST, "/api/v1/requests", Some(ask.clone())).await;
+    assert_eq!(s, StatusCode::CREATED, "{request}");
+    let request_id = request["id"].as_str().expect("id").to_string();
+    let (s, approval) = server.call(Method::POST, &format!("/api/v1/requests/{request_id}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    let proposal = approval["layout_proposals"][0]["id"].as_str().expect("a layout change").to_string();
+    let placed = approval["reservations"][0].clone();
+    let (s, _) = server.call(Method::POST, &format!("/api/v1/layouts/{proposal}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let active = wait_for(Duration::from_secs(20), || async {
+        let (_, list) = server.call(Method::GET, &format!("/api/v1/allocations?tenant={tenant}"), None).await;
+        let first = list.as_array()?.first()?.clone();
+        (first["state"] == "active").then_some(first)
+    })
+    .await
+    .expect("the allocation turns active");
+    let device = active["device_uuid"].as_str().expect("device uuid").to_string();
+    assert!(device.starts_with("MIG-"), "{active}");
+    assert_eq!(active["cuda_visible_devices"], device.as_str());
+    let (_, request) = server.call(Method::GET, &format!("/api/v1/requests/{request_id}"), None).await;
+    assert_eq!(request["state"], "active", "{request}");
+    // It is on the node the planner chose, at the exact placement, and the status carries the same UUID.
+    let on = [&a, &b, &c]
+        .into_iter()
+        .flat_map(|ag| (0..2).flat_map(move |g| ag.sim.lock().expect("sim").gpus.get(g).map(|x| x.instances.clone())))
+        .flatten()
+        .find(|i| i.uuid == device)
+        .expect("the device exists on a simulated GPU");
+    assert_eq!((on.profile.as_str(), i64::from(on.start)), ("3g.40gb", placed["start"].as_i64().expect("start")));
+
+    // Kill an agent mid-apply, restart it: it converges.
+    c.sim.lock().expect("sim").faults.step_delay_ms = 150;
+    let node_c = server.node("gpu-c").await.expect("gpu-c");
+    let seven: Vec<Value> = (0..7).map(|s| json!({"profile": "1g.10gb", "start": s})).collect();
+    server.set_layout(&gpu_id(&node_c, 0), json!(seven)).await;
+    let started = wait_for(Duration::from_secs(10), || async { (!c.instances(0).is_empty()).then_some(()) }).await;
+    assert!(started.is_some(), "the apply started");
+    c.kill();
+    let half = c.instances(0).len();
+    assert!(half < 7, "killed mid-apply ({half} of 7 made)");
+    c.sim.lock().expect("sim").faults.step_delay_ms = 0;
+    c.start();
+    let node_c = server.settled("gpu-c").await;
+    let made: Vec<(String, u8)> = c.instances(0).into_iter().map(|(p, s, _)| (p, s)).collect();
+    assert_eq!(made, (0..7).map(|s| ("1g.10gb".to_string(), s)).collect::<Vec<_>>());
+    assert_eq!(node_c["gpus"][0]["applied"].as_array().map(Vec::len), Some(7));
+
+    // A crash (injected before a driver call) stops the agent; restarted, it converges.
+    c.sim.lock().expect("sim").faults.crash_after_steps = Some(2);
+    server.set_layout(&gpu_id(&node_c, 0), json!([{"profile": "7g.80gb", "start": 0}])).await;
+    let crashed = tokio::time::timeout(Duration::from_secs(20), c.task.take().expect("task")).await;
+    assert!(matches!(crashed, Ok(Ok(Err(AgentError::Crashed(_))))), "{crashed:?}");
+    assert_eq!(c.instances(0).len(), 5, "two destroys done, then the crash");
+    c.start();
+    server.settled("gpu-c").await;
+    assert_eq!(c.instances(0).into_iter().map(|(p, s, _)| (p, s)).collect::<Vec<_>>(), [("7g.80gb".to_string(), 0)]);
+
+    // Restart the server: the agents reconnect, nothing is lost, and new specs still reach them.
+    server.restart().await;
+    let (_, list) = server.call(Method::GET, &format!("/api/v1/allocations?tenant={tenant}"), None).await;
+    assert_eq!(list[0]["state"], "active");
+    assert_eq!(list[0]["device_uuid"], device.as_str());
+    let node_b = server.node("gpu-b").await.expect("gpu-b");
+    server.set_layout(&gpu_id(&node_b, 1), json!([{"profile": "3g.20gb", "start": 4}])).await;
+    server.settled("gpu-b").await;
+    assert_eq!(b.instances(1).into_iter().map(|(p, s, _)| (p, s)).collect::<Vec<_>>(), [("3g.20gb".to_string(), 4)]);
+    for name in ["gpu-a", "gpu-b", "gpu-c"] {
+        server.settled(name).await;
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "busy", "H100-80GB:1", server.join_token(None).await);
+    a.transport = Transport::LongPoll;
+    a.start();
+    let node = server.settled("busy").await;
+    let gpu = gpu_id(&node, 0);
+    server.set_layout(&gpu, json!([{"profile": "3g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}])).await;
+    server.settled("busy").await;
+    let busy = a.instances(0).into_iter().find(|(_, s, _)| *s == 4).expect("instance at 4").2;
+    let pid = a.sim.lock().expect("sim").start_process(&busy).expect("process");
+
+    // A layout without it: the agent refuses to destroy it while the process runs, and says why.
+    server.set_layout(&gpu, json!([{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb", "start": 6}])).await;
+    let failed = wait_for(Duration::from_secs(20), || async {
+        let n = server.node("busy").await?;
+        (n["state"] == "failed" && n["observed_generation"] == n["generation"]).then_some(n)
+    })
+    .await
+    .expect("the node reports the busy instance");
+    let codes: Vec<&str> =
+        failed["gpus"][0]["errors"].as_array().expect("errors").iter().filter_map(|e| e["code"].as_str()).collect();
+    assert!(codes.contains(&"instance_busy"), "{failed}");
+    let applied = failed["gpus"][0]["applied"].as_array().expect("applied");
+    assert!(applied.iter().any(|i| i["uuid"] == busy.as_str() && i["processes"] == json!([pid])), "{failed}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(a.instances(0).iter().any(|(_, _, u)| *u == busy), "still there after retries");
+
+    // The process ends: the next retry destroys it and creates what the layout wants.
+    a.sim.lock().expect("sim").stop_processes(&busy);
+    server.settled("busy").await;
+    let now: Vec<(String, u8)> = a.instances(0).into_iter().map(|(p, s, _)| (p, s)).collect();
+    assert_eq!(now, [("3g.40gb".to_string(), 0), ("1g.10gb".to_string(), 6)]);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let token = server.join_token(None).await;
+    let mut a = SimAgent::new(&server.base, "once", "A100-80GB:1", token.clone());
+    a.start();
+    server.settled("once").await;
+
+    // The token is spent: a second node cannot join with it.
+    let inventory = json!({"hostname": "twice", "agent_version": "0", "backend": "sim", "gpus": []});
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/join", server.base))
+        .json(&json!({"token": token, "inventory": inventory}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["code"], "join_token_invalid");
+    let (_, tokens) = server.call(Method::GET, "/api/v1/join-tokens", None).await;
+    assert!(tokens[0]["used_at_ms"].is_i64() && tokens[0]["token"].is_null(), "{tokens}");
+
+    // Agent routes take node credentials only.
+    let r = server.client.get(format!("{}/api/v1/agent/spec", server.base)).bearer_auth(&server.admin).send().await;
+    assert_eq!(r.expect("send").status(), StatusCode::FORBIDDEN);
+
+    // No heartbeat for 20 s: not ready.
+    a.kill();
+    let gone = wait_for(Duration::from_secs(30), || async {
+        let n = server.node("once").await?;
+        (n["state"] == "not-ready").then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "{:?}", server.node("once").await);
+    // Back: ready again, with the same identity (the credential from the state directory).
+    a.token = None;
+    a.start();
+    server.settled("once").await;
+    assert_eq!(server.nodes().await.len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the_agent_is_on() {
+    let Ok(admin_url) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: the two-replica test is skipped");
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&admin_url).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+    let url = super::store::with_database(&admin_url, &name);
+    let admin = new_token_secret();
+    let mut one = Server::start(&url, free_port(), &admin).await;
+    let mut two = Server::start(&url, free_port(), &admin).await;
+
+    // The agent joins and stays connected through replica one.
+    let mut agent = SimAgent::new(&one.base, "replicated", "H100-80GB:1", one.join_token(None).await);
+    agent.start();
+    let node = one.settled("replicated").await;
+    let (_, tenant) = two.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "pg"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+    two.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(json!({"limits": {"compute_slices": 7}})))
+        .await;
+
+    // Everything else happens on replica two; the spec must reach the agent well before any periodic re-check
+    // (the sweep runs every 15 s, the socket's own re-check every 30 s): through LISTEN/NOTIFY.
+    let ask =
+        json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "2g.20gb", "model": "H100-80GB"}, "count": 1});
+    let (s, request) = two.call(Method::POST, "/api/v1/requests", Some(ask)).await;
+    assert_eq!(s, StatusCode::CREATED, "{request}");
+    let id = request["id"].as_str().expect("id").to_string();
+    let (s, approval) = two.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    let proposal = approval["layout_proposals"][0]["id"].as_str().expect("layout change").to_string();
+    let before = two.node("replicated").await.expect("node")["generation"].as_i64().expect("generation");
+    let started = tokio::time::Instant::now();
+    let (s, _) = two.call(Method::POST, &format!("/api/v1/layouts/{proposal}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let active = wait_for(Duration::from_secs(5), || async {
+        let (_, r) = two.call(Method::GET, &format!("/api/v1/requests/{id}"), None).await;
+        (r["state"] == "active").then_some(())
+    })
+    .await;
+    if active.is_none() {
+        let (_, r) = two.call(Method::GET, &format!("/api/v1/requests/{id}"), None).await;
+        let cred = std::fs::read_to_string(agent.dir.join("credential.json")).unwrap_or_default();
+        let cred: Value = serde_json::from_str(&cred).unwrap_or_default();
+        let status = json!({"observed_generation": 0, "gpus": []});
+        let put = one
+            .client
+            .put(format!("{}/api/v1/agent/status", one.base))
+            .bearer_auth(cred["credential"].as_str().unwrap_or_default())
+            .json(&status)
+            .send()
+            .await
+            .expect("send");
+        let put = put.text().await.unwrap_or_default();
+        panic!("not pushed through replica one within 5 s: {r} {:?} status: {put}", two.node("replicated").await);
+    }
+    let took = started.elapsed();
+    let after = one.settled("replicated").await;
+    assert!(after["generation"].as_i64().expect("generation") > before);
+    assert_eq!(agent.instances(0).len(), 1);
+    eprintln!("layout approved on replica two -> active through replica one: {took:?}");
+    assert_eq!(node["gpus"][0]["uuid"], after["gpus"][0]["uuid"]);
+
+    agent.kill();
+    one.stop().await;
+    two.stop().await;
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+}
