@@ -140,3 +140,98 @@ pub fn observe(
 pub fn has_errors(status: &NodeStatus) -> bool {
     !status.errors.is_empty() || status.gpus.iter().any(|g| !g.errors.is_empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use tessera_core::api::GpuSpec;
+    use tessera_core::layout::PlacedInstance;
+    use tessera_core::sharing::{GpuSharing, Sharing};
+
+    use super::*;
+    use crate::backend::sim::{SimBackend, SimNode};
+
+    fn spec(sim: &SimNode, generation: i64, layout: &[(&str, u8)]) -> NodeSpec {
+        NodeSpec {
+            node: "n".into(),
+            generation,
+            gpus: vec![GpuSpec {
+                uuid: sim.gpus[0].uuid.clone(),
+                index: 0,
+                mig_enabled: true,
+                layout: layout.iter().map(|&(p, s)| PlacedInstance { profile: p.into(), start: s }).collect(),
+                sharing: GpuSharing { mig_enabled: true, gpu: Sharing::Exclusive, instances: vec![] },
+            }],
+        }
+    }
+
+    fn placements(b: &SimBackend) -> Vec<(String, u8)> {
+        let node = b.handle();
+        let node = node.lock().expect("sim");
+        node.gpus[0].instances.iter().map(|i| (i.profile.clone(), i.start)).collect()
+    }
+
+    #[test]
+    fn a_crash_at_any_step_then_a_rerun_converges_to_the_spec() {
+        let target = [("3g.40gb", 4), ("1g.10gb", 0), ("1g.10gb", 1), ("2g.20gb", 2)];
+        for crash_at in 0..6 {
+            let node = SimNode::new("n", &[("H100-80GB".to_string(), 1)]);
+            let mut b = SimBackend::new(Arc::new(Mutex::new(node.clone())));
+            reconcile(&mut b, &spec(&node, 1, &[("7g.80gb", 0)])).expect("first layout");
+            b.handle().lock().expect("sim").faults.crash_after_steps = Some(crash_at);
+            let want = spec(&node, 2, &target);
+            let first = reconcile(&mut b, &want);
+            // Five steps (one destroy, four creates): a crash at step 5 or later never comes.
+            assert_eq!(first.is_err(), crash_at < 5, "crash at {crash_at}");
+            let status = reconcile(&mut b, &want).expect("rerun");
+            assert!(!has_errors(&status), "{status:?}");
+            let mut want_sorted: Vec<(String, u8)> = target.iter().map(|&(p, s)| (p.to_string(), s)).collect();
+            want_sorted.sort_by_key(|&(_, s)| s);
+            assert_eq!(placements(&b), want_sorted, "crash at {crash_at}");
+            // Once converged, running again changes nothing.
+            let again = reconcile(&mut b, &want).expect("again");
+            assert_eq!(again.gpus[0].instances, status.gpus[0].instances);
+        }
+    }
+
+    #[test]
+    fn a_busy_instance_is_kept_and_what_overlaps_it_waits() {
+        let node = SimNode::new("n", &[("H100-80GB".to_string(), 1)]);
+        let mut b = SimBackend::new(Arc::new(Mutex::new(node.clone())));
+        reconcile(&mut b, &spec(&node, 1, &[("4g.40gb", 0)])).expect("layout");
+        let uuid = b.handle().lock().expect("sim").gpus[0].instances[0].uuid.clone();
+        b.handle().lock().expect("sim").start_process(&uuid).expect("pid");
+        let status = reconcile(&mut b, &spec(&node, 2, &[("7g.80gb", 0)])).expect("no crash");
+        let codes: Vec<&str> = status.gpus[0].errors.iter().map(|e| e.code.as_str()).collect();
+        assert_eq!(codes, ["instance_busy", "placement_occupied"]);
+        assert_eq!(placements(&b), [("4g.40gb".to_string(), 0)]);
+        assert_eq!(status.observed_generation, 2);
+    }
+
+    #[test]
+    fn the_simulator_refuses_what_the_driver_refuses() {
+        let node = SimNode::new("n", &[("A100-40GB".to_string(), 1)]);
+        let mut b = SimBackend::new(Arc::new(Mutex::new(node.clone())));
+        let gpu = node.gpus[0].uuid.clone();
+        use crate::backend::GpuBackend;
+        assert_eq!(b.create_instance(&gpu, "3g.20gb", 1).map_err(|e| e.code), Err("placement_invalid"));
+        assert_eq!(b.create_instance(&gpu, "9g.99gb", 0).map_err(|e| e.code), Err("profile_unknown"));
+        b.create_instance(&gpu, "4g.20gb", 0).expect("4g at 0");
+        assert_eq!(b.create_instance(&gpu, "3g.20gb", 0).map_err(|e| e.code), Err("placement_occupied"));
+        b.create_instance(&gpu, "3g.20gb", 4).expect("3g at 4");
+        b.handle().lock().expect("sim").faults.fail_create = Some("1g.5gb".into());
+        b.destroy_instance(&gpu, "3g.20gb", 4).expect("destroy");
+        assert_eq!(b.create_instance(&gpu, "1g.5gb", 4).map_err(|e| e.code), Err("driver_error"));
+        assert_eq!(b.destroy_instance(&gpu, "3g.20gb", 4).map_err(|e| e.code), Err("not_found"));
+    }
+
+    #[test]
+    fn backoff_grows_to_thirty_seconds_with_jitter() {
+        for attempt in 0..20 {
+            let cap = (500u64 << attempt.min(6)).min(30_000);
+            let d = crate::agent::backoff(attempt).as_millis() as u64;
+            assert!((cap / 2..=cap).contains(&d), "attempt {attempt}: {d} ms");
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! `tessera request ...`: the REST API from the command line, for scripts and CI jobs.
+//! `tessera request ...` and `tessera node ...`: the REST API from the command line, for scripts and CI jobs.
 
 use std::io::Write;
 
@@ -101,7 +101,32 @@ fn spec(mode: &str, profile: Option<String>, model: Option<String>, replicas: Op
     })
 }
 
-pub fn run(conn: Connection, cmd: RequestCommand, out: &mut dyn Write) -> Result<u8, CliError> {
+/// Nodes and their agents.
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// Create a join token for a node agent (platform admins); the secret is printed once.
+    JoinToken {
+        /// The name the node takes (default: its host name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Seconds until the token expires.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+    },
+    /// List nodes with their state, generations and GPUs (platform admins).
+    List,
+}
+
+/// A command against a running server.
+#[derive(Debug)]
+pub enum ApiCommand {
+    /// `tessera request ...`.
+    Request(RequestCommand),
+    /// `tessera node ...`.
+    Node(NodeCommand),
+}
+
+pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8, CliError> {
     let token = conn.token.ok_or_else(|| CliError::BadInput("give --token or set TESSERA_TOKEN".to_string()))?;
     let base = conn.server.trim_end_matches('/').to_string();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -124,6 +149,18 @@ pub fn run(conn: Connection, cmd: RequestCommand, out: &mut dyn Write) -> Result
     };
     use reqwest::Method;
     runtime.block_on(async {
+        let cmd = match cmd {
+            ApiCommand::Request(cmd) => cmd,
+            ApiCommand::Node(NodeCommand::JoinToken { name, ttl }) => {
+                let body = json!({"node_name": name, "ttl_s": ttl});
+                let (ok, value) = call(Method::POST, "/api/v1/join-tokens".into(), Some(body), None).await?;
+                return print(out, ok, &value);
+            }
+            ApiCommand::Node(NodeCommand::List) => {
+                let (ok, value) = call(Method::GET, "/api/v1/nodes".into(), None, None).await?;
+                return print(out, ok, &value);
+            }
+        };
         let (ok, value) = match cmd {
             RequestCommand::Create {
                 tenant,
@@ -171,18 +208,23 @@ pub fn run(conn: Connection, cmd: RequestCommand, out: &mut dyn Write) -> Result
                 call(Method::POST, format!("/api/v1/requests/{id}/cancel"), None, None).await?
             }
         };
-        if ok {
-            serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
-            writeln!(out)?;
-            Ok(EXIT_OK)
-        } else {
-            let code = value["code"].as_str().unwrap_or("error");
-            let detail = value["detail"].as_str().unwrap_or("the server refused the request");
-            writeln!(out, "error[{code}]: {detail}")?;
-            for e in value["errors"].as_array().into_iter().flatten() {
-                writeln!(out, "  - {}", e["message"].as_str().unwrap_or(""))?;
-            }
-            Ok(EXIT_NO)
-        }
+        print(out, ok, &value)
     })
+}
+
+/// Prints an answer: the JSON on success, else the problem's code, detail and errors.
+fn print(out: &mut dyn Write, ok: bool, value: &Value) -> Result<u8, CliError> {
+    if ok {
+        serde_json::to_writer_pretty(&mut *out, value).map_err(std::io::Error::from)?;
+        writeln!(out)?;
+        Ok(EXIT_OK)
+    } else {
+        let code = value["code"].as_str().unwrap_or("error");
+        let detail = value["detail"].as_str().unwrap_or("the server refused the request");
+        writeln!(out, "error[{code}]: {detail}")?;
+        for e in value["errors"].as_array().into_iter().flatten() {
+            writeln!(out, "  - {}", e["message"].as_str().unwrap_or(""))?;
+        }
+        Ok(EXIT_NO)
+    }
 }

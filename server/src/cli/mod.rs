@@ -52,6 +52,13 @@ enum Command {
         #[command(subcommand)]
         cmd: client::RequestCommand,
     },
+    /// Nodes on a running server: join tokens for node agents, the node list.
+    Node {
+        #[command(flatten)]
+        conn: client::Connection,
+        #[command(subcommand)]
+        cmd: client::NodeCommand,
+    },
     /// Create or upgrade the database schema.
     Migrate {
         /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -83,7 +90,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             })
         }
         Command::Openapi => openapi(out),
-        Command::Request { conn, cmd } => client::run(conn, cmd, out),
+        Command::Request { conn, cmd } => client::run(conn, client::ApiCommand::Request(cmd), out),
+        Command::Node { conn, cmd } => client::run(conn, client::ApiCommand::Node(cmd), out),
     };
     match result {
         Ok(code) => code,

@@ -336,8 +336,18 @@ async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() {
     let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
-    let token = server.join_token(None).await;
-    let mut a = SimAgent::new(&server.base, "once", "A100-80GB:1", token.clone());
+    // Join tokens come from the CLI too.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["node", "join-token", "--name", "once", "--ttl", "600", "--server", &server.base])
+        .env("TESSERA_TOKEN", &server.admin)
+        .output()
+        .await
+        .expect("tessera node join-token");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let token = printed["token"].as_str().expect("token").to_string();
+    assert!(token.starts_with("tsj_"));
+    let mut a = SimAgent::new(&server.base, "host-of-once", "A100-80GB:1", token.clone());
     a.start();
     server.settled("once").await;
 
