@@ -21,6 +21,9 @@ pub struct Settings {
     pub bootstrap_token: Option<String>,
     /// Password for the bootstrap admin (`TESSERA_BOOTSTRAP_PASSWORD`), set when it is created; none when absent.
     pub bootstrap_password: Option<String>,
+    /// Join tokens (`tsj_...`) to accept from the first start on, e.g. for agents of a compose file or a
+    /// provisioning script; each is good for one join and expires after 30 days.
+    pub bootstrap_join_tokens: Vec<String>,
     /// Register a simulated node with a few GPUs of different models (`--demo`).
     pub demo: bool,
     /// Sign-in settings.
@@ -102,6 +105,18 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         }
         Err(e) => return Err(e.into()),
     };
+    for token in &settings.bootstrap_join_tokens {
+        if !token.starts_with(crate::http::agents::JOIN_TOKEN_PREFIX) || token.len() < 36 {
+            return Err(ServeError::Config(
+                "TESSERA_BOOTSTRAP_JOIN_TOKENS: each token is tsj_ followed by at least 32 characters".to_string(),
+            ));
+        }
+        let expires = crate::store::now_ms() + 30 * 24 * 3600 * 1000;
+        match store.create_join_token(&token_hash(token), None, expires, "system").await {
+            Ok(_) | Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     if settings.demo && !store.nodes().await?.iter().any(|n| n.name == DEMO_NODE) {
         store.register_node(DEMO_NODE, &demo_gpus(), "system").await?;
     }

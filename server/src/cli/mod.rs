@@ -135,6 +135,13 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
         database_url: url.clone(),
         bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
         bootstrap_password: std::env::var("TESSERA_BOOTSTRAP_PASSWORD").ok().filter(|t| !t.is_empty()),
+        bootstrap_join_tokens: std::env::var("TESSERA_BOOTSTRAP_JOIN_TOKENS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
         demo,
         auth,
     };

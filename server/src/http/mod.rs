@@ -1,7 +1,7 @@
 //! The HTTP API: one router per resource, merged with their OpenAPI descriptions (routes and spec come from the
 //! same `#[utoipa::path]` annotations), behind tracing, request ids, compression, a body limit and a timeout.
 
-mod agents;
+pub mod agents;
 mod audit;
 pub mod auth;
 mod catalog;

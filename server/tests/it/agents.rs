@@ -30,8 +30,13 @@ fn free_port() -> u16 {
 
 impl Server {
     async fn start(database_url: &str, port: u16, admin: &str) -> Server {
+        Server::start_with(database_url, port, admin, &[]).await
+    }
+
+    async fn start_with(database_url: &str, port: u16, admin: &str, env: &[(&str, &str)]) -> Server {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database-url", database_url])
+            .envs(env.iter().copied())
             .env("TESSERA_BOOTSTRAP_TOKEN", admin)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
@@ -455,4 +460,69 @@ async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the
     one.stop().await;
     two.stop().await;
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+}
+
+/// The `tessera-agent` binary next to `tessera` (both are built by `cargo test --workspace`).
+fn agent_binary() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-agent");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
+    path
+}
+
+fn agent_process(base: &str, dir: &std::path::Path, token: &str, delay_ms: u64) -> tokio::process::Child {
+    tokio::process::Command::new(agent_binary())
+        .args(["--server", base, "--backend", "sim", "--sim-gpus", "H100-80GB:1", "--hostname", "proc"])
+        .args(["--sim-step-delay-ms", &delay_ms.to_string()])
+        .arg("--state-dir")
+        .arg(dir)
+        .env("TESSERA_JOIN_TOKEN", token)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tessera-agent")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_agent_process_joins_with_a_bootstrap_token_and_converges_after_kill_9_mid_apply() {
+    let token = "tsj_bootstrap_for_the_agent_process_00000000";
+    let admin = new_token_secret();
+    let mut server =
+        Server::start_with(&sqlite_url(), free_port(), &admin, &[("TESSERA_BOOTSTRAP_JOIN_TOKENS", token)]).await;
+    let dir = std::env::temp_dir().join(format!("tessera-agent-proc-{}", uuid::Uuid::now_v7().simple()));
+    let mut agent = agent_process(&server.base, &dir, token, 0);
+    let node = server.settled("proc").await;
+    let sim_file = dir.join("sim-gpus.json");
+    let instances = || -> Vec<(String, u8)> {
+        let text = std::fs::read_to_string(&sim_file).unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        v["gpus"][0]["instances"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|i| (i["profile"].as_str().unwrap_or("").to_string(), i["start"].as_u64().unwrap_or(99) as u8))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    // Slow steps, and kill -9 once the first instance exists.
+    agent.kill().await.expect("kill");
+    let mut agent = agent_process(&server.base, &dir, token, 300);
+    server.settled("proc").await;
+    let seven: Vec<Value> = (0..7).map(|s| json!({"profile": "1g.10gb", "start": s})).collect();
+    server.set_layout(&gpu_id(&node, 0), json!(seven)).await;
+    let started = wait_for(Duration::from_secs(10), || async { (!instances().is_empty()).then_some(()) }).await;
+    assert!(started.is_some(), "the apply started");
+    agent.kill().await.expect("kill -9");
+    let half = instances().len();
+    assert!(half < 7, "killed mid-apply ({half} of 7)");
+
+    // Restarted (the credential and the simulated GPUs are in the state directory; the token is spent): converges.
+    let _agent = agent_process(&server.base, &dir, token, 0);
+    let node = server.settled("proc").await;
+    assert_eq!(instances(), (0..7).map(|s| ("1g.10gb".to_string(), s)).collect::<Vec<_>>());
+    assert_eq!(node["gpus"][0]["applied"].as_array().map(Vec::len), Some(7));
+    assert_eq!(server.nodes().await.len(), 1, "the same node, not a second one");
+    server.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

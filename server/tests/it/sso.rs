@@ -155,6 +155,7 @@ pub async fn spawn_sso_app(tune: impl FnOnce(&mut AuthConfig)) -> SsoApp {
         bootstrap_password: Some(BOOTSTRAP_PASSWORD.into()),
         demo: true,
         auth,
+        ..Settings::default()
     };
     let (state, _) = prepare(&settings).await.expect("prepare");
     let store = state.store.clone();
