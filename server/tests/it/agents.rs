@@ -462,10 +462,14 @@ async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the
     let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
 }
 
-/// The `tessera-agent` binary next to `tessera` (both are built by `cargo test --workspace`).
+/// The `tessera-agent` binary next to `tessera` (./scripts/test builds every binary before the tests).
 fn agent_binary() -> PathBuf {
     let path = PathBuf::from(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-agent");
-    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (`cargo build --workspace --bins`, as ./scripts/test does)",
+        path.display()
+    );
     path
 }
 
