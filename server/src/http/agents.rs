@@ -15,6 +15,7 @@ use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash}
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::agents::{self as svc, HEARTBEAT, StatusOutcome};
+use crate::services::fleet::valid_node_name;
 use crate::store::auth::NodePrincipal;
 use crate::store::{Principal, StoreError};
 
@@ -72,11 +73,6 @@ impl From<crate::store::agents::JoinToken> for JoinTokenView {
             node_id: t.node_id,
         }
     }
-}
-
-fn valid_node_name(name: &str) -> bool {
-    (1..=253).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
 }
 
 /// Create a join token (platform admins): an agent exchanges it once for its node's credential. The secret is in

@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use sha2::{Digest, Sha256};
 use tessera_core::api::{GpuSpec, Inventory, NodeSpec, NodeStatus};
 use tessera_core::request::RequestState;
 use tessera_core::sharing::{GpuSharing, Sharing};
@@ -138,8 +137,7 @@ pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
 
 /// A digest of a spec's content.
 pub fn spec_hash(gpus: &[GpuSpec]) -> String {
-    let text = serde_json::to_string(gpus).unwrap_or_default();
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    crate::http::auth::token_hash(&serde_json::to_string(gpus).unwrap_or_default())
 }
 
 /// The spec of `inputs`' node, under the generation stored for it.
@@ -204,12 +202,6 @@ pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<New
     }
     let mut out = Vec::new();
     for g in &inventory.gpus {
-        if g.uuid.trim().is_empty() || g.uuid.len() > 128 {
-            return Err(ApiError::invalid(
-                "invalid_gpu_uuid",
-                format!("gpu {}: a GPU UUID is 1-128 characters", g.index),
-            ));
-        }
         if inventory.gpus.iter().filter(|o| o.index == g.index || o.uuid == g.uuid).count() > 1 {
             return Err(ApiError::invalid("duplicate_gpu", format!("gpu {} is listed twice", g.index)));
         }
@@ -221,26 +213,22 @@ pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<New
             tracing::warn!(gpu = %g.uuid, name = %g.name, "GPU model not in the catalog; not managed");
             continue;
         };
-        let specs: Vec<_> = g
-            .instances
-            .iter()
-            .map(|i| tessera_core::layout::InstanceSpec { profile: i.profile.clone(), start: Some(i.start) })
-            .collect();
-        let layout = if g.mig_enabled {
-            tessera_core::layout::validate(model, &specs).map_err(|errors| {
-                let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-                ApiError::invalid("mig_layout_invalid", format!("gpu {}: {list}", g.index))
-            })?
-        } else {
-            Vec::new()
-        };
-        out.push(NewGpu {
+        let report = crate::services::fleet::GpuReport {
             index: g.index,
-            uuid: g.uuid.trim().to_string(),
+            uuid: g.uuid.clone(),
             model: model.key.clone(),
             mig_enabled: g.mig_enabled,
-            layout,
-        });
+            // A GPU with MIG off has no instances to register; under MIG they are checked by the MIG rules.
+            instances: if g.mig_enabled {
+                g.instances
+                    .iter()
+                    .map(|i| tessera_core::layout::PlacedInstance { profile: i.profile.clone(), start: i.start })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        };
+        out.push(crate::services::fleet::check_gpu(model, &report)?);
     }
     Ok(out)
 }

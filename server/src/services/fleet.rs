@@ -27,7 +27,8 @@ pub struct GpuReport {
     pub instances: Vec<PlacedInstance>,
 }
 
-fn valid_node_name(name: &str) -> bool {
+/// Whether `name` is a usable node name.
+pub fn valid_node_name(name: &str) -> bool {
     (1..=253).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
 }
@@ -47,40 +48,46 @@ pub async fn register(state: &AppState, p: &Principal, name: &str, gpus: &[GpuRe
     }
     let mut checked = Vec::with_capacity(gpus.len());
     for g in gpus {
-        let at = format!("gpu {}", g.index);
         if gpus.iter().filter(|o| o.index == g.index).count() > 1 {
-            return Err(ApiError::invalid("duplicate_gpu_index", format!("{at} is listed twice")));
-        }
-        if g.uuid.trim().is_empty() || g.uuid.len() > 128 {
-            return Err(ApiError::invalid("invalid_gpu_uuid", format!("{at}: a GPU UUID is 1-128 characters")));
+            return Err(ApiError::invalid("duplicate_gpu_index", format!("gpu {} is listed twice", g.index)));
         }
         let (model, _) = state.catalog.resolve(&g.model).ok_or_else(|| {
             ApiError::invalid(
                 "unknown_gpu_model",
-                format!("{at}: `{}` is not a MIG-capable model in the catalog", g.model),
+                format!("gpu {}: `{}` is not a MIG-capable model in the catalog", g.index, g.model),
             )
         })?;
-        let layout = if g.mig_enabled {
-            let specs: Vec<InstanceSpec> =
-                g.instances.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
-            validate(model, &specs).map_err(|errors| {
-                let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-                ApiError::invalid("mig_layout_invalid", format!("{at}: {list}"))
-            })?
-        } else if g.instances.is_empty() {
-            Vec::new()
-        } else {
-            return Err(ApiError::invalid("mig_disabled", format!("{at}: MIG is off, so it has no MIG instances")));
-        };
-        checked.push(NewGpu {
-            index: g.index,
-            uuid: g.uuid.trim().to_string(),
-            model: model.key.clone(),
-            mig_enabled: g.mig_enabled,
-            layout,
-        });
+        checked.push(check_gpu(model, g)?);
     }
     Ok(state.store.register_node(name, &checked, &p.actor()).await?)
+}
+
+/// Checks one reported GPU of a resolved `model`: its UUID, and its MIG instances against the MIG rules (none when
+/// MIG is off). Returns it as registered.
+pub fn check_gpu(model: &tessera_core::GpuModel, g: &GpuReport) -> Result<NewGpu, ApiError> {
+    let at = format!("gpu {}", g.index);
+    if g.uuid.trim().is_empty() || g.uuid.len() > 128 {
+        return Err(ApiError::invalid("invalid_gpu_uuid", format!("{at}: a GPU UUID is 1-128 characters")));
+    }
+    let layout = if g.mig_enabled {
+        let specs: Vec<InstanceSpec> =
+            g.instances.iter().map(|i| InstanceSpec { profile: i.profile.clone(), start: Some(i.start) }).collect();
+        validate(model, &specs).map_err(|errors| {
+            let list = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            ApiError::invalid("mig_layout_invalid", format!("{at}: {list}"))
+        })?
+    } else if g.instances.is_empty() {
+        Vec::new()
+    } else {
+        return Err(ApiError::invalid("mig_disabled", format!("{at}: MIG is off, so it has no MIG instances")));
+    };
+    Ok(NewGpu {
+        index: g.index,
+        uuid: g.uuid.trim().to_string(),
+        model: model.key.clone(),
+        mig_enabled: g.mig_enabled,
+        layout,
+    })
 }
 
 /// Where the planner would put a request's slices on the fleet as it is now, exactly as approval would plan them
