@@ -106,6 +106,20 @@ pub struct GpuSpec {
     /// How the GPU or its instances are shared (time-slicing, MPS).
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub sharing: GpuSharing,
+    /// The live allocations on the GPU (the agent labels telemetry with them, and reports idle ones).
+    #[serde(default)]
+    pub allocations: Vec<SpecAllocation>,
+}
+
+/// A live allocation, as its node's agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SpecAllocation {
+    /// Allocation id.
+    pub allocation: String,
+    /// The MIG instance's start unit; absent for a share of a whole GPU.
+    #[serde(default)]
+    pub start: Option<u8>,
 }
 
 /// What a node has now, reported after every change and on every heartbeat interval.
@@ -201,4 +215,64 @@ pub struct Joined {
     pub node_name: String,
     /// The node credential (`tsn_...`), shown once: the agent keeps it in its state directory.
     pub credential: String,
+}
+
+/// A batch of telemetry samples from one agent (sent gzip-compressed to `POST /api/v1/agent/telemetry`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TelemetryBatch {
+    /// Samples the agent dropped since it started because its buffer was full while the server could not be
+    /// reached (a running total).
+    #[serde(default)]
+    pub dropped: u64,
+    /// Series per device.
+    pub devices: Vec<DeviceSeries>,
+}
+
+/// Samples of one device: a whole GPU, or one MIG instance of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeviceSeries {
+    /// `GPU-...` for a GPU, `MIG-...` for a MIG instance.
+    pub device: String,
+    /// The GPU's UUID (the device itself for a GPU).
+    pub gpu: String,
+    /// MIG profile, for an instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// MIG start unit, for an instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<u8>,
+    /// Samples, oldest first.
+    pub samples: Vec<Sample>,
+}
+
+/// One sample of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Sample {
+    /// When, in ms since the Unix epoch.
+    pub t: i64,
+    /// Utilisation in percent (0-100): SM activity of the GPU, graphics engine activity of a MIG instance.
+    pub util: f32,
+    /// Frame-buffer memory used, MiB.
+    pub mem_used_mib: f32,
+    /// Frame-buffer memory total, MiB.
+    pub mem_total_mib: f32,
+    /// Power draw, W (whole GPUs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<f32>,
+    /// Temperature, °C (whole GPUs only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_c: Option<f32>,
+}
+
+/// What the server made of a telemetry batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TelemetryAccepted {
+    /// Samples kept.
+    pub accepted: u64,
+    /// Samples refused: a device not on this node, or a time too far from the server's clock.
+    pub rejected: u64,
 }

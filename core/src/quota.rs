@@ -230,6 +230,17 @@ pub fn charge(catalog: &Catalog, spec: &SliceSpec, count: u32) -> Result<Usage, 
     Ok(usage)
 }
 
+/// The metering weight of one allocation, in compute slices: a MIG instance weighs its profile's compute slices, a
+/// whole GPU all of its model's, and a time-slice or MPS share of a GPU that divided by the replica count.
+/// `profile` is the MIG profile, or the sharing key (`exclusive`, `timeslice:4`, `mps:2`) of a whole-GPU share.
+pub fn weight(model: &GpuModel, profile: &str) -> Option<f64> {
+    if let Some(p) = model.profile(profile) {
+        return Some(f64::from(p.compute_slices));
+    }
+    let sharing = crate::sharing::Sharing::from_key(profile)?;
+    Some(f64::from(model.compute_slices_total) / f64::from(sharing.replicas().max(1)))
+}
+
 /// Adds `add` into `into`.
 pub fn accumulate(into: &mut Usage, add: &Usage) {
     for (r, a) in add {

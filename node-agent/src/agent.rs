@@ -47,6 +47,8 @@ pub struct Config {
     pub status_every: Duration,
     /// A spec whose apply left errors is applied again after this long.
     pub retry_every: Duration,
+    /// Telemetry sampling and sending; `None` sends none.
+    pub telemetry: Option<crate::telemetry::TelemetryConfig>,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl Config {
             heartbeat: Duration::from_secs(5),
             status_every: Duration::from_secs(30),
             retry_every: Duration::from_secs(5),
+            telemetry: Some(crate::telemetry::TelemetryConfig::default()),
         }
     }
 }
@@ -110,12 +113,95 @@ pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), Age
     let applied = read_applied(&config.state_dir);
     let (specs_tx, specs_rx) = watch::channel::<Option<NodeSpec>>(None);
     let known = Arc::new(std::sync::atomic::AtomicI64::new(applied));
+    let telemetry = telemetry_loop(config.clone(), http.clone(), cred.clone(), backend.clone(), specs_rx.clone());
     let apply = apply_loop(config.clone(), http.clone(), cred.clone(), backend.clone(), specs_rx, known.clone());
     let receive = receive_loop(config.clone(), http.clone(), cred.clone(), specs_tx, known);
     tokio::select! {
         r = apply => r,
         r = receive => r,
+        r = telemetry => r,
     }
+}
+
+/// Samples every device each `every` and sends what the buffer holds each `batch_every` (a backlog in several
+/// batches, oldest first). Samples that cannot be delivered stay in the bounded buffer.
+async fn telemetry_loop(
+    config: Config,
+    http: reqwest::Client,
+    cred: Credential,
+    backend: Backend,
+    specs: watch::Receiver<Option<NodeSpec>>,
+) -> Result<(), AgentError> {
+    let Some(tc) = config.telemetry else { return std::future::pending().await };
+    let mut buffer = crate::telemetry::Buffer::new(tc.buffer);
+    let mut sample = tokio::time::interval(tc.every);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut send = tokio::time::interval(tc.batch_every);
+    send.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            _ = sample.tick() => {
+                let gpus = specs.borrow().as_ref().map(|s| s.gpus.clone()).unwrap_or_default();
+                let now = now_ms();
+                match with_backend(&backend, move |b| b.sample(now, &gpus)).await {
+                    Ok(readings) => buffer.push(readings),
+                    Err(e) => tracing::warn!(error = %e, "cannot sample the GPUs"),
+                }
+            }
+            _ = send.tick() => {
+                while !buffer.is_empty() {
+                    let readings = buffer.take(tc.max_batch);
+                    let body = crate::telemetry::encode(&crate::telemetry::batch(&readings, buffer.dropped()));
+                    match send_telemetry(&config, &http, &cred, body).await {
+                        Ok(()) => warned = false,
+                        Err((false, e)) => {
+                            tracing::warn!(error = %e, samples = readings.len(), "telemetry batch refused; dropped");
+                            buffer.discard(readings.len());
+                        }
+                        Err((true, e)) => {
+                            if !warned {
+                                tracing::warn!(error = %e, waiting = buffer.len() + readings.len(), "telemetry not delivered; buffering");
+                                warned = true;
+                            }
+                            buffer.put_back(readings);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Sends one batch; an error says whether sending it again may succeed.
+async fn send_telemetry(
+    config: &Config,
+    http: &reqwest::Client,
+    cred: &Credential,
+    body: Vec<u8>,
+) -> Result<(), (bool, String)> {
+    let response = http
+        .post(format!("{}/api/v1/agent/telemetry", config.server))
+        .bearer_auth(&cred.credential)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| (true, e.to_string()))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let again = status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429);
+    Err((again, format!("HTTP {status}")))
 }
 
 async fn with_backend<T: Send + 'static>(

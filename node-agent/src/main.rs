@@ -2,11 +2,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use tessera_agent::agent::{self, Config, Transport};
 use tessera_agent::backend::GpuBackend;
 use tessera_agent::backend::sim::{Faults, SimBackend, SimNode, parse_gpus};
+use tessera_agent::telemetry::TelemetryConfig;
 use tessera_core::Catalog;
 
 /// Tessera node agent: applies the node's MIG layout and sharing config, reports status.
@@ -43,9 +45,21 @@ struct Args {
     /// Simulated fault: crash after this many create/destroy steps.
     #[arg(long)]
     sim_crash_after: Option<u32>,
+    /// Seed of the simulated load (the same seed gives the same samples).
+    #[arg(long, default_value_t = 0)]
+    sim_seed: u64,
     /// Receive specs by long-polling only (no WebSocket).
     #[arg(long)]
     long_poll: bool,
+    /// Telemetry: sample every GPU and MIG instance this often (ms); 0 turns telemetry off.
+    #[arg(long, default_value_t = 1000)]
+    telemetry_every_ms: u64,
+    /// Telemetry: send a batch this often (ms).
+    #[arg(long, default_value_t = 2000)]
+    telemetry_batch_ms: u64,
+    /// Telemetry: most samples kept while the server cannot be reached (the oldest are dropped and counted).
+    #[arg(long, default_value_t = 200_000)]
+    telemetry_buffer: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -120,6 +134,7 @@ fn main() -> ExitCode {
                 let handle = sim.handle();
                 let mut node = handle.lock().unwrap_or_else(|e| e.into_inner());
                 node.hostname = name;
+                node.seed = args.sim_seed;
                 node.faults = Faults {
                     fail_create: args.sim_fail_create.clone(),
                     step_delay_ms: args.sim_step_delay_ms,
@@ -133,6 +148,12 @@ fn main() -> ExitCode {
     if args.long_poll {
         config.transport = Transport::LongPoll;
     }
+    config.telemetry = (args.telemetry_every_ms > 0).then(|| TelemetryConfig {
+        every: Duration::from_millis(args.telemetry_every_ms),
+        batch_every: Duration::from_millis(args.telemetry_batch_ms.max(args.telemetry_every_ms)),
+        buffer: args.telemetry_buffer,
+        ..TelemetryConfig::default()
+    });
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {

@@ -162,6 +162,7 @@ mod tests {
                 mig_enabled: true,
                 layout: layout.iter().map(|&(p, s)| PlacedInstance { profile: p.into(), start: s }).collect(),
                 sharing: GpuSharing { mig_enabled: true, gpu: Sharing::Exclusive, instances: vec![] },
+                allocations: vec![],
             }],
         }
     }

@@ -33,6 +33,40 @@ pub struct App {
     pub creates: crate::services::requests::CreateQueue,
     /// Connected agents and node heartbeats.
     pub hub: crate::services::agents::Hub,
+    /// Agents' telemetry: the live window and minutes not yet written.
+    pub telemetry: crate::services::telemetry::Telemetry,
+    /// How long minute telemetry is kept, ms.
+    pub telemetry_retention_ms: i64,
+    /// GPU UUIDs per node, for checking telemetry batches.
+    pub node_gpus: NodeGpuCache,
+}
+
+/// How long a node's GPU list is trusted for telemetry checks.
+const NODE_GPUS_TTL: Duration = Duration::from_secs(10);
+
+/// A short-lived cache of each node's GPU UUIDs.
+#[derive(Debug, Default)]
+pub struct NodeGpuCache(Mutex<HashMap<String, (Instant, GpuSet)>>);
+
+/// A node's GPU UUIDs.
+pub type GpuSet = Arc<std::collections::HashSet<String>>;
+
+impl NodeGpuCache {
+    /// The node's GPUs, if read recently.
+    pub fn get(&self, node_id: &str) -> Option<Arc<std::collections::HashSet<String>>> {
+        let map = self.0.lock().ok()?;
+        map.get(node_id).filter(|(at, _)| at.elapsed() < NODE_GPUS_TTL).map(|(_, g)| g.clone())
+    }
+
+    /// Remembers a node's GPUs.
+    pub fn put(&self, node_id: &str, gpus: Arc<std::collections::HashSet<String>>) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= PRINCIPAL_CACHE_MAX {
+                map.clear();
+            }
+            map.insert(node_id.to_string(), (Instant::now(), gpus));
+        }
+    }
 }
 
 /// What a credential resolved to.

@@ -7,6 +7,7 @@ pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod http;
 pub mod serve;
 pub mod services;

@@ -28,13 +28,30 @@ pub struct Settings {
     pub demo: bool,
     /// Sign-in settings.
     pub auth: crate::auth::AuthConfig,
+    /// Telemetry window and retention.
+    pub telemetry: TelemetrySettings,
+}
+
+/// How much telemetry is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct TelemetrySettings {
+    /// Seconds of 1 s samples kept in memory for live views.
+    pub window_s: u32,
+    /// Days of one-minute aggregates kept in the store.
+    pub retention_days: u32,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        TelemetrySettings { window_s: 900, retention_days: 30 }
+    }
 }
 
 /// Name of the node `--demo` registers.
 pub const DEMO_NODE: &str = "demo-node-1";
 
 /// The demo node's GPUs: two H100s (one with instances), an A100-40GB in MIG mode and an A30 without MIG.
-fn demo_gpus() -> Vec<NewGpu> {
+pub(crate) fn demo_gpus() -> Vec<NewGpu> {
     let catalog = tessera_core::Catalog::builtin();
     let gpu = |index: u32, model: &str, mig: bool, layout: &str| {
         let specs: Vec<InstanceSpec> = layout.split_whitespace().filter_map(|s| s.parse().ok()).collect();
@@ -128,9 +145,15 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         principals: Default::default(),
         reads: Default::default(),
         hub: Default::default(),
+        telemetry: crate::services::telemetry::Telemetry::new(settings.telemetry.window_s),
+        telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
+        node_gpus: Default::default(),
     }));
     Ok((state, generated))
 }
+
+/// How often finished telemetry minutes are written.
+pub const TELEMETRY_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often active requests are checked for the end of their duration.
 pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15);
@@ -144,6 +167,7 @@ pub async fn serve(
     let store = state.store.clone();
     let idle = state.auth.session_idle;
     let agents = crate::services::agents::start_background(&state);
+    let telemetry = crate::services::telemetry::start_background(&state, TELEMETRY_FLUSH);
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
@@ -165,10 +189,15 @@ pub async fn serve(
             }
         }
     });
+    let state_for_flush = state.clone();
     let app = crate::http::router(state);
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     sweeper.abort();
     agents.abort();
+    telemetry.abort();
+    if let Err(e) = crate::services::telemetry::flush(&state_for_flush, i64::MAX / 2).await {
+        tracing::warn!(error = %e, "cannot write the last telemetry minutes");
+    }
     served?;
     Ok(())
 }

@@ -5,7 +5,7 @@
 
 pub mod sim;
 
-use tessera_core::api::{GpuSpec, Inventory, ObservedInstance};
+use tessera_core::api::{GpuSpec, Inventory, ObservedInstance, Sample};
 
 /// What a backend call failed with: a stable code (as reported in status) and a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,4 +43,23 @@ pub trait GpuBackend: Send {
 
     /// The sharing config in effect, per GPU UUID.
     fn sharing(&mut self) -> Vec<(String, tessera_core::sharing::GpuSharing)>;
+
+    /// One sample of every GPU and every MIG instance, taken at `t_ms`. `spec` is the spec last applied (the
+    /// simulator drives its synthetic load from the allocations in it).
+    fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError>;
+}
+
+/// One device's sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    /// MIG profile, for an instance.
+    pub profile: Option<String>,
+    /// MIG start unit, for an instance.
+    pub start: Option<u8>,
+    /// The values.
+    pub sample: Sample,
 }

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::Catalog;
-use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance};
+use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance, Sample};
 use tessera_core::layout::{InstanceSpec, LayoutError, validate};
 use tessera_core::sharing::{GpuSharing, Sharing};
 
-use super::{BackendError, GpuBackend};
+use super::{BackendError, GpuBackend, Reading};
 
 /// A simulated node.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +31,16 @@ pub struct SimNode {
     /// Next process id handed out.
     #[serde(default = "first_pid")]
     pub next_pid: u32,
+    /// Seed of the synthetic load: the same seed, allocations and times give the same samples.
+    #[serde(default)]
+    pub seed: u64,
+    /// Percentage of allocations that sit idle (picked by the seed), as unused allocations do.
+    #[serde(default = "default_idle_percent")]
+    pub idle_percent: u8,
+}
+
+fn default_idle_percent() -> u8 {
+    20
 }
 
 fn first_pid() -> u32 {
@@ -123,7 +133,14 @@ impl SimNode {
                 });
             }
         }
-        SimNode { hostname: hostname.to_string(), gpus: out, faults: Faults::default(), next_pid: first_pid() }
+        SimNode {
+            hostname: hostname.to_string(),
+            gpus: out,
+            faults: Faults::default(),
+            next_pid: first_pid(),
+            seed: 0,
+            idle_percent: default_idle_percent(),
+        }
     }
 
     /// Turns MIG mode off on GPU `index` (for whole-GPU sharing); only while it has no instances.
@@ -366,5 +383,190 @@ impl GpuBackend for SimBackend {
 
     fn sharing(&mut self) -> Vec<(String, GpuSharing)> {
         self.lock().gpus.iter().map(|g| (g.uuid.clone(), g.sharing.clone())).collect()
+    }
+
+    fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError> {
+        Ok(synthetic(&self.lock(), t_ms, spec))
+    }
+}
+
+/// A number in [0, 1) from a seed, a key and a counter (FNV-1a of the key, then SplitMix64).
+fn unit(seed: u64, key: &str, n: u64) -> f64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.bytes() {
+        h = (h ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut z = h ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ n.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The synthetic load of one allocation at second `t_s`: (utilisation %, share of its memory in use).
+/// `idle_percent` of the allocations sit idle (allocations nobody uses, as reclaim should find); the others move
+/// between levels of 35-95 % that change each minute, with per-second noise.
+fn load(seed: u64, idle_percent: u8, allocation: &str, t_s: u64) -> (f64, f64) {
+    if unit(seed, allocation, u64::MAX) * 100.0 < f64::from(idle_percent) {
+        return (0.0, 0.02);
+    }
+    let minute = t_s / 60;
+    let (a, b) = (unit(seed, allocation, minute), unit(seed, allocation, minute + 1));
+    let f = (t_s % 60) as f64 / 60.0;
+    let level = 35.0 + 60.0 * (a + (b - a) * f);
+    let noise = (unit(seed, allocation, t_s ^ 0x5eed_0000_0000_0000) - 0.5) * 10.0;
+    ((level + noise).clamp(0.0, 100.0), 0.3 + 0.6 * a)
+}
+
+/// Board power limit and idle draw of a model, W (approximate, for the simulation only).
+fn power_range(model: &str) -> (f64, f64) {
+    let tdp = if model.starts_with("A30") {
+        165.0
+    } else if model.starts_with("A100") {
+        400.0
+    } else if model.starts_with("RTX") {
+        600.0
+    } else if model.starts_with("B200") {
+        1000.0
+    } else {
+        700.0
+    };
+    (tdp * 0.1, tdp)
+}
+
+fn round1(x: f64) -> f32 {
+    ((x * 10.0).round() / 10.0) as f32
+}
+
+/// Samples of every GPU and instance of `node` at `t_ms`, driven by the allocations of `spec`. A GPU in MIG
+/// mode is as busy as its instances weighted by their compute slices; a shared whole GPU adds each consumer's
+/// load divided by the replica count.
+fn synthetic(node: &SimNode, t_ms: i64, spec: &[GpuSpec]) -> Vec<Reading> {
+    let catalog = Catalog::builtin();
+    let t_s = (t_ms.max(0) / 1000) as u64;
+    let mut out = Vec::new();
+    for gpu in &node.gpus {
+        let Some(model) = catalog.model(&gpu.model) else { continue };
+        let gpu_spec = spec.iter().find(|g| g.uuid == gpu.uuid);
+        let total_mib = f64::from(model.total_memory_mib_observed.unwrap_or(model.total_memory_gb_nominal * 1024));
+        let (idle_w, tdp) = power_range(&gpu.model);
+        let (mut util, mut used) = (0.0, 0.0);
+        if gpu.mig_enabled {
+            for inst in &gpu.instances {
+                let profile = model.profile(&inst.profile);
+                let inst_mib = profile.and_then(|p| p.memory_mib).map_or(0.0, f64::from);
+                let slices = profile.map_or(1.0, |p| f64::from(p.compute_slices));
+                let allocation = gpu_spec
+                    .and_then(|g| g.allocations.iter().find(|a| a.start == Some(inst.start)))
+                    .map(|a| a.allocation.as_str());
+                let (u, m) = match allocation {
+                    Some(id) => load(node.seed, node.idle_percent, id, t_s),
+                    None if !inst.processes.is_empty() => load(node.seed, 0, &inst.uuid, t_s),
+                    None => (0.0, 0.0),
+                };
+                let inst_used = (inst_mib * m).round();
+                util += u * slices / f64::from(model.compute_slices_total.max(1));
+                used += inst_used;
+                out.push(Reading {
+                    device: inst.uuid.clone(),
+                    gpu: gpu.uuid.clone(),
+                    profile: Some(inst.profile.clone()),
+                    start: Some(inst.start),
+                    sample: Sample {
+                        t: t_ms,
+                        util: round1(u),
+                        mem_used_mib: inst_used as f32,
+                        mem_total_mib: inst_mib as f32,
+                        power_w: None,
+                        temp_c: None,
+                    },
+                });
+            }
+        } else if let Some(g) = gpu_spec {
+            let share = 1.0 / f64::from(g.sharing.gpu.replicas().max(1));
+            for a in &g.allocations {
+                let (u, m) = load(node.seed, node.idle_percent, &a.allocation, t_s);
+                util += u * share;
+                used += total_mib * m * share;
+            }
+        }
+        let util = util.min(100.0);
+        let jitter = unit(node.seed, &gpu.uuid, t_s) - 0.5;
+        out.push(Reading {
+            device: gpu.uuid.clone(),
+            gpu: gpu.uuid.clone(),
+            profile: None,
+            start: None,
+            sample: Sample {
+                t: t_ms,
+                util: round1(util),
+                mem_used_mib: used.min(total_mib).round() as f32,
+                mem_total_mib: total_mib as f32,
+                power_w: Some(round1(idle_w + (tdp - idle_w) * util / 100.0 + jitter * 6.0)),
+                temp_c: Some(round1(30.0 + 0.4 * util + jitter * 2.0)),
+            },
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::api::SpecAllocation;
+
+    fn node_with(layout: &[(&str, u8)]) -> SimBackend {
+        let mut node = SimNode::new("n", &[("H100-80GB".to_string(), 1)]);
+        node.idle_percent = 0;
+        node.seed = 7;
+        let mut b = SimBackend::new(Arc::new(Mutex::new(node)));
+        let uuid = b.handle().lock().expect("sim").gpus[0].uuid.clone();
+        for (profile, start) in layout {
+            b.create_instance(&uuid, profile, *start).expect("create");
+        }
+        b
+    }
+
+    fn spec(b: &SimBackend, allocated: &[(&str, u8)]) -> Vec<GpuSpec> {
+        let gpu = b.handle().lock().expect("sim").gpus[0].clone();
+        vec![GpuSpec {
+            uuid: gpu.uuid,
+            index: 0,
+            mig_enabled: true,
+            layout: vec![],
+            sharing: gpu.sharing,
+            allocations: allocated
+                .iter()
+                .map(|(id, start)| SpecAllocation { allocation: (*id).to_string(), start: Some(*start) })
+                .collect(),
+        }]
+    }
+
+    #[test]
+    fn load_follows_allocations_and_the_gpu_sums_its_instances_by_compute_slices() {
+        let mut b = node_with(&[("3g.40gb", 0), ("3g.40gb", 4)]);
+        let spec = spec(&b, &[("alloc-1", 4)]);
+        let t = 1_700_000_000_000;
+        let readings = b.sample(t, &spec).expect("sample");
+        assert_eq!(readings.len(), 3, "two instances and the GPU");
+        let at = |start: Option<u8>| readings.iter().find(|r| r.start == start).expect("reading").sample;
+        let (idle, busy, gpu) = (at(Some(0)), at(Some(4)), at(None));
+        assert_eq!(idle.util, 0.0);
+        assert!((30.0..=100.0).contains(&busy.util), "{busy:?}");
+        assert!(busy.mem_used_mib > 0.0 && busy.mem_used_mib <= busy.mem_total_mib);
+        assert!((f64::from(gpu.util) - f64::from(busy.util) * 3.0 / 7.0).abs() < 0.11, "{gpu:?} vs {busy:?}");
+        assert!(gpu.power_w.is_some() && gpu.temp_c.is_some() && busy.power_w.is_none());
+        // Seeded: the same inputs give the same samples; another second gives other noise.
+        assert_eq!(b.sample(t, &spec).expect("again"), readings);
+        let later = b.sample(t + 17_000, &spec).expect("later");
+        assert_ne!(later.iter().find(|r| r.start == Some(4)).expect("busy").sample.util, busy.util);
+    }
+
+    #[test]
+    fn a_share_of_idle_allocations_sits_idle() {
+        let mut node = SimNode::new("n", &[("H100-80GB".to_string(), 1)]);
+        node.idle_percent = 50;
+        let idle = (0..400).filter(|i| load(node.seed, node.idle_percent, &format!("a{i}"), 100).0 == 0.0).count();
+        assert!((150..=250).contains(&idle), "{idle} of 400 idle at 50 %");
     }
 }

@@ -144,6 +144,7 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
             .collect(),
         demo,
         auth,
+        telemetry: Default::default(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -155,7 +156,17 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| CliError::BadInput(format!("cannot listen on {listen}: {e}")))?;
-        writeln!(out, "Tessera listening on http://{}", listener.local_addr()?)?;
+        let addr = listener.local_addr()?;
+        writeln!(out, "Tessera listening on http://{addr}")?;
+        if demo {
+            crate::demo::start(&state, addr, &data_dir).await.map_err(CliError::BadInput)?;
+            writeln!(
+                out,
+                "Demo: simulated agents `{}` and `{}` are joining; tenants `vision` and `llm-serving` get slices.",
+                crate::serve::DEMO_NODE,
+                crate::demo::SECOND_NODE
+            )?;
+        }
         out.flush()?;
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;

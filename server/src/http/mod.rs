@@ -13,6 +13,7 @@ pub(crate) mod nodes;
 mod people;
 mod requests;
 pub mod signin;
+pub mod telemetry;
 mod tenants;
 
 use std::time::Duration;
@@ -50,6 +51,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
         (name = "people", description = "Users, memberships and API tokens"),
         (name = "audit", description = "Who changed what, when"),
         (name = "auth", description = "Signing in and out"),
+        (name = "telemetry", description = "Heatmaps, live samples and Prometheus metrics"),
+        (name = "usage", description = "Metered usage for chargeback"),
     )
 )]
 struct ApiDoc;
@@ -132,6 +135,11 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(agents::put_status))
         .routes(routes!(agents::heartbeat))
         .routes(routes!(agents::websocket))
+        .routes(routes!(telemetry::ingest))
+        .routes(routes!(telemetry::heatmap))
+        .routes(routes!(telemetry::live))
+        .routes(routes!(telemetry::metrics))
+        .routes(routes!(telemetry::usage))
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tessera_core::api::{GpuSpec, Inventory, NodeSpec, NodeStatus};
+use tessera_core::api::{GpuSpec, Inventory, NodeSpec, NodeStatus, SpecAllocation};
 use tessera_core::request::RequestState;
 use tessera_core::sharing::{GpuSharing, Sharing};
 use tokio::sync::watch;
@@ -130,6 +130,11 @@ pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
                 mig_enabled: g.mig_enabled,
                 layout: if g.mig_enabled { g.layout.clone() } else { Vec::new() },
                 sharing: GpuSharing { mig_enabled: g.mig_enabled, gpu: shared, instances: Vec::new() },
+                allocations: live
+                    .iter()
+                    .filter(|a| a.gpu_id == g.id)
+                    .map(|a| SpecAllocation { allocation: a.id.clone(), start: g.mig_enabled.then_some(a.start) })
+                    .collect(),
             }
         })
         .collect()

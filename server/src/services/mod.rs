@@ -5,3 +5,5 @@ pub mod agents;
 pub mod approvals;
 pub mod fleet;
 pub mod requests;
+pub mod telemetry;
+pub mod usage;

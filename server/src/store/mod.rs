@@ -36,6 +36,7 @@ pub mod batch;
 pub mod changes;
 mod postgres;
 mod sqlite;
+pub mod telemetry;
 
 pub use batch::Created;
 use serde::{Deserialize, Serialize};

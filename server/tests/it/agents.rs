@@ -14,26 +14,26 @@ use tessera_server::http::auth::new_token_secret;
 use tokio::task::JoinHandle;
 
 /// The `tessera` server as a child process on a fixed port (so it can be restarted at the same address).
-struct Server {
+pub(crate) struct Server {
     child: tokio::process::Child,
-    port: u16,
-    database_url: String,
-    admin: String,
-    base: String,
-    client: Client,
+    pub(crate) port: u16,
+    pub(crate) database_url: String,
+    pub(crate) admin: String,
+    pub(crate) base: String,
+    pub(crate) client: Client,
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr").port()
 }
 
 impl Server {
-    async fn start(database_url: &str, port: u16, admin: &str) -> Server {
+    pub(crate) async fn start(database_url: &str, port: u16, admin: &str) -> Server {
         Server::start_with(database_url, port, admin, &[]).await
     }
 
-    async fn start_with(database_url: &str, port: u16, admin: &str, env: &[(&str, &str)]) -> Server {
+    pub(crate) async fn start_with(database_url: &str, port: u16, admin: &str, env: &[(&str, &str)]) -> Server {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database-url", database_url])
             .envs(env.iter().copied())
@@ -61,16 +61,16 @@ impl Server {
         server
     }
 
-    async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         let _ = self.child.kill().await;
     }
 
-    async fn restart(&mut self) {
+    pub(crate) async fn restart(&mut self) {
         self.stop().await;
         *self = Server::start(&self.database_url, self.port, &self.admin).await;
     }
 
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub(crate) async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.admin);
         if let Some(b) = body {
             r = r.json(&b);
@@ -81,24 +81,24 @@ impl Server {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
-    async fn join_token(&self, name: Option<&str>) -> String {
+    pub(crate) async fn join_token(&self, name: Option<&str>) -> String {
         let (s, v) = self.call(Method::POST, "/api/v1/join-tokens", Some(json!({ "node_name": name }))).await;
         assert_eq!(s, StatusCode::CREATED, "{v}");
         v["token"].as_str().expect("token").to_string()
     }
 
-    async fn nodes(&self) -> Vec<Value> {
+    pub(crate) async fn nodes(&self) -> Vec<Value> {
         let (s, v) = self.call(Method::GET, "/api/v1/nodes", None).await;
         assert_eq!(s, StatusCode::OK, "{v}");
         v.as_array().cloned().unwrap_or_default()
     }
 
-    async fn node(&self, name: &str) -> Option<Value> {
+    pub(crate) async fn node(&self, name: &str) -> Option<Value> {
         self.nodes().await.into_iter().find(|n| n["name"] == name)
     }
 
     /// Waits until node `name` has applied its current spec without errors.
-    async fn settled(&self, name: &str) -> Value {
+    pub(crate) async fn settled(&self, name: &str) -> Value {
         let node = wait_for(Duration::from_secs(30), || async {
             let n = self.node(name).await?;
             (n["state"] == "ready" && n["observed_generation"] == n["generation"]).then_some(n)
@@ -111,7 +111,7 @@ impl Server {
     }
 
     /// Proposes `layout` for a GPU by hand and approves it.
-    async fn set_layout(&self, gpu_id: &str, layout: Value) {
+    pub(crate) async fn set_layout(&self, gpu_id: &str, layout: Value) {
         let (s, v) = self
             .call(Method::PUT, &format!("/api/v1/gpus/{gpu_id}/layout"), Some(json!({ "instances": layout })))
             .await;
@@ -123,7 +123,7 @@ impl Server {
 }
 
 /// Polls `f` every 100 ms until it gives something or `limit` passes.
-async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> Option<T>
+pub(crate) async fn wait_for<T, F, Fut>(limit: Duration, mut f: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -141,40 +141,50 @@ where
 }
 
 /// A simulated node: its hardware outlives its agent, as real GPUs outlive an agent process.
-struct SimAgent {
-    sim: SimHandle,
+pub(crate) struct SimAgent {
+    pub(crate) sim: SimHandle,
     dir: PathBuf,
     base: String,
     token: Option<String>,
-    transport: Transport,
+    pub(crate) transport: Transport,
+    pub(crate) telemetry: Option<tessera_agent::telemetry::TelemetryConfig>,
     task: Option<JoinHandle<Result<(), AgentError>>>,
 }
 
 impl SimAgent {
-    fn new(base: &str, name: &str, gpus: &str, token: String) -> SimAgent {
+    pub(crate) fn new(base: &str, name: &str, gpus: &str, token: String) -> SimAgent {
         let dir = std::env::temp_dir().join(format!("tessera-agent-{}", uuid::Uuid::now_v7().simple()));
         let sim = std::sync::Arc::new(std::sync::Mutex::new(SimNode::new(name, &parse_gpus(gpus).expect("gpus"))));
-        SimAgent { sim, dir, base: base.to_string(), token: Some(token), transport: Transport::Auto, task: None }
+        SimAgent {
+            sim,
+            dir,
+            base: base.to_string(),
+            token: Some(token),
+            transport: Transport::Auto,
+            telemetry: None,
+            task: None,
+        }
     }
 
-    fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         let mut config = Config::new(&self.base, self.token.clone(), self.dir.clone());
         config.transport = self.transport;
         config.heartbeat = Duration::from_millis(500);
         config.retry_every = Duration::from_millis(200);
         config.status_every = Duration::from_secs(2);
+        config.telemetry = self.telemetry;
         let backend = Box::new(SimBackend::new(self.sim.clone()));
         self.task = Some(tokio::spawn(agent::run(config, backend)));
     }
 
     /// Kills the agent at once (its task is dropped wherever it is).
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(t) = self.task.take() {
             t.abort();
         }
     }
 
-    fn instances(&self, gpu: usize) -> Vec<(String, u8, String)> {
+    pub(crate) fn instances(&self, gpu: usize) -> Vec<(String, u8, String)> {
         let node = self.sim.lock().expect("sim");
         node.gpus[gpu].instances.iter().map(|i| (i.profile.clone(), i.start, i.uuid.clone())).collect()
     }
@@ -187,12 +197,12 @@ impl Drop for SimAgent {
     }
 }
 
-fn sqlite_url() -> String {
+pub(crate) fn sqlite_url() -> String {
     let file = std::env::temp_dir().join(format!("tessera-agents-{}.db", uuid::Uuid::now_v7().simple()));
     format!("sqlite://{}", file.display())
 }
 
-fn gpu_id(node: &Value, index: usize) -> String {
+pub(crate) fn gpu_id(node: &Value, index: usize) -> String {
     node["gpus"][index]["id"].as_str().expect("gpu id").to_string()
 }
 

@@ -205,6 +205,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
     let query = match (method, template) {
         ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") => format!("?tenant={}", w.b_tenant),
         ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
+        ("get", "/api/v1/usage") => format!("?tenant={}", w.b_tenant),
         _ => String::new(),
     };
     let unique = uuid::Uuid::now_v7().simple().to_string();
@@ -233,6 +234,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             json!({"hostname": "h", "agent_version": "0", "backend": "sim", "gpus": []})
         }
         ("put", "/api/v1/agent/status") => json!({"observed_generation": 0, "gpus": []}),
+        ("post", "/api/v1/agent/telemetry") => json!({"dropped": 0, "devices": []}),
         ("post", "/auth/local") => json!({"name": B_USER, "password": "not the password"}),
         _ => Value::Null,
     };
@@ -249,6 +251,11 @@ async fn send(w: &World, method: &str, url: &str, body: &Value, token: Option<&s
         r = r.json(body);
     }
     let r = r.send().await.expect("send");
+    // An event stream does not end: its status and headers are the answer.
+    let streaming = r.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if streaming {
+        return (r.status(), String::new());
+    }
     (r.status(), r.text().await.unwrap_or_default())
 }
 

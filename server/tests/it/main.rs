@@ -6,3 +6,4 @@ mod cli_mig;
 mod isolation;
 mod sso;
 mod store;
+mod telemetry;

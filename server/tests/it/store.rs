@@ -114,6 +114,7 @@ conformance!(
     single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign_in,
     sessions_and_login_attempts_live_in_the_database,
     node_credentials_identify_one_node_until_revoked,
+    telemetry_minutes_are_merged_queried_and_pruned,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -934,4 +935,82 @@ async fn node_credentials_identify_one_node_until_revoked(store: &Store) {
         store.audit(&format!("node/{}", node.id)).await.expect("audit").last().map(|e| e.action.as_str()),
         Some("node.credential.revoke")
     );
+}
+
+async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
+    use std::collections::HashSet;
+    use tessera_core::api::{DeviceSeries, Sample, TelemetryBatch};
+    use tessera_server::services::telemetry::{Metric, Telemetry, minute_rows};
+
+    let m0: i64 = (tessera_server::store::now_ms() / 60_000 - 5) * 60_000;
+    let series = |device: &str, profile: Option<&str>, util: fn(i64) -> f32| DeviceSeries {
+        device: device.into(),
+        gpu: "GPU-1".into(),
+        profile: profile.map(Into::into),
+        start: profile.map(|_| 0),
+        samples: (0..120)
+            .map(|s| Sample {
+                t: m0 + s * 1000,
+                util: util(s),
+                mem_used_mib: 100.0,
+                mem_total_mib: 1000.0,
+                power_w: profile.is_none().then_some(200.0),
+                temp_c: profile.is_none().then_some(40.0 + (s % 60) as f32 / 10.0),
+            })
+            .collect(),
+    };
+    let telemetry = Telemetry::new(900);
+    let gpus: HashSet<String> = ["GPU-1".to_string()].into();
+    let mut batch = TelemetryBatch {
+        dropped: 3,
+        devices: vec![
+            series("GPU-1", None, |s| if s < 60 { 10.0 } else { 30.0 }),
+            series("MIG-1", Some("1g.10gb"), |_| 50.0),
+        ],
+    };
+    // A device on a GPU the node does not have, and a sample from the future, are refused.
+    batch.devices.push(DeviceSeries { gpu: "GPU-2".into(), device: "GPU-2".into(), ..series("x", None, |_| 1.0) });
+    let future = Sample { t: m0 + 3_600_000, ..batch.devices[1].samples[0] };
+    batch.devices[1].samples.push(future);
+    let got = telemetry.ingest("n1", &gpus, batch, m0 + 125_000);
+    assert_eq!((got.accepted, got.rejected), (240, 121));
+    // A minute is finished by a sample of a later one, or once it is over (plus a grace).
+    let rows = telemetry.take_finished(m0 + 62_000, 5_000);
+    assert_eq!(rows.len(), 2, "minute 0 of both devices: {rows:?}");
+    store.write_minutes(&rows).await.expect("write");
+    assert!(telemetry.take_finished(m0 + 121_000, 5_000).is_empty(), "minute 1 is still open");
+    let rest = telemetry.take_finished(m0 + 126_000, 5_000);
+    assert_eq!(rest.len(), 2);
+    store.write_minutes(&rest).await.expect("write");
+
+    let stored = store.minutes(Some("n1"), m0, m0 + 120_000).await.expect("minutes");
+    assert_eq!(stored.len(), 4);
+    let gpu0 = stored.iter().find(|r| r.device == "GPU-1" && r.minute_ms == m0).expect("gpu minute 0");
+    assert_eq!((gpu0.samples, gpu0.util_avg, gpu0.util_max), (60, 10.0, 10.0));
+    assert_eq!((gpu0.power_avg, gpu0.temp_max), (Some(200.0), Some(45.900001525878906)));
+    let mig = stored.iter().find(|r| r.device == "MIG-1").expect("mig");
+    assert_eq!((mig.profile.as_deref(), mig.start, mig.power_avg), (Some("1g.10gb"), Some(0), None));
+    assert!(store.minutes(Some("n2"), m0, m0 + 120_000).await.expect("minutes").is_empty());
+
+    // The same minute arriving again in part (a backlog, another replica) is merged, weighted by samples.
+    let mut late = gpu0.clone();
+    late.samples = 20;
+    late.util_avg = 50.0;
+    late.util_max = 70.0;
+    late.power_avg = None;
+    late.temp_max = Some(90.0);
+    store.write_minutes(&[late]).await.expect("merge");
+    let merged = store.minutes(None, m0, m0 + 60_000).await.expect("minutes");
+    let gpu0 = merged.iter().find(|r| r.device == "GPU-1").expect("gpu minute 0");
+    assert_eq!((gpu0.samples, gpu0.util_avg, gpu0.util_max), (80, 20.0, 70.0));
+    assert_eq!((gpu0.power_avg, gpu0.temp_max), (Some(200.0), Some(90.0)));
+
+    // A two-minute column of the heatmap is the sample-weighted mean: (80 × 20 + 60 × 30) / 140.
+    let all = store.minutes(None, m0, m0 + 120_000).await.expect("minutes");
+    let cells = minute_rows(&all, Metric::Util, m0, 120_000, 1);
+    let gpu = cells.iter().find(|(k, _)| k.device == "GPU-1").expect("row");
+    assert!((f64::from(gpu.1[0].expect("value")) - 3400.0 / 140.0).abs() < 1e-3, "{:?}", gpu.1);
+
+    assert_eq!(store.prune_minutes(m0 + 60_000).await.expect("prune"), 2);
+    assert_eq!(store.minutes(None, 0, i64::MAX).await.expect("minutes").len(), 2);
 }

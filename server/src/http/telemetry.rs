@@ -1,0 +1,542 @@
+//! Telemetry and usage: agents' sample batches in, heatmaps, a live stream (server-sent events), Prometheus
+//! exposition and chargeback usage out.
+//!
+//! Platform admins see every device; other users see the devices their tenants hold (or held, for past ranges)
+//! allocations on, and only their tenants' usage.
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::io::Read;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
+use utoipa::{IntoParams, ToSchema};
+
+use super::auth::NodeAuth;
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use crate::app::AppState;
+use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, minute_rows};
+use crate::services::usage::{UsageReport, meter};
+use crate::store::telemetry::Metered;
+use crate::store::{Node, Principal, now_ms};
+
+/// Most bytes a batch may have once decompressed.
+const MAX_BATCH_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Send a batch of samples (JSON, optionally `Content-Encoding: gzip`). Series of devices that are not on the
+/// node's GPUs and samples dated more than 5 minutes ahead or past the retention are refused (counted).
+#[utoipa::path(post, path = "/api/v1/agent/telemetry", tag = "agent", security(("node" = [])),
+    request_body = TelemetryBatch,
+    responses((status = 200, body = TelemetryAccepted), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn ingest(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<ApiJson<TelemetryAccepted>, ApiError> {
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    let batch: TelemetryBatch = if gzip {
+        let mut json = Vec::with_capacity(body.len() * 6);
+        flate2::read::GzDecoder::new(&body[..])
+            .take(MAX_BATCH_BYTES + 1)
+            .read_to_end(&mut json)
+            .map_err(|e| bad_body("invalid_gzip", format!("the body is not valid gzip: {e}")))?;
+        if json.len() as u64 > MAX_BATCH_BYTES {
+            return Err(ApiError::Invalid {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "batch_too_large",
+                detail: format!("a batch decompresses to at most {MAX_BATCH_BYTES} bytes"),
+            });
+        }
+        serde_json::from_slice(&json)
+    } else {
+        serde_json::from_slice(&body)
+    }
+    .map_err(|e| ApiError::invalid("invalid_body", format!("not a telemetry batch: {e}")))?;
+    state.hub.seen(&node.node_id);
+    let gpus = node_gpus(&state, &node.node_id).await?;
+    Ok(ApiJson(state.telemetry.ingest(&node.node_id, &gpus, batch, now_ms())))
+}
+
+fn bad_body(code: &'static str, detail: String) -> ApiError {
+    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail }
+}
+
+/// The node's GPU UUIDs (cached for a few seconds).
+async fn node_gpus(state: &AppState, node_id: &str) -> Result<std::sync::Arc<HashSet<String>>, ApiError> {
+    if let Some(gpus) = state.node_gpus.get(node_id) {
+        return Ok(gpus);
+    }
+    let inputs = state.store.spec_inputs(node_id).await?;
+    let gpus: std::sync::Arc<HashSet<String>> = std::sync::Arc::new(inputs.gpus.into_iter().map(|g| g.uuid).collect());
+    state.node_gpus.put(node_id, gpus.clone());
+    Ok(gpus)
+}
+
+/// Which heatmap.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HeatmapQuery {
+    /// A node (id or name); all nodes when absent.
+    pub node: Option<String>,
+    /// Start, UTC ms (default: 15 minutes before `to`).
+    pub from: Option<i64>,
+    /// End, UTC ms (default: now).
+    pub to: Option<i64>,
+    /// Column width in seconds. Within the live window (the last 15 minutes) any whole number of seconds; before
+    /// it, whole minutes (rounded up). Default: the range in at most 900 columns.
+    pub step: Option<i64>,
+    /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
+    pub metric: Option<Metric>,
+}
+
+/// A heatmap: one row per GPU and per MIG instance, one column per step.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Heatmap {
+    /// What the cells are.
+    pub metric: Metric,
+    /// Their unit.
+    pub unit: String,
+    /// Start of the first column, UTC ms.
+    pub from_ms: i64,
+    /// End of the last column, UTC ms.
+    pub to_ms: i64,
+    /// Column width, ms.
+    pub step_ms: i64,
+    /// Number of columns.
+    pub columns: usize,
+    /// `live` (the in-memory window, 1 s resolution) or `minutes` (the persisted one-minute series).
+    pub source: String,
+    /// Rows: by node name, GPU index, then the GPU's instances by start unit.
+    pub rows: Vec<HeatmapRow>,
+}
+
+/// One device's row.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeatmapRow {
+    /// Node id.
+    pub node_id: String,
+    /// Node name.
+    pub node: String,
+    /// The GPU's UUID.
+    pub gpu_uuid: String,
+    /// The GPU's index on its node.
+    pub gpu_index: Option<u32>,
+    /// Catalog model key.
+    pub model: Option<String>,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// `gpu` or `mig`.
+    pub kind: String,
+    /// MIG profile.
+    pub profile: Option<String>,
+    /// MIG start unit.
+    pub start: Option<u8>,
+    /// Live allocations on the device now.
+    pub allocations: Vec<RowAllocation>,
+    /// One value per column (`null`: no sample in it).
+    pub values: Vec<Option<f32>>,
+}
+
+/// An allocation on a heatmap row.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RowAllocation {
+    /// Allocation id.
+    pub allocation: String,
+    /// Tenant name.
+    pub tenant: String,
+}
+
+/// What `p` may see: `None` for everything (platform admin), else the devices their tenants held allocations on at
+/// some time in `[from, to)`.
+async fn visible_devices(
+    state: &AppState,
+    p: &Principal,
+    from: i64,
+    to: i64,
+) -> Result<Option<HashSet<String>>, ApiError> {
+    if p.user.platform_admin {
+        return Ok(None);
+    }
+    let mut devices = HashSet::new();
+    for (tenant, _) in &p.memberships {
+        for a in state.store.metered(Some(tenant), from, to).await? {
+            devices.insert(a.device_uuid.unwrap_or(a.gpu_uuid));
+        }
+    }
+    Ok(Some(devices))
+}
+
+fn find_node<'a>(nodes: &'a [Node], key: &str) -> Result<&'a Node, ApiError> {
+    nodes
+        .iter()
+        .find(|n| n.id == key || n.name == key)
+        .ok_or_else(|| ApiError::NotFound(format!("node `{key}` not found")))
+}
+
+/// A heatmap of one node or every node, from the live window or the minute series.
+#[utoipa::path(get, path = "/api/v1/telemetry/heatmap", tag = "telemetry",
+    security(("token" = ["user"]), ("session" = ["user"])), params(HeatmapQuery),
+    responses((status = 200, body = Heatmap), (status = 400, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn heatmap(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<HeatmapQuery>,
+) -> Result<ApiJson<Heatmap>, ApiError> {
+    let now = now_ms();
+    let metric = q.metric.unwrap_or(Metric::Util);
+    let to = q.to.unwrap_or(now);
+    let from = q.from.unwrap_or(to - 15 * 60 * 1000);
+    if from >= to {
+        return Err(ApiError::invalid("heatmap_range", "`from` must be before `to`"));
+    }
+    if q.step.is_some_and(|s| s < 1) {
+        return Err(ApiError::invalid("heatmap_step", "`step` is a whole number of seconds, at least 1"));
+    }
+    let live = from >= now - state.telemetry.window_ms();
+    let unit_ms = if live { 1000 } else { 60_000 };
+    let span = to - from;
+    let step_ms = match q.step {
+        Some(s) => s.saturating_mul(1000),
+        None => (span / 900).max(1),
+    };
+    let step_ms = ((step_ms + unit_ms - 1) / unit_ms).max(1) * unit_ms;
+    let from = from - from.rem_euclid(unit_ms);
+    let columns = (to - from + step_ms - 1) / step_ms;
+    if columns > MAX_COLUMNS {
+        return Err(ApiError::invalid(
+            "heatmap_too_large",
+            format!("{columns} columns asked for; at most {MAX_COLUMNS}: use a larger `step` or a shorter range"),
+        ));
+    }
+    let columns = columns as usize;
+    let nodes = state.store.nodes().await?;
+    let node_id = match &q.node {
+        Some(key) => Some(find_node(&nodes, key)?.id.clone()),
+        None => None,
+    };
+    let raw = if live {
+        state.telemetry.window_rows(node_id.as_deref(), metric, from, step_ms, columns)
+    } else {
+        let rows = state.store.minutes(node_id.as_deref(), from, from + step_ms * columns as i64).await?;
+        minute_rows(&rows, metric, from, step_ms, columns)
+    };
+    let visible = visible_devices(&state, &p, from, to.max(now)).await?;
+    let holders = current_holders(&state, &p).await?;
+    let mut rows: Vec<HeatmapRow> = raw
+        .into_iter()
+        .filter(|(k, _)| visible.as_ref().is_none_or(|v| v.contains(&k.device)))
+        .map(|(k, values)| row(&nodes, &holders, k, values))
+        .collect();
+    rows.sort_by(|a, b| {
+        (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
+            &b.node,
+            b.gpu_index,
+            &b.gpu_uuid,
+            b.start.is_some(),
+            b.start,
+            &b.device,
+        ))
+    });
+    Ok(ApiJson(Heatmap {
+        metric,
+        unit: metric.unit().to_string(),
+        from_ms: from,
+        to_ms: from + step_ms * columns as i64,
+        step_ms,
+        columns,
+        source: if live { "live" } else { "minutes" }.to_string(),
+        rows,
+    }))
+}
+
+/// Live allocations by device UUID (only the caller's tenants' unless a platform admin).
+async fn current_holders(state: &AppState, p: &Principal) -> Result<HashMap<String, Vec<Metered>>, ApiError> {
+    let now = now_ms();
+    let mut out: HashMap<String, Vec<Metered>> = HashMap::new();
+    for a in state.store.metered(None, now, now + 1).await? {
+        if a.released_at_ms.is_some() || !p.can_see(&a.tenant_id) {
+            continue;
+        }
+        out.entry(a.device_uuid.clone().unwrap_or_else(|| a.gpu_uuid.clone())).or_default().push(a);
+    }
+    Ok(out)
+}
+
+fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, values: Vec<Option<f32>>) -> HeatmapRow {
+    let node = nodes.iter().find(|n| n.id == k.node_id);
+    let gpu = node.and_then(|n| n.gpus.iter().find(|g| g.uuid == k.gpu));
+    HeatmapRow {
+        node: node.map_or_else(|| k.node_id.clone(), |n| n.name.clone()),
+        node_id: k.node_id,
+        gpu_uuid: k.gpu,
+        gpu_index: gpu.map(|g| g.index),
+        model: gpu.map(|g| g.model.clone()),
+        kind: if k.profile.is_some() { "mig" } else { "gpu" }.to_string(),
+        allocations: holders
+            .get(&k.device)
+            .map(|v| {
+                v.iter().map(|a| RowAllocation { allocation: a.id.clone(), tenant: a.tenant_name.clone() }).collect()
+            })
+            .unwrap_or_default(),
+        device: k.device,
+        profile: k.profile,
+        start: k.start,
+        values,
+    }
+}
+
+/// Which live stream.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LiveQuery {
+    /// A node (id or name); all nodes when absent.
+    pub node: Option<String>,
+}
+
+/// Server-sent events: every second, a `samples` event with the newest sample of each device that has a new one
+/// (a JSON array of `{node_id, device, gpu, profile, start, sample}`).
+#[utoipa::path(get, path = "/api/v1/telemetry/live", tag = "telemetry",
+    security(("token" = ["user"]), ("session" = ["user"])), params(LiveQuery),
+    responses((status = 200, description = "`text/event-stream` of `samples` events", content_type = "text/event-stream"),
+        (status = 404, body = Problem)))]
+pub async fn live(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<LiveQuery>,
+) -> Result<Response, ApiError> {
+    let node_id = match &q.node {
+        Some(key) => Some(find_node(&state.store.nodes().await?, key)?.id.clone()),
+        None => None,
+    };
+    struct Cursor {
+        state: AppState,
+        p: Principal,
+        node_id: Option<String>,
+        sent: HashMap<String, i64>,
+        visible: Option<HashSet<String>>,
+        visible_at: Option<tokio::time::Instant>,
+        tick: tokio::time::Interval,
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let cursor = Cursor { state, p, node_id, sent: HashMap::new(), visible: None, visible_at: None, tick };
+    let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        loop {
+            c.tick.tick().await;
+            if c.visible_at.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                let now = now_ms();
+                if let Ok(v) = visible_devices(&c.state, &c.p, now - 1, now + 1).await {
+                    c.visible = v;
+                    c.visible_at = Some(tokio::time::Instant::now());
+                }
+            }
+            let fresh: Vec<Latest> = c
+                .state
+                .telemetry
+                .latest(c.node_id.as_deref())
+                .into_iter()
+                .filter(|l| c.visible.as_ref().is_none_or(|v| v.contains(&l.device)))
+                .filter(|l| c.sent.get(&l.device).is_none_or(|&t| l.sample.t > t))
+                .collect();
+            if fresh.is_empty() {
+                continue;
+            }
+            for l in &fresh {
+                c.sent.insert(l.device.clone(), l.sample.t);
+            }
+            let event = Event::default().event("samples").json_data(&fresh).unwrap_or_default();
+            return Some((Ok::<Event, Infallible>(event), c));
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+/// Prometheus exposition (platform admins): per GPU and MIG instance the newest sample under DCGM exporter names
+/// (`DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_PROF_GR_ENGINE_ACTIVE`, `DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_FB_FREE`,
+/// `DCGM_FI_DEV_POWER_USAGE`, `DCGM_FI_DEV_GPU_TEMP`) with `tenant` and `allocation` labels, and the server's own
+/// `tessera_*` metrics.
+#[utoipa::path(get, path = "/metrics", tag = "telemetry", security(("token" = ["platform-admin"])),
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
+        (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn metrics(State(state): State<AppState>, p: Principal) -> Result<Response, ApiError> {
+    super::auth::require_platform_admin(&p)?;
+    let nodes = state.store.nodes().await?;
+    let holders = current_holders(&state, &p).await?;
+    let now = now_ms();
+    let text = exposition(&state, &nodes, &holders, now);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, now: i64) -> String {
+    use std::fmt::Write;
+    let latest: Vec<Latest> = state.telemetry.latest(None).into_iter().filter(|l| now - l.sample.t < 60_000).collect();
+    let mut families: Vec<(&str, &str, &str, Vec<String>)> = vec![
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", Vec::new()),
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "gauge",
+            "Ratio of time the graphics engine is active (MIG instances).",
+            Vec::new(),
+        ),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", Vec::new()),
+        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", Vec::new()),
+        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", Vec::new()),
+        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", Vec::new()),
+    ];
+    for l in &latest {
+        let node = nodes.iter().find(|n| n.id == l.node_id);
+        let gpu = node.and_then(|n| n.gpus.iter().find(|g| g.uuid == l.gpu));
+        let held = holders.get(&l.device).map(Vec::as_slice).unwrap_or_default();
+        let mut labels = format!(
+            "gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\"",
+            gpu.map_or(String::new(), |g| g.index.to_string()),
+            esc(&l.gpu),
+            gpu.map_or(String::new(), |g| g.index.to_string()),
+            esc(&gpu.map_or(String::new(), |g| g.model.clone())),
+            esc(&node.map_or(l.node_id.clone(), |n| n.name.clone())),
+        );
+        if let Some(profile) = &l.profile {
+            let _ = write!(
+                labels,
+                ",GPU_I_PROFILE=\"{}\",GPU_I_START=\"{}\",MIG_UUID=\"{}\"",
+                esc(profile),
+                l.start.unwrap_or(0),
+                esc(&l.device)
+            );
+        }
+        let tenants = held.iter().map(|a| a.tenant_name.as_str()).collect::<Vec<_>>().join(",");
+        let allocations = held.iter().map(|a| a.id.as_str()).collect::<Vec<_>>().join(",");
+        let _ = write!(labels, ",tenant=\"{}\",allocation=\"{}\"", esc(&tenants), esc(&allocations));
+        let s = &l.sample;
+        let ts = s.t;
+        if l.profile.is_some() {
+            families[1].3.push(format!("{{{labels}}} {} {ts}", f64::from(s.util) / 100.0));
+        } else {
+            families[0].3.push(format!("{{{labels}}} {} {ts}", s.util));
+        }
+        families[2].3.push(format!("{{{labels}}} {} {ts}", s.mem_used_mib));
+        families[3].3.push(format!("{{{labels}}} {} {ts}", (s.mem_total_mib - s.mem_used_mib).max(0.0)));
+        if let Some(w) = s.power_w {
+            families[4].3.push(format!("{{{labels}}} {w} {ts}"));
+        }
+        if let Some(c) = s.temp_c {
+            families[5].3.push(format!("{{{labels}}} {c} {ts}"));
+        }
+    }
+    let mut out = String::with_capacity(256 + latest.len() * 600);
+    for (name, kind, help, lines) in &families {
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for line in lines {
+            let _ = writeln!(out, "{name}{line}");
+        }
+    }
+    let t = &state.telemetry;
+    let _ = writeln!(
+        out,
+        "# HELP tessera_agents_connected Agents with a push connection to this replica.\n\
+         # TYPE tessera_agents_connected gauge\ntessera_agents_connected {}",
+        state.hub.connected()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_samples_total Samples accepted by this replica.\n\
+         # TYPE tessera_telemetry_samples_total counter\ntessera_telemetry_samples_total {}",
+        t.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_rejected_samples_total Samples refused by this replica.\n\
+         # TYPE tessera_telemetry_rejected_samples_total counter\ntessera_telemetry_rejected_samples_total {}",
+        t.rejected.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_batches_total Batches received by this replica.\n\
+         # TYPE tessera_telemetry_batches_total counter\ntessera_telemetry_batches_total {}",
+        t.batches.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_series Devices in the live window.\n# TYPE tessera_telemetry_series gauge\n\
+         tessera_telemetry_series {}",
+        t.series_count()
+    );
+    let drops = t.agent_drops();
+    if !drops.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP tessera_telemetry_agent_dropped_samples Samples an agent dropped from its full buffer since it \
+             started.\n# TYPE tessera_telemetry_agent_dropped_samples gauge"
+        );
+        for (node_id, n) in drops {
+            let name = nodes.iter().find(|x| x.id == node_id).map_or(node_id.clone(), |x| x.name.clone());
+            let _ = writeln!(out, "tessera_telemetry_agent_dropped_samples{{Hostname=\"{}\"}} {n}", esc(&name));
+        }
+    }
+    out
+}
+
+/// Which usage.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// Start, UTC ms (default: 30 days before `to`).
+    pub from: Option<i64>,
+    /// End, UTC ms (default: now).
+    pub to: Option<i64>,
+    /// One tenant (id); default: every tenant the caller may see.
+    pub tenant: Option<String>,
+}
+
+/// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
+/// compute slices (slice-seconds), and per tenant the sums. Tenant members see their tenants only.
+#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    params(UsageQuery),
+    responses((status = 200, body = UsageReport), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn usage(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<UsageQuery>,
+) -> Result<ApiJson<UsageReport>, ApiError> {
+    let now = now_ms();
+    let to = q.to.unwrap_or(now);
+    let from = q.from.unwrap_or(to - 30 * 24 * 3600 * 1000);
+    if from >= to {
+        return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
+    }
+    let metered = match &q.tenant {
+        Some(t) => {
+            super::auth::require_visible(&p, t, "tenant")?;
+            state.store.metered(Some(t), from, to).await?
+        }
+        None if p.user.platform_admin => state.store.metered(None, from, to).await?,
+        None => {
+            let mut all = Vec::new();
+            for (t, _) in &p.memberships {
+                all.extend(state.store.metered(Some(t), from, to).await?);
+            }
+            all
+        }
+    };
+    Ok(ApiJson(meter(state.catalog, &metered, from, to, now)))
+}

@@ -1,0 +1,552 @@
+//! Telemetry from the agents: a rolling in-memory window at full resolution (1 s by default, 15 min), minute
+//! aggregates persisted for 30 days, heatmaps over either, the latest values for live views, and Prometheus
+//! exposition.
+//!
+//! Ingest takes one lock per batch and writes fixed-size points into per-device rings (no allocation per sample
+//! once a device is known). Each device also accumulates its current minute; a finished minute is queued and the
+//! background task writes the queue in one transaction every few seconds. A minute that reaches the store in parts
+//! (a backlog after a reconnect, or an agent that moved to another replica) is merged there, not duplicated.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+use tessera_core::api::{Sample, TelemetryAccepted, TelemetryBatch};
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+use crate::store::telemetry::MinuteRow;
+
+/// How long minute aggregates are kept by default.
+pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
+/// Samples further in the future than this (agent clock ahead) are refused.
+const MAX_AHEAD_MS: i64 = 5 * 60 * 1000;
+/// Most minute rows waiting for the store; past it the oldest are dropped (the store has been away for hours).
+const MAX_PENDING_ROWS: usize = 1_000_000;
+/// Longest device or GPU UUID accepted.
+const MAX_ID_LEN: usize = 96;
+/// Most columns a heatmap has.
+pub const MAX_COLUMNS: i64 = 3600;
+
+/// One sample in a ring, packed into 16 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Point {
+    /// Seconds since the epoch (0: empty).
+    t_s: u32,
+    /// Utilisation in hundredths of a percent.
+    util_c: u16,
+    /// Power in tenths of a watt (`u16::MAX`: none).
+    power_dw: u16,
+    /// Temperature in tenths of a degree (`i16::MIN`: none).
+    temp_dc: i16,
+    /// Memory used, MiB.
+    mem_used: f32,
+}
+
+impl Point {
+    fn of(s: &Sample) -> Point {
+        Point {
+            t_s: u32::try_from(s.t.max(0) / 1000).unwrap_or(u32::MAX),
+            util_c: (s.util.clamp(0.0, 100.0) * 100.0).round() as u16,
+            power_dw: s.power_w.map_or(u16::MAX, |p| (p.clamp(0.0, 6553.0) * 10.0).round() as u16),
+            temp_dc: s.temp_c.map_or(i16::MIN, |t| (t.clamp(-100.0, 3000.0) * 10.0).round() as i16),
+            mem_used: s.mem_used_mib.max(0.0),
+        }
+    }
+
+    fn value(&self, metric: Metric, mem_total: f32) -> Option<f64> {
+        match metric {
+            Metric::Util => Some(f64::from(self.util_c) / 100.0),
+            Metric::MemUsed => Some(f64::from(self.mem_used)),
+            Metric::MemPct => (mem_total > 0.0).then(|| f64::from(self.mem_used) * 100.0 / f64::from(mem_total)),
+            Metric::Power => (self.power_dw != u16::MAX).then(|| f64::from(self.power_dw) / 10.0),
+            Metric::Temp => (self.temp_dc != i16::MIN).then(|| f64::from(self.temp_dc) / 10.0),
+        }
+    }
+}
+
+/// What a heatmap shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Utilisation, %.
+    Util,
+    /// Memory used, MiB.
+    MemUsed,
+    /// Memory used, % of the device's memory.
+    MemPct,
+    /// Power draw, W (GPUs only).
+    Power,
+    /// Temperature, °C (GPUs only; the minute series keeps the maximum).
+    Temp,
+}
+
+impl Metric {
+    /// Its unit.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Util | Metric::MemPct => "%",
+            Metric::MemUsed => "MiB",
+            Metric::Power => "W",
+            Metric::Temp => "°C",
+        }
+    }
+
+    fn of_minute(self, r: &MinuteRow) -> Option<f64> {
+        match self {
+            Metric::Util => Some(r.util_avg),
+            Metric::MemUsed => Some(r.mem_used_avg),
+            Metric::MemPct => (r.mem_total > 0.0).then(|| r.mem_used_avg * 100.0 / r.mem_total),
+            Metric::Power => r.power_avg,
+            Metric::Temp => r.temp_max,
+        }
+    }
+}
+
+/// The current minute of one device.
+#[derive(Debug, Clone)]
+struct MinuteAcc {
+    minute_ms: i64,
+    samples: i64,
+    util_sum: f64,
+    util_max: f64,
+    mem_sum: f64,
+    mem_total: f64,
+    power_sum: f64,
+    power_n: i64,
+    temp_max: Option<f64>,
+}
+
+impl MinuteAcc {
+    fn new(minute_ms: i64) -> MinuteAcc {
+        MinuteAcc {
+            minute_ms,
+            samples: 0,
+            util_sum: 0.0,
+            util_max: 0.0,
+            mem_sum: 0.0,
+            mem_total: 0.0,
+            power_sum: 0.0,
+            power_n: 0,
+            temp_max: None,
+        }
+    }
+
+    fn add(&mut self, s: &Sample) {
+        let util = f64::from(s.util.clamp(0.0, 100.0));
+        self.samples += 1;
+        self.util_sum += util;
+        self.util_max = self.util_max.max(util);
+        self.mem_sum += f64::from(s.mem_used_mib.max(0.0));
+        self.mem_total = f64::from(s.mem_total_mib.max(0.0));
+        if let Some(p) = s.power_w {
+            self.power_sum += f64::from(p);
+            self.power_n += 1;
+        }
+        if let Some(t) = s.temp_c {
+            self.temp_max = Some(self.temp_max.map_or(f64::from(t), |m| m.max(f64::from(t))));
+        }
+    }
+
+    fn row(&self, device: &str, series: &Series) -> MinuteRow {
+        let n = self.samples.max(1) as f64;
+        MinuteRow {
+            device: device.to_string(),
+            minute_ms: self.minute_ms,
+            node_id: series.node_id.to_string(),
+            gpu: series.gpu.clone(),
+            profile: series.profile.clone(),
+            start: series.start,
+            samples: self.samples,
+            util_avg: self.util_sum / n,
+            util_max: self.util_max,
+            mem_used_avg: self.mem_sum / n,
+            mem_total: self.mem_total,
+            power_avg: (self.power_n > 0).then(|| self.power_sum / self.power_n as f64),
+            temp_max: self.temp_max,
+        }
+    }
+}
+
+/// One device's window.
+#[derive(Debug)]
+struct Series {
+    node_id: Arc<str>,
+    gpu: String,
+    profile: Option<String>,
+    start: Option<u8>,
+    ring: Box<[Point]>,
+    mem_total: f32,
+    latest: Option<Sample>,
+    minute: Option<MinuteAcc>,
+}
+
+/// The latest sample of a device.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Latest {
+    /// The node's id.
+    pub node_id: String,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    /// MIG profile, for an instance.
+    pub profile: Option<String>,
+    /// MIG start unit, for an instance.
+    pub start: Option<u8>,
+    /// The sample.
+    #[schema(value_type = Object)]
+    pub sample: Sample,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    devices: HashMap<String, Series>,
+    /// Running drop counts the agents reported, per node.
+    dropped: HashMap<String, u64>,
+    /// Finished minutes not written yet.
+    done: Vec<MinuteRow>,
+}
+
+/// The telemetry of this replica's agents.
+#[derive(Debug)]
+pub struct Telemetry {
+    window_s: usize,
+    inner: Mutex<Inner>,
+    /// Samples accepted since start.
+    pub accepted: AtomicU64,
+    /// Samples refused since start.
+    pub rejected: AtomicU64,
+    /// Batches received since start.
+    pub batches: AtomicU64,
+}
+
+/// A window of `window_s` seconds at 1 s (at least one minute).
+impl Telemetry {
+    /// An empty window of `window_s` seconds.
+    pub fn new(window_s: u32) -> Telemetry {
+        Telemetry {
+            window_s: usize::try_from(window_s.max(60)).unwrap_or(900),
+            inner: Mutex::new(Inner::default()),
+            accepted: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+        }
+    }
+
+    /// The window's length, ms.
+    pub fn window_ms(&self) -> i64 {
+        self.window_s as i64 * 1000
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a batch from `node_id`, whose GPUs are `gpus` (UUIDs): series of devices on other GPUs, and samples
+    /// from the future or older than the retention, are refused.
+    pub fn ingest(
+        &self,
+        node_id: &str,
+        gpus: &HashSet<String>,
+        batch: TelemetryBatch,
+        now_ms: i64,
+    ) -> TelemetryAccepted {
+        let (mut accepted, mut rejected) = (0u64, 0u64);
+        let oldest_ms = now_ms - RETENTION_MS;
+        let window_start_s = (now_ms / 1000) - self.window_s as i64;
+        let node: Arc<str> = Arc::from(node_id);
+        let w = self.window_s;
+        let mut inner = self.lock();
+        inner.dropped.insert(node_id.to_string(), batch.dropped);
+        let Inner { devices, done, .. } = &mut *inner;
+        for ds in batch.devices {
+            let valid_ids = !ds.device.is_empty()
+                && ds.device.len() <= MAX_ID_LEN
+                && ds.gpu.len() <= MAX_ID_LEN
+                && gpus.contains(&ds.gpu)
+                && (ds.device == ds.gpu) == ds.profile.is_none();
+            if !valid_ids {
+                rejected += ds.samples.len() as u64;
+                continue;
+            }
+            let series = devices.entry(ds.device.clone()).or_insert_with(|| Series {
+                node_id: node.clone(),
+                gpu: ds.gpu.clone(),
+                profile: ds.profile.clone(),
+                start: ds.start,
+                ring: vec![Point::default(); w].into_boxed_slice(),
+                mem_total: 0.0,
+                latest: None,
+                minute: None,
+            });
+            if *series.node_id != *node_id || series.gpu != ds.gpu {
+                // The GPU moved to this node (its UUID is registered here now): the series follows it.
+                series.node_id = node.clone();
+                series.gpu = ds.gpu.clone();
+            }
+            series.profile = ds.profile;
+            series.start = ds.start;
+            for s in &ds.samples {
+                let finite = s.util.is_finite() && s.mem_used_mib.is_finite() && s.mem_total_mib.is_finite();
+                if !finite || s.t > now_ms + MAX_AHEAD_MS || s.t < oldest_ms {
+                    rejected += 1;
+                    continue;
+                }
+                accepted += 1;
+                let t_s = s.t / 1000;
+                if t_s > window_start_s {
+                    let slot = &mut series.ring[(t_s as usize) % w];
+                    if i64::from(slot.t_s) <= t_s {
+                        *slot = Point::of(s);
+                    }
+                }
+                if series.latest.is_none_or(|l| l.t <= s.t) {
+                    series.latest = Some(*s);
+                    series.mem_total = s.mem_total_mib;
+                }
+                let minute_ms = s.t - s.t.rem_euclid(60_000);
+                match &mut series.minute {
+                    Some(acc) if acc.minute_ms == minute_ms => acc.add(s),
+                    Some(acc) if acc.minute_ms > minute_ms => {
+                        // A late sample of a minute already finished: its own row, merged in the store.
+                        let mut late = MinuteAcc::new(minute_ms);
+                        late.add(s);
+                        done.push(late.row(&ds.device, series));
+                    }
+                    slot => {
+                        if let Some(finished) = slot.take() {
+                            done.push(finished.row(&ds.device, series));
+                        }
+                        let mut acc = MinuteAcc::new(minute_ms);
+                        acc.add(s);
+                        series.minute = Some(acc);
+                    }
+                }
+            }
+        }
+        if done.len() > MAX_PENDING_ROWS {
+            let excess = done.len() - MAX_PENDING_ROWS;
+            done.drain(..excess);
+        }
+        drop(inner);
+        self.accepted.fetch_add(accepted, Ordering::Relaxed);
+        self.rejected.fetch_add(rejected, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        TelemetryAccepted { accepted, rejected }
+    }
+
+    /// Finishes the minutes that ended more than `grace_ms` before `now_ms`, forgets devices not heard from for a
+    /// whole window, and takes every finished minute (to be written).
+    pub fn take_finished(&self, now_ms: i64, grace_ms: i64) -> Vec<MinuteRow> {
+        let cutoff = now_ms - grace_ms - 60_000;
+        let forget_before = now_ms - self.window_ms();
+        let mut inner = self.lock();
+        let Inner { devices, done, .. } = &mut *inner;
+        devices.retain(|device, series| {
+            if series.minute.as_ref().is_some_and(|acc| acc.minute_ms <= cutoff)
+                && let Some(acc) = series.minute.take()
+            {
+                done.push(acc.row(device, series));
+            }
+            series.minute.is_some() || series.latest.is_some_and(|l| l.t >= forget_before)
+        });
+        std::mem::take(done)
+    }
+
+    /// Puts rows the store did not take back in the queue.
+    pub fn requeue(&self, mut rows: Vec<MinuteRow>) {
+        let mut inner = self.lock();
+        rows.append(&mut inner.done);
+        if rows.len() > MAX_PENDING_ROWS {
+            let excess = rows.len() - MAX_PENDING_ROWS;
+            rows.drain(..excess);
+        }
+        inner.done = rows;
+    }
+
+    /// The latest sample of every device (of `node_id` only, when given).
+    pub fn latest(&self, node_id: Option<&str>) -> Vec<Latest> {
+        let inner = self.lock();
+        let mut out: Vec<Latest> = inner
+            .devices
+            .iter()
+            .filter(|(_, s)| node_id.is_none_or(|n| *s.node_id == *n))
+            .filter_map(|(device, s)| {
+                Some(Latest {
+                    node_id: s.node_id.to_string(),
+                    device: device.clone(),
+                    gpu: s.gpu.clone(),
+                    profile: s.profile.clone(),
+                    start: s.start,
+                    sample: s.latest?,
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.node_id, &a.gpu, a.start, &a.device).cmp(&(&b.node_id, &b.gpu, b.start, &b.device)));
+        out
+    }
+
+    /// The running drop counts agents reported, per node.
+    pub fn agent_drops(&self) -> Vec<(String, u64)> {
+        let inner = self.lock();
+        let mut out: Vec<(String, u64)> = inner.dropped.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        out.sort();
+        out
+    }
+
+    /// Devices in the window.
+    pub fn series_count(&self) -> usize {
+        self.lock().devices.len()
+    }
+
+    /// Per device, `columns` bucket means of `metric` from the in-memory window: bucket `i` covers
+    /// `[from_ms + i·step_ms, from_ms + (i+1)·step_ms)`.
+    pub fn window_rows(
+        &self,
+        node_id: Option<&str>,
+        metric: Metric,
+        from_ms: i64,
+        step_ms: i64,
+        columns: usize,
+    ) -> Vec<(DeviceKey, Vec<Option<f32>>)> {
+        let to_ms = from_ms + step_ms * columns as i64;
+        let inner = self.lock();
+        let mut out = Vec::new();
+        for (device, s) in &inner.devices {
+            if node_id.is_some_and(|n| *s.node_id != *n) {
+                continue;
+            }
+            let mut sums = vec![(0.0f64, 0u32); columns];
+            for p in s.ring.iter() {
+                let t = i64::from(p.t_s) * 1000;
+                if p.t_s == 0 || t < from_ms || t >= to_ms {
+                    continue;
+                }
+                if let Some(v) = p.value(metric, s.mem_total) {
+                    let b = &mut sums[((t - from_ms) / step_ms) as usize];
+                    b.0 += v;
+                    b.1 += 1;
+                }
+            }
+            let key = DeviceKey {
+                node_id: s.node_id.to_string(),
+                device: device.clone(),
+                gpu: s.gpu.clone(),
+                profile: s.profile.clone(),
+                start: s.start,
+            };
+            out.push((key, sums.into_iter().map(|(sum, n)| (n > 0).then(|| (sum / f64::from(n)) as f32)).collect()));
+        }
+        out
+    }
+}
+
+/// Which device a heatmap row is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceKey {
+    /// Node id.
+    pub node_id: String,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    /// MIG profile.
+    pub profile: Option<String>,
+    /// MIG start unit.
+    pub start: Option<u8>,
+}
+
+/// Per device, bucket means (sample-weighted) of `metric` from minute rows; `step_ms` is a multiple of a minute.
+pub fn minute_rows(
+    rows: &[MinuteRow],
+    metric: Metric,
+    from_ms: i64,
+    step_ms: i64,
+    columns: usize,
+) -> Vec<(DeviceKey, Vec<Option<f32>>)> {
+    // Per device: its key, and per column (weighted sum, weight).
+    type Cells = (DeviceKey, Vec<(f64, f64)>);
+    let mut by_device: HashMap<&str, Cells> = HashMap::new();
+    for r in rows {
+        let Some(v) = metric.of_minute(r) else { continue };
+        if r.minute_ms < from_ms {
+            continue;
+        }
+        let b = ((r.minute_ms - from_ms) / step_ms) as usize;
+        if b >= columns {
+            continue;
+        }
+        let entry = by_device.entry(r.device.as_str()).or_insert_with(|| {
+            (
+                DeviceKey {
+                    node_id: r.node_id.clone(),
+                    device: r.device.clone(),
+                    gpu: r.gpu.clone(),
+                    profile: r.profile.clone(),
+                    start: r.start,
+                },
+                vec![(0.0, 0.0); columns],
+            )
+        });
+        let w = r.samples.max(1) as f64;
+        if metric == Metric::Temp {
+            // The minute series keeps the maximum temperature: a bucket shows the highest.
+            let cell = &mut entry.1[b];
+            cell.0 = if cell.1 > 0.0 { cell.0.max(v) } else { v };
+            cell.1 = 1.0;
+        } else {
+            entry.1[b].0 += v * w;
+            entry.1[b].1 += w;
+        }
+    }
+    by_device
+        .into_values()
+        .map(|(key, cells)| {
+            let values = cells
+                .into_iter()
+                .map(|(sum, w)| (w > 0.0).then(|| if metric == Metric::Temp { sum as f32 } else { (sum / w) as f32 }))
+                .collect();
+            (key, values)
+        })
+        .collect()
+}
+
+/// Writes finished minutes every `every` and prunes what is older than the retention once an hour, until the
+/// store is dropped.
+pub fn start_background(state: &crate::app::AppState, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
+    let state = state.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_prune = 0i64;
+        loop {
+            tick.tick().await;
+            let now = crate::store::now_ms();
+            if let Err(e) = flush(&state, now).await {
+                tracing::warn!(error = %e, "cannot write telemetry minutes; kept for the next try");
+            }
+            if now - last_prune > 3_600_000 {
+                last_prune = now;
+                match state.store.prune_minutes(now - state.telemetry_retention_ms).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(rows = n, "pruned telemetry minutes past the retention"),
+                    Err(e) => tracing::warn!(error = %e, "cannot prune telemetry minutes"),
+                }
+            }
+        }
+    })
+}
+
+/// Writes the minutes finished by `now_ms` (a 5 s grace lets late batches in); on failure they are queued again.
+pub async fn flush(state: &crate::app::AppState, now_ms: i64) -> Result<usize, StoreError> {
+    let rows = state.telemetry.take_finished(now_ms, 5_000);
+    let n = rows.len();
+    if let Err(e) = state.store.write_minutes(&rows).await {
+        state.telemetry.requeue(rows);
+        return Err(e);
+    }
+    Ok(n)
+}

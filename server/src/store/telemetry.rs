@@ -1,0 +1,239 @@
+//! Downsampled telemetry (one row per device and minute) and the allocation intervals usage is metered from.
+//!
+//! The SQL is the same on both backends; see [`on_pool!`].
+
+use super::auth::Dialect;
+use super::{Db, Store, StoreError};
+
+/// One device's minute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MinuteRow {
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// Start of the minute, ms since the epoch.
+    pub minute_ms: i64,
+    /// The node.
+    pub node_id: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    /// MIG profile, for an instance.
+    pub profile: Option<String>,
+    /// MIG start unit, for an instance.
+    pub start: Option<u8>,
+    /// Samples in it.
+    pub samples: i64,
+    /// Mean utilisation, %.
+    pub util_avg: f64,
+    /// Highest utilisation, %.
+    pub util_max: f64,
+    /// Mean memory used, MiB.
+    pub mem_used_avg: f64,
+    /// Memory total, MiB.
+    pub mem_total: f64,
+    /// Mean power, W.
+    pub power_avg: Option<f64>,
+    /// Highest temperature, °C.
+    pub temp_max: Option<f64>,
+}
+
+/// Rows per statement (13 parameters each, well under SQLite's limit).
+const CHUNK: usize = 200;
+
+type Row =
+    (String, i64, String, String, Option<String>, Option<i64>, i64, f64, f64, f64, f64, Option<f64>, Option<f64>);
+
+fn from_row(r: Row) -> MinuteRow {
+    MinuteRow {
+        device: r.0,
+        minute_ms: r.1,
+        node_id: r.2,
+        gpu: r.3,
+        profile: r.4,
+        start: r.5.and_then(|s| u8::try_from(s).ok()),
+        samples: r.6,
+        util_avg: r.7,
+        util_max: r.8,
+        mem_used_avg: r.9,
+        mem_total: r.10,
+        power_avg: r.11,
+        temp_max: r.12,
+    }
+}
+
+/// A live or past allocation with the times it was in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metered {
+    /// Allocation id.
+    pub id: String,
+    /// Its request.
+    pub request_id: String,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// The tenant's name.
+    pub tenant_name: String,
+    /// Node name.
+    pub node: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// Catalog model key.
+    pub model: String,
+    /// MIG profile, or the sharing key of a whole-GPU share.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// Whether the GPU is in MIG mode.
+    pub mig_enabled: bool,
+    /// `active` or `released`.
+    pub state: String,
+    /// When it became active.
+    pub activated_at_ms: i64,
+    /// When it was released.
+    pub released_at_ms: Option<i64>,
+    /// MIG or GPU UUID.
+    pub device_uuid: Option<String>,
+}
+
+const MERGE: &str = "ON CONFLICT (device, minute_ms) DO UPDATE SET \
+    util_avg = (telemetry_minutes.util_avg * telemetry_minutes.samples + excluded.util_avg * excluded.samples) \
+        / (telemetry_minutes.samples + excluded.samples), \
+    util_max = CASE WHEN telemetry_minutes.util_max > excluded.util_max \
+        THEN telemetry_minutes.util_max ELSE excluded.util_max END, \
+    mem_used_avg = (telemetry_minutes.mem_used_avg * telemetry_minutes.samples \
+        + excluded.mem_used_avg * excluded.samples) / (telemetry_minutes.samples + excluded.samples), \
+    mem_total = excluded.mem_total, \
+    power_avg = CASE WHEN excluded.power_avg IS NULL THEN telemetry_minutes.power_avg \
+        WHEN telemetry_minutes.power_avg IS NULL THEN excluded.power_avg \
+        ELSE (telemetry_minutes.power_avg * telemetry_minutes.samples + excluded.power_avg * excluded.samples) \
+        / (telemetry_minutes.samples + excluded.samples) END, \
+    temp_max = CASE WHEN telemetry_minutes.temp_max > excluded.temp_max \
+        THEN telemetry_minutes.temp_max ELSE COALESCE(excluded.temp_max, telemetry_minutes.temp_max) END, \
+    samples = telemetry_minutes.samples + excluded.samples";
+
+impl Store {
+    /// Writes minute rows in one transaction; a row for a device and minute already stored is merged into it
+    /// (means weighted by sample counts, maxima kept).
+    pub async fn write_minutes(&self, rows: &[MinuteRow]) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool, dialect, _audit => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for chunk in rows.chunks(CHUNK) {
+                let values: Vec<String> = (0..chunk.len())
+                    .map(|i| {
+                        let b = i * 13;
+                        let p: Vec<String> = (1..=13).map(|k| format!("${}", b + k)).collect();
+                        format!("({})", p.join(", "))
+                    })
+                    .collect();
+                let sql = format!(
+                    "INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, \
+                     util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max) VALUES {} {MERGE}",
+                    values.join(", ")
+                );
+                let mut q = sqlx::query(&sql);
+                for r in chunk {
+                    q = q
+                        .bind(&r.device)
+                        .bind(r.minute_ms)
+                        .bind(&r.node_id)
+                        .bind(&r.gpu)
+                        .bind(&r.profile)
+                        .bind(r.start.map(i64::from))
+                        .bind(r.samples)
+                        .bind(r.util_avg)
+                        .bind(r.util_max)
+                        .bind(r.mem_used_avg)
+                        .bind(r.mem_total)
+                        .bind(r.power_avg)
+                        .bind(r.temp_max);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Minute rows with `from_ms <= minute_ms < to_ms`, of one node or all, by device then time.
+    pub async fn minutes(&self, node_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<MinuteRow>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let rows: Vec<Row> = sqlx::query_as(
+                "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT), CAST(samples AS BIGINT), \
+                 util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max FROM telemetry_minutes \
+                 WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 IS NULL OR node_id = $3) \
+                 ORDER BY device, minute_ms",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(node_id)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows.into_iter().map(from_row).collect())
+        })
+    }
+
+    /// Deletes minute rows older than `before_ms`; returns how many.
+    pub async fn prune_minutes(&self, before_ms: i64) -> Result<u64, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            let done = sqlx::query("DELETE FROM telemetry_minutes WHERE minute_ms < $1").bind(before_ms).execute(pool).await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Allocations in use at some time in `[from_ms, to_ms)` (activated before `to_ms`, not released before
+    /// `from_ms`), of one tenant or all.
+    pub async fn metered(&self, tenant_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Metered>, StoreError> {
+        type MRow = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            bool,
+            String,
+            i64,
+            Option<i64>,
+            Option<String>,
+        );
+        on_pool!(self, pool, _dialect, _audit => {
+            let rows: Vec<MRow> = sqlx::query_as(
+                "SELECT a.id, a.request_id, a.tenant_id, t.name, n.name, g.uuid, g.model, a.profile, \
+                 CAST(a.start AS BIGINT), g.mig_enabled, a.state, a.activated_at_ms, a.released_at_ms, a.device_uuid \
+                 FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN nodes n ON n.id = g.node_id \
+                 JOIN tenants t ON t.id = a.tenant_id \
+                 WHERE a.activated_at_ms IS NOT NULL AND a.activated_at_ms < $1 \
+                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $2) AND ($3 IS NULL OR a.tenant_id = $3) \
+                 ORDER BY a.tenant_id, a.id",
+            )
+            .bind(to_ms)
+            .bind(from_ms)
+            .bind(tenant_id)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| Metered {
+                    id: r.0,
+                    request_id: r.1,
+                    tenant_id: r.2,
+                    tenant_name: r.3,
+                    node: r.4,
+                    gpu_uuid: r.5,
+                    model: r.6,
+                    profile: r.7,
+                    start: u8::try_from(r.8).unwrap_or(0),
+                    mig_enabled: r.9,
+                    state: r.10,
+                    activated_at_ms: r.11,
+                    released_at_ms: r.12,
+                    device_uuid: r.13,
+                })
+                .collect())
+        })
+    }
+}
