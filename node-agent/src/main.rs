@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 use tessera_agent::agent::{self, Config, Transport};
 use tessera_agent::backend::GpuBackend;
+use tessera_agent::backend::nvml::NvmlBackend;
 use tessera_agent::backend::sim::{Faults, SimBackend, SimNode, parse_gpus};
 use tessera_agent::telemetry::TelemetryConfig;
 use tessera_core::Catalog;
@@ -18,6 +19,9 @@ struct Args {
     /// Resolve a GPU product name or PCI device id (as NVML reports it) to a catalog model and exit.
     #[arg(long, value_name = "NAME_OR_PCI_ID")]
     identify: Option<String>,
+    /// Print the backend's inventory and one telemetry sample as JSON and exit (read-only: nothing is changed).
+    #[arg(long)]
+    inventory: bool,
     /// The Tessera server, e.g. https://tessera.example.com.
     #[arg(long, env = "TESSERA_SERVER")]
     server: Option<String>,
@@ -99,16 +103,28 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
-    let Some(server) = &args.server else {
-        eprintln!("tessera-agent: --server URL is needed (or --identify NAME)");
-        return ExitCode::from(2);
+    let server = match (&args.server, args.inventory) {
+        (Some(s), _) => s.clone(),
+        (None, true) => String::new(),
+        (None, false) => {
+            eprintln!("tessera-agent: --server URL is needed (or --identify NAME, or --inventory)");
+            return ExitCode::from(2);
+        }
     };
     let backend: Box<dyn GpuBackend> = match args.backend {
         BackendKind::Nvml => {
-            eprintln!(
-                "tessera-agent: the NVML backend is not in this build yet; run with --backend sim for simulated GPUs"
-            );
-            return ExitCode::from(2);
+            let name = args.hostname.clone().unwrap_or_else(hostname);
+            if let Err(e) = std::fs::create_dir_all(&args.state_dir) {
+                eprintln!("tessera-agent: {}: {e}", args.state_dir.display());
+                return ExitCode::from(1);
+            }
+            match NvmlBackend::new(&name, args.state_dir.clone()) {
+                Ok(b) => Box::new(b),
+                Err(e) => {
+                    eprintln!("tessera-agent: {e}");
+                    return ExitCode::from(2);
+                }
+            }
         }
         BackendKind::Sim => {
             let gpus = match parse_gpus(&args.sim_gpus) {
@@ -144,7 +160,10 @@ fn main() -> ExitCode {
             Box::new(sim)
         }
     };
-    let mut config = Config::new(server, args.join_token.clone(), args.state_dir.clone());
+    if args.inventory {
+        return print_inventory(backend);
+    }
+    let mut config = Config::new(&server, args.join_token.clone(), args.state_dir.clone());
     if args.long_poll {
         config.transport = Transport::LongPoll;
     }
@@ -172,4 +191,32 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--inventory`: what the backend sees, and one sample a second after another (GPM needs two).
+fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
+    let inventory = match backend.inventory() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("tessera-agent: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let _ = backend.sample(now(), &[]);
+    std::thread::sleep(Duration::from_secs(1));
+    let readings = match backend.sample(now(), &[]) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tessera-agent: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let batch = tessera_agent::telemetry::batch(&readings, 0);
+    let out = serde_json::json!({ "inventory": inventory, "telemetry": batch });
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    }
+    ExitCode::SUCCESS
 }

@@ -3,6 +3,7 @@
 //! Every backend speaks in placements (profile + start unit), as the spec does: instances are created at their
 //! exact placement and found again by it, never by "the first free slot" the driver would pick.
 
+pub mod nvml;
 pub mod sim;
 
 use tessera_core::api::{GpuSpec, Inventory, ObservedInstance, Sample};

@@ -280,7 +280,13 @@ pub async fn heartbeat(NodeAuth(node): NodeAuth, State(state): State<AppState>) 
     responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 401, body = Problem),
         (status = 403, body = Problem)))]
 pub async fn websocket(State(state): State<AppState>, NodeAuth(node): NodeAuth, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.max_message_size(super::BODY_LIMIT).on_upgrade(move |socket| push(state, node, socket))
+    // Agent messages are a few KiB: small buffers (they grow for a larger message) keep a thousand sockets cheap;
+    // the 128 KiB default read buffer would cost 125 MiB for a thousand agents.
+    upgrade
+        .max_message_size(super::BODY_LIMIT)
+        .read_buffer_size(8 * 1024)
+        .write_buffer_size(8 * 1024)
+        .on_upgrade(move |socket| push(state, node, socket))
 }
 
 async fn push(state: AppState, node: NodePrincipal, mut socket: WebSocket) {

@@ -481,6 +481,12 @@ fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Me
          tessera_telemetry_series {}",
         t.series_count()
     );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_lost_minute_rows_total Minute aggregates dropped because the store was away too \
+         long.\n# TYPE tessera_telemetry_lost_minute_rows_total counter\ntessera_telemetry_lost_minute_rows_total {}",
+        t.lost_rows()
+    );
     let drops = t.agent_drops();
     if !drops.is_empty() {
         let _ = writeln!(

@@ -23,8 +23,9 @@ use crate::store::telemetry::MinuteRow;
 pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
 /// Samples further in the future than this (agent clock ahead) are refused.
 const MAX_AHEAD_MS: i64 = 5 * 60 * 1000;
-/// Most minute rows waiting for the store; past it the oldest are dropped (the store has been away for hours).
-const MAX_PENDING_ROWS: usize = 1_000_000;
+/// Most minute rows waiting for the store (about 75 MB); past it new ones are dropped and counted (the store has
+/// been away for minutes at a large fleet's rate, or hours at a small one's).
+const MAX_PENDING_ROWS: usize = 300_000;
 /// Longest device or GPU UUID accepted.
 const MAX_ID_LEN: usize = 96;
 /// Most columns a heatmap has.
@@ -206,8 +207,52 @@ struct Inner {
     devices: HashMap<String, Series>,
     /// Running drop counts the agents reported, per node.
     dropped: HashMap<String, u64>,
-    /// Finished minutes not written yet.
-    done: Vec<MinuteRow>,
+    /// Finished minutes not written yet, one per device and minute (parts of a minute are merged here first).
+    done: Pending,
+}
+
+/// Minute rows waiting for the store, by (device, minute).
+#[derive(Debug, Default)]
+struct Pending {
+    rows: HashMap<(String, i64), MinuteRow>,
+    /// Rows refused because the queue was full (the store has been away for long).
+    lost: u64,
+}
+
+impl Pending {
+    /// Adds a row, merging it into the one of the same device and minute (as the store does).
+    fn push(&mut self, row: MinuteRow) {
+        let len = self.rows.len();
+        match self.rows.entry((row.device.clone(), row.minute_ms)) {
+            std::collections::hash_map::Entry::Occupied(mut e) => merge(e.get_mut(), &row),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if len >= MAX_PENDING_ROWS {
+                    self.lost += 1;
+                } else {
+                    e.insert(row);
+                }
+            }
+        }
+    }
+}
+
+/// Merges `add` into `into` (same device and minute): sample-weighted means, maxima kept.
+fn merge(into: &mut MinuteRow, add: &MinuteRow) {
+    let (a, b) = (into.samples as f64, add.samples as f64);
+    let n = (a + b).max(1.0);
+    into.util_avg = (into.util_avg * a + add.util_avg * b) / n;
+    into.util_max = into.util_max.max(add.util_max);
+    into.mem_used_avg = (into.mem_used_avg * a + add.mem_used_avg * b) / n;
+    into.mem_total = add.mem_total;
+    into.power_avg = match (into.power_avg, add.power_avg) {
+        (Some(x), Some(y)) => Some((x * a + y * b) / n),
+        (x, y) => x.or(y),
+    };
+    into.temp_max = match (into.temp_max, add.temp_max) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    into.samples += add.samples;
 }
 
 /// The telemetry of this replica's agents.
@@ -327,10 +372,6 @@ impl Telemetry {
                 }
             }
         }
-        if done.len() > MAX_PENDING_ROWS {
-            let excess = done.len() - MAX_PENDING_ROWS;
-            done.drain(..excess);
-        }
         drop(inner);
         self.accepted.fetch_add(accepted, Ordering::Relaxed);
         self.rejected.fetch_add(rejected, Ordering::Relaxed);
@@ -353,18 +394,20 @@ impl Telemetry {
             }
             series.minute.is_some() || series.latest.is_some_and(|l| l.t >= forget_before)
         });
-        std::mem::take(done)
+        std::mem::take(&mut done.rows).into_values().collect()
     }
 
     /// Puts rows the store did not take back in the queue.
-    pub fn requeue(&self, mut rows: Vec<MinuteRow>) {
+    pub fn requeue(&self, rows: Vec<MinuteRow>) {
         let mut inner = self.lock();
-        rows.append(&mut inner.done);
-        if rows.len() > MAX_PENDING_ROWS {
-            let excess = rows.len() - MAX_PENDING_ROWS;
-            rows.drain(..excess);
+        for row in rows {
+            inner.done.push(row);
         }
-        inner.done = rows;
+    }
+
+    /// Minute rows dropped because the queue for the store was full.
+    pub fn lost_rows(&self) -> u64 {
+        self.lock().done.lost
     }
 
     /// The latest sample of every device (of `node_id` only, when given).
