@@ -202,7 +202,7 @@ fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let now = agent::now_ms;
     let _ = backend.sample(now(), &[]);
     std::thread::sleep(Duration::from_secs(1));
     let readings = match backend.sample(now(), &[]) {
