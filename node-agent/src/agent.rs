@@ -49,6 +49,8 @@ pub struct Config {
     pub retry_every: Duration,
     /// Telemetry sampling and sending; `None` sends none.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
+    /// `--kube` mode: the layout and sharing are put in effect through GPU Operator, the backend is only read.
+    pub kube: Option<crate::kube::KubeApplier>,
 }
 
 impl Config {
@@ -63,6 +65,7 @@ impl Config {
             status_every: Duration::from_secs(30),
             retry_every: Duration::from_secs(5),
             telemetry: Some(crate::telemetry::TelemetryConfig::default()),
+            kube: None,
         }
     }
 }
@@ -96,8 +99,8 @@ struct Credential {
     credential: String,
 }
 
-/// Shared backend handle.
-type Backend = Arc<Mutex<Box<dyn GpuBackend>>>;
+/// The backend, shared by the agent's tasks.
+pub type Backend = Arc<Mutex<Box<dyn GpuBackend>>>;
 
 /// Runs the agent until it fails (it does not return otherwise).
 pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), AgentError> {
@@ -205,7 +208,8 @@ async fn send_telemetry(
     Err((again, format!("HTTP {status}")))
 }
 
-async fn with_backend<T: Send + 'static>(
+/// Runs `f` on the backend on a blocking thread.
+pub async fn with_backend<T: Send + 'static>(
     backend: &Backend,
     f: impl FnOnce(&mut dyn GpuBackend) -> T + Send + 'static,
 ) -> T {
@@ -261,8 +265,12 @@ pub fn backoff(attempt: u32) -> Duration {
 async fn sign_in(config: &Config, http: &reqwest::Client, backend: &Backend) -> Result<Credential, AgentError> {
     let mut attempt = 0;
     loop {
-        let inventory =
+        let mut inventory =
             with_backend(backend, |b| b.inventory()).await.map_err(|e| AgentError::Backend(e.to_string()))?;
+        if config.kube.is_some() {
+            // The backend only reads; GPU Operator writes.
+            inventory.backend = "kube".to_string();
+        }
         let stored: Option<Credential> = std::fs::read_to_string(credential_path(&config.state_dir))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
@@ -400,7 +408,10 @@ async fn apply_loop(
             Some(spec) if woke_by_spec || retry_errors => {
                 let spec = spec.clone();
                 let generation = spec.generation;
-                let status = with_backend(&backend, move |b| reconcile::reconcile(b, &spec)).await?;
+                let status = match &config.kube {
+                    Some(kube) => kube.apply(&backend, &spec).await,
+                    None => with_backend(&backend, move |b| reconcile::reconcile(b, &spec)).await?,
+                };
                 applied = generation;
                 known.store(generation, std::sync::atomic::Ordering::SeqCst);
                 write_applied(&config.state_dir, applied)?;

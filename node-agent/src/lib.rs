@@ -5,9 +5,11 @@
 //! - [`backend`]: the [`backend::GpuBackend`] trait and its simulated implementation.
 //! - [`reconcile`]: desired spec against observed state: actions, then status; idempotent.
 //! - [`agent`]: joining, the push channel with reconnects, heartbeats and status reports.
+//! - [`kube`]: `--kube` mode: the layout and sharing put in effect by GPU Operator (mig-manager, device plugin).
 //! - [`telemetry`]: sampling, batching, and the bounded buffer that holds samples while the server is away.
 
 pub mod agent;
 pub mod backend;
+pub mod kube;
 pub mod reconcile;
 pub mod telemetry;

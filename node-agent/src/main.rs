@@ -9,6 +9,7 @@ use tessera_agent::agent::{self, Config, Transport};
 use tessera_agent::backend::GpuBackend;
 use tessera_agent::backend::nvml::NvmlBackend;
 use tessera_agent::backend::sim::{Faults, SimBackend, SimNode, parse_gpus};
+use tessera_agent::kube::{KubeApplier, KubeSettings};
 use tessera_agent::telemetry::TelemetryConfig;
 use tessera_core::Catalog;
 
@@ -64,6 +65,28 @@ struct Args {
     /// Telemetry: most samples kept while the server cannot be reached (the oldest are dropped and counted).
     #[arg(long, default_value_t = 200_000)]
     telemetry_buffer: usize,
+    /// Put layouts and sharing in effect through GPU Operator (mig-parted config and node labels, device-plugin
+    /// config) instead of NVML writes; the backend is only read.
+    #[arg(long)]
+    kube: bool,
+    /// `--kube`: the API server's URL (default: in-cluster service account, else the kubeconfig's context).
+    #[arg(long, env = "TESSERA_KUBE_API")]
+    kube_api: Option<String>,
+    /// `--kube`: this node's Kubernetes name (default: the host name reported to Tessera).
+    #[arg(long, env = "NODE_NAME")]
+    kube_node: Option<String>,
+    /// `--kube`: namespace of the mig-parted and device-plugin ConfigMaps.
+    #[arg(long, default_value = "gpu-operator")]
+    kube_namespace: String,
+    /// `--kube`: the mig-parted ConfigMap (ClusterPolicy `migManager.config.name`).
+    #[arg(long, default_value = "tessera-mig-parted-config")]
+    kube_mig_configmap: String,
+    /// `--kube`: the device-plugin ConfigMap (ClusterPolicy `devicePlugin.config.name`).
+    #[arg(long, default_value = "tessera-device-plugin-config")]
+    kube_plugin_configmap: String,
+    /// `--kube`: seconds mig-manager may take to apply a config.
+    #[arg(long, default_value_t = 900)]
+    kube_timeout_s: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -180,6 +203,21 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if args.kube {
+        let node = args.kube_node.clone().or_else(|| args.hostname.clone()).unwrap_or_else(hostname);
+        let mut settings = KubeSettings::new(&node);
+        settings.namespace = args.kube_namespace.clone();
+        settings.mig_configmap = args.kube_mig_configmap.clone();
+        settings.plugin_configmap = args.kube_plugin_configmap.clone();
+        settings.timeout = Duration::from_secs(args.kube_timeout_s);
+        match runtime.block_on(KubeApplier::connect(args.kube_api.as_deref(), settings)) {
+            Ok(applier) => config.kube = Some(applier),
+            Err(e) => {
+                eprintln!("tessera-agent: --kube: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     match runtime.block_on(agent::run(config, backend)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(agent::AgentError::Crashed(c)) => {

@@ -27,6 +27,22 @@ fn step_error(step: String, e: &BackendError) -> StepError {
     StepError { step, code: code.to_string(), message: e.message.clone() }
 }
 
+/// The error of a GPU whose MIG mode is not the spec's: the agent never changes MIG mode (that may need a GPU
+/// reset, which is the admin's call), with any backend.
+pub(crate) fn mig_mode_mismatch(have: bool, want: bool) -> StepError {
+    let mode = |on: bool| if on { "on" } else { "off" };
+    StepError {
+        step: "mig mode".to_string(),
+        code: "mig_mode_mismatch".to_string(),
+        message: format!(
+            "MIG mode is {} but the spec wants it {}; the agent never changes MIG mode (that may need a GPU reset): \
+             change it on the node, then the agent applies the layout",
+            mode(have),
+            mode(want)
+        ),
+    }
+}
+
 /// Applies `spec` through `backend` and returns the status after it. `Err` only for a crash.
 pub fn reconcile(backend: &mut dyn GpuBackend, spec: &NodeSpec) -> Result<NodeStatus, Crashed> {
     let mut node_errors = Vec::new();
@@ -45,16 +61,7 @@ pub fn reconcile(backend: &mut dyn GpuBackend, spec: &NodeSpec) -> Result<NodeSt
                     continue;
                 };
                 if have.mig_enabled != want.mig_enabled {
-                    errors.push(StepError {
-                        step: "mig mode".to_string(),
-                        code: "mig_mode_mismatch".to_string(),
-                        message: format!(
-                            "MIG mode is {} but the spec wants it {}; the agent never changes MIG mode (that may \
-                             need a GPU reset): change it on the node, then the agent applies the layout",
-                            if have.mig_enabled { "on" } else { "off" },
-                            if want.mig_enabled { "on" } else { "off" }
-                        ),
-                    });
+                    errors.push(mig_mode_mismatch(have.mig_enabled, want.mig_enabled));
                     continue;
                 }
                 if !want.mig_enabled {

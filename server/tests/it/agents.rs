@@ -197,6 +197,17 @@ impl Drop for SimAgent {
     }
 }
 
+/// The tenant's first allocation once it is `active` (20 s at most).
+pub(crate) async fn first_allocation_active(server: &Server, tenant: &str) -> Value {
+    wait_for(Duration::from_secs(20), || async {
+        let (_, list) = server.call(Method::GET, &format!("/api/v1/allocations?tenant={tenant}"), None).await;
+        let first = list.as_array()?.first()?.clone();
+        (first["state"] == "active").then_some(first)
+    })
+    .await
+    .expect("the allocation turns active")
+}
+
 pub(crate) fn sqlite_url() -> String {
     let file = std::env::temp_dir().join(format!("tessera-agents-{}.db", uuid::Uuid::now_v7().simple()));
     format!("sqlite://{}", file.display())
@@ -248,13 +259,7 @@ async fn three_sim_agents_apply_layouts_and_survive_crashes_and_a_server_restart
     let placed = approval["reservations"][0].clone();
     let (s, _) = server.call(Method::POST, &format!("/api/v1/layouts/{proposal}/approve"), None).await;
     assert_eq!(s, StatusCode::OK);
-    let active = wait_for(Duration::from_secs(20), || async {
-        let (_, list) = server.call(Method::GET, &format!("/api/v1/allocations?tenant={tenant}"), None).await;
-        let first = list.as_array()?.first()?.clone();
-        (first["state"] == "active").then_some(first)
-    })
-    .await
-    .expect("the allocation turns active");
+    let active = first_allocation_active(&server, &tenant).await;
     let device = active["device_uuid"].as_str().expect("device uuid").to_string();
     assert!(device.starts_with("MIG-"), "{active}");
     assert_eq!(active["cuda_visible_devices"], device.as_str());

@@ -11,7 +11,7 @@ use tessera_agent::telemetry::TelemetryConfig;
 use tessera_server::http::auth::{new_token_secret, token_hash};
 use tessera_server::store::{Role, Store};
 
-use crate::agents::{Server, SimAgent, free_port, sqlite_url, wait_for};
+use crate::agents::{Server, SimAgent, first_allocation_active, free_port, sqlite_url, wait_for};
 
 fn fast(buffer: usize) -> Option<TelemetryConfig> {
     Some(TelemetryConfig {
@@ -42,13 +42,7 @@ async fn active_slice(server: &Server, tenant_name: &str) -> (String, Value) {
         let (s, v) = server.call(Method::POST, &format!("/api/v1/layouts/{pid}/approve"), None).await;
         assert_eq!(s, StatusCode::OK, "{v}");
     }
-    let active = wait_for(Duration::from_secs(20), || async {
-        let (_, list) = server.call(Method::GET, &format!("/api/v1/allocations?tenant={tenant}"), None).await;
-        let first = list.as_array()?.first()?.clone();
-        (first["state"] == "active").then_some(first)
-    })
-    .await
-    .expect("the allocation turns active");
+    let active = first_allocation_active(server, &tenant).await;
     (tenant, active)
 }
 
