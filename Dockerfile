@@ -2,7 +2,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin tessera --bin tessera-agent
+RUN rustup target add wasm32-unknown-unknown && cargo xtask site --locked && \
+    cargo build --release --locked --bin tessera --bin tessera-agent
 
 FROM debian:bookworm-slim
 RUN useradd --system --home-dir /var/lib/tessera --create-home tessera

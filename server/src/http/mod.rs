@@ -151,10 +151,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let (router, _) = api().split_for_parts();
-    router
+    let api: Router = router
         .route("/api/docs", axum::routing::get(docs::reference))
         .route("/api/openapi.json", axum::routing::get(docs::openapi_json))
-        .with_state(state)
+        .with_state(state);
+    api.clone()
+        .merge(crate::portal::routes(api))
         .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))

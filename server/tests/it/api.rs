@@ -1207,3 +1207,36 @@ fn the_checked_in_openapi_matches_the_code() {
         "openapi/openapi.json is out of date: run `cargo run --bin tessera -- openapi > openapi/openapi.json`"
     );
 }
+
+#[tokio::test]
+async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see() {
+    let app = spawn_app().await;
+    let page = |token: Option<&str>, path: &'static str| {
+        let r = app.call(Method::GET, path, token);
+        async move {
+            let resp = r.send().await.expect("send");
+            assert_eq!(resp.status(), StatusCode::OK, "{path}");
+            assert!(resp.headers()["content-type"].to_str().unwrap_or("").starts_with("text/html"), "{path}");
+            resp.text().await.expect("html")
+        }
+    };
+    // The admin sees the demo node, its GPUs and generations in the HTML itself (no script needed).
+    let html = page(Some(&app.admin), "/fleet").await;
+    assert!(html.contains("data-node=\"demo-node-1\""), "{html}");
+    assert!(html.contains("H100-80GB") && html.contains("generation 0 / "), "{html}");
+    assert!(html.contains("/pkg/tessera.css"), "stylesheet linked");
+    // A user in no tenant sees no nodes; nobody signed in is asked to sign in.
+    let outsider = app.user("outsider", None).await;
+    let html = page(Some(&outsider), "/fleet").await;
+    assert!(!html.contains("demo-node-1"), "{html}");
+    let html = page(None, "/fleet").await;
+    assert!(html.contains("Sign in to see this page"), "{html}");
+    let html = page(None, "/signin").await;
+    assert!(html.contains("Sign in to Tessera"), "{html}");
+    // The stylesheet is embedded in the binary; unknown pages are the portal's 404.
+    let css = app.call(Method::GET, "/pkg/tessera.css", None).send().await.expect("css");
+    assert_eq!(css.status(), StatusCode::OK);
+    assert!(css.text().await.expect("css").contains("--accent"));
+    let missing = app.call(Method::GET, "/no/such/page", None).send().await.expect("404");
+    assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+}

@@ -1,0 +1,158 @@
+//! The document shell, the header (navigation, who is signed in, theme) and the routes.
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Title, provide_meta_context};
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::path;
+
+use crate::api::{self, Problem};
+use crate::model::Session;
+use crate::pages::{fleet::FleetPage, overview::OverviewPage, signin::SignInPage};
+
+/// Whether the hydration scripts are served (the `tessera` binary knows whether the wasm was built into it).
+#[derive(Debug, Clone, Copy)]
+pub struct Hydrates(pub bool);
+
+/// The whole HTML document, rendered on the server. `hydrates`: include the scripts that hydrate it.
+pub fn shell(options: LeptosOptions, hydrates: bool) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <meta name="color-scheme" content="light dark" />
+                <link rel="stylesheet" href="/pkg/tessera.css" />
+                // The theme chosen earlier, before the first paint (no flash of the other theme).
+                <script>
+                    "try{var t=localStorage.getItem('tessera-theme');if(t)document.documentElement.dataset.theme=t}catch(e){}"
+                </script>
+                {hydrates.then(|| view! { <HydrationScripts options=options.clone() /> })}
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The session of the page's viewer (`Err` with status 401 when nobody is signed in).
+pub type SessionResource = Resource<Result<Session, Problem>>;
+
+/// The portal.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    let session: SessionResource = Resource::new(|| (), |_| api::get_json::<Session>("/api/v1/session".into()));
+    provide_context(session);
+    view! {
+        <Title text="Tessera" />
+        <Router>
+            <Header session />
+            <main id="main">
+                <Routes fallback=|| view! { <section class="page"><h1>"Not found"</h1><p>"There is no page here."</p><A href="/">"Overview"</A></section> }>
+                    <Route path=path!("/") view=OverviewPage />
+                    <Route path=path!("/fleet") view=FleetPage />
+                    <Route path=path!("/signin") view=SignInPage />
+                </Routes>
+            </main>
+        </Router>
+    }
+}
+
+#[component]
+fn Header(session: SessionResource) -> impl IntoView {
+    view! {
+        <header class="top">
+            <a class="skip" href="#main">"Skip to content"</a>
+            <A href="/" attr:class="brand">
+                <span class="logo" aria-hidden="true"></span>
+                "Tessera"
+            </A>
+            <nav aria-label="Main">
+                <A href="/">"Overview"</A>
+                <A href="/fleet">"Fleet"</A>
+                <a href="/api/docs" rel="external">"API"</a>
+            </nav>
+            <div class="who">
+                <Transition fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        match session.await {
+                            Ok(s) => view! {
+                                <span class="user" data-testid="user">{s.user.name.clone()}</span>
+                                {s.user.platform_admin.then(|| view! { <span class="badge">"admin"</span> })}
+                                <SignOut />
+                            }.into_any(),
+                            Err(_) => view! { <A href="/signin">"Sign in"</A> }.into_any(),
+                        }
+                    })}
+                </Transition>
+                <ThemeToggle />
+            </div>
+        </header>
+    }
+}
+
+#[component]
+fn SignOut() -> impl IntoView {
+    let on_click = move |_| {
+        #[cfg(feature = "hydrate")]
+        leptos::task::spawn_local(async move {
+            let _ = api::browser::fetch("POST", "/auth/logout", None).await;
+            if let Some(w) = web_sys::window() {
+                let _ = w.location().set_href("/signin");
+            }
+        });
+    };
+    view! { <button class="link" on:click=on_click>"Sign out"</button> }
+}
+
+/// Switches between the light and the dark theme (kept in local storage; the system's choice until then).
+#[component]
+fn ThemeToggle() -> impl IntoView {
+    let on_click = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let Some(window) = web_sys::window() else { return };
+            let Some(root) = window.document().and_then(|d| d.document_element()) else { return };
+            let dark_now = match root.get_attribute("data-theme").as_deref() {
+                Some("dark") => true,
+                Some(_) => false,
+                None => window.match_media("(prefers-color-scheme: dark)").ok().flatten().is_some_and(|m| m.matches()),
+            };
+            let next = if dark_now { "light" } else { "dark" };
+            let _ = root.set_attribute("data-theme", next);
+            if let Ok(Some(storage)) = window.local_storage() {
+                let _ = storage.set_item("tessera-theme", next);
+            }
+        }
+    };
+    view! {
+        <button class="theme" on:click=on_click aria-label="Switch between light and dark theme" title="Light / dark">
+            <span aria-hidden="true">"◐"</span>
+        </button>
+    }
+}
+
+/// What a page shows when the API refused: a sign-in link for 401, the API's message otherwise.
+pub fn problem_view(problem: &Problem) -> AnyView {
+    if problem.needs_sign_in() {
+        view! {
+            <div class="notice" role="status">
+                <p>"Sign in to see this page."</p>
+                <A href="/signin">"Sign in"</A>
+            </div>
+        }
+        .into_any()
+    } else {
+        let code = problem.code.clone();
+        view! {
+            <div class="notice error" role="alert">
+                <p>{problem.message()}</p>
+                {(!code.is_empty()).then(|| view! { <code>{code}</code> })}
+            </div>
+        }
+        .into_any()
+    }
+}

@@ -1,0 +1,143 @@
+//! `/fleet`: every node and GPU with its state, applied against desired generation, instances and errors. It
+//! refreshes itself every 5 s in the browser.
+
+use leptos::prelude::*;
+
+use crate::api;
+use crate::app::problem_view;
+use crate::model::{FleetGpu, FleetNode};
+use crate::pages::{ago, now_ms};
+
+/// The fleet page.
+#[component]
+pub fn FleetPage() -> impl IntoView {
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    #[cfg(feature = "hydrate")]
+    {
+        if let Ok(handle) = set_interval_with_handle(move || nodes.refetch(), std::time::Duration::from_secs(5)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    let filter = RwSignal::new(String::new());
+    view! {
+        <section class="page">
+            <div class="title-row">
+                <h1>"Fleet"</h1>
+                <label class="search">
+                    <span class="sr-only">"Filter nodes"</span>
+                    <input type="search" placeholder="Filter by node, model or state" bind:value=filter />
+                </label>
+            </div>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match nodes.await {
+                        Err(p) => problem_view(&p),
+                        Ok(list) if list.is_empty() => view! { <p class="notice">"No nodes yet. Create a join token (" <code>"tessera node join-token"</code> ") and start an agent."</p> }.into_any(),
+                        Ok(list) => {
+                            let now = now_ms();
+                            view! {
+                                <div class="legend" aria-hidden="true">
+                                    {["ready", "applying", "failed", "not-ready", "cordoned"].map(|s| view! { <span class=format!("state {s}")>{s}</span> })}
+                                </div>
+                                {move || {
+                                    let needle = filter.get().to_lowercase();
+                                    list.iter()
+                                        .filter(|n| needle.is_empty() || matches(n, &needle))
+                                        .map(|n| view! { <NodeCard node=n.clone() now /> })
+                                        .collect_view()
+                                }}
+                            }.into_any()
+                        }
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+fn matches(node: &FleetNode, needle: &str) -> bool {
+    node.name.to_lowercase().contains(needle)
+        || node.state.contains(needle)
+        || node.gpus.iter().any(|g| g.model.to_lowercase().contains(needle))
+}
+
+#[component]
+fn NodeCard(node: FleetNode, now: i64) -> impl IntoView {
+    let agent = node.agent.as_ref().map(|a| {
+        format!(
+            "agent {} · {}{}",
+            a.version,
+            a.backend,
+            a.driver_version.as_ref().map(|d| format!(" · driver {d}")).unwrap_or_default()
+        )
+    });
+    let seen = node.last_seen_ms.map(|t| format!("seen {}", ago(t, now)));
+    let state = node.state.clone();
+    view! {
+        <article class="card node" data-testid="node" data-node=node.name.clone() data-state=state.clone()>
+            <header class="node-head">
+                <h2>{node.name.clone()}</h2>
+                <span class=format!("state {state}")>{state.clone()}</span>
+                <span class="muted" title="Applied / desired spec generation">
+                    {format!("generation {} / {}", node.observed_generation, node.generation)}
+                </span>
+                {agent.map(|a| view! { <span class="muted">{a}</span> })}
+                {seen.map(|s| view! { <span class="muted">{s}</span> })}
+            </header>
+            {(!node.errors.is_empty()).then(|| view! {
+                <ul class="errors">{node.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
+            })}
+            <table class="gpus">
+                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th></tr></thead>
+                <tbody>
+                    {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_state=node.state.clone() /> }).collect_view()}
+                </tbody>
+            </table>
+        </article>
+    }
+}
+
+#[component]
+fn GpuRow(gpu: FleetGpu, node_state: String) -> impl IntoView {
+    let state = gpu.state(&node_state);
+    let applied = gpu.applied.clone().unwrap_or_default();
+    let instances = if gpu.mig_enabled {
+        gpu.layout
+            .iter()
+            .map(|i| {
+                let seen = applied.iter().find(|a| a.profile == i.profile && a.start == i.start);
+                let busy = seen.is_some_and(|a| !a.processes.is_empty());
+                let class = match (seen.is_some(), busy) {
+                    (true, true) => "chip busy",
+                    (true, false) => "chip",
+                    (false, _) => "chip pending",
+                };
+                let title = match seen {
+                    Some(a) => format!("{} · {} process(es)", a.uuid, a.processes.len()),
+                    None => "not applied yet".to_string(),
+                };
+                view! { <span class=class title=title>{format!("{}@{}", i.profile, i.start)}</span> }
+            })
+            .collect_view()
+            .into_any()
+    } else {
+        view! { <span class="muted">"whole GPU (MIG off)"</span> }.into_any()
+    };
+    let counts = gpu.mig_enabled.then(|| format!("{} / {}", applied.len(), gpu.layout.len()));
+    view! {
+        <tr data-gpu=gpu.uuid.clone()>
+            <td>{gpu.index}</td>
+            <td>{gpu.model.clone()}</td>
+            <td><span class=format!("state {state}")>{state}</span></td>
+            <td>
+                {counts.map(|c| view! { <span class="count">{c}</span> })}
+                " "
+                {instances}
+                {(!gpu.errors.is_empty()).then(|| view! {
+                    <ul class="errors">{gpu.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
+                })}
+            </td>
+            <td><code class="uuid">{gpu.uuid.clone()}</code></td>
+        </tr>
+    }
+}

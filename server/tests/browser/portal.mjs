@@ -1,0 +1,235 @@
+#!/usr/bin/env node
+// Portal end-to-end test in a real browser: Debian's Chromium driven by playwright-core.
+//
+//   node server/tests/browser/portal.mjs [--tessera target/debug/tessera] [--out target/test-output/portal]
+//
+// Starts the test OpenID provider (server/tests/support/oidc) and `tessera serve --demo` (SQLite in a temporary
+// folder, single sign-on against that provider, simulated agents), then in Chromium:
+//   - the sign-in page is useful HTML before any script runs, and offers the provider's button;
+//   - signs in as `root` (platform admin) through the provider's login form and comes back signed in;
+//   - the overview shows the fleet summary; the theme switch (a hydrated click handler) turns the page dark;
+//   - the fleet page shows demo-node-1 turning `ready` with its instances applied, refreshed without a reload.
+// Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
+// Exits non-zero on the first failure, printing what was expected.
+
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+import { chromium } from 'playwright-core';
+import { PNG } from 'pngjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../../..');
+const args = process.argv.slice(2);
+const arg = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : fallback;
+};
+const tessera = path.resolve(root, arg('--tessera', 'target/debug/tessera'));
+const out = path.resolve(root, arg('--out', 'target/test-output/portal'));
+const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+
+const children = [];
+const cleanup = () => {
+  for (const c of children) {
+    try { c.kill('SIGTERM'); } catch { /* gone */ }
+  }
+};
+process.on('exit', cleanup);
+
+let failures = 0;
+function check(cond, what) {
+  if (cond) {
+    console.log(`ok   ${what}`);
+  } else {
+    failures += 1;
+    console.log(`FAIL ${what}`);
+  }
+}
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+async function waitFor(what, fn, timeoutMs = 60000, everyMs = 250) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${last})`);
+}
+
+// RGB of the pixel at (x, y) of a PNG buffer.
+function pixel(png, x, y) {
+  const img = PNG.sync.read(png);
+  const i = (Math.round(y) * img.width + Math.round(x)) * 4;
+  return [img.data[i], img.data[i + 1], img.data[i + 2]];
+}
+
+function near(rgb, hex, tolerance = 24) {
+  const want = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  return rgb.every((v, i) => Math.abs(v - want[i]) <= tolerance);
+}
+
+// Whether some pixel inside `box` of the PNG is close to `hex`.
+function anyPixel(png, box, hex) {
+  const img = PNG.sync.read(png);
+  for (let y = Math.floor(box.y); y < box.y + box.height; y += 1) {
+    for (let x = Math.floor(box.x); x < box.x + box.width; x += 1) {
+      const i = (y * img.width + x) * 4;
+      if (near([img.data[i], img.data[i + 1], img.data[i + 2]], hex, 30)) return true;
+    }
+  }
+  return false;
+}
+
+async function main() {
+  fs.mkdirSync(out, { recursive: true });
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'tessera-portal-'));
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+
+  // The identity provider.
+  const idpConfig = path.join(tmp, 'idp.json');
+  fs.writeFileSync(idpConfig, JSON.stringify({
+    redirect_uris: [`${base}/auth/callback`],
+    post_logout_redirect_uris: [`${base}/`],
+    accounts: {
+      root: { email: 'root@example.com', name: 'Root Admin', groups: ['tessera-admins'] },
+    },
+  }));
+  const idp = spawn('node', [path.join(root, 'server/tests/support/oidc/provider.mjs'), '--config', idpConfig], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  children.push(idp);
+  const { issuer } = await new Promise((resolve, reject) => {
+    readline.createInterface({ input: idp.stdout }).once('line', (line) => resolve(JSON.parse(line)));
+    idp.once('exit', (code) => reject(new Error(`provider exited (${code})`)));
+  });
+
+  // The server.
+  const config = path.join(tmp, 'tessera.toml');
+  fs.writeFileSync(config, `listen = "127.0.0.1:${port}"
+data_dir = "${path.join(tmp, 'data')}"
+
+[auth.oidc]
+issuer = "${issuer}"
+client_id = "tessera"
+client_secret = "tessera-secret"
+redirect_url = "${base}/auth/callback"
+api_audience = "tessera-api"
+admin_groups = ["tessera-admins"]
+tenant_group_pattern = "tessera:{tenant}:{role}"
+display_name = "Test IdP"
+`);
+  const server = spawn(tessera, ['serve', '--config', config, '--demo'], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: `tsr_${'b'.repeat(40)}`, TESSERA_LOG: 'warn' },
+  });
+  children.push(server);
+  let serverLog = '';
+  server.stderr.on('data', (d) => { serverLog += d; });
+  server.once('exit', (code) => { if (code) console.log(`tessera exited (${code}):\n${serverLog}`); });
+  await waitFor('the server', async () => (await fetch(`${base}/healthz`)).ok, 60000);
+
+  // Server-rendered HTML, before any script.
+  const raw = await (await fetch(`${base}/signin`)).text();
+  check(raw.includes('Sign in with Test IdP'), 'the sign-in page is rendered on the server (SSO button in the HTML)');
+  const wasm = await fetch(`${base}/pkg/tessera_bg.wasm`);
+  check(wasm.ok && wasm.headers.get('content-type') === 'application/wasm', 'the binary serves the portal wasm');
+
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: 'light' });
+    const page = await context.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+
+    // Sign-in page.
+    await page.goto(`${base}/signin`);
+    const sso = page.locator('[data-testid=sso]');
+    await sso.waitFor();
+    const signinShot = await page.screenshot({ path: path.join(out, 'signin.png') });
+    const box = await sso.boundingBox();
+    check(near(pixel(signinShot, box.x + 3, box.y + box.height / 2), '#0072b2'),
+      'sign-in: the provider button is drawn in the accent blue');
+
+    // Through the provider and back, clicking once the page is hydrated: the client-side router must leave the
+    // provider's link to the browser.
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await sso.click();
+    await page.locator('input[name=login]').fill('root');
+    await page.locator('button[type=submit]').click();
+    await page.waitForURL(`${base}/`);
+    const user = page.locator('[data-testid=user]');
+    await user.waitFor();
+    check((await user.textContent()).trim() === 'root' && (await page.locator('header .badge').textContent()) === 'admin',
+      'signed in through the provider as root, a platform admin');
+
+    // Overview.
+    const summary = page.locator('[data-testid=fleet-summary]');
+    await summary.waitFor();
+    check((await summary.textContent()).includes('Nodes ready'), 'overview: the fleet summary is shown');
+    const light = await page.screenshot({ path: path.join(out, 'overview.png') });
+    check(near(pixel(light, 640, 780), '#f6f7f9'), 'overview: light theme background');
+    // The theme switch only works once the page is hydrated.
+    await waitFor('the theme switch to turn the page dark', async () => {
+      await page.locator('button.theme').click();
+      const dark = await page.screenshot();
+      return near(pixel(dark, 640, 780), '#101317') || (await page.locator('button.theme').click(), false);
+    }, 20000, 500);
+    await page.screenshot({ path: path.join(out, 'overview-dark.png') });
+    check(true, 'overview: the theme switch (hydrated) turns the page dark');
+    await page.locator('button.theme').click();
+
+    // Fleet: demo-node-1 becomes ready with its layout applied; the page refreshes itself.
+    await page.locator('header nav a[href="/fleet"]').click();
+    await page.waitForURL(`${base}/fleet`);
+    const node = page.locator('[data-testid=node][data-node=demo-node-1]');
+    await node.waitFor();
+    await waitFor('demo-node-1 to be ready', async () => (await node.getAttribute('data-state')) === 'ready', 90000, 500);
+    check(true, 'fleet: demo-node-1 turned ready without a reload');
+    const chips = await node.locator('.chip:not(.pending)').count();
+    check(chips > 0, `fleet: demo-node-1 shows applied MIG instances (${chips})`);
+    const badge = node.locator('.node-head .state.ready');
+    const fleetShot = await page.screenshot({ path: path.join(out, 'fleet.png') });
+    check(anyPixel(fleetShot, await badge.boundingBox(), '#009e73'), 'fleet: the ready badge has its green dot');
+
+    check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
+  } finally {
+    await browser.close();
+  }
+  console.log(`screenshots in ${out}`);
+  if (failures > 0) {
+    console.log(`${failures} check(s) failed`);
+    process.exitCode = 1;
+  }
+}
+
+main().catch((e) => {
+  console.error(`FAIL ${e.stack || e}`);
+  process.exitCode = 1;
+}).finally(cleanup);

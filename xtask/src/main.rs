@@ -1,0 +1,70 @@
+//! `cargo xtask site`: builds `tessera-frontend` for `wasm32-unknown-unknown` with the `hydrate` feature (profile
+//! `wasm-release`: size-optimised) and binds it with wasm-bindgen into `target/site/pkg` (`tessera.js`,
+//! `tessera_bg.wasm`), where the `tessera` build embeds it. `--dev` builds the wasm unoptimised (faster, larger).
+//!
+//! The binding is done by `wasm-bindgen-cli-support` pinned to the same version as the frontend's `wasm-bindgen`,
+//! so nothing is installed or downloaded.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let profile = if dev { "dev" } else { "wasm-release" };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut build = Command::new(cargo);
+    build
+        .current_dir(&root)
+        .args(["build", "-p", "tessera-frontend", "--lib", "--target", "wasm32-unknown-unknown"])
+        .args(["--no-default-features", "--features", "hydrate", "--profile", profile]);
+    if locked {
+        build.arg("--locked");
+    }
+    let status = build.status().map_err(|e| format!("cargo: {e}"))?;
+    if !status.success() {
+        return Err(format!("building the frontend for wasm32 failed ({status})"));
+    }
+    let dir = if dev { "debug" } else { profile };
+    let wasm = target_dir.join("wasm32-unknown-unknown").join(dir).join("tessera_frontend.wasm");
+    let out = target_dir.join("site").join("pkg");
+    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    wasm_bindgen_cli_support::Bindgen::new()
+        .input_path(&wasm)
+        .out_name("tessera")
+        .web(true)
+        .map_err(|e| e.to_string())?
+        .debug(dev)
+        .generate(&out)
+        .map_err(|e| format!("wasm-bindgen on {}: {e}", wasm.display()))?;
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("site") => {
+            let dev = args.iter().any(|a| a == "--dev");
+            let locked = args.iter().any(|a| a == "--locked");
+            match site(dev, locked) {
+                Ok(out) => {
+                    let size = std::fs::metadata(out.join("tessera_bg.wasm")).map(|m| m.len()).unwrap_or(0);
+                    eprintln!("xtask: portal site in {} (tessera_bg.wasm: {} KiB)", out.display(), size / 1024);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("xtask: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        _ => {
+            eprintln!("usage: cargo xtask site [--dev] [--locked]");
+            ExitCode::from(2)
+        }
+    }
+}
