@@ -6,8 +6,11 @@ use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::path;
 
 use crate::api::{self, Problem};
-use crate::model::Session;
-use crate::pages::{fleet::FleetPage, overview::OverviewPage, signin::SignInPage};
+use crate::model::{Session, Tenant};
+use crate::pages::{
+    approvals::ApprovalsPage, fleet::FleetPage, heatmap::HeatmapPage, overview::OverviewPage, signin::SignInPage,
+    tenant::TenantPage,
+};
 
 /// Whether the hydration scripts are served (the `tessera` binary knows whether the wasm was built into it).
 #[derive(Debug, Clone, Copy)]
@@ -40,21 +43,29 @@ pub fn shell(options: LeptosOptions, hydrates: bool) -> impl IntoView {
 /// The session of the page's viewer (`Err` with status 401 when nobody is signed in).
 pub type SessionResource = Resource<Result<Session, Problem>>;
 
+/// The tenants the viewer may see (names for ids).
+pub type TenantsResource = Resource<Result<Vec<Tenant>, Problem>>;
+
 /// The portal.
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let session: SessionResource = Resource::new(|| (), |_| api::get_json::<Session>("/api/v1/session".into()));
     provide_context(session);
+    let tenants: TenantsResource = Resource::new(|| (), |_| api::get_json::<Vec<Tenant>>("/api/v1/tenants".into()));
+    provide_context(tenants);
     view! {
         <Title text="Tessera" />
         <Router>
-            <Header session />
+            <Header session tenants />
             <main id="main">
                 <Routes fallback=|| view! { <section class="page"><h1>"Not found"</h1><p>"There is no page here."</p><A href="/">"Overview"</A></section> }>
                     <Route path=path!("/") view=OverviewPage />
                     <Route path=path!("/fleet") view=FleetPage />
                     <Route path=path!("/signin") view=SignInPage />
+                    <Route path=path!("/t/:tenant") view=TenantPage />
+                    <Route path=path!("/approvals") view=ApprovalsPage />
+                    <Route path=path!("/heatmap") view=HeatmapPage />
                 </Routes>
             </main>
         </Router>
@@ -62,7 +73,7 @@ pub fn App() -> impl IntoView {
 }
 
 #[component]
-fn Header(session: SessionResource) -> impl IntoView {
+fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
     view! {
         <header class="top">
             <a class="skip" href="#main">"Skip to content"</a>
@@ -72,7 +83,20 @@ fn Header(session: SessionResource) -> impl IntoView {
             </A>
             <nav aria-label="Main">
                 <A href="/">"Overview"</A>
-                <A href="/fleet">"Fleet"</A>
+                <Transition fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        let Ok(s) = session.await else { return ().into_any() };
+                        let names = tenants.await.unwrap_or_default();
+                        view! {
+                            <TenantSwitch session=s.clone() tenants=names />
+                            {s.user.platform_admin.then(|| view! {
+                                <A href="/approvals">"Approvals"</A>
+                                <A href="/fleet">"Fleet"</A>
+                            })}
+                            <A href="/heatmap">"Utilisation"</A>
+                        }.into_any()
+                    })}
+                </Transition>
                 <a href="/api/docs" rel="external">"API"</a>
             </nav>
             <div class="who">
@@ -91,6 +115,41 @@ fn Header(session: SessionResource) -> impl IntoView {
                 <ThemeToggle />
             </div>
         </header>
+    }
+}
+
+/// The viewer's tenants: a link for one, a switcher for several.
+#[component]
+fn TenantSwitch(session: Session, tenants: Vec<Tenant>) -> impl IntoView {
+    let name = move |id: &str| tenants.iter().find(|t| t.id == id).map_or_else(|| id.to_string(), |t| t.name.clone());
+    let mine: Vec<(String, String)> = session.memberships.iter().map(|m| (m.tenant.clone(), name(&m.tenant))).collect();
+    match mine.len() {
+        0 => ().into_any(),
+        1 => {
+            let (id, name) = mine[0].clone();
+            view! { <A href=format!("/t/{id}")>{name}</A> }.into_any()
+        }
+        _ => {
+            let navigate = leptos_router::hooks::use_navigate();
+            let location = leptos_router::hooks::use_location();
+            let current = move || location.pathname.get().strip_prefix("/t/").map(str::to_string).unwrap_or_default();
+            view! {
+                <label class="switch">
+                    <span class="sr-only">"Tenant"</span>
+                    <select data-testid="tenant-switch" on:change=move |ev| {
+                        let id = event_target_value(&ev);
+                        if !id.is_empty() { navigate(&format!("/t/{id}"), Default::default()); }
+                    }>
+                        <option value="" selected=move || current().is_empty()>"Tenants…"</option>
+                        {mine.into_iter().map(|(id, name)| {
+                            let v = id.clone();
+                            view! { <option value=id selected=move || current() == v>{name}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+            }
+            .into_any()
+        }
     }
 }
 

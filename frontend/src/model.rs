@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use tessera_core::api::{ObservedInstance, StepError};
 use tessera_core::layout::PlacedInstance;
+use tessera_core::request::{RequestState, SliceSpec};
 
 /// `GET /api/v1/session`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,6 +136,252 @@ impl FleetGpu {
             _ => "applying",
         }
     }
+}
+
+/// A tenant (`GET /api/v1/tenants`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Requests within quota and small enough are approved without an admin.
+    pub auto_approve: bool,
+    /// Largest auto-approved request, in weighted compute slices.
+    pub auto_approve_max_compute_slices: u32,
+}
+
+impl Tenant {
+    /// The tenant's approval policy, as the core decides with it.
+    pub fn policy(&self) -> tessera_core::quota::ApprovalPolicy {
+        tessera_core::quota::ApprovalPolicy {
+            auto_approve: self.auto_approve,
+            auto_approve_max_compute_slices: self.auto_approve_max_compute_slices,
+        }
+    }
+}
+
+/// `GET /api/v1/tenants/{id}/quotas`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quotas {
+    /// Tenant id.
+    pub tenant: String,
+    /// Per resource.
+    pub resources: Vec<QuotaLine>,
+}
+
+/// One resource of a tenant's quota.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaLine {
+    /// Resource key (`compute_slices`, `mig/H100-80GB/1g.10gb`, ...).
+    pub resource: String,
+    /// Held by live requests (pending, approved, provisioning, active).
+    pub held: f64,
+    /// The limit; `None`: unlimited.
+    #[serde(default)]
+    pub limit: Option<f64>,
+}
+
+/// A request (`GET /api/v1/requests`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SliceRequest {
+    /// Id.
+    pub id: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// What each slice is.
+    pub spec: SliceSpec,
+    /// How many.
+    pub count: u32,
+    /// State.
+    pub state: RequestState,
+    /// Why (the requester's reason, or the rejection's).
+    #[serde(default)]
+    pub reason: String,
+    /// Version (for `If-Match`).
+    pub version: i64,
+    /// Made, UTC ms.
+    pub created_at_ms: i64,
+    /// Last change, UTC ms.
+    pub updated_at_ms: i64,
+    /// Duration asked for.
+    #[serde(default)]
+    pub duration_s: Option<i64>,
+    /// When it expires.
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A page of requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestPage {
+    /// Requests, oldest first.
+    pub items: Vec<SliceRequest>,
+    /// The next page's cursor.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// A slice in a tenant's hands (`GET /api/v1/allocations`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// Id.
+    pub id: String,
+    /// Its request.
+    pub request: String,
+    /// `reserved` or `active`.
+    pub state: String,
+    /// Node name.
+    pub node: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// GPU index.
+    pub gpu_index: u32,
+    /// MIG profile or sharing key.
+    pub profile: String,
+    /// Start unit or share index.
+    pub start: u8,
+    /// Kubernetes resource name.
+    pub k8s_resource: String,
+    /// Waiting for a layout change.
+    #[serde(default)]
+    pub waiting_for_layout: bool,
+    /// The device serving it.
+    #[serde(default)]
+    pub device_uuid: Option<String>,
+    /// `CUDA_VISIBLE_DEVICES` on the node.
+    #[serde(default)]
+    pub cuda_visible_devices: Option<String>,
+}
+
+/// `GET /api/v1/offerings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offerings {
+    /// Models in the fleet.
+    pub models: Vec<ModelOffer>,
+    /// Requests waiting for an admin.
+    pub pending_requests: u64,
+    /// The oldest of them, UTC ms.
+    #[serde(default)]
+    pub oldest_pending_ms: Option<i64>,
+}
+
+/// A model in the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelOffer {
+    /// Catalog key.
+    pub model: String,
+    /// Product name.
+    pub product: String,
+    /// GPUs taking new work.
+    pub gpus: u32,
+    /// In MIG mode.
+    pub mig_gpus: u32,
+    /// Not in MIG mode.
+    pub whole_gpus: u32,
+    /// MIG profiles.
+    #[serde(default)]
+    pub profiles: Vec<String>,
+}
+
+/// A layout proposal (`GET /api/v1/layouts`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayoutProposal {
+    /// Id.
+    pub id: String,
+    /// GPU id.
+    pub gpu: String,
+    /// The GPU's layout version it was made against.
+    pub base_version: i64,
+    /// The proposed layout.
+    pub layout: Vec<PlacedInstance>,
+    /// Instances it creates.
+    #[serde(default)]
+    pub created: Vec<PlacedInstance>,
+    /// Instances it destroys.
+    #[serde(default)]
+    pub destroyed: Vec<PlacedInstance>,
+    /// `proposed`, `approved` or `rejected`.
+    pub state: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: String,
+    /// By whom.
+    pub created_by: String,
+    /// When.
+    pub created_at_ms: i64,
+}
+
+/// What approving a request did (`POST /api/v1/requests/{id}/approve`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The request now.
+    pub request: SliceRequest,
+    /// Layout changes waiting for an admin because of it.
+    #[serde(default)]
+    pub layout_proposals: Vec<LayoutProposal>,
+}
+
+/// An audit entry (`GET /api/v1/audit`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// When, UTC ms.
+    pub at_ms: i64,
+    /// Who.
+    pub actor: String,
+    /// What.
+    pub action: String,
+    /// On what.
+    pub object: String,
+}
+
+/// `GET /api/v1/usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Period start, UTC ms.
+    pub from_ms: i64,
+    /// Period end.
+    pub to_ms: i64,
+    /// Per tenant.
+    pub tenants: Vec<TenantUsage>,
+    /// Per allocation.
+    pub allocations: Vec<AllocationUsage>,
+}
+
+/// A tenant's usage in the period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantUsage {
+    /// Tenant id.
+    pub tenant_id: String,
+    /// Name.
+    pub tenant: String,
+    /// Allocations metered.
+    pub allocations: u64,
+    /// Weighted slice-seconds.
+    pub slice_seconds: f64,
+    /// GPU-hours (a whole GPU for an hour is 1).
+    pub gpu_hours: f64,
+}
+
+/// One allocation's usage in the period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationUsage {
+    /// Allocation id.
+    pub allocation: String,
+    /// Tenant name.
+    pub tenant: String,
+    /// Node.
+    pub node: String,
+    /// Model.
+    pub model: String,
+    /// Profile or sharing key.
+    pub profile: String,
+    /// State.
+    pub state: String,
+    /// Seconds in use in the period.
+    pub seconds: f64,
+    /// GPU-hours.
+    pub gpu_hours: f64,
 }
 
 #[cfg(test)]

@@ -1,8 +1,12 @@
 //! The portal's pages.
 
+pub mod approvals;
 pub mod fleet;
+pub mod heatmap;
 pub mod overview;
 pub mod signin;
+pub mod slots;
+pub mod tenant;
 
 /// `12 s ago`, `4 min ago`, `3 h ago` from a UTC-millisecond time and now.
 pub fn ago(then_ms: i64, now_ms: i64) -> String {

@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use crate::api;
-use crate::app::{SessionResource, problem_view};
+use crate::app::{SessionResource, TenantsResource, problem_view};
 use crate::model::FleetNode;
 
 /// Counts for the fleet summary.
@@ -39,6 +39,7 @@ impl FleetSummary {
 #[component]
 pub fn OverviewPage() -> impl IntoView {
     let session = expect_context::<SessionResource>();
+    let tenants = expect_context::<TenantsResource>();
     let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
     view! {
         <section class="page">
@@ -49,18 +50,28 @@ pub fn OverviewPage() -> impl IntoView {
                         Err(p) => return view! { <h1>"Tessera"</h1><p class="lead">"GPU slices for every team: MIG instances, time-sliced and MPS shares, whole GPUs."</p>{problem_view(&p)} }.into_any(),
                     };
                     // The fleet is the platform admins' to see.
+                    let names = tenants.await.unwrap_or_default();
+                    // Members see their tenants with their role; platform admins every tenant.
+                    let listed: Vec<(String, String, String)> = if s.user.platform_admin {
+                        names.iter().map(|t| (t.id.clone(), t.name.clone(), String::new())).collect()
+                    } else {
+                        s.memberships.iter().map(|m| {
+                            let name = names.iter().find(|t| t.id == m.tenant).map_or_else(|| m.tenant.clone(), |t| t.name.clone());
+                            (m.tenant.clone(), name, m.role.clone())
+                        }).collect()
+                    };
                     let summary = if s.user.platform_admin { Some(nodes.await.map(|n| FleetSummary::of(&n))) } else { None };
                     view! {
                         <h1>{format!("Hello, {}", s.user.name)}</h1>
                         <div class="cards">
                             <div class="card">
-                                <h2>"Your tenants"</h2>
-                                {if s.memberships.is_empty() {
+                                <h2>{if s.user.platform_admin { "Tenants" } else { "Your tenants" }}</h2>
+                                {if listed.is_empty() {
                                     view! { <p class="muted">"You are not a member of any tenant yet."</p> }.into_any()
                                 } else {
                                     view! {
-                                        <ul class="plain">
-                                            {s.memberships.iter().map(|m| view! { <li><strong>{m.tenant.clone()}</strong>" "<span class="muted">{m.role.clone()}</span></li> }).collect_view()}
+                                        <ul class="plain" data-testid="tenants">
+                                            {listed.into_iter().map(|(id, name, role)| view! { <li><A href=format!("/t/{id}")><strong>{name}</strong></A>" "<span class="muted">{role}</span></li> }).collect_view()}
                                         </ul>
                                     }.into_any()
                                 }}

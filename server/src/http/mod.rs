@@ -110,6 +110,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(layouts::get_layout))
         .routes(routes!(layouts::edit_layout))
         .routes(routes!(nodes::list_allocations))
+        .routes(routes!(nodes::offerings))
         .routes(routes!(layouts::approve_layout))
         .routes(routes!(layouts::reject_layout))
         .routes(routes!(people::create_user))

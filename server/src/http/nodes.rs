@@ -344,3 +344,71 @@ pub async fn list_allocations(
         .collect();
     Ok(ApiJson(views))
 }
+
+/// What the fleet offers, per GPU model, for a request form: any signed-in user may see it (counts only, no node
+/// names or tenants).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Offerings {
+    /// Per GPU model present in the fleet, by key.
+    pub models: Vec<ModelOffer>,
+    /// Requests waiting for an admin now, across the platform.
+    pub pending_requests: u64,
+    /// When the oldest of them was made, UTC ms.
+    pub oldest_pending_ms: Option<i64>,
+}
+
+/// One GPU model in the fleet.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelOffer {
+    /// Catalog model key.
+    pub model: String,
+    /// Product name.
+    pub product: String,
+    /// GPUs of the model that take new work (not cordoned).
+    pub gpus: u32,
+    /// Of those, GPUs in MIG mode (MIG requests).
+    pub mig_gpus: u32,
+    /// Of those, GPUs not in MIG mode (whole GPUs, time-slicing, MPS).
+    pub whole_gpus: u32,
+    /// MIG profiles of the model, smallest first (offered when `mig_gpus` > 0).
+    pub profiles: Vec<String>,
+}
+
+/// What the fleet offers: GPU models with their counts and MIG profiles, and the approval queue's length.
+#[utoipa::path(get, path = "/api/v1/offerings", tag = "fleet", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = Offerings), (status = 401, body = Problem)))]
+pub async fn offerings(State(state): State<AppState>, _p: Principal) -> Result<ApiJson<Offerings>, ApiError> {
+    let catalog = tessera_core::catalog::Catalog::builtin();
+    let mut models: std::collections::BTreeMap<String, ModelOffer> = std::collections::BTreeMap::new();
+    for gpu in state.store.nodes().await?.iter().flat_map(|n| &n.gpus).filter(|g| !g.cordoned) {
+        let offer = models.entry(gpu.model.clone()).or_insert_with(|| {
+            let m = catalog.resolve(&gpu.model).map(|(m, _)| m);
+            ModelOffer {
+                model: gpu.model.clone(),
+                product: m.and_then(|m| m.products.first().cloned()).unwrap_or_else(|| gpu.model.clone()),
+                gpus: 0,
+                mig_gpus: 0,
+                whole_gpus: 0,
+                profiles: m.map(|m| m.profiles.iter().map(|p| p.name.clone()).collect()).unwrap_or_default(),
+            }
+        });
+        offer.gpus += 1;
+        if gpu.mig_enabled {
+            offer.mig_gpus += 1;
+        } else {
+            offer.whole_gpus += 1;
+        }
+    }
+    let filter = crate::store::RequestFilter {
+        tenant: None,
+        state: Some(tessera_core::request::RequestState::Pending),
+        after: None,
+        limit: 10_000,
+    };
+    let pending = state.store.list_requests(filter).await?;
+    Ok(ApiJson(Offerings {
+        models: models.into_values().collect(),
+        pending_requests: pending.len() as u64,
+        oldest_pending_ms: pending.iter().map(|r| r.created_at_ms).min(),
+    }))
+}

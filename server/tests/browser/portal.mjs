@@ -8,7 +8,12 @@
 //   - the sign-in page is useful HTML before any script runs, and offers the provider's button;
 //   - signs in as `root` (platform admin) through the provider's login form and comes back signed in;
 //   - the overview shows the fleet summary; the theme switch (a hydrated click handler) turns the page dark;
-//   - the fleet page shows demo-node-1 turning `ready` with its instances applied, refreshed without a reload.
+//   - the fleet page shows demo-node-1 turning `ready` with its instances applied, refreshed without a reload;
+//   - `ada`, member of a tenant whose requests wait for an admin, asks for a 2g.20gb slice through the form (the
+//     form's quota feedback, the pending bar), root approves it on the approvals page (the planner's placement) and
+//     then the layout change it needs (the diff), the simulated agent applies it and the tenant's allocation turns
+//     active; the instance's heatmap row fills and changes as the live stream comes in;
+//   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures.
 // Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
 // Exits non-zero on the first failure, printing what was expected.
 
@@ -115,6 +120,7 @@ async function main() {
     post_logout_redirect_uris: [`${base}/`],
     accounts: {
       root: { email: 'root@example.com', name: 'Root Admin', groups: ['tessera-admins'] },
+      ada: { email: 'ada@example.com', name: 'Ada', groups: ['tessera:research:member'] },
     },
   }));
   const idp = spawn('node', [path.join(root, 'server/tests/support/oidc/provider.mjs'), '--config', idpConfig], {
@@ -141,9 +147,10 @@ admin_groups = ["tessera-admins"]
 tenant_group_pattern = "tessera:{tenant}:{role}"
 display_name = "Test IdP"
 `);
+  const bootstrapToken = `tsr_${'b'.repeat(40)}`;
   const server = spawn(tessera, ['serve', '--config', config, '--demo'], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: `tsr_${'b'.repeat(40)}`, TESSERA_LOG: 'warn' },
+    env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: bootstrapToken, TESSERA_LOG: 'warn' },
   });
   children.push(server);
   let serverLog = '';
@@ -217,6 +224,133 @@ display_name = "Test IdP"
     const badge = node.locator('.node-head .state.ready');
     const fleetShot = await page.screenshot({ path: path.join(out, 'fleet.png') });
     check(anyPixel(fleetShot, await badge.boundingBox(), '#009e73'), 'fleet: the ready badge has its green dot');
+
+    // A tenant that waits for an admin, with GPUs whose layout changes need one too.
+    const api = async (method, p, body) => {
+      const r = await fetch(`${base}${p}`, {
+        method,
+        headers: { authorization: `Bearer ${bootstrapToken}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await r.text();
+      if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${text}`);
+      return text ? JSON.parse(text) : null;
+    };
+    await waitFor('the demo tenants', async () => (await api('GET', '/api/v1/tenants')).some((t) => t.name === 'llm-serving'), 90000, 500);
+    const research = await api('POST', '/api/v1/tenants', { name: 'research', auto_approve: false });
+    await api('PUT', `/api/v1/tenants/${research.id}/quotas`, { limits: { compute_slices: 14 } });
+    for (const n of await api('GET', '/api/v1/nodes')) {
+      for (const g of n.gpus.filter((g) => g.mig_enabled)) {
+        await api('PUT', `/api/v1/gpus/${g.id}/auto-layout`, { enabled: false });
+      }
+    }
+
+    // The tenant signs in (a second browser context) and asks for a slice.
+    const tenantContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: 'light' });
+    const tp = await tenantContext.newPage();
+    tp.on('pageerror', (e) => errors.push(e.message));
+    await tp.goto(`${base}/signin`);
+    await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await tp.locator('[data-testid=sso]').click();
+    await tp.locator('input[name=login]').fill('ada');
+    await tp.locator('button[type=submit]').click();
+    await tp.waitForURL(`${base}/`);
+    await tp.locator('[data-testid=tenants] a', { hasText: 'research' }).click();
+    await tp.waitForURL(`${base}/t/${research.id}`);
+    await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const form = tp.locator('[data-testid=request-form]');
+    await form.locator('select[name=model]').selectOption('H100-80GB');
+    await form.locator('select[name=profile]').selectOption('2g.20gb');
+    await form.locator('input[name=reason]').fill('fine-tuning run');
+    await tp.locator('[data-testid=feedback] [data-verdict=admin]').waitFor();
+    check((await tp.locator('[data-testid=feedback]').textContent()).includes('compute_slices 2'),
+      'request form: the core quota arithmetic shows what it takes (2 compute slices) and that it waits for an admin');
+    await form.locator('button[type=submit]').click();
+    await tp.locator('form .ok', { hasText: 'is pending' }).waitFor();
+    const pendingRow = tp.locator('[data-testid=requests] tr[data-state=pending]');
+    await pendingRow.waitFor();
+    const requestId = await pendingRow.getAttribute('data-request');
+    check(true, `tenant: request ${requestId} made through the form is pending`);
+    await tp.locator('[data-testid=quota] .bar .pending').first().waitFor();
+    const tenantShot = await tp.screenshot({ path: path.join(out, 'tenant.png'), fullPage: true });
+    check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
+      'tenant: the quota bar shows the pending part (hatched amber)');
+
+    // The admin approves it on the approvals page, with the planner's placement shown, then the layout change.
+    await page.goto(`${base}/approvals`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const row = page.locator(`[data-testid=pending] tr[data-request="${requestId}"]`);
+    await row.waitFor();
+    await row.locator('.placement li', { hasText: '2g.20gb@' }).waitFor();
+    check((await row.locator('.placement').textContent()).includes('new'),
+      'approvals: the planner places the request on a new 2g.20gb instance');
+    await page.screenshot({ path: path.join(out, 'approvals.png'), fullPage: true });
+    await row.locator('[data-testid=approve]').click();
+    await page.locator('ul.messages li.ok', { hasText: 'layout change' }).waitFor();
+    const layout = page.locator('[data-testid=layout]').first();
+    await layout.waitFor();
+    const created = layout.locator('.inst.created[data-profile="2g.20gb"]');
+    await created.waitFor();
+    const layoutShot = await page.screenshot({ path: path.join(out, 'layout.png'), fullPage: true });
+    check(anyPixel(layoutShot, await created.boundingBox(), '#009e73'),
+      'approvals: the layout diff draws the new 2g.20gb instance in green');
+    await layout.locator('[data-testid=approve-layout]').click();
+    await page.locator('ul.messages li.ok', { hasText: 'approved' }).last().waitFor();
+    await page.locator('[data-testid=no-layouts]').waitFor();
+    check(true, 'approvals: the layout change is approved');
+
+    // The agent applies it; the tenant's allocation turns active with its MIG device.
+    const active = tp.locator('[data-testid=allocations] tr[data-state=active]', { hasText: '2g.20gb' });
+    await active.waitFor({ timeout: 90000 });
+    const device = (await active.locator('code.uuid').textContent()).trim();
+    check(device.startsWith('MIG-'), `tenant: the allocation is active on ${device}, without a reload`);
+    await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=active]`).waitFor();
+
+    // Its heatmap row gets new cells as the stream comes in.
+    await tp.locator('header nav a[href="/heatmap"]').click();
+    await tp.waitForURL(`${base}/heatmap`);
+    const label = tp.locator(`ol.hm-labels li[data-device="${device}"]`);
+    await label.waitFor({ timeout: 60000 });
+    const canvas = tp.locator('[data-testid=heatmap-canvas]');
+    const strip = async () => {
+      const lb = await label.boundingBox();
+      const cb = await canvas.boundingBox();
+      const shot = PNG.sync.read(await tp.screenshot());
+      const y = Math.round(lb.y + lb.height / 2);
+      const px = [];
+      for (let x = Math.ceil(cb.x + cb.width - 60); x < cb.x + cb.width - 1; x += 1) {
+        const i = (y * shot.width + x) * 4;
+        px.push(shot.data[i], shot.data[i + 1], shot.data[i + 2]);
+      }
+      return px;
+    };
+    const first = await strip();
+    await tp.screenshot({ path: path.join(out, 'heatmap.png') });
+    const viridis = (px) => {
+      for (let i = 0; i < px.length; i += 3) {
+        const [r, g, b] = [px[i], px[i + 1], px[i + 2]];
+        if (!(Math.abs(r - g) < 12 && Math.abs(g - b) < 12)) return true; // a palette colour, not the grey of "no sample"
+      }
+      return false;
+    };
+    await waitFor('the instance row to get a coloured cell', async () => viridis(await strip()), 30000, 1000);
+    check(true, `heatmap: the row of ${device} has coloured (sampled) cells`);
+    await waitFor('the instance row to change', async () => (await strip()).join() !== first.join(), 30000, 1000);
+    check(true, 'heatmap: its cells change as samples stream in, without a reload');
+    await canvas.hover({ position: { x: 5, y: (await label.boundingBox()).y - (await canvas.boundingBox()).y + 7 } });
+    const tip = await tp.locator('[data-testid=tooltip]').textContent();
+    check(tip.includes(device), `heatmap: the tooltip explains the cell under the pointer (${tip})`);
+
+    // Drawing benchmark: 1,000 rows × 900 columns, against per-cell drawing in the same page.
+    await tp.goto(`${base}/heatmap?bench=1000x900`);
+    const bench = tp.locator('[data-testid=bench][data-mean]');
+    await bench.waitFor({ timeout: 120000 });
+    const figures = Object.fromEntries(await Promise.all(['mean', 'p50', 'p95', 'baseline'].map(async (k) => [k, Number(await bench.getAttribute(`data-${k}`))])));
+    fs.writeFileSync(path.join(out, 'heatmap-bench.json'), JSON.stringify(figures, null, 2));
+    console.log(`bench heatmap 1000x900: ${(await bench.textContent()).trim()}`);
+    check(figures.mean > 0 && figures.mean < figures.baseline, `heatmap: image drawing beats per-cell drawing (${figures.mean.toFixed(1)} ms vs ${figures.baseline.toFixed(1)} ms a frame)`);
+    await tp.screenshot({ path: path.join(out, 'heatmap-bench.png') });
+    await tenantContext.close();
 
     check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
   } finally {

@@ -1240,3 +1240,71 @@ async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see() 
     let missing = app.call(Method::GET, "/no/such/page", None).send().await.expect("404");
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue() {
+    let app = spawn_app().await;
+    let tenant = app.tenant("offer-team", json!({})).await;
+    let member = app.user("offer-member", Some(&tenant)).await;
+    let r = app.call(Method::GET, "/api/v1/offerings", Some(&member)).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let body: Value = r.json().await.expect("json");
+    let model = |key: &str| body["models"].as_array().and_then(|m| m.iter().find(|o| o["model"] == key)).cloned();
+    // The demo node: two H100s and an A100-40GB in MIG mode, an A30 without.
+    let h100 = model("H100-80GB").expect("H100 offered");
+    assert_eq!(
+        (h100["gpus"].as_u64(), h100["mig_gpus"].as_u64(), h100["whole_gpus"].as_u64()),
+        (Some(2), Some(2), Some(0))
+    );
+    assert!(h100["profiles"].as_array().is_some_and(|p| p.iter().any(|p| p == "3g.40gb")), "{h100}");
+    let a30 = model("A30-24GB").expect("A30 offered");
+    assert_eq!((a30["mig_gpus"].as_u64(), a30["whole_gpus"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(body["pending_requests"], 0);
+    // A request waiting for an admin shows in the queue; nobody signed in sees nothing.
+    assert_eq!(app.ask(&member, &tenant, 1).await.status(), StatusCode::CREATED);
+    let body: Value = app
+        .call(Method::GET, "/api/v1/offerings", Some(&member))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["pending_requests"], 1);
+    assert!(body["oldest_pending_ms"].as_i64().is_some_and(|t| t > 0), "{body}");
+    problem(
+        app.call(Method::GET, "/api/v1/offerings", None).send().await.expect("send"),
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them() {
+    let app = spawn_app().await;
+    let tenant = app.tenant("dash-team", json!({})).await;
+    assert_eq!(app.quota(&tenant, json!({"compute_slices": 14})).await.status(), StatusCode::OK);
+    let member = app.user("dash-member", Some(&tenant)).await;
+    assert_eq!(app.ask(&member, &tenant, 2).await.status(), StatusCode::CREATED);
+    let html = |token: String, path: String| {
+        let r = app.call(Method::GET, &path, Some(&token));
+        async move { r.send().await.expect("send").text().await.expect("html") }
+    };
+    // The member's dashboard: the quota bar with 2 compute slices pending of 14, the pending request, the form.
+    let page = html(member.clone(), format!("/t/{tenant}")).await;
+    assert!(page.contains("dash-team"), "{page}");
+    assert!(page.contains("0 used · 2 pending · limit 14"), "{page}");
+    assert!(page.contains("2 × MIG 1g.10gb on H100-80GB") && page.contains("data-state=\"pending\""), "{page}");
+    assert!(page.contains("data-testid=\"request-form\""), "{page}");
+    // Another tenant's member gets the API's 404 in the page, not the data.
+    let other = app.tenant("dash-other", json!({})).await;
+    let outsider = app.user("dash-outsider", Some(&other)).await;
+    let page = html(outsider.clone(), format!("/t/{tenant}")).await;
+    assert!(!page.contains("dash-team") && page.contains("not_found"), "{page}");
+    // Approvals: the admin sees the request with the planner's placement; a member is refused.
+    let page = html(app.admin.clone(), "/approvals".into()).await;
+    assert!(page.contains("dash-team") && page.contains("1g.10gb@"), "{page}");
+    let page = html(member, "/approvals".into()).await;
+    assert!(page.contains("forbidden") && !page.contains("1g.10gb@"), "{page}");
+}

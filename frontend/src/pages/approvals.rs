@@ -1,0 +1,279 @@
+//! `/approvals` (platform admins): pending requests with the planner's placement, approved or rejected one at a
+//! time or in bulk; then the layout changes that approvals proposed, drawn as a diff, to approve or reject.
+
+use std::collections::BTreeSet;
+
+use leptos::prelude::*;
+use tessera_core::planner::Plan;
+
+use crate::api::{self, Problem};
+use crate::app::{TenantsResource, problem_view};
+use crate::model::{Approval, FleetNode, LayoutProposal, RequestPage, SliceRequest};
+use crate::pages::slots::diff_view;
+use crate::pages::tenant::{describe, short};
+use crate::pages::{ago, now_ms};
+
+/// Where a GPU id is: `(node name, GPU index, model)`.
+fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {
+    nodes.iter().find_map(|n| {
+        n.gpus.iter().find(|g| g.id == gpu || g.uuid == gpu).map(|g| (n.name.clone(), g.index, g.model.clone()))
+    })
+}
+
+/// Whether a request matches the filter text (tenant name, what it asks, reason).
+pub fn matches(r: &SliceRequest, tenant: &str, needle: &str) -> bool {
+    let needle = needle.trim().to_lowercase();
+    needle.is_empty()
+        || tenant.to_lowercase().contains(&needle)
+        || describe(&r.spec, r.count).to_lowercase().contains(&needle)
+        || r.reason.to_lowercase().contains(&needle)
+}
+
+/// The approvals page.
+#[component]
+pub fn ApprovalsPage() -> impl IntoView {
+    let tenants = expect_context::<TenantsResource>();
+    let pending =
+        Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
+    let layouts =
+        Resource::new(|| (), |_| api::get_json::<Vec<LayoutProposal>>("/api/v1/layouts?state=proposed".into()));
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    let refresh = move || {
+        pending.refetch();
+        layouts.refetch();
+        nodes.refetch();
+    };
+    #[cfg(feature = "hydrate")]
+    {
+        if let Ok(handle) = set_interval_with_handle(refresh, std::time::Duration::from_secs(5)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    let filter = RwSignal::new(String::new());
+    let reason = RwSignal::new(String::new());
+    let selected = RwSignal::new(BTreeSet::<String>::new());
+    let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    let say = move |ok: bool, m: String| messages.update(|v| v.push((ok, m)));
+
+    // One decision; `Err` carries the API's message.
+    let decide = move |id: String, approve: bool| async move {
+        if approve {
+            api::send_json::<Approval>("POST", format!("/api/v1/requests/{id}/approve"), None).await.map(|a| {
+                let waiting = a.layout_proposals.iter().filter(|l| l.state == "proposed").count();
+                if waiting > 0 {
+                    format!("Approved {}; {waiting} layout change(s) wait for approval below.", short(&id))
+                } else {
+                    format!("Approved {}.", short(&id))
+                }
+            })
+        } else {
+            let body = serde_json::json!({ "reason": reason.get_untracked() });
+            api::send_json::<SliceRequest>("POST", format!("/api/v1/requests/{id}/reject"), Some(body))
+                .await
+                .map(|_| format!("Rejected {}.", short(&id)))
+        }
+    };
+    let act = move |ids: Vec<String>, approve: bool| {
+        if !approve && reason.get_untracked().trim().is_empty() {
+            say(false, "Give a reason to reject: the tenant sees it.".into());
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            for id in ids {
+                match decide(id.clone(), approve).await {
+                    Ok(m) => say(true, m),
+                    Err(p) => say(false, format!("{}: {} ({})", short(&id), p.message(), p.code)),
+                }
+                selected.update(|s| {
+                    s.remove(&id);
+                });
+            }
+            refresh();
+        });
+    };
+
+    view! {
+        <section class="page">
+            <div class="title-row">
+                <h1>"Approvals"</h1>
+                <label class="search">
+                    <span class="sr-only">"Filter requests"</span>
+                    <input type="search" placeholder="Filter by tenant, profile or reason" bind:value=filter />
+                </label>
+            </div>
+            <div class="toolbar" data-testid="bulk">
+                <label class="grow">"Reason (for rejections)"<input type="text" name="reason" bind:value=reason placeholder="e.g. over the team's budget" /></label>
+                <button class="button primary" data-testid="approve-selected" disabled=move || selected.get().is_empty()
+                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), true)>
+                    {move || format!("Approve selected ({})", selected.get().len())}
+                </button>
+                <button class="button danger" disabled=move || selected.get().is_empty()
+                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), false)>"Reject selected"</button>
+            </div>
+            <ul class="messages" aria-live="polite">
+                {move || messages.get().into_iter().rev().take(6).map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
+            </ul>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let names = tenants.await.unwrap_or_default();
+                    let name = move |id: &str| names.iter().find(|t| t.id == id).map_or_else(|| id.to_string(), |t| t.name.clone());
+                    match pending.await {
+                        Err(p) => problem_view(&p),
+                        Ok(page) if page.items.is_empty() => view! { <p class="notice" data-testid="no-pending">"No request is waiting."</p> }.into_any(),
+                        Ok(page) => {
+                            let now = now_ms();
+                            view! {
+                                <div class="table-wrap">
+                                <table data-testid="pending">
+                                    <thead><tr><th><span class="sr-only">"Select"</span></th><th>"Tenant"</th><th>"What"</th><th>"Asked"</th><th>"Reason"</th><th>"Placement"</th><th></th></tr></thead>
+                                    <tbody>
+                                        {move || {
+                                            let needle = filter.get();
+                                            page.items.iter().filter(|r| matches(r, &name(&r.tenant), &needle)).map(|r| {
+                                                let id = r.id.clone();
+                                                let (a, b, c) = (id.clone(), id.clone(), id.clone());
+                                                view! {
+                                                    <tr data-request=id.clone()>
+                                                        <td><input type="checkbox" aria-label="Select"
+                                                            prop:checked=move || selected.get().contains(&a)
+                                                            on:change=move |ev| { let on = event_target_checked(&ev); let id = b.clone(); selected.update(|s| { if on { s.insert(id); } else { s.remove(&id); } }); } /></td>
+                                                        <td><strong>{name(&r.tenant)}</strong></td>
+                                                        <td>{describe(&r.spec, r.count)}</td>
+                                                        <td>{ago(r.created_at_ms, now)}</td>
+                                                        <td class="muted">{r.reason.clone()}</td>
+                                                        <td><PlacementCell id=id.clone() nodes /></td>
+                                                        <td class="actions">
+                                                            <button class="button small primary" data-testid="approve" on:click={let id = c.clone(); move |_| act(vec![id.clone()], true)}>"Approve"</button>
+                                                            <button class="button small danger" on:click={let id = c.clone(); move |_| act(vec![id.clone()], false)}>"Reject"</button>
+                                                        </td>
+                                                    </tr>
+                                                }
+                                            }).collect_view()
+                                        }}
+                                    </tbody>
+                                </table>
+                                </div>
+                            }.into_any()
+                        }
+                    }
+                })}
+            </Transition>
+            <h2>"Layout changes waiting"</h2>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let fleet = nodes.await.unwrap_or_default();
+                    match layouts.await {
+                        Err(p) => problem_view(&p),
+                        Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="no-layouts">"No layout change is waiting."</p> }.into_any(),
+                        Ok(list) => list.into_iter().map(|l| view! { <LayoutCard l fleet=fleet.clone() reason on_done=Callback::new(move |m: (bool, String)| { say(m.0, m.1); refresh(); }) /> }).collect_view().into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+/// The planner's answer for one request, as it would place it now.
+#[component]
+fn PlacementCell(id: String, nodes: Resource<Result<Vec<FleetNode>, Problem>>) -> impl IntoView {
+    let plan =
+        Resource::new(move || id.clone(), |id| api::get_json::<Plan>(format!("/api/v1/requests/{id}/placement")));
+    view! {
+        <Suspense fallback=|| view! { <span class="muted">"…"</span> }>
+            {move || Suspend::new(async move {
+                let fleet = nodes.await.unwrap_or_default();
+                match plan.await {
+                    Err(p) if p.code == "not_mig" || p.status == 422 => view! { <span class="muted">{p.message()}</span> }.into_any(),
+                    Err(p) => view! { <span class="error">{p.message()}</span> }.into_any(),
+                    Ok(plan) => view! {
+                        <ul class="plain small placement">
+                            {plan.placed.iter().map(|s| {
+                                let at = locate(&fleet, &s.gpu).map_or_else(|| s.gpu.clone(), |(n, i, _)| format!("{n} GPU {i}"));
+                                view! { <li>{format!("{}@{} on {at}", s.profile, s.start)}{s.new.then(|| view! { <span class="tag created-text">" new"</span> })}</li> }
+                            }).collect_view()}
+                            {plan.unplaced.iter().map(|u| view! { <li class="error">{format!("{} × {} unplaced: {}", u.count, u.profile, u.reason)}</li> }).collect_view()}
+                            {(plan.summary.destroyed > 0).then(|| view! { <li class="destroyed-text">{format!("{} instance(s) destroyed", plan.summary.destroyed)}</li> })}
+                        </ul>
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn LayoutCard(
+    l: LayoutProposal,
+    fleet: Vec<FleetNode>,
+    reason: RwSignal<String>,
+    on_done: Callback<(bool, String)>,
+) -> impl IntoView {
+    let (where_, model) = match locate(&fleet, &l.gpu) {
+        Some((n, i, m)) => (format!("{n} · GPU {i} · {m}"), m),
+        None => (l.gpu.clone(), String::new()),
+    };
+    let id = l.id.clone();
+    let decide = move |approve: bool| {
+        let id = id.clone();
+        let why = reason.get_untracked();
+        if !approve && why.trim().is_empty() {
+            on_done.run((false, "Give a reason to reject a layout change.".into()));
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let (path, body) = if approve {
+                (format!("/api/v1/layouts/{id}/approve"), None)
+            } else {
+                (format!("/api/v1/layouts/{id}/reject"), Some(serde_json::json!({ "reason": why })))
+            };
+            let what = if approve { "approved" } else { "rejected" };
+            match api::send_json::<serde_json::Value>("POST", path, body).await {
+                Ok(_) => on_done.run((true, format!("Layout change {} {what}.", short(&id)))),
+                Err(p) => on_done.run((false, format!("{}: {} ({})", short(&id), p.message(), p.code))),
+            }
+        });
+    };
+    let (approve, reject) = (decide.clone(), decide);
+    view! {
+        <div class="card layout" data-testid="layout" data-layout=l.id.clone()>
+            <div class="title-row">
+                <h3>{where_}</h3>
+                <span class="muted small">{format!("proposed by {} {}", l.created_by, ago(l.created_at_ms, now_ms()))}</span>
+            </div>
+            {diff_view(&model, &l.layout, &l.created, &l.destroyed)}
+            {(!l.reason.is_empty()).then(|| view! { <p class="muted small">{l.reason.clone()}</p> })}
+            <div class="actions">
+                <button class="button primary" data-testid="approve-layout" on:click=move |_| approve(true)>"Approve layout"</button>
+                <button class="button danger" on:click=move |_| reject(false)>"Reject"</button>
+            </div>
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::request::{RequestState, SliceSpec};
+
+    #[test]
+    fn the_filter_looks_at_tenant_slice_and_reason() {
+        let r = SliceRequest {
+            id: "r".into(),
+            tenant: "t".into(),
+            spec: SliceSpec::Mig { profile: "3g.40gb".into(), model: None },
+            count: 1,
+            state: RequestState::Pending,
+            reason: "Training run".into(),
+            version: 1,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            duration_s: None,
+            expires_at_ms: None,
+        };
+        assert!(matches(&r, "vision", ""));
+        assert!(matches(&r, "vision", "VIS"));
+        assert!(matches(&r, "vision", "3g.40"));
+        assert!(matches(&r, "vision", "training"));
+        assert!(!matches(&r, "vision", "llm"));
+    }
+}

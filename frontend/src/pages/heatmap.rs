@@ -1,0 +1,770 @@
+//! `/heatmap`: utilisation (or memory) per GPU and MIG instance over time, on a canvas.
+//!
+//! Rows are GPUs grouped by node, each followed by its MIG instances (a GPU's instances fold away with a click on
+//! its label); columns are time: the last 15 minutes at 1 s from the server's live window, or the last 24 hours at
+//! 1 min from the stored series. In the live view the server's event stream (`/api/v1/telemetry/live`) moves the
+//! window every second without a reload.
+//!
+//! Drawing: one RGBA pixel per cell is written into an image of `columns × rows`, which the browser scales onto the
+//! visible canvas in one `drawImage` (no per-cell draw calls), so 1,000 rows × 900 columns stay well inside a frame.
+//! `/heatmap?bench=1000x900` measures that against per-cell `fillRect` drawing in the same page.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+use serde::{Deserialize, Serialize};
+
+use crate::api;
+use crate::app::problem_view;
+
+/// Pixels per row.
+pub const ROW_H: u32 = 14;
+
+/// `GET /api/v1/telemetry/heatmap`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heatmap {
+    /// `util`, `mem_pct`, ...
+    pub metric: String,
+    /// `%`, `MiB`, ...
+    pub unit: String,
+    /// First column's start, UTC ms.
+    pub from_ms: i64,
+    /// Column width, ms.
+    pub step_ms: i64,
+    /// Columns.
+    pub columns: usize,
+    /// `live` or `minutes`.
+    pub source: String,
+    /// Rows.
+    pub rows: Vec<Row>,
+}
+
+/// One device's row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Node id.
+    pub node_id: String,
+    /// Node name.
+    pub node: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// GPU index.
+    #[serde(default)]
+    pub gpu_index: Option<u32>,
+    /// Model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// `gpu` or `mig`.
+    pub kind: String,
+    /// MIG profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// MIG start.
+    #[serde(default)]
+    pub start: Option<u8>,
+    /// Live allocations on it.
+    #[serde(default)]
+    pub allocations: Vec<RowAllocation>,
+    /// One value per column.
+    pub values: Vec<Option<f32>>,
+}
+
+/// An allocation on a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowAllocation {
+    /// Allocation id.
+    pub allocation: String,
+    /// Tenant name.
+    pub tenant: String,
+}
+
+/// One device's newest sample, from the live stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveSample {
+    /// Node id.
+    pub node_id: String,
+    /// Device UUID.
+    pub device: String,
+    /// GPU UUID.
+    pub gpu: String,
+    /// MIG profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// MIG start.
+    #[serde(default)]
+    pub start: Option<u8>,
+    /// The sample.
+    pub sample: tessera_core::api::Sample,
+}
+
+impl Row {
+    /// `demo-node-1 · GPU 0` or `1g.10gb@6`.
+    pub fn label(&self) -> String {
+        match (&self.profile, self.start) {
+            (Some(p), Some(s)) => format!("{p}@{s}"),
+            _ => format!("{} · GPU {}", self.node, self.gpu_index.map_or_else(|| "?".into(), |i| i.to_string())),
+        }
+    }
+}
+
+impl Heatmap {
+    /// The value a live sample gives for this heatmap's metric.
+    pub fn value_of(&self, s: &tessera_core::api::Sample) -> Option<f32> {
+        match self.metric.as_str() {
+            "util" => Some(s.util),
+            "mem_pct" => (s.mem_total_mib > 0.0).then(|| s.mem_used_mib / s.mem_total_mib * 100.0),
+            "mem_used" => Some(s.mem_used_mib),
+            "power" => s.power_w,
+            "temp" => s.temp_c,
+            _ => None,
+        }
+    }
+
+    /// Takes in live samples: the window moves on to the newest sample's column (older columns fall off the left),
+    /// and each sample lands in its column. Unknown devices get a row after their GPU's. Returns whether anything
+    /// changed.
+    pub fn apply(&mut self, samples: &[LiveSample]) -> bool {
+        let mut changed = false;
+        let step = self.step_ms.max(1);
+        if let Some(newest) = samples.iter().map(|s| s.sample.t).max() {
+            let end = self.from_ms + step * self.columns as i64;
+            if newest >= end {
+                let shift = ((newest - end) / step + 1) as usize;
+                self.from_ms += step * shift as i64;
+                for row in &mut self.rows {
+                    let k = shift.min(row.values.len());
+                    row.values.drain(..k);
+                    row.values.resize(self.columns, None);
+                }
+                changed = true;
+            }
+        }
+        let mut index: std::collections::HashMap<String, usize> =
+            self.rows.iter().enumerate().map(|(i, r)| (r.device.clone(), i)).collect();
+        for s in samples {
+            let col = (s.sample.t - self.from_ms).div_euclid(step);
+            if col < 0 || col >= self.columns as i64 {
+                continue;
+            }
+            let Some(v) = self.value_of(&s.sample) else { continue };
+            let i = match index.get(&s.device) {
+                Some(&i) => i,
+                None => {
+                    let after = self.rows.iter().rposition(|r| r.gpu_uuid == s.gpu);
+                    let like = after.map(|i| self.rows[i].clone());
+                    let row = Row {
+                        node_id: s.node_id.clone(),
+                        node: like.as_ref().map_or_else(|| s.node_id.clone(), |r| r.node.clone()),
+                        gpu_uuid: s.gpu.clone(),
+                        gpu_index: like.as_ref().and_then(|r| r.gpu_index),
+                        model: like.as_ref().and_then(|r| r.model.clone()),
+                        device: s.device.clone(),
+                        kind: if s.profile.is_some() { "mig" } else { "gpu" }.into(),
+                        profile: s.profile.clone(),
+                        start: s.start,
+                        allocations: vec![],
+                        values: vec![None; self.columns],
+                    };
+                    let at = after.map_or(self.rows.len(), |i| i + 1);
+                    self.rows.insert(at, row);
+                    index = self.rows.iter().enumerate().map(|(i, r)| (r.device.clone(), i)).collect();
+                    at
+                }
+            };
+            self.rows[i].values[col as usize] = Some(v);
+            changed = true;
+        }
+        changed
+    }
+}
+
+/// Viridis (perceptually even, readable with the common colour-vision deficiencies), 0 to 1.
+const VIRIDIS: [[u8; 3]; 9] = [
+    [68, 1, 84],
+    [71, 44, 122],
+    [59, 81, 139],
+    [44, 113, 142],
+    [33, 144, 141],
+    [39, 173, 129],
+    [92, 200, 99],
+    [170, 220, 50],
+    [253, 231, 37],
+];
+
+/// The colour of `v` on a 0..=`max` scale; `None` (no sample) is drawn as `empty`.
+pub fn colour(v: Option<f32>, max: f32, empty: [u8; 3]) -> [u8; 3] {
+    let Some(v) = v else { return empty };
+    let x = (v / max.max(f32::EPSILON)).clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;
+    let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
+    let f = x - i as f32;
+    let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
+    [0, 1, 2].map(|k| (f32::from(a[k]) + (f32::from(b[k]) - f32::from(a[k])) * f).round() as u8)
+}
+
+/// The scale's top for a metric: 100 for percentages, else the largest value seen.
+pub fn scale_max(h: &Heatmap, rows: &[&Row]) -> f32 {
+    match h.unit.as_str() {
+        "%" => 100.0,
+        _ => rows.iter().flat_map(|r| r.values.iter().flatten()).fold(1.0_f32, |m, v| m.max(*v)),
+    }
+}
+
+/// The rows shown: every GPU, and the instances of GPUs not folded.
+pub fn visible<'a>(h: &'a Heatmap, folded: &std::collections::HashSet<String>) -> Vec<&'a Row> {
+    h.rows.iter().filter(|r| r.kind == "gpu" || !folded.contains(&r.gpu_uuid)).collect()
+}
+
+/// 256 colours from 0 to the top of the scale.
+fn ramp() -> &'static [[u8; 4]; 256] {
+    static RAMP: std::sync::OnceLock<[[u8; 4]; 256]> = std::sync::OnceLock::new();
+    RAMP.get_or_init(|| {
+        std::array::from_fn(|i| {
+            let c = colour(Some(i as f32), 255.0, [0, 0, 0]);
+            [c[0], c[1], c[2], 255]
+        })
+    })
+}
+
+/// RGBA pixels, one per cell, `columns` wide and `rows.len()` high.
+pub fn pixels(rows: &[&Row], columns: usize, max: f32, empty: [u8; 3]) -> Vec<u8> {
+    let mut out = vec![0u8; rows.len() * columns * 4];
+    pixels_into(&mut out, rows, columns, max, empty);
+    out
+}
+
+/// [`pixels`] into a buffer of the right size.
+pub fn pixels_into(out: &mut [u8], rows: &[&Row], columns: usize, max: f32, empty: [u8; 3]) {
+    let ramp = ramp();
+    let gap = [empty[0], empty[1], empty[2], 255];
+    let k = 255.0 / max.max(f32::EPSILON);
+    for (row, line) in rows.iter().zip(out.chunks_exact_mut(columns * 4)) {
+        for (x, px) in line.chunks_exact_mut(4).enumerate() {
+            let c = match row.values.get(x).copied().flatten() {
+                Some(v) => &ramp[(v * k).clamp(0.0, 255.0) as usize],
+                None => &gap,
+            };
+            px.copy_from_slice(c);
+        }
+    }
+}
+
+/// The heatmap page.
+#[component]
+pub fn HeatmapPage() -> impl IntoView {
+    let query = use_query_map();
+    let bench = move || query.read().get("bench");
+    let range = RwSignal::new("live".to_string());
+    let metric = RwSignal::new("util".to_string());
+    let data = Resource::new(
+        move || (range.get(), metric.get(), bench()),
+        |(range, metric, bench)| async move {
+            if let Some(spec) = bench {
+                return Ok(synthetic(&spec));
+            }
+            let path = if range == "day" {
+                let now = crate::pages::now_ms();
+                format!("/api/v1/telemetry/heatmap?metric={metric}&from={}&step=60", now - 86_400_000)
+            } else {
+                format!("/api/v1/telemetry/heatmap?metric={metric}")
+            };
+            api::get_json::<Heatmap>(path).await
+        },
+    );
+    let folded = RwSignal::new(std::collections::HashSet::<String>::new());
+    let live = RwSignal::new(None::<Heatmap>);
+    let hover = RwSignal::new(None::<String>);
+    let canvas = NodeRef::<leptos::html::Canvas>::new();
+    Effect::new(move || {
+        if let Some(Ok(h)) = data.get() {
+            // Large fleets start folded to GPUs.
+            if h.rows.iter().filter(|r| r.kind == "gpu").count() > 200 {
+                folded.set(h.rows.iter().map(|r| r.gpu_uuid.clone()).collect());
+            }
+            live.set(Some(h));
+        }
+    });
+    #[cfg(feature = "hydrate")]
+    draw::wire(canvas, live, folded, hover, range, bench().is_some());
+    view! {
+        <section class="page wide">
+            <div class="title-row">
+                <h1>"Utilisation"</h1>
+                <div class="toolbar">
+                    <label>"Range"
+                        <select prop:value=move || range.get() on:change=move |ev| range.set(event_target_value(&ev))>
+                            <option value="live">"Last 15 min, 1 s (live)"</option>
+                            <option value="day">"Last 24 h, 1 min"</option>
+                        </select>
+                    </label>
+                    <label>"Show"
+                        <select prop:value=move || metric.get() on:change=move |ev| metric.set(event_target_value(&ev))>
+                            <option value="util">"Utilisation"</option>
+                            <option value="mem_pct">"Memory used"</option>
+                        </select>
+                    </label>
+                </div>
+            </div>
+            <Legend />
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Err(p) => problem_view(&p),
+                        Ok(h) if h.rows.is_empty() => view! { <p class="notice">"No samples in this range yet. Devices appear here once their agent reports them (and, for tenants, once you hold a slice on them)."</p> }.into_any(),
+                        Ok(_) => ().into_any(),
+                    }
+                })}
+            </Transition>
+            <div class="heatmap" data-testid="heatmap">
+                <ol class="hm-labels">
+                    {move || live.with(|h| {
+                        let Some(h) = h else { return Vec::new() };
+                        let f = folded.get();
+                        visible(h, &f).into_iter().map(|r| {
+                            let gpu = r.gpu_uuid.clone();
+                            let is_gpu = r.kind == "gpu";
+                            let has_instances = is_gpu && h.rows.iter().any(|o| o.kind == "mig" && o.gpu_uuid == r.gpu_uuid);
+                            let open = !f.contains(&r.gpu_uuid);
+                            let tenants = r.allocations.iter().map(|a| a.tenant.clone()).collect::<Vec<_>>().join(", ");
+                            view! {
+                                <li class:gpu=is_gpu class:mig=!is_gpu data-device=r.device.clone() title=r.device.clone()>
+                                    {if has_instances {
+                                        view! { <button class="fold" aria-expanded=open.to_string() on:click=move |_| folded.update(|s| { if !s.remove(&gpu) { s.insert(gpu.clone()); } })>{if open { "▾" } else { "▸" }}</button> }.into_any()
+                                    } else { view! { <span class="fold"></span> }.into_any() }}
+                                    <span class="name">{r.label()}</span>
+                                    {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
+                                </li>
+                            }
+                        }).collect::<Vec<_>>()
+                    })}
+                </ol>
+                <div class="hm-canvas">
+                    <canvas node_ref=canvas data-testid="heatmap-canvas" aria-label="Heatmap: rows are devices, columns are time"></canvas>
+                    <div class="hm-axis small muted">{move || live.with(|h| h.as_ref().map(axis_text))}</div>
+                </div>
+                <div class="tooltip" role="status" data-testid="tooltip" class:shown=move || hover.get().is_some()>{move || hover.get()}</div>
+            </div>
+            {move || bench().map(|_| view! { <pre class="bench" data-testid="bench">"measuring…"</pre> })}
+        </section>
+    }
+}
+
+fn axis_text(h: &Heatmap) -> String {
+    let minutes = (h.step_ms * h.columns as i64) / 60_000;
+    let step =
+        if h.step_ms >= 60_000 { format!("{} min", h.step_ms / 60_000) } else { format!("{} s", h.step_ms / 1000) };
+    format!(
+        "{minutes} min to now · one column per {step} · {}",
+        if h.source == "live" { "live" } else { "stored minutes" }
+    )
+}
+
+#[component]
+fn Legend() -> impl IntoView {
+    let stops: Vec<String> = (0..=8)
+        .map(|i| {
+            let c = colour(Some(i as f32 / 8.0), 1.0, [0, 0, 0]);
+            format!("rgb({},{},{}) {}%", c[0], c[1], c[2], i * 100 / 8)
+        })
+        .collect();
+    view! {
+        <div class="hm-legend small" aria-label="Colour scale: dark purple is 0, yellow is the top of the scale">
+            <span>"0"</span>
+            <span class="ramp" style=format!("background:linear-gradient(to right,{})", stops.join(","))></span>
+            <span>"100 %"</span>
+            <span class="key nodata"></span><span>"no sample"</span>
+        </div>
+    }
+}
+
+/// A deterministic synthetic heatmap of `ROWSxCOLUMNS` (e.g. `1000x900`) for the drawing benchmark.
+pub fn synthetic(spec: &str) -> Heatmap {
+    let (rows, columns) =
+        spec.split_once('x').and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?))).unwrap_or((1000, 900));
+    let (rows, columns): (usize, usize) = (rows.clamp(1, 5000), columns.clamp(1, 4000));
+    let mut seed: u32 = 0x9e37_79b9;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        (seed % 1000) as f32 / 10.0
+    };
+    Heatmap {
+        metric: "util".into(),
+        unit: "%".into(),
+        from_ms: 0,
+        step_ms: 1000,
+        columns,
+        source: "live".into(),
+        rows: (0..rows)
+            .map(|i| Row {
+                node_id: format!("n{}", i / 8),
+                node: format!("bench-node-{}", i / 8),
+                gpu_uuid: format!("GPU-{i}"),
+                gpu_index: Some((i % 8) as u32),
+                model: Some("H100-80GB".into()),
+                device: format!("GPU-{i}"),
+                kind: "gpu".into(),
+                profile: None,
+                start: None,
+                allocations: vec![],
+                values: (0..columns).map(|_| Some(next())).collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(feature = "hydrate")]
+mod draw {
+    //! The browser half: drawing, hover, the live stream, the benchmark.
+
+    use std::collections::HashSet;
+
+    use leptos::prelude::*;
+    use wasm_bindgen::prelude::*;
+    use wasm_bindgen::{Clamped, JsCast};
+    use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
+
+    use super::{Heatmap, LiveSample, ROW_H, scale_max, visible};
+
+    thread_local! {
+        /// The cells' image (one pixel a cell) and its pixel buffer, kept from frame to frame.
+        static SOURCE: std::cell::RefCell<Option<(HtmlCanvasElement, Vec<u8>)>> = const { std::cell::RefCell::new(None) };
+    }
+
+    fn empty_colour() -> [u8; 3] {
+        let dark = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.document_element())
+            .and_then(|e| e.get_attribute("data-theme"))
+            .map_or_else(
+                || {
+                    web_sys::window()
+                        .and_then(|w| w.match_media("(prefers-color-scheme: dark)").ok().flatten())
+                        .is_some_and(|m| m.matches())
+                },
+                |t| t == "dark",
+            );
+        if dark { [38, 43, 51] } else { [226, 229, 234] }
+    }
+
+    fn context(c: &HtmlCanvasElement) -> Option<CanvasRenderingContext2d> {
+        c.get_context("2d").ok().flatten()?.dyn_into().ok()
+    }
+
+    /// Draws `h` on `canvas`: one image of cells, scaled.
+    pub fn render(canvas: &HtmlCanvasElement, h: &Heatmap, folded: &HashSet<String>) -> Option<()> {
+        let rows = visible(h, folded);
+        let dpr = web_sys::window()?.device_pixel_ratio().max(1.0);
+        let css_w = canvas.parent_element()?.client_width().max(200) as f64;
+        let css_h = (rows.len() as u32 * ROW_H).max(1) as f64;
+        let (w, hgt) = ((css_w * dpr) as u32, (css_h * dpr) as u32);
+        if canvas.width() != w || canvas.height() != hgt {
+            canvas.set_width(w);
+            canvas.set_height(hgt);
+            let style = web_sys::HtmlElement::style(canvas);
+            let _ = style.set_property("width", &format!("{css_w}px"));
+            let _ = style.set_property("height", &format!("{css_h}px"));
+        }
+        let ctx = context(canvas)?;
+        if rows.is_empty() || h.columns == 0 {
+            ctx.clear_rect(0.0, 0.0, w as f64, hgt as f64);
+            return Some(());
+        }
+        let (cols, n) = (h.columns as u32, rows.len() as u32);
+        let src = SOURCE.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            let (src, buf) = match cell.as_mut() {
+                Some(s) => s,
+                None => {
+                    let doc = web_sys::window()?.document()?;
+                    let c: HtmlCanvasElement = doc.create_element("canvas").ok()?.dyn_into().ok()?;
+                    cell.insert((c, Vec::new()))
+                }
+            };
+            if src.width() != cols || src.height() != n {
+                src.set_width(cols);
+                src.set_height(n);
+            }
+            buf.resize((cols * n * 4) as usize, 0);
+            super::pixels_into(buf, &rows, h.columns, scale_max(h, &rows), empty_colour());
+            let image = web_sys::ImageData::new_with_u8_clamped_array_and_sh(Clamped(buf), cols, n).ok()?;
+            context(src)?.put_image_data(&image, 0.0, 0.0).ok()?;
+            Some(src.clone())
+        })?;
+        ctx.set_image_smoothing_enabled(false);
+        ctx.draw_image_with_html_canvas_element_and_sw_and_sh_and_dx_and_dy_and_dw_and_dh(
+            &src,
+            0.0,
+            0.0,
+            h.columns as f64,
+            rows.len() as f64,
+            0.0,
+            0.0,
+            w as f64,
+            hgt as f64,
+        )
+        .ok()?;
+        // A hairline between rows, a stronger one above each GPU.
+        let row_px = ROW_H as f64 * dpr;
+        ctx.set_fill_style_str("rgba(0,0,0,0.25)");
+        for (i, r) in rows.iter().enumerate().skip(1) {
+            let y = i as f64 * row_px;
+            let thick = if r.kind == "gpu" { 2.0 * dpr } else { 1.0 };
+            ctx.fill_rect(0.0, y, w as f64, thick);
+        }
+        Some(())
+    }
+
+    /// The per-cell baseline: one `fillRect` per cell.
+    fn render_cells(canvas: &HtmlCanvasElement, h: &Heatmap) -> Option<()> {
+        let rows = visible(h, &HashSet::new());
+        let ctx = context(canvas)?;
+        let (w, cw) = (canvas.width() as f64, canvas.width() as f64 / h.columns as f64);
+        let row_px = canvas.height() as f64 / rows.len().max(1) as f64;
+        ctx.clear_rect(0.0, 0.0, w, canvas.height() as f64);
+        let max = scale_max(h, &rows);
+        for (y, r) in rows.iter().enumerate() {
+            for x in 0..h.columns {
+                let c = super::colour(r.values.get(x).copied().flatten(), max, [200, 200, 200]);
+                ctx.set_fill_style_str(&format!("rgb({},{},{})", c[0], c[1], c[2]));
+                ctx.fill_rect(x as f64 * cw, y as f64 * row_px, cw.ceil(), row_px);
+            }
+        }
+        Some(())
+    }
+
+    fn now() -> f64 {
+        web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+    }
+
+    /// Finishes the canvas's pending work (a read-back waits for it), so that the time measured is the whole frame.
+    fn flush(canvas: &HtmlCanvasElement) {
+        if let Some(ctx) = context(canvas) {
+            let _ = ctx.get_image_data(0.0, 0.0, 1.0, 1.0);
+        }
+    }
+
+    fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let p = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        (mean, p(0.5), p(0.95))
+    }
+
+    /// Frames of the live view (shift one column, add one, draw) against the per-cell baseline on the same data.
+    fn bench(canvas: &HtmlCanvasElement, mut h: Heatmap) {
+        let folded = HashSet::new();
+        render(canvas, &h, &folded);
+        let mut times = Vec::new();
+        for f in 0..40 {
+            let t0 = now();
+            let t = h.from_ms + h.step_ms * h.columns as i64;
+            let samples: Vec<LiveSample> = h
+                .rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| LiveSample {
+                    node_id: r.node_id.clone(),
+                    device: r.device.clone(),
+                    gpu: r.gpu_uuid.clone(),
+                    profile: None,
+                    start: None,
+                    sample: tessera_core::api::Sample {
+                        t,
+                        util: ((i * 7 + f * 13) % 100) as f32,
+                        mem_used_mib: 0.0,
+                        mem_total_mib: 0.0,
+                        power_w: None,
+                        temp_c: None,
+                    },
+                })
+                .collect();
+            h.apply(&samples);
+            render(canvas, &h, &folded);
+            flush(canvas);
+            times.push(now() - t0);
+        }
+        let mut base = Vec::new();
+        for _ in 0..3 {
+            let t0 = now();
+            render_cells(canvas, &h);
+            flush(canvas);
+            base.push(now() - t0);
+        }
+        render(canvas, &h, &folded);
+        let (mean, p50, p95) = stats(times);
+        let (bmean, _, _) = stats(base);
+        let text = format!(
+            "{} rows × {} columns: frame mean {mean:.1} ms, p50 {p50:.1} ms, p95 {p95:.1} ms (40 frames: shift, add a column, draw); per-cell fillRect baseline {bmean:.1} ms ({:.1}× slower)",
+            h.rows.len(),
+            h.columns,
+            bmean / mean.max(0.001)
+        );
+        if let Some(el) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.query_selector("[data-testid=bench]").ok().flatten())
+        {
+            el.set_text_content(Some(&text));
+            for (k, v) in [("mean", mean), ("p50", p50), ("p95", p95), ("baseline", bmean)] {
+                let _ = el.set_attribute(&format!("data-{k}"), &format!("{v:.3}"));
+            }
+        }
+    }
+
+    /// Draws whenever the data or folding changes, follows the live stream in the live range, and explains the
+    /// cell under the pointer.
+    pub fn wire(
+        canvas: NodeRef<leptos::html::Canvas>,
+        live: RwSignal<Option<Heatmap>>,
+        folded: RwSignal<HashSet<String>>,
+        hover: RwSignal<Option<String>>,
+        range: RwSignal<String>,
+        benchmark: bool,
+    ) {
+        let benched = StoredValue::new(false);
+        Effect::new(move || {
+            let Some(c) = canvas.get() else { return };
+            let f = folded.get();
+            live.with(|h| {
+                let Some(h) = h else { return };
+                if benchmark && !benched.get_value() {
+                    benched.set_value(true);
+                    bench(&c, h.clone());
+                    return;
+                }
+                render(&c, h, &f);
+            });
+        });
+
+        // The event stream, while the live range is shown.
+        let source = StoredValue::new_local(None::<web_sys::EventSource>);
+        Effect::new(move || {
+            let want = range.get() == "live" && !benchmark;
+            if let Some(s) = source.get_value() {
+                s.close();
+                source.set_value(None);
+            }
+            if !want {
+                return;
+            }
+            let Ok(es) = web_sys::EventSource::new("/api/v1/telemetry/live") else { return };
+            let on_samples = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
+                let Some(text) = ev.data().as_string() else { return };
+                let Ok(samples) = serde_json::from_str::<Vec<LiveSample>>(&text) else { return };
+                live.update(|h| {
+                    if let Some(h) = h.as_mut().filter(|h| h.source == "live") {
+                        h.apply(&samples);
+                    }
+                });
+            });
+            let _ = es.add_event_listener_with_callback("samples", on_samples.as_ref().unchecked_ref());
+            on_samples.forget();
+            source.set_value(Some(es));
+        });
+        on_cleanup(move || {
+            if let Some(s) = source.get_value() {
+                s.close();
+            }
+        });
+
+        // Hover: which row and column is under the pointer.
+        Effect::new(move || {
+            let Some(c) = canvas.get() else { return };
+            let on_move = Closure::<dyn FnMut(web_sys::MouseEvent)>::new(move |ev: web_sys::MouseEvent| {
+                let (x, y) = (ev.offset_x() as f64, ev.offset_y() as f64);
+                let text = live.with_untracked(|h| {
+                    let h = h.as_ref()?;
+                    let f = folded.get_untracked();
+                    let rows = visible(h, &f);
+                    let row = rows.get((y / ROW_H as f64) as usize)?;
+                    let width = ev.target()?.dyn_into::<web_sys::Element>().ok()?.client_width().max(1) as f64;
+                    let col = ((x / width) * h.columns as f64) as usize;
+                    let at = h.from_ms + h.step_ms * col as i64;
+                    let value = row.values.get(col).copied().flatten();
+                    let when = js_sys::Date::new(&JsValue::from_f64(at as f64)).to_locale_time_string("en-GB");
+                    let who = row
+                        .allocations
+                        .iter()
+                        .map(|a| format!("{} ({})", a.tenant, super::super::tenant::short(&a.allocation)))
+                        .collect::<Vec<_>>();
+                    Some(format!(
+                        "{} · {} · {} · {}{}",
+                        row.label(),
+                        row.device,
+                        String::from(when),
+                        value.map_or_else(|| "no sample".into(), |v| format!("{v:.1} {}", h.unit)),
+                        if who.is_empty() { String::new() } else { format!(" · {}", who.join(", ")) }
+                    ))
+                });
+                hover.set(text);
+            });
+            let _ = c.add_event_listener_with_callback("mousemove", on_move.as_ref().unchecked_ref());
+            on_move.forget();
+            let leave = Closure::<dyn FnMut()>::new(move || hover.set(None));
+            let _ = c.add_event_listener_with_callback("mouseleave", leave.as_ref().unchecked_ref());
+            leave.forget();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(t: i64, util: f32) -> tessera_core::api::Sample {
+        tessera_core::api::Sample { t, util, mem_used_mib: 10.0, mem_total_mib: 40.0, power_w: None, temp_c: None }
+    }
+
+    fn live(device: &str, gpu: &str, t: i64, util: f32) -> LiveSample {
+        LiveSample {
+            node_id: "n".into(),
+            device: device.into(),
+            gpu: gpu.into(),
+            profile: device.starts_with("MIG").then(|| "1g.10gb".into()),
+            start: device.starts_with("MIG").then_some(6),
+            sample: sample(t, util),
+        }
+    }
+
+    #[test]
+    fn live_samples_move_the_window_and_land_in_their_column() {
+        let mut h = synthetic("2x4");
+        h.rows[0].gpu_uuid = "GPU-0".into();
+        // Columns cover [0, 4000); a sample at 5500 moves the window by two columns.
+        assert!(h.apply(&[live("GPU-0", "GPU-0", 5500, 42.0)]));
+        assert_eq!(h.from_ms, 2000);
+        assert_eq!(h.rows[0].values.len(), 4);
+        assert_eq!(h.rows[0].values[3], Some(42.0));
+        assert_eq!(h.rows[1].values[3], None);
+        // A new MIG instance gets its row right after its GPU's.
+        h.apply(&[live("MIG-a", "GPU-0", 5600, 7.0)]);
+        assert_eq!(h.rows[1].device, "MIG-a");
+        assert_eq!(h.rows[1].label(), "1g.10gb@6");
+        assert_eq!(h.rows[1].values[3], Some(7.0));
+        // A sample older than the window is dropped.
+        assert!(!h.apply(&[live("GPU-0", "GPU-0", 100, 1.0)]));
+    }
+
+    #[test]
+    fn memory_is_shown_as_a_share_and_folded_gpus_hide_their_instances() {
+        let mut h = synthetic("1x2");
+        h.metric = "mem_pct".into();
+        assert_eq!(h.value_of(&sample(0, 5.0)), Some(25.0));
+        h.apply(&[live("MIG-a", "GPU-0", 1500, 7.0)]);
+        let folded = std::collections::HashSet::from(["GPU-0".to_string()]);
+        assert_eq!(visible(&h, &folded).len(), 1);
+        assert_eq!(visible(&h, &Default::default()).len(), 2);
+    }
+
+    #[test]
+    fn colours_run_from_purple_to_yellow_and_gaps_are_neutral() {
+        assert_eq!(colour(Some(0.0), 100.0, [1, 2, 3]), [68, 1, 84]);
+        assert_eq!(colour(Some(100.0), 100.0, [1, 2, 3]), [253, 231, 37]);
+        assert_eq!(colour(Some(250.0), 100.0, [1, 2, 3]), [253, 231, 37]);
+        assert_eq!(colour(None, 100.0, [1, 2, 3]), [1, 2, 3]);
+        let rows = synthetic("3x5");
+        let refs: Vec<&Row> = rows.rows.iter().collect();
+        assert_eq!(pixels(&refs, 5, 100.0, [0, 0, 0]).len(), 3 * 5 * 4);
+    }
+}
