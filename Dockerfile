@@ -2,7 +2,9 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-RUN rustup target add wasm32-unknown-unknown && cargo xtask site --locked && \
+RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm && rm -rf /var/lib/apt/lists/* && \
+    npm ci --prefix xtask --no-audit --no-fund && \
+    rustup target add wasm32-unknown-unknown && cargo xtask site --locked && \
     cargo build --release --locked --bin tessera --bin tessera-agent
 
 FROM debian:bookworm-slim

@@ -3,7 +3,9 @@
 //! `tessera_bg.wasm`), where the `tessera` build embeds it. `--dev` builds the wasm unoptimised (faster, larger).
 //!
 //! The binding is done by `wasm-bindgen-cli-support` pinned to the same version as the frontend's `wasm-bindgen`,
-//! so nothing is installed or downloaded.
+//! so nothing is installed or downloaded. Release builds are then shrunk with `wasm-opt -Oz` from the npm package
+//! `binaryen` (pinned in `xtask/package.json`: `npm ci --prefix xtask`) when it is installed there; without it the
+//! site works the same, larger. Debian's `binaryen` is never used: its older `wasm-opt` breaks hydration.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -41,7 +43,35 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
         .debug(dev)
         .generate(&out)
         .map_err(|e| format!("wasm-bindgen on {}: {e}", wasm.display()))?;
+    if !dev {
+        shrink(&root, &out.join("tessera_bg.wasm"))?;
+    }
     Ok(out)
+}
+
+/// `wasm-opt -Oz` in place, with npm's binaryen from `xtask/node_modules` when it is there.
+fn shrink(root: &Path, wasm: &Path) -> Result<(), String> {
+    let tool = root.join("xtask").join("node_modules").join(".bin").join("wasm-opt");
+    if !tool.exists() {
+        eprintln!("xtask: {} not installed (npm ci --prefix xtask): the wasm is not shrunk", tool.display());
+        return Ok(());
+    }
+    let before = std::fs::metadata(wasm).map(|m| m.len()).unwrap_or(0);
+    let tmp = wasm.with_extension("opt.wasm");
+    let status = Command::new(&tool)
+        .arg("-Oz")
+        .arg(wasm)
+        .arg("-o")
+        .arg(&tmp)
+        .status()
+        .map_err(|e| format!("{}: {e}", tool.display()))?;
+    if !status.success() {
+        return Err(format!("wasm-opt failed ({status})"));
+    }
+    std::fs::rename(&tmp, wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
+    let after = std::fs::metadata(wasm).map(|m| m.len()).unwrap_or(0);
+    eprintln!("xtask: wasm-opt -Oz: {} KiB -> {} KiB", before / 1024, after / 1024);
+    Ok(())
 }
 
 fn main() -> ExitCode {
