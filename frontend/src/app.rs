@@ -8,8 +8,17 @@ use leptos_router::path;
 use crate::api::{self, Problem};
 use crate::model::{Session, Tenant};
 use crate::pages::{
-    approvals::ApprovalsPage, fleet::FleetPage, heatmap::HeatmapPage, overview::OverviewPage, signin::SignInPage,
+    admin::{TenantAdminPage, TenantsAdminPage},
+    approvals::ApprovalsPage,
+    audit::AuditLogPage,
+    fleet::FleetPage,
+    heatmap::HeatmapPage,
+    layout::LayoutEditorPage,
+    overview::OverviewPage,
+    signin::SignInPage,
     tenant::TenantPage,
+    tokens::TokensPage,
+    usage::UsagePage,
 };
 
 /// Whether the hydration scripts are served (the `tessera` binary knows whether the wasm was built into it).
@@ -66,6 +75,12 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/t/:tenant") view=TenantPage />
                     <Route path=path!("/approvals") view=ApprovalsPage />
                     <Route path=path!("/heatmap") view=HeatmapPage />
+                    <Route path=path!("/gpus/:id/layout") view=LayoutEditorPage />
+                    <Route path=path!("/usage") view=UsagePage />
+                    <Route path=path!("/tokens") view=TokensPage />
+                    <Route path=path!("/audit") view=AuditLogPage />
+                    <Route path=path!("/admin/tenants") view=TenantsAdminPage />
+                    <Route path=path!("/admin/tenants/:id") view=TenantAdminPage />
                 </Routes>
             </main>
         </Router>
@@ -92,8 +107,11 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                             {s.user.platform_admin.then(|| view! {
                                 <A href="/approvals">"Approvals"</A>
                                 <A href="/fleet">"Fleet"</A>
+                                <A href="/admin/tenants">"Tenants"</A>
+                                <A href="/audit">"Audit"</A>
                             })}
                             <A href="/heatmap">"Utilisation"</A>
+                            <A href="/usage">"Usage"</A>
                         }.into_any()
                     })}
                 </Transition>
@@ -106,6 +124,7 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                             Ok(s) => view! {
                                 <span class="user" data-testid="user">{s.user.name.clone()}</span>
                                 {s.user.platform_admin.then(|| view! { <span class="badge">"admin"</span> })}
+                                <A href="/tokens">"Tokens"</A>
                                 <SignOut />
                             }.into_any(),
                             Err(_) => view! { <A href="/signin">"Sign in"</A> }.into_any(),

@@ -9,6 +9,9 @@
 //! Rules are not copied here: layout validation and quota arithmetic come from `tessera-core`, which the server
 //! runs too.
 
+// The views of the larger pages nest deeply in types; the release build of the wasm needs more room.
+#![recursion_limit = "256"]
+
 pub mod api;
 pub mod app;
 pub mod model;

@@ -111,6 +111,47 @@ pub struct FleetGpu {
     /// Errors of the last apply.
     #[serde(default)]
     pub errors: Vec<StepError>,
+    /// Bumped on every layout change.
+    #[serde(default)]
+    pub layout_version: i64,
+    /// Layout changes apply without an admin.
+    #[serde(default)]
+    pub auto_layout: bool,
+    /// Instances held by allocations.
+    #[serde(default)]
+    pub in_use: Vec<InUse>,
+}
+
+/// An instance an allocation holds (`in_use` of a GPU).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InUse {
+    /// Profile or sharing key.
+    pub profile: String,
+    /// Start unit or share index.
+    pub start: u8,
+    /// Request id.
+    pub request: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// `reserved` or `active`.
+    pub state: String,
+}
+
+impl FleetNode {
+    /// A node of one GPU (enough to name the GPU where a node list is expected).
+    pub fn with_gpu(name: String, gpu: FleetGpu) -> FleetNode {
+        FleetNode {
+            id: String::new(),
+            name,
+            state: String::new(),
+            generation: 0,
+            observed_generation: 0,
+            last_seen_ms: None,
+            agent: None,
+            errors: Vec::new(),
+            gpus: vec![gpu],
+        }
+    }
 }
 
 impl FleetGpu {
@@ -344,8 +385,17 @@ pub struct UsageReport {
     pub to_ms: i64,
     /// Per tenant.
     pub tenants: Vec<TenantUsage>,
+    /// Per GPU model and profile.
+    #[serde(default)]
+    pub profiles: Vec<ProfileUsage>,
     /// Per allocation.
     pub allocations: Vec<AllocationUsage>,
+    /// Idle threshold, % utilisation.
+    #[serde(default)]
+    pub idle_below: f64,
+    /// Idle window, hours.
+    #[serde(default)]
+    pub idle_hours: f64,
 }
 
 /// A tenant's usage in the period.
@@ -363,25 +413,134 @@ pub struct TenantUsage {
     pub gpu_hours: f64,
 }
 
+/// A profile's usage in the period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileUsage {
+    /// GPU model.
+    pub model: String,
+    /// Profile or sharing key.
+    pub profile: String,
+    /// Allocations metered.
+    pub allocations: u64,
+    /// Weighted slice-seconds.
+    pub slice_seconds: f64,
+    /// GPU-hours.
+    pub gpu_hours: f64,
+}
+
 /// One allocation's usage in the period.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllocationUsage {
     /// Allocation id.
     pub allocation: String,
+    /// Its request.
+    #[serde(default)]
+    pub request: String,
+    /// Tenant id.
+    #[serde(default)]
+    pub tenant_id: String,
     /// Tenant name.
     pub tenant: String,
     /// Node.
     pub node: String,
+    /// Device serving it.
+    #[serde(default)]
+    pub device_uuid: Option<String>,
     /// Model.
     pub model: String,
     /// Profile or sharing key.
     pub profile: String,
+    /// Compute slices it weighs.
+    #[serde(default)]
+    pub weight: f64,
     /// State.
     pub state: String,
     /// Seconds in use in the period.
     pub seconds: f64,
     /// GPU-hours.
     pub gpu_hours: f64,
+    /// Mean utilisation over the idle window, %.
+    #[serde(default)]
+    pub util_mean: Option<f64>,
+    /// Allocated but idle.
+    #[serde(default)]
+    pub idle: bool,
+}
+
+/// A page of the audit log (`GET /api/v1/audit/entries`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditPage {
+    /// Entries, newest first.
+    pub entries: Vec<AuditRecord>,
+    /// Cursor of the next page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// An audit entry with its before and after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// When, UTC ms.
+    pub at_ms: i64,
+    /// Who.
+    pub actor: String,
+    /// What.
+    pub action: String,
+    /// On what.
+    pub object: String,
+    /// Before, JSON text.
+    #[serde(default)]
+    pub before: Option<String>,
+    /// After, JSON text.
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+/// One of the viewer's API tokens (`GET /api/v1/tokens`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiToken {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Created, UTC ms.
+    pub created_at_ms: i64,
+    /// Revoked, UTC ms.
+    #[serde(default)]
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// A token just created: the only time its secret is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreatedToken {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Secret.
+    pub secret: String,
+}
+
+/// A user (`GET /api/v1/users`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct User {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Platform admin.
+    pub platform_admin: bool,
+}
+
+/// A tenant's member (`GET /api/v1/tenants/{id}/members`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    /// User id.
+    pub id: String,
+    /// User name.
+    pub name: String,
+    /// `member` or `tenant-admin`.
+    pub role: String,
 }
 
 #[cfg(test)]

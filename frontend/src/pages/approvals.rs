@@ -13,10 +13,14 @@ use crate::pages::slots::diff_view;
 use crate::pages::tenant::{describe, short};
 use crate::pages::{ago, now_ms};
 
-/// Where a GPU id is: `(node name, GPU index, model)`.
-fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {
+/// Where a GPU is: `(node name, GPU index, model)`. `gpu` is its id, its UUID, or the planner's `node/index`.
+pub fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {
+    let by_index = gpu.rsplit_once('/').and_then(|(node, i)| Some((node, i.parse::<u32>().ok()?)));
     nodes.iter().find_map(|n| {
-        n.gpus.iter().find(|g| g.id == gpu || g.uuid == gpu).map(|g| (n.name.clone(), g.index, g.model.clone()))
+        n.gpus
+            .iter()
+            .find(|g| g.id == gpu || g.uuid == gpu || by_index == Some((n.name.as_str(), g.index)))
+            .map(|g| (n.name.clone(), g.index, g.model.clone()))
     })
 }
 
@@ -201,8 +205,9 @@ fn PlacementCell(id: String, nodes: Resource<Result<Vec<FleetNode>, Problem>>) -
     }
 }
 
+/// A layout proposal as a diff, with Approve and Reject (a reason is needed to reject).
 #[component]
-fn LayoutCard(
+pub fn LayoutCard(
     l: LayoutProposal,
     fleet: Vec<FleetNode>,
     reason: RwSignal<String>,
@@ -254,6 +259,20 @@ fn LayoutCard(
 mod tests {
     use super::*;
     use tessera_core::request::{RequestState, SliceSpec};
+
+    #[test]
+    fn gpus_are_found_by_id_uuid_or_the_planners_reference() {
+        let gpu: crate::model::FleetGpu = serde_json::from_value(serde_json::json!({
+            "id": "g7", "index": 1, "uuid": "GPU-7", "model": "H100-80GB", "mig_enabled": true
+        }))
+        .expect("gpu");
+        let nodes = vec![FleetNode::with_gpu("demo-node-2".into(), gpu)];
+        let at = Some(("demo-node-2".to_string(), 1, "H100-80GB".to_string()));
+        assert_eq!(locate(&nodes, "g7"), at);
+        assert_eq!(locate(&nodes, "GPU-7"), at);
+        assert_eq!(locate(&nodes, "demo-node-2/1"), at);
+        assert_eq!(locate(&nodes, "demo-node-2/0"), None);
+    }
 
     #[test]
     fn the_filter_looks_at_tenant_slice_and_reason() {

@@ -2,6 +2,7 @@
 //! refreshes itself every 5 s in the browser.
 
 use leptos::prelude::*;
+use leptos_router::components::A;
 
 use crate::api;
 use crate::app::problem_view;
@@ -88,7 +89,7 @@ fn NodeCard(node: FleetNode, now: i64) -> impl IntoView {
                 <ul class="errors">{node.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
             })}
             <table class="gpus">
-                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th></tr></thead>
+                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                 <tbody>
                     {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_state=node.state.clone() /> }).collect_view()}
                 </tbody>
@@ -138,6 +139,7 @@ fn GpuRow(gpu: FleetGpu, node_state: String) -> impl IntoView {
                 })}
             </td>
             <td><code class="uuid">{gpu.uuid.clone()}</code></td>
+            <td>{gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}</td>
         </tr>
     }
 }

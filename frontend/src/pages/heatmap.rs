@@ -121,6 +121,23 @@ impl Heatmap {
         }
     }
 
+    /// Fills in what rows added from the stream lack (node name, GPU index, model, who holds them) from a fresh
+    /// fetch of the same heatmap, keeping the values. Returns whether anything changed.
+    pub fn adopt(&mut self, fresh: &Heatmap) -> bool {
+        let mut changed = false;
+        for row in &mut self.rows {
+            let Some(f) = fresh.rows.iter().find(|f| f.device == row.device) else { continue };
+            if row.allocations != f.allocations || row.node != f.node || row.gpu_index != f.gpu_index {
+                row.allocations = f.allocations.clone();
+                row.node = f.node.clone();
+                row.gpu_index = f.gpu_index;
+                row.model = f.model.clone();
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// Takes in live samples: the window moves on to the newest sample's column (older columns fall off the left),
     /// and each sample lands in its column. Unknown devices get a row after their GPU's. Returns whether anything
     /// changed.
@@ -652,11 +669,28 @@ mod draw {
             let on_samples = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
                 let Some(text) = ev.data().as_string() else { return };
                 let Ok(samples) = serde_json::from_str::<Vec<LiveSample>>(&text) else { return };
+                let mut grew = false;
                 live.update(|h| {
                     if let Some(h) = h.as_mut().filter(|h| h.source == "live") {
+                        let before = h.rows.len();
                         h.apply(&samples);
+                        grew = h.rows.len() > before;
                     }
                 });
+                // Rows first seen in the stream: who holds them comes from the heatmap API.
+                if grew {
+                    let metric = live.with_untracked(|h| h.as_ref().map(|h| h.metric.clone())).unwrap_or_default();
+                    leptos::task::spawn_local(async move {
+                        let path = format!("/api/v1/telemetry/heatmap?metric={metric}");
+                        if let Ok(fresh) = crate::api::get_json::<Heatmap>(path).await {
+                            live.update(|h| {
+                                if let Some(h) = h.as_mut() {
+                                    h.adopt(&fresh);
+                                }
+                            });
+                        }
+                    });
+                }
             });
             let _ = es.add_event_listener_with_callback("samples", on_samples.as_ref().unchecked_ref());
             on_samples.forget();
@@ -744,6 +778,14 @@ mod tests {
         assert_eq!(h.rows[1].values[3], Some(7.0));
         // A sample older than the window is dropped.
         assert!(!h.apply(&[live("GPU-0", "GPU-0", 100, 1.0)]));
+        // Who holds the new row comes from a fresh fetch; its values stay.
+        let mut fresh = h.clone();
+        fresh.rows[1].allocations = vec![RowAllocation { allocation: "a1".into(), tenant: "vision".into() }];
+        fresh.rows[1].values = vec![None; 4];
+        assert!(h.adopt(&fresh));
+        assert_eq!(h.rows[1].allocations[0].tenant, "vision");
+        assert_eq!(h.rows[1].values[3], Some(7.0));
+        assert!(!h.adopt(&fresh));
     }
 
     #[test]

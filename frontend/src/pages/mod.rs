@@ -1,12 +1,17 @@
 //! The portal's pages.
 
+pub mod admin;
 pub mod approvals;
+pub mod audit;
 pub mod fleet;
 pub mod heatmap;
+pub mod layout;
 pub mod overview;
 pub mod signin;
 pub mod slots;
 pub mod tenant;
+pub mod tokens;
+pub mod usage;
 
 /// `12 s ago`, `4 min ago`, `3 h ago` from a UTC-millisecond time and now.
 pub fn ago(then_ms: i64, now_ms: i64) -> String {

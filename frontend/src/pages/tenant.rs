@@ -326,7 +326,18 @@ fn RequestRow(r: SliceRequest, now: i64, on_done: Callback<()>) -> impl IntoView
             }
         });
     };
+    let id = r.id.clone();
+    let release = move |_| {
+        let id = id.clone();
+        leptos::task::spawn_local(async move {
+            match api::send_json::<serde_json::Value>("POST", format!("/api/v1/requests/{id}/release"), None).await {
+                Ok(_) => on_done.run(()),
+                Err(p) => error.set(Some(p.message())),
+            }
+        });
+    };
     let can_cancel = cancellable(r.state);
+    let can_release = r.state == RequestState::Active;
     view! {
         <tr data-request=r.id.clone() data-state=state.clone()>
             <td><span class=format!("rstate {state}")>{state.clone()}</span></td>
@@ -336,6 +347,7 @@ fn RequestRow(r: SliceRequest, now: i64, on_done: Callback<()>) -> impl IntoView
             <td class="actions">
                 <button class="link" on:click=show_history>"History"</button>
                 {can_cancel.then(|| view! { <button class="link danger" on:click=cancel.clone()>"Cancel"</button> })}
+                {can_release.then(|| view! { <button class="link danger" data-testid="release" on:click=release.clone()>"Release"</button> })}
                 {move || error.get().map(|e| view! { <span class="error">{e}</span> })}
             </td>
         </tr>

@@ -15,6 +15,7 @@ mod requests;
 pub mod signin;
 pub mod telemetry;
 mod tenants;
+pub mod usage;
 
 use std::time::Duration;
 
@@ -96,11 +97,13 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tenants::create_tenant, tenants::list_tenants))
         .routes(routes!(tenants::get_tenant))
         .routes(routes!(tenants::get_quotas, tenants::set_quotas))
+        .routes(routes!(tenants::set_policy))
         .routes(routes!(requests::create_request, requests::list_requests))
         .routes(routes!(requests::get_request))
         .routes(routes!(requests::approve_request))
         .routes(routes!(requests::reject_request))
         .routes(routes!(requests::cancel_request))
+        .routes(routes!(requests::release_request))
         .routes(routes!(nodes::request_placement))
         .routes(routes!(nodes::register_node, nodes::list_nodes))
         .routes(routes!(nodes::cordon_gpu))
@@ -113,12 +116,13 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::offerings))
         .routes(routes!(layouts::approve_layout))
         .routes(routes!(layouts::reject_layout))
-        .routes(routes!(people::create_user))
-        .routes(routes!(people::set_member))
+        .routes(routes!(people::create_user, people::list_users))
+        .routes(routes!(people::set_member, people::remove_member))
         .routes(routes!(people::list_members))
-        .routes(routes!(people::create_token))
+        .routes(routes!(people::create_token, people::list_tokens))
         .routes(routes!(people::revoke_token))
         .routes(routes!(audit::audit))
+        .routes(routes!(audit::entries))
         .routes(routes!(signin::methods))
         .routes(routes!(signin::login))
         .routes(routes!(signin::callback))
@@ -140,7 +144,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry::heatmap))
         .routes(routes!(telemetry::live))
         .routes(routes!(telemetry::metrics))
-        .routes(routes!(telemetry::usage))
+        .routes(routes!(usage::usage))
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -106,6 +106,23 @@ pub struct GpuView {
     pub applied: Option<Vec<ObservedInstance>>,
     /// Steps of the last apply on this GPU that failed or wait.
     pub errors: Vec<StepError>,
+    /// Instances (or shares) held by allocations, reserved or active: a layout change must keep them.
+    pub in_use: Vec<InUse>,
+}
+
+/// An instance an allocation holds.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InUse {
+    /// MIG profile, or the sharing key of a whole-GPU share.
+    pub profile: String,
+    /// Start unit, or the share index.
+    pub start: u8,
+    /// The allocation's request.
+    pub request: String,
+    /// The tenant's id.
+    pub tenant: String,
+    /// `reserved` or `active`.
+    pub state: String,
 }
 
 impl From<Gpu> for GpuView {
@@ -122,6 +139,7 @@ impl From<Gpu> for GpuView {
             auto_layout: g.auto_layout,
             applied: None,
             errors: Vec::new(),
+            in_use: Vec::new(),
         }
     }
 }
@@ -216,6 +234,7 @@ pub async fn register_node(
 pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<NodeView>>, ApiError> {
     require_platform_admin(&p)?;
     let records = state.store.agent_records().await?;
+    let live = state.store.live_allocations().await?;
     let now = crate::store::now_ms();
     let views = state
         .store
@@ -224,7 +243,21 @@ pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<A
         .into_iter()
         .map(|n| {
             let record = records.iter().find(|r| r.node_id == n.id);
-            NodeView::with_agent(n, record, &state, now)
+            let mut view = NodeView::with_agent(n, record, &state, now);
+            for gpu in &mut view.gpus {
+                gpu.in_use = live
+                    .iter()
+                    .filter(|a| a.gpu_id == gpu.id)
+                    .map(|a| InUse {
+                        profile: a.profile.clone(),
+                        start: a.start,
+                        request: a.request_id.clone(),
+                        tenant: a.tenant_id.clone(),
+                        state: a.state.clone(),
+                    })
+                    .collect();
+            }
+            view
         })
         .collect();
     Ok(ApiJson(views))

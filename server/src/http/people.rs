@@ -1,4 +1,5 @@
-//! Users, tenant memberships and API tokens. Token secrets are returned once, at creation; only their hash is kept.
+//! Users, tenant memberships and API tokens. Token secrets are returned once, at creation; only their hash is kept,
+//! and no listing returns either.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -8,6 +9,7 @@ use utoipa::ToSchema;
 use super::auth::{new_token_secret, require_platform_admin, require_visible, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::store::people::TokenInfo;
 use crate::store::{Principal, Role, User};
 
 /// A user to create.
@@ -83,6 +85,14 @@ pub async fn create_user(
     Ok((StatusCode::CREATED, ApiJson(user.into())))
 }
 
+/// Every user, by name (platform admins).
+#[utoipa::path(get, path = "/api/v1/users", tag = "people", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    responses((status = 200, body = Vec<UserView>), (status = 403, body = Problem)))]
+pub async fn list_users(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<UserView>>, ApiError> {
+    require_platform_admin(&p)?;
+    Ok(ApiJson(state.store.users().await?.into_iter().map(Into::into).collect()))
+}
+
 /// Add a user to a tenant or change their role (platform admins, or the tenant's own admins).
 #[utoipa::path(put, path = "/api/v1/tenants/{id}/members/{user}", tag = "people", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
     params(("id" = String, Path), ("user" = String, Path, description = "user id")), request_body = Membership,
@@ -100,6 +110,51 @@ pub async fn set_member(
     state.store.set_membership(&user, &tenant, body.role, &p.actor()).await?;
     state.principals.clear();
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Take a user out of a tenant (platform admins, or the tenant's own admins).
+#[utoipa::path(delete, path = "/api/v1/tenants/{id}/members/{user}", tag = "people", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path), ("user" = String, Path, description = "user id")),
+    responses((status = 204), (status = 403, body = Problem),
+        (status = 404, body = Problem, description = "no such tenant, or the user is not a member")))]
+pub async fn remove_member(
+    State(state): State<AppState>,
+    p: Principal,
+    Path((tenant, user)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    require_visible(&p, &tenant, "tenant")?;
+    if !p.user.platform_admin && p.role_in(&tenant) != Some(Role::TenantAdmin) {
+        return Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()));
+    }
+    state.store.remove_membership(&user, &tenant, &p.actor()).await?;
+    state.principals.clear();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One of your API tokens (never its secret).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    /// Token id (for revoking).
+    pub id: String,
+    /// What it is for.
+    pub name: String,
+    /// Creation time, UTC milliseconds.
+    pub created_at_ms: i64,
+    /// When it was revoked, UTC milliseconds; `null` while it is valid.
+    pub revoked_at_ms: Option<i64>,
+}
+
+impl From<TokenInfo> for TokenView {
+    fn from(t: TokenInfo) -> Self {
+        TokenView { id: t.id, name: t.name, created_at_ms: t.created_at_ms, revoked_at_ms: t.revoked_at_ms }
+    }
+}
+
+/// Your own API tokens, revoked ones included, newest first.
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "people", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = Vec<TokenView>)))]
+pub async fn list_tokens(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<TokenView>>, ApiError> {
+    Ok(ApiJson(state.store.tokens(&p.user.id).await?.into_iter().map(Into::into).collect()))
 }
 
 /// Create an API token for yourself; the secret is in the response and nowhere else.

@@ -1,6 +1,6 @@
 //! Slice requests over HTTP: create (with `Idempotency-Key`), list with cursor pagination, get (with `ETag`), and
-//! the actions approve, reject and cancel (with `If-Match`, so that of two admins acting at once one wins and the
-//! other gets 409).
+//! the actions approve, reject, cancel and release (with `If-Match`, so that of two admins acting at once one wins
+//! and the other gets 409).
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -106,6 +106,16 @@ pub struct ListQuery {
 pub struct RejectBody {
     /// Why (required; shown to the tenant).
     pub reason: String,
+}
+
+/// Why an active request is released (optional for the tenant's members; required of a platform admin
+/// reclaiming another tenant's request).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// Why; when given it replaces the request's `reason` (shown to the tenant).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 fn etag(version: i64) -> HeaderValue {
@@ -308,4 +318,30 @@ pub async fn cancel_request(
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, requests::act(&state, &p, &id, Action::Cancel, version, None).await?))
+}
+
+/// Release an active request: its instances and quota are given back and its node is told. The tenant's members
+/// release their own; a platform admin may reclaim any tenant's (an idle allocation, say), giving a reason when not
+/// a member of that tenant. The body is optional.
+#[utoipa::path(post, path = "/api/v1/requests/{id}/release", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    request_body(content = Option<ReleaseBody>, description = "optional; an empty body is no reason"),
+    responses((status = 200, body = RequestView), (status = 404, body = Problem),
+        (status = 409, body = Problem, description = "request_invalid_transition (not active) or version_conflict"),
+        (status = 422, body = Problem, description = "reason_required")))]
+pub async fn release_request(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let version = if_match(&headers)?;
+    let body: ReleaseBody = if body.iter().all(u8::is_ascii_whitespace) {
+        ReleaseBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid("invalid_body", format!("not a release: {e}")))?
+    };
+    let released = requests::act(&state, &p, &id, Action::Release, version, body.reason.as_deref()).await?;
+    Ok(with_etag(StatusCode::OK, released))
 }

@@ -1,8 +1,8 @@
-//! Telemetry and usage: agents' sample batches in, heatmaps, a live stream (server-sent events), Prometheus
-//! exposition and chargeback usage out.
+//! Telemetry: agents' sample batches in, heatmaps, a live stream (server-sent events) and Prometheus exposition
+//! out.
 //!
 //! Platform admins see every device; other users see the devices their tenants hold (or held, for past ranges)
-//! allocations on, and only their tenants' usage.
+//! allocations on.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -22,7 +22,6 @@ use super::auth::NodeAuth;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, minute_rows};
-use crate::services::usage::{UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
 
@@ -500,49 +499,4 @@ fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Me
         }
     }
     out
-}
-
-/// Which usage.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct UsageQuery {
-    /// Start, UTC ms (default: 30 days before `to`).
-    pub from: Option<i64>,
-    /// End, UTC ms (default: now).
-    pub to: Option<i64>,
-    /// One tenant (id); default: every tenant the caller may see.
-    pub tenant: Option<String>,
-}
-
-/// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
-/// compute slices (slice-seconds), and per tenant the sums. Tenant members see their tenants only.
-#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
-    params(UsageQuery),
-    responses((status = 200, body = UsageReport), (status = 404, body = Problem), (status = 422, body = Problem)))]
-pub async fn usage(
-    State(state): State<AppState>,
-    p: Principal,
-    ApiQuery(q): ApiQuery<UsageQuery>,
-) -> Result<ApiJson<UsageReport>, ApiError> {
-    let now = now_ms();
-    let to = q.to.unwrap_or(now);
-    let from = q.from.unwrap_or(to - 30 * 24 * 3600 * 1000);
-    if from >= to {
-        return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
-    }
-    let metered = match &q.tenant {
-        Some(t) => {
-            super::auth::require_visible(&p, t, "tenant")?;
-            state.store.metered(Some(t), from, to).await?
-        }
-        None if p.user.platform_admin => state.store.metered(None, from, to).await?,
-        None => {
-            let mut all = Vec::new();
-            for (t, _) in &p.memberships {
-                all.extend(state.store.metered(Some(t), from, to).await?);
-            }
-            all
-        }
-    };
-    Ok(ApiJson(meter(state.catalog, &metered, from, to, now)))
 }

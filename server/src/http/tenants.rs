@@ -1,4 +1,4 @@
-//! Tenants and their quotas.
+//! Tenants, their approval policies and their quotas.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +25,32 @@ pub struct NewTenant {
     /// Largest request (weighted compute slices) approved automatically.
     #[serde(default)]
     pub auto_approve_max_compute_slices: u32,
+}
+
+/// A tenant's approval policy, replaced whole (absent fields take the same defaults as at creation).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// Approve requests within quota without an admin.
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Largest request (weighted compute slices) approved automatically.
+    #[serde(default)]
+    pub auto_approve_max_compute_slices: u32,
+}
+
+/// Most weighted compute slices an approval policy may name (the PostgreSQL column is a 32-bit integer).
+const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
+
+/// The policy of a new tenant or a policy update, checked.
+fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32) -> Result<ApprovalPolicy, ApiError> {
+    if auto_approve_max_compute_slices > MAX_AUTO_APPROVE_SLICES {
+        return Err(ApiError::invalid(
+            "invalid_policy",
+            format!("auto_approve_max_compute_slices is at most {MAX_AUTO_APPROVE_SLICES}"),
+        ));
+    }
+    Ok(ApprovalPolicy { auto_approve, auto_approve_max_compute_slices })
 }
 
 /// A tenant.
@@ -102,10 +128,7 @@ pub async fn create_tenant(
     if !valid_name(&body.name) {
         return Err(ApiError::invalid("invalid_name", "a tenant name is 1-63 characters of a-z, 0-9 and -"));
     }
-    let policy = ApprovalPolicy {
-        auto_approve: body.auto_approve,
-        auto_approve_max_compute_slices: body.auto_approve_max_compute_slices,
-    };
+    let policy = approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
     let tenant = state.store.create_tenant(&body.name, policy, &p.actor()).await?;
     Ok((StatusCode::CREATED, ApiJson(tenant.into())))
 }
@@ -120,6 +143,22 @@ pub async fn get_tenant(
 ) -> Result<ApiJson<TenantView>, ApiError> {
     require_visible(&p, &id, "tenant")?;
     Ok(ApiJson(state.store.tenant(&id).await?.into()))
+}
+
+/// Replace a tenant's approval policy (platform admins): requests created from now on are decided by it.
+#[utoipa::path(put, path = "/api/v1/tenants/{id}/policy", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(("id" = String, Path)), request_body = PolicyUpdate,
+    responses((status = 200, body = TenantView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_policy")))]
+pub async fn set_policy(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PolicyUpdate>,
+) -> Result<ApiJson<TenantView>, ApiError> {
+    require_platform_admin(&p)?;
+    let policy = approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
+    Ok(ApiJson(state.store.set_policy(&id, policy, &p.actor()).await?.into()))
 }
 
 async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiError> {

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod approvals;
 pub mod fleet;
+pub mod idle;
 pub mod requests;
 pub mod telemetry;
 pub mod usage;

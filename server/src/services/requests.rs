@@ -1,5 +1,6 @@
 //! Slice requests: creation against the quota (auto-approved where the tenant's policy allows), admin approval and
-//! rejection, cancellation by the tenant.
+//! rejection, cancellation by the tenant, and the release of an active request by the tenant or, reclaiming it, by a
+//! platform admin.
 
 use tessera_core::quota::{Decision, Usage, charge};
 use tessera_core::request::{RequestState, SliceSpec};
@@ -26,6 +27,9 @@ pub enum Action {
     Reject,
     /// Tenant: withdraw before it is active.
     Cancel,
+    /// Tenant, or a platform admin reclaiming it: active -> released, giving its instances and quota back. A
+    /// platform admin who is not a member of the tenant must say why.
+    Release,
 }
 
 /// What a tenant asks for.
@@ -135,13 +139,21 @@ pub async fn act(
         }
         Action::Reject => RequestState::Rejected,
         Action::Cancel => RequestState::Cancelled,
+        Action::Release => RequestState::Released,
     };
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     let reason = match action {
-        Action::Reject => match reason.map(str::trim) {
-            Some(r) if !r.is_empty() => Some(r),
-            _ => return Err(ApiError::invalid("reason_required", "rejecting a request needs a reason")),
-        },
-        _ => None,
+        Action::Reject if reason.is_none() => {
+            return Err(ApiError::invalid("reason_required", "rejecting a request needs a reason"));
+        }
+        Action::Release if reason.is_none() && p.role_in(&request.tenant_id).is_none() => {
+            return Err(ApiError::invalid(
+                "reason_required",
+                "reclaiming another tenant's request needs a reason (it is shown to the tenant)",
+            ));
+        }
+        Action::Reject | Action::Release => reason,
+        Action::Cancel => None,
     };
     let actor = p.actor();
     let t = Transition { id: &request.id, expected_version: if_match, to, reason, actor: &actor };

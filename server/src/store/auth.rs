@@ -47,6 +47,24 @@ impl Dialect {
         }
     }
 
+    /// A time column as UTC milliseconds: SQLite keeps `<column>_ms` as an integer, PostgreSQL `<column>` as a
+    /// `TIMESTAMPTZ` (users, API tokens, tenants, the audit log).
+    pub(super) fn ms(self, column: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("{column}_ms"),
+            Dialect::Postgres => format!("(extract(epoch from {column}) * 1000)::bigint"),
+        }
+    }
+
+    /// What locks the rows a `SELECT` inside a writing transaction reads: PostgreSQL locks them; SQLite holds the
+    /// database's write lock already (see [`Dialect::begin`]).
+    pub(super) fn lock(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE",
+        }
+    }
+
     /// `INSERT` columns and values for a user; `$1..$6` are id, name, platform_admin, email, issuer, subject and `$7`
     /// the creation time in milliseconds.
     fn insert_user(self) -> &'static str {

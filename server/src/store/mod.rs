@@ -31,9 +31,11 @@ macro_rules! on_pool {
 }
 
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod batch;
 pub mod changes;
+pub mod people;
 mod postgres;
 mod sqlite;
 pub mod telemetry;

@@ -173,6 +173,21 @@ impl Store {
         })
     }
 
+    /// Per device, the utilisation of minute rows with `from_ms <= minute_ms < to_ms` as `(device, sum of
+    /// util_avg × samples, samples)`: what a sample-weighted mean needs, without reading every row.
+    pub async fn util_sums(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64, i64)>, StoreError> {
+        on_pool!(self, pool, _dialect, _audit => {
+            Ok(sqlx::query_as(
+                "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION), CAST(SUM(samples) AS BIGINT) \
+                 FROM telemetry_minutes WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
+            )
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     /// Deletes minute rows older than `before_ms`; returns how many.
     pub async fn prune_minutes(&self, before_ms: i64) -> Result<u64, StoreError> {
         on_pool!(self, pool, _dialect, _audit => {

@@ -13,6 +13,11 @@
 //     form's quota feedback, the pending bar), root approves it on the approvals page (the planner's placement) and
 //     then the layout change it needs (the diff), the simulated agent applies it and the tenant's allocation turns
 //     active; the instance's heatmap row fills and changes as the live stream comes in;
+//   - ada creates an API token (the secret shown once, working, then revoked); root edits the GPU's MIG layout in the
+//     editor (the in-use instance locked, a refused start explained in the core's words, one added with the
+//     keyboard, proposed and approved), reads the audit log, creates a tenant and edits research's quotas, policy
+//     and members, and on the usage page finds ada's allocation idle, exports the CSV and reclaims it;
+//   - the tenant dashboard fits a 1,024 px wide screen;
 //   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures.
 // Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
 // Exits non-zero on the first failure, printing what was expected.
@@ -340,6 +345,154 @@ display_name = "Test IdP"
     await canvas.hover({ position: { x: 5, y: (await label.boundingBox()).y - (await canvas.boundingBox()).y + 7 } });
     const tip = await tp.locator('[data-testid=tooltip]').textContent();
     check(tip.includes(device), `heatmap: the tooltip explains the cell under the pointer (${tip})`);
+
+    // The layout editor (root), on the GPU that holds ada's instance.
+    const nodes = await api('GET', '/api/v1/nodes');
+    const held = nodes.flatMap((n) => n.gpus).find((g) => g.in_use.some((u) => u.request === requestId));
+    await page.goto(`${base}/gpus/${held.id}/layout`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const editor = page.locator('[data-testid=editor]');
+    const lockedInst = editor.locator('[data-testid=draft] .inst.locked[data-profile="2g.20gb"]');
+    await lockedInst.waitFor();
+    await lockedInst.click();
+    await editor.locator('[data-testid=editor-messages] li.error', { hasText: 'must keep' }).waitFor();
+    check(true, 'layout editor: the in-use 2g.20gb instance is locked, and says why when clicked');
+    await editor.locator('button', { hasText: 'Keep only what is in use' }).click();
+    await editor.locator('input[name=profile][value="1g.10gb"]').check();
+    const lockedStart = Number(await lockedInst.getAttribute('data-start'));
+    await editor.locator(`[data-testid=starts] .start[data-start="${lockedStart}"]`).click();
+    const refusal = (await editor.locator('[data-testid=editor-messages] li.error').first().textContent()).trim();
+    const draft = await editor.locator('[data-testid=draft] .inst').evaluateAll((els) => els.map((e) => ({ profile: e.dataset.profile, start: Number(e.dataset.start) })));
+    const verdict = await api('POST', `/api/v1/catalog/models/${held.model}/validate`, {
+      instances: [...draft, { profile: '1g.10gb', start: lockedStart }],
+    });
+    check(!verdict.valid && verdict.errors.some((e) => e.message === refusal),
+      `layout editor: an overlapping start is refused with the core's message, the same as the API's ("${refusal}")`);
+    // Added with the keyboard: focus an allowed start and press Enter.
+    await editor.locator('[data-testid=starts] .start.ok').first().focus();
+    await page.keyboard.press('Enter');
+    const added = editor.locator('[data-testid=draft] .inst.created[data-profile="1g.10gb"]');
+    await added.waitFor();
+    const editorShot = await page.screenshot({ path: path.join(out, 'layout-editor.png'), fullPage: true });
+    check(anyPixel(editorShot, await editor.locator('[data-testid=draft-diff] .inst.created').first().boundingBox(), '#009e73'),
+      'layout editor: the diff against the GPU layout draws the added 1g.10gb in green (added with the keyboard)');
+    await editor.locator('[data-testid=propose]').click();
+    const proposed = page.locator('[data-testid=layout]');
+    await proposed.waitFor();
+    await proposed.locator('[data-testid=approve-layout]').click();
+    await page.locator('[data-testid=no-layouts]').waitFor();
+    await waitFor('the edited layout on the GPU', async () => {
+      const g = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((x) => x.id === held.id);
+      return g.layout.some((i) => i.profile === '1g.10gb') && g.layout.some((i) => i.profile === '2g.20gb' && i.start === lockedStart);
+    }, 20000, 500);
+    check(true, 'layout editor: the proposal is approved; the GPU has the new 1g.10gb and kept the in-use 2g.20gb');
+
+    // API tokens (ada): the secret is shown once, works, and stops working once revoked.
+    await tp.goto(`${base}/tokens`);
+    await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await tp.locator('[data-testid=token-form] input[name=token-name]').fill('ci-pipeline');
+    await tp.locator('[data-testid=token-form] button[type=submit]').click();
+    const secret = (await tp.locator('[data-testid=secret]').textContent()).trim();
+    check(secret.startsWith('tsr_'), 'tokens: the new secret is shown once');
+    const tokenRow = tp.locator('[data-testid=tokens] tr[data-state=active]', { hasText: 'ci-pipeline' });
+    await tokenRow.waitFor();
+    const asToken = async () => (await fetch(`${base}/api/v1/session`, { headers: { authorization: `Bearer ${secret}` } })).status;
+    check(await asToken() === 200, 'tokens: the secret authenticates on the API');
+    const tokensShot = await tp.screenshot({ path: path.join(out, 'tokens.png'), fullPage: true });
+    check(anyPixel(tokensShot, await tp.locator('[data-testid=new-token]').boundingBox(), '#009e73'),
+      'tokens: the card with the secret has its green border');
+    await tokenRow.locator('[data-testid=revoke]').click();
+    await tp.locator('[data-testid=tokens] tr[data-state=revoked]', { hasText: 'ci-pipeline' }).waitFor();
+    check(await asToken() === 401, 'tokens: a revoked token is refused (401)');
+
+    // Audit log (root): the layout approval is there, and a filter narrows to one request.
+    await page.goto(`${base}/audit`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await page.locator('[data-testid=audit] tbody tr').first().waitFor();
+    await page.locator('[data-testid=audit-filter] input[name=object]').fill(`request/${requestId}`);
+    await page.locator('[data-testid=audit-filter] button[type=submit]').click();
+    await waitFor('the request filter', async () => {
+      const objects = await page.locator('[data-testid=audit] tbody tr td:nth-child(4)').allTextContents();
+      return objects.length > 0 && objects.every((o) => o.trim() === `request/${requestId}`);
+    }, 20000, 300);
+    const actions = await page.locator('[data-testid=audit] tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.action));
+    check(actions.length >= 2, `audit: the request's entries, newest first (${actions.join(', ')})`);
+    const auditShot = await page.screenshot({ path: path.join(out, 'audit.png'), fullPage: true });
+    check(near(pixel(auditShot, ...(await (async () => { const b = await page.locator('[data-testid=audit-filter] button[type=submit]').boundingBox(); return [b.x + 4, b.y + b.height / 2]; })())), '#0072b2'),
+      'audit: the filter button is drawn in the accent blue');
+
+    // Tenants editor (root): a quota key is checked by the core parser as it is typed; limits, policy, members.
+    await page.goto(`${base}/admin/tenants`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await page.locator('[data-testid=tenant-form] input[name=tenant-name]').fill('platform-tools');
+    await page.locator('[data-testid=tenant-form] button[type=submit]').click();
+    await page.locator('[data-testid=tenant-list] tr[data-tenant=platform-tools]').waitFor();
+    check(true, 'tenants: a tenant is created from the form');
+    await page.locator('[data-testid=tenant-list] tr[data-tenant=research] a').click();
+    await page.waitForURL(`${base}/admin/tenants/${research.id}`);
+    const quotaForm = page.locator('[data-testid=quota-form]');
+    await quotaForm.locator('input[name=quota-key]').fill('mig/H100-80GB/5g.40gb');
+    check((await page.locator('[data-testid=quota-key-error]').textContent()).includes('5g.40gb'),
+      'tenants: an unknown profile in a quota key is explained before saving');
+    await quotaForm.locator('input[name=quota-key]').fill('mig/H100-80GB/2g.20gb');
+    await quotaForm.locator('input[name=quota-amount]').fill('3');
+    await quotaForm.locator('button[type=submit]').click();
+    await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"]').waitFor();
+    const limits = await api('GET', `/api/v1/tenants/${research.id}/quotas`);
+    check(limits.resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit === 3), 'tenants: the new limit is saved');
+    await page.locator('[data-testid=policy-form] input[name=auto-approve]').check();
+    await page.locator('[data-testid=policy-form] input[name=auto-max]').fill('2');
+    await page.locator('[data-testid=policy-form] button[type=submit]').click();
+    await page.locator('[data-testid=policy-form] [role=status]', { hasText: 'Saved' }).waitFor();
+    const policy = await api('GET', `/api/v1/tenants/${research.id}`);
+    check(policy.auto_approve && policy.auto_approve_max_compute_slices === 2, 'tenants: the approval policy is saved');
+    await page.locator('[data-testid=add-member] input[name=new-user]').fill('bob@example.com');
+    await page.locator('[data-testid=add-member] button[type=submit]').click();
+    await page.locator('[data-testid=member-list] tr[data-member="bob@example.com"]').waitFor();
+    check(true, 'tenants: a new user is created and added as a member');
+    const tenantsShot = await page.screenshot({ path: path.join(out, 'tenant-admin.png'), fullPage: true });
+    const saveBox = await page.locator('[data-testid=policy-form] button[type=submit]').boundingBox();
+    check(near(pixel(tenantsShot, saveBox.x + 4, saveBox.y + saveBox.height / 2), '#0072b2'), 'tenants: the save button is drawn in the accent blue');
+
+    // Usage and chargeback (root): ada's allocation is metered; with a threshold above its utilisation it is idle,
+    // highlighted, exported to CSV, and reclaimed.
+    // The idle window (18 s) must have passed since the allocation turned active.
+    await waitFor('the allocation to have been held for 18 s', async () => (await api('GET', '/api/v1/usage?idle_below=100&idle_hours=0.005'))
+      .allocations.some((a) => a.tenant === 'research' && a.idle), 60000, 1000);
+    await page.goto(`${base}/usage`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await page.locator('[data-testid=usage-chart] rect').first().waitFor();
+    await page.locator('[data-testid=usage-controls] input[name=idle-below]').fill('100');
+    await page.locator('[data-testid=usage-controls] input[name=idle-below]').dispatchEvent('change');
+    await page.locator('[data-testid=usage-controls] input[name=idle-hours]').fill('0.005');
+    await page.locator('[data-testid=usage-controls] input[name=idle-hours]').dispatchEvent('change');
+    const idleRow = page.locator('[data-testid=usage-allocations] tr[data-idle=true][data-state=active]', { hasText: 'research' });
+    await idleRow.waitFor({ timeout: 30000 });
+    check(true, 'usage: ada\'s allocation is flagged idle under a 100 % threshold over the last 18 s');
+    const usageShot = await page.screenshot({ path: path.join(out, 'usage.png'), fullPage: true });
+    check(anyPixel(usageShot, await page.locator('[data-testid=usage-chart] rect').first().boundingBox(), '#0072b2'),
+      'usage: the chart draws its bars in the accent blue');
+    check(anyPixel(usageShot, await idleRow.locator('td').first().boundingBox(), '#e69f00'),
+      'usage: the idle allocation is highlighted in amber');
+    const csvHref = await page.locator('[data-testid=csv]').getAttribute('href');
+    const csv = await page.request.get(`${base}${csvHref}`);
+    const csvText = await csv.text();
+    const allocationId = await idleRow.getAttribute('data-allocation');
+    check(csv.headers()['content-type'].startsWith('text/csv') && csvText.split('\n')[0].startsWith('tenant,allocation')
+      && csvText.includes(allocationId), 'usage: the CSV export has a header and the allocation');
+    await page.locator('input[name=reclaim-reason]').fill('idle in the portal test');
+    await idleRow.locator('[data-testid=reclaim]').click();
+    await page.locator('ul.messages li.ok', { hasText: 'released' }).waitFor();
+    await tp.goto(`${base}/t/${research.id}`);
+    await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=released]`).waitFor();
+    check(true, 'usage: the admin reclaims the idle allocation; the tenant sees its request released');
+
+    // A laptop screen: the tenant dashboard fits without horizontal scrolling.
+    await tp.setViewportSize({ width: 1024, height: 700 });
+    await tp.waitForTimeout(300);
+    const overflow = await tp.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    await tp.screenshot({ path: path.join(out, 'tenant-1024.png') });
+    check(overflow <= 0, `tenant dashboard fits a 1024 px wide screen (overflow ${overflow} px)`);
 
     // Drawing benchmark: 1,000 rows × 900 columns, against per-cell drawing in the same page.
     await tp.goto(`${base}/heatmap?bench=1000x900`);

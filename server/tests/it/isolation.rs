@@ -24,6 +24,7 @@ struct World {
     node: String,
     b_tenant: String,
     b_user: String,
+    b_spare: String,
     b_token_ids: Vec<String>,
     b_requests: Vec<String>,
     gpu: String,
@@ -82,6 +83,8 @@ async fn world() -> World {
     let (_, a_admin) = user(&store, "ace-of-a", &a, Role::TenantAdmin).await;
     let (b_user, b_member) = user(&store, B_USER, &b, Role::Member).await;
     let (_, b_admin) = user(&store, "boss-of-b", &b, Role::TenantAdmin).await;
+    // Removed from B by the matrix (removing `b_user` would take B's member out of every later call).
+    let (b_spare, _) = user(&store, "spare-of-b", &b, Role::Member).await;
     let mut b_token_ids = Vec::new();
     for i in 0..8 {
         b_token_ids.push(
@@ -140,6 +143,7 @@ async fn world() -> World {
         node,
         b_tenant: b,
         b_user,
+        b_spare,
         b_token_ids,
         b_requests,
         gpu,
@@ -187,6 +191,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         let collection = segments[i - 1];
         let value = match (collection, *segment) {
             ("tenants", "{id}") => w.b_tenant.clone(),
+            ("members", "{user}") if method == "delete" => w.b_spare.clone(),
             ("members", "{user}") => w.b_user.clone(),
             ("requests", "{id}") => w.b_requests[round % 7].clone(),
             ("gpus", "{id}") => w.gpu.clone(),
@@ -216,6 +221,8 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
         ("put", "/api/v1/tenants/{id}/quotas") => json!({"limits": {"compute_slices": 50}}),
         ("put", "/api/v1/tenants/{id}/members/{user}") => json!({"role": "member"}),
+        ("put", "/api/v1/tenants/{id}/policy") => json!({"auto_approve": false}),
+        ("post", "/api/v1/requests/{id}/release") => json!({"reason": "matrix"}),
         ("post", "/api/v1/requests/{id}/reject") | ("post", "/api/v1/layouts/{id}/reject") => {
             json!({"reason": "matrix"})
         }
@@ -325,6 +332,7 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
             }
             let touches_b = url.contains(&w.b_tenant)
                 || url.contains(&w.b_user)
+                || url.contains(&w.b_spare)
                 || w.b_requests.iter().chain(&w.b_token_ids).any(|id| url.contains(id.as_str()))
                 || body.to_string().contains(&w.b_tenant);
             for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {
@@ -376,6 +384,8 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
     }
     assert!(checked >= 40, "the matrix covered only {checked} operations");
     assert!(failures.is_empty(), "{} isolation failures:\n{}", failures.len(), failures.join("\n"));
-    // The store was not bypassed: B's data is still B's.
-    assert_eq!(w.store.members(&w.b_tenant).await.expect("members").len(), 2);
+    // The store was not bypassed: B's data is still B's (less the member its admin removed).
+    let members = w.store.members(&w.b_tenant).await.expect("members");
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(members.iter().all(|(u, _)| u.id != w.b_spare));
 }

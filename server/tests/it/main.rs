@@ -1,5 +1,6 @@
 //! Integration tests of the `tessera` binary: one test binary, one module per area.
 
+mod admin;
 mod agents;
 mod api;
 mod cli_mig;

@@ -11,14 +11,16 @@ use tessera_server::store::auth::{LoginAttempt, SessionRecord, SsoIdentity};
 use tessera_server::store::{LayoutChange, NewGpu, NewRequest, Reservation, Role, Store, StoreError, Transition};
 
 /// A store on a fresh database, dropped with it.
-struct TestDb {
-    store: Store,
+pub(crate) struct TestDb {
+    pub(crate) store: Store,
+    /// The database's URL, for a server on the same database.
+    pub(crate) url: String,
     drop_pg: Option<(String, String)>,
     sqlite_file: Option<std::path::PathBuf>,
 }
 
 impl TestDb {
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.store.close().await;
         if let Some((admin, name)) = self.drop_pg
             && let Ok(pool) = sqlx::PgPool::connect(&admin).await
@@ -33,11 +35,12 @@ impl TestDb {
     }
 }
 
-async fn sqlite() -> TestDb {
+pub(crate) async fn sqlite() -> TestDb {
     let file = std::env::temp_dir().join(format!("tessera-test-{}.db", uuid::Uuid::now_v7().simple()));
-    let store = Store::connect(&format!("sqlite://{}", file.display())).await.expect("sqlite");
+    let url = format!("sqlite://{}", file.display());
+    let store = Store::connect(&url).await.expect("sqlite");
     store.migrate().await.expect("migrate");
-    TestDb { store, drop_pg: None, sqlite_file: Some(file) }
+    TestDb { store, url, drop_pg: None, sqlite_file: Some(file) }
 }
 
 /// `url` with its database name replaced by `name`.
@@ -54,7 +57,7 @@ pub(crate) fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-async fn postgres() -> Option<TestDb> {
+pub(crate) async fn postgres() -> Option<TestDb> {
     let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
         eprintln!("TESSERA_TEST_POSTGRES_URL is not set: PostgreSQL half of the store suite skipped");
         return None;
@@ -63,9 +66,10 @@ async fn postgres() -> Option<TestDb> {
     let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
     pool.close().await;
-    let store = Store::connect(&with_database(&admin, &name)).await.expect("postgres");
+    let url = with_database(&admin, &name);
+    let store = Store::connect(&url).await.expect("postgres");
     store.migrate().await.expect("migrate");
-    Some(TestDb { store, drop_pg: Some((admin, name)), sqlite_file: None })
+    Some(TestDb { store, url, drop_pg: Some((admin, name)), sqlite_file: None })
 }
 
 macro_rules! conformance {
@@ -115,6 +119,9 @@ conformance!(
     sessions_and_login_attempts_live_in_the_database,
     node_credentials_identify_one_node_until_revoked,
     telemetry_minutes_are_merged_queried_and_pruned,
+    people_tokens_and_policies_are_listed_and_changed_with_an_audit_trail,
+    the_audit_log_filters_by_exact_prefixes_and_pages_by_id,
+    utilisation_sums_are_sample_weighted_per_device_within_the_range,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -1013,4 +1020,119 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
 
     assert_eq!(store.prune_minutes(m0 + 60_000).await.expect("prune"), 2);
     assert_eq!(store.minutes(None, 0, i64::MAX).await.expect("minutes").len(), 2);
+}
+
+async fn people_tokens_and_policies_are_listed_and_changed_with_an_audit_trail(store: &Store) {
+    let t = store.create_tenant("people", POLICY, "test").await.expect("tenant");
+    let zed = store.create_user("zed", false, "test").await.expect("user");
+    let amy = store.create_user("amy", true, "test").await.expect("user");
+    let names: Vec<String> = store.users().await.expect("users").into_iter().map(|u| u.name).collect();
+    assert_eq!(names, ["amy", "zed"]);
+
+    let first = store.create_token(&zed.id, "first", "hash-1", "test").await.expect("token");
+    let second = store.create_token(&zed.id, "second", "hash-2", "test").await.expect("token");
+    store.create_token(&amy.id, "amy's", "hash-3", "test").await.expect("token");
+    store.revoke_token(&first, Some(&zed.id), "test").await.expect("revoke");
+    let tokens = store.tokens(&zed.id).await.expect("tokens");
+    let listed: Vec<(&str, bool)> = tokens.iter().map(|t| (t.id.as_str(), t.revoked_at_ms.is_some())).collect();
+    assert_eq!(listed, [(second.as_str(), false), (first.as_str(), true)], "newest first");
+    assert!(tokens[1].revoked_at_ms >= Some(tokens[1].created_at_ms));
+
+    store.set_membership(&zed.id, &t.id, Role::TenantAdmin, "test").await.expect("member");
+    store.remove_membership(&zed.id, &t.id, "user:amy").await.expect("remove");
+    assert!(store.members(&t.id).await.expect("members").is_empty());
+    assert!(matches!(store.remove_membership(&zed.id, &t.id, "user:amy").await, Err(StoreError::NotFound { .. })));
+    let history = store.audit(&format!("tenant/{}/member/{}", t.id, zed.id)).await.expect("audit");
+    let last = history.last().expect("entry");
+    assert_eq!((last.action.as_str(), last.actor.as_str()), ("membership.remove", "user:amy"));
+    assert!(last.before.as_deref().is_some_and(|b| b.contains("tenant-admin")), "{last:?}");
+
+    let policy = ApprovalPolicy { auto_approve: true, auto_approve_max_compute_slices: 3 };
+    let after = store.set_policy(&t.id, policy, "user:amy").await.expect("policy");
+    assert_eq!((after.policy, after.name.as_str(), after.created_at_ms), (policy, "people", t.created_at_ms));
+    assert_eq!(store.tenant(&t.id).await.expect("tenant").policy, policy);
+    let last = store.audit(&format!("tenant/{}", t.id)).await.expect("audit").pop().expect("entry");
+    assert_eq!(last.action, "tenant.policy");
+    let after: serde_json::Value = serde_json::from_str(last.after.as_deref().expect("after")).expect("json");
+    assert_eq!(after["policy"], serde_json::json!({"auto_approve": true, "auto_approve_max_compute_slices": 3}));
+    assert!(matches!(store.set_policy("nope", policy, "test").await, Err(StoreError::NotFound { .. })));
+}
+
+async fn the_audit_log_filters_by_exact_prefixes_and_pages_by_id(store: &Store) {
+    use tessera_server::store::audit::AuditFilter;
+
+    // Tenant creations are audited as `tenant/<id>`; these names make objects and actors to filter on.
+    for (i, actor) in ["user:a", "user:b", "user:a", "user:a_b"].iter().enumerate() {
+        store.create_tenant(&format!("audit-{i}"), POLICY, actor).await.expect("tenant");
+    }
+    let all = store.audit_entries(AuditFilter { limit: 100, ..Default::default() }).await.expect("entries");
+    assert_eq!(all.len(), 4);
+    assert!(all.windows(2).all(|w| w[0].0 > w[1].0), "newest first");
+    assert_eq!(all[0].1.actor, "user:a_b");
+
+    let by = |f: AuditFilter<'static>| async move {
+        store.audit_entries(f).await.expect("entries").into_iter().map(|(_, e)| e.actor).collect::<Vec<_>>()
+    };
+    assert_eq!(by(AuditFilter { actor: Some("user:a"), limit: 100, ..Default::default() }).await, ["user:a"; 2]);
+    // Prefixes are literal and case-sensitive: `_` is no wildcard, `TENANT/` is not `tenant/`.
+    assert_eq!(by(AuditFilter { object_prefix: Some("tenant/"), limit: 100, ..Default::default() }).await.len(), 4);
+    assert!(by(AuditFilter { object_prefix: Some("TENANT/"), limit: 100, ..Default::default() }).await.is_empty());
+    assert!(by(AuditFilter { action_prefix: Some("tenant_"), limit: 100, ..Default::default() }).await.is_empty());
+    assert_eq!(by(AuditFilter { action_prefix: Some("tenant."), limit: 100, ..Default::default() }).await.len(), 4);
+    let object = all[1].1.object.clone();
+    let exact = store
+        .audit_entries(AuditFilter { object: Some(&object), limit: 100, ..Default::default() })
+        .await
+        .expect("entries");
+    assert_eq!(exact.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [all[1].0]);
+    let at = all[1].1.at_ms;
+    let since = store.audit_entries(AuditFilter { from_ms: Some(at), limit: 100, ..Default::default() });
+    assert!(since.await.expect("entries").iter().all(|(_, e)| e.at_ms >= at));
+    let until = store.audit_entries(AuditFilter { to_ms: Some(at), limit: 100, ..Default::default() });
+    assert!(until.await.expect("entries").iter().all(|(_, e)| e.at_ms < at));
+
+    // Pages of one by id: every entry once, in order.
+    let mut paged = Vec::new();
+    let mut before = None;
+    loop {
+        let page =
+            store.audit_entries(AuditFilter { before_id: before, limit: 1, ..Default::default() }).await.expect("page");
+        let Some((id, _)) = page.first() else { break };
+        before = Some(*id);
+        paged.push(*id);
+    }
+    assert_eq!(paged, all.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+}
+
+async fn utilisation_sums_are_sample_weighted_per_device_within_the_range(store: &Store) {
+    use tessera_server::store::telemetry::MinuteRow;
+
+    let row = |device: &str, minute: i64, samples: i64, util: f64| MinuteRow {
+        device: device.into(),
+        minute_ms: minute * 60_000,
+        node_id: "n".into(),
+        gpu: "GPU-1".into(),
+        profile: Some("1g.10gb".into()),
+        start: Some(0),
+        samples,
+        util_avg: util,
+        util_max: util,
+        mem_used_avg: 1.0,
+        mem_total: 10.0,
+        power_avg: None,
+        temp_max: None,
+    };
+    store
+        .write_minutes(&[
+            row("MIG-a", 10, 60, 2.0),
+            row("MIG-a", 11, 30, 8.0),
+            row("MIG-a", 12, 60, 99.0),
+            row("MIG-b", 9, 60, 50.0),
+            row("MIG-b", 10, 1, 40.0),
+        ])
+        .await
+        .expect("write");
+    let sums = store.util_sums(10 * 60_000, 12 * 60_000).await.expect("sums");
+    assert_eq!(sums, [("MIG-a".to_string(), 360.0, 90), ("MIG-b".to_string(), 40.0, 1)]);
+    assert!(store.util_sums(0, 9 * 60_000).await.expect("sums").is_empty());
 }

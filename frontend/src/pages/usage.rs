@@ -1,0 +1,266 @@
+//! `/usage`: usage and chargeback. GPU-hours per tenant or per profile over a period, as a chart and a table,
+//! with the allocations behind them and a CSV export (the API's own `format=csv`). Allocations that are held but
+//! idle (under N % utilisation for the last H hours) are highlighted; platform admins can reclaim them, which
+//! releases the request with a reason the tenant sees. Members see their tenants only.
+
+use leptos::prelude::*;
+
+use crate::api;
+use crate::app::{SessionResource, problem_view};
+use crate::model::{SliceRequest, UsageReport};
+use crate::pages::now_ms;
+use crate::pages::tenant::short;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// The usage query for a period of `days` ending at `now_ms` (rounded up to the minute, so that the server's
+/// render and the browser's ask for the same thing).
+pub fn usage_query(days: i64, now_ms: i64, idle_below: f64, idle_hours: f64) -> String {
+    let to = (now_ms / 60_000 + 1) * 60_000;
+    let from = to - days * 24 * HOUR_MS;
+    format!("/api/v1/usage?from={from}&to={to}&idle_below={idle_below}&idle_hours={idle_hours}")
+}
+
+/// One bar: label, value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    /// What it is.
+    pub label: String,
+    /// GPU-hours.
+    pub value: f64,
+}
+
+/// The bars of a report, per tenant or per profile, largest first.
+pub fn bars(report: &UsageReport, by_profile: bool) -> Vec<Bar> {
+    let mut out: Vec<Bar> = if by_profile {
+        report
+            .profiles
+            .iter()
+            .map(|p| Bar { label: format!("{} {}", p.model, p.profile), value: p.gpu_hours })
+            .collect()
+    } else {
+        report.tenants.iter().map(|t| Bar { label: t.tenant.clone(), value: t.gpu_hours }).collect()
+    };
+    out.sort_by(|a, b| b.value.total_cmp(&a.value).then_with(|| a.label.cmp(&b.label)));
+    out
+}
+
+/// GPU-hours for people: more digits for small amounts.
+pub fn hours(h: f64) -> String {
+    if h >= 100.0 {
+        format!("{h:.0}")
+    } else if h >= 1.0 {
+        format!("{h:.1}")
+    } else {
+        format!("{h:.3}")
+    }
+}
+
+/// A horizontal bar chart (SVG), widths relative to the largest bar.
+fn chart(bars: &[Bar]) -> AnyView {
+    let max = bars.iter().map(|b| b.value).fold(0.0, f64::max);
+    let h = 26 * bars.len().max(1) as i32 + 4;
+    let described =
+        bars.iter().map(|b| format!("{}: {} GPU-hours", b.label, hours(b.value))).collect::<Vec<_>>().join("; ");
+    view! {
+        <svg class="chart" data-testid="usage-chart" viewBox=format!("0 0 640 {h}") width="100%" height=h role="img"
+            aria-label=described>
+            {bars.iter().enumerate().map(|(i, b)| {
+                let w = if max > 0.0 { (b.value / max * 380.0).max(2.0) } else { 2.0 };
+                let y = 26 * i as i32 + 4;
+                view! {
+                    <g>
+                        <text x="0" y=y + 15 class="chart-label">{b.label.clone()}</text>
+                        <rect x="200" y=y width=format!("{w:.1}") height="20" rx="3" class="chart-bar" />
+                        <text x=format!("{:.1}", 206.0 + w) y=y + 15 class="chart-value">{hours(b.value)}</text>
+                    </g>
+                }
+            }).collect_view()}
+        </svg>
+    }
+    .into_any()
+}
+
+/// The usage page.
+#[component]
+pub fn UsagePage() -> impl IntoView {
+    let session = expect_context::<SessionResource>();
+    let days = RwSignal::new(7i64);
+    let idle_below = RwSignal::new(5.0f64);
+    let idle_hours = RwSignal::new(2.0f64);
+    let by_profile = RwSignal::new(false);
+    let reason = RwSignal::new(String::new());
+    let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    let path = Memo::new(move |_| usage_query(days.get(), now_ms(), idle_below.get(), idle_hours.get()));
+    let report = Resource::new(move || path.get(), api::get_json::<UsageReport>);
+    let reclaim = move |request: String| {
+        let why = reason.get_untracked();
+        if why.trim().is_empty() {
+            messages.set(vec![(false, "Give a reason to reclaim: the tenant sees it.".into())]);
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let body = serde_json::json!({ "reason": why.trim() });
+            match api::send_json::<SliceRequest>("POST", format!("/api/v1/requests/{request}/release"), Some(body))
+                .await
+            {
+                Ok(r) => {
+                    messages.set(vec![(true, format!("Reclaimed {}: the request is {}.", short(&r.id), r.state))]);
+                    report.refetch();
+                }
+                Err(p) => messages.set(vec![(false, format!("{} ({})", p.message(), p.code))]),
+            }
+        });
+    };
+    let number = |signal: RwSignal<f64>| {
+        move |ev: leptos::ev::Event| {
+            if let Ok(v) = event_target_value(&ev).parse::<f64>() {
+                signal.set(v);
+            }
+        }
+    };
+    view! {
+        <section class="page">
+            <div class="title-row">
+                <h1>"Usage and chargeback"</h1>
+                <a class="button" data-testid="csv" rel="external" download="" href=move || format!("{}&format=csv", path.get())>"Export CSV"</a>
+            </div>
+            <div class="card toolbar" data-testid="usage-controls">
+                <label>"Period"
+                    <select name="days" on:change=move |ev| { if let Ok(d) = event_target_value(&ev).parse() { days.set(d); } }>
+                        <option value="1" selected=move || days.get() == 1>"Last 24 hours"</option>
+                        <option value="7" selected=move || days.get() == 7>"Last 7 days"</option>
+                        <option value="30" selected=move || days.get() == 30>"Last 30 days"</option>
+                        <option value="90" selected=move || days.get() == 90>"Last 90 days"</option>
+                    </select>
+                </label>
+                <fieldset class="modes">
+                    <legend class="sr-only">"Group by"</legend>
+                    <label><input type="radio" name="group" prop:checked=move || !by_profile.get() on:change=move |_| by_profile.set(false) />" per tenant"</label>
+                    <label><input type="radio" name="group" prop:checked=move || by_profile.get() on:change=move |_| by_profile.set(true) />" per profile"</label>
+                </fieldset>
+                <label>"Idle below (%)"<input type="number" name="idle-below" min="0" max="100" step="1" prop:value=move || idle_below.get().to_string() on:change=number(idle_below) /></label>
+                <label>"for (hours)"<input type="number" name="idle-hours" min="0.005" max="720" step="any" prop:value=move || idle_hours.get().to_string() on:change=number(idle_hours) /></label>
+            </div>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let admin = session.await.is_ok_and(|s| s.user.platform_admin);
+                    match report.await {
+                        Err(p) => problem_view(&p),
+                        Ok(r) => {
+                            let idle = r.allocations.iter().filter(|a| a.idle).count();
+                            let has_idle = idle != 0;
+                            let total: f64 = r.tenants.iter().map(|t| t.gpu_hours).sum();
+                            let r2 = r.clone();
+                            view! {
+                                <div class="cards two">
+                                    <div class="card">
+                                        <h2>{move || if by_profile.get() { "GPU-hours per profile" } else { "GPU-hours per tenant" }}</h2>
+                                        {move || chart(&bars(&r2, by_profile.get()))}
+                                    </div>
+                                    <div class="card">
+                                        <h2>"Totals"</h2>
+                                        <p class="big" data-testid="total-hours">{hours(total)}" GPU-hours"</p>
+                                        <p class="muted">{format!("{} allocation(s) in the period", r.allocations.len())}</p>
+                                        <p class:warn-text=has_idle data-testid="idle-count">{format!("{idle} idle now (under {}% for {} h)", r.idle_below, r.idle_hours)}</p>
+                                    </div>
+                                </div>
+                                <div class="card">
+                                    <div class="table-wrap">
+                                    <table data-testid="usage-groups">
+                                        <thead><tr><th scope="col">{move || if by_profile.get() { "Profile" } else { "Tenant" }}</th><th scope="col">"Allocations"</th><th scope="col">"Slice-hours"</th><th scope="col">"GPU-hours"</th></tr></thead>
+                                        <tbody>
+                                            {let r = r.clone(); move || if by_profile.get() {
+                                                r.profiles.iter().map(|p| view! { <tr><td>{format!("{} {}", p.model, p.profile)}</td><td>{p.allocations}</td><td>{hours(p.slice_seconds / 3600.0)}</td><td>{hours(p.gpu_hours)}</td></tr> }).collect_view().into_any()
+                                            } else {
+                                                r.tenants.iter().map(|t| view! { <tr><td>{t.tenant.clone()}</td><td>{t.allocations}</td><td>{hours(t.slice_seconds / 3600.0)}</td><td>{hours(t.gpu_hours)}</td></tr> }).collect_view().into_any()
+                                            }}
+                                        </tbody>
+                                    </table>
+                                    </div>
+                                </div>
+                                <h2>"Allocations"</h2>
+                                {admin.then(|| view! {
+                                    <div class="toolbar">
+                                        <label class="grow">"Reason (for reclaims)"<input type="text" name="reclaim-reason" bind:value=reason placeholder="e.g. idle for a day" /></label>
+                                    </div>
+                                })}
+                                <ul class="messages" aria-live="polite">
+                                    {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
+                                </ul>
+                                <div class="table-wrap">
+                                <table data-testid="usage-allocations">
+                                    <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Hours"</th><th scope="col">"GPU-hours"</th><th scope="col">"Mean util"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                                    <tbody>
+                                        {r.allocations.iter().map(|a| {
+                                            let request = a.request.clone();
+                                            let can_reclaim = admin && a.state == "active";
+                                            view! {
+                                                <tr class:idle=a.idle data-allocation=a.allocation.clone() data-idle=a.idle.to_string() data-state=a.state.clone()>
+                                                    <td>{a.tenant.clone()}</td>
+                                                    <td>{format!("{} {}", a.model, a.profile)}</td>
+                                                    <td>{a.node.clone()}</td>
+                                                    <td>{a.state.clone()}{a.idle.then(|| view! { <span class="tag warn-text">" idle"</span> })}</td>
+                                                    <td>{hours(a.seconds / 3600.0)}</td>
+                                                    <td>{hours(a.gpu_hours)}</td>
+                                                    <td>{a.util_mean.map_or_else(|| "—".to_string(), |u| format!("{u:.1} %"))}</td>
+                                                    <td class="actions">{can_reclaim.then(|| view! {
+                                                        <button class="button small danger" data-testid="reclaim" on:click=move |_| reclaim(request.clone())>"Reclaim"</button>
+                                                    })}</td>
+                                                </tr>
+                                            }
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                                </div>
+                            }.into_any()
+                        }
+                    }
+                })}
+            </Transition>
+        </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ProfileUsage, TenantUsage};
+
+    #[test]
+    fn the_query_is_stable_within_a_minute() {
+        let a = usage_query(7, 1_700_000_040_500, 5.0, 2.0);
+        assert_eq!(a, usage_query(7, 1_700_000_099_000, 5.0, 2.0));
+        assert!(a.contains("idle_below=5&idle_hours=2"), "{a}");
+        assert!(a.contains(&format!("from={}", 1_700_000_100_000 - 7 * 24 * HOUR_MS)), "{a}");
+    }
+
+    #[test]
+    fn bars_are_per_tenant_or_per_profile_largest_first() {
+        let t = |n: &str, h: f64| TenantUsage {
+            tenant_id: n.into(),
+            tenant: n.into(),
+            allocations: 1,
+            slice_seconds: h * 3600.0,
+            gpu_hours: h,
+        };
+        let report = UsageReport {
+            from_ms: 0,
+            to_ms: 1,
+            tenants: vec![t("a", 1.0), t("b", 3.0)],
+            profiles: vec![ProfileUsage {
+                model: "H100-80GB".into(),
+                profile: "3g.40gb".into(),
+                allocations: 2,
+                slice_seconds: 0.0,
+                gpu_hours: 4.0,
+            }],
+            allocations: vec![],
+            idle_below: 5.0,
+            idle_hours: 2.0,
+        };
+        assert_eq!(bars(&report, false).iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+        assert_eq!(bars(&report, true)[0], Bar { label: "H100-80GB 3g.40gb".into(), value: 4.0 });
+        assert_eq!((hours(0.0123), hours(2.26), hours(250.4)), ("0.012".into(), "2.3".into(), "250".into()));
+    }
+}

@@ -1,0 +1,215 @@
+//! Metered usage for chargeback, as JSON or as a CSV file: per allocation, per tenant and per profile, with the
+//! active allocations that sit idle flagged. Tenant members see their tenants' usage only.
+
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use crate::app::AppState;
+use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, IDLE_HOURS, device_utilisation};
+use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
+use crate::store::telemetry::Metered;
+use crate::store::{Principal, now_ms};
+
+/// Which usage, and how.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// Start, UTC ms (default: 30 days before `to`).
+    pub from: Option<i64>,
+    /// End, UTC ms (default: now).
+    pub to: Option<i64>,
+    /// One tenant (id); default: every tenant the caller may see.
+    pub tenant: Option<String>,
+    /// An active allocation whose device was used less than this on average (%, 0-100, default 5) over the last
+    /// `idle_hours` is idle.
+    pub idle_below: Option<f64>,
+    /// How far back idleness is judged, hours before now (0.005-720, default 2); an allocation active for less
+    /// is never idle.
+    pub idle_hours: Option<f64>,
+    /// `json` (default) or `csv` (one line per allocation, as a file to download).
+    pub format: Option<String>,
+}
+
+/// The columns of the CSV report, one line per allocation.
+pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,\
+                              to_ms,seconds,slice_seconds,gpu_hours,util_mean,idle";
+
+/// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
+/// compute slices (slice-seconds), with the mean utilisation of its device over the last `idle_hours` and whether
+/// it is idle; per tenant and per profile the sums. Tenant members see their tenants only. `format=csv` gives the
+/// allocations as a CSV file (`text/csv`, a header line first).
+#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    params(UsageQuery),
+    responses((status = 200, description = "the report, or with `format=csv` its allocations as CSV",
+            content((UsageReport = "application/json"), (String = "text/csv"))),
+        (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "usage_range, invalid_idle or invalid_format")))]
+pub async fn usage(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<UsageQuery>,
+) -> Result<Response, ApiError> {
+    let csv = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(_) => return Err(ApiError::invalid("invalid_format", "`format` is `json` or `csv`")),
+    };
+    let idle_below = q.idle_below.unwrap_or(DEFAULT_IDLE_BELOW);
+    let idle_hours = q.idle_hours.unwrap_or(DEFAULT_IDLE_HOURS);
+    if !IDLE_BELOW.contains(&idle_below) || !IDLE_HOURS.contains(&idle_hours) {
+        return Err(ApiError::invalid(
+            "invalid_idle",
+            format!(
+                "`idle_below` is a percentage from {} to {}, `idle_hours` a number of hours from {} to {}",
+                IDLE_BELOW.start(),
+                IDLE_BELOW.end(),
+                IDLE_HOURS.start(),
+                IDLE_HOURS.end()
+            ),
+        ));
+    }
+    let now = now_ms();
+    let to = q.to.unwrap_or(now);
+    let from = q.from.unwrap_or(to - 30 * 24 * 3600 * 1000);
+    if from >= to {
+        return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
+    }
+    let metered = match &q.tenant {
+        Some(t) => {
+            super::auth::require_visible(&p, t, "tenant")?;
+            state.store.metered(Some(t), from, to).await?
+        }
+        None if p.user.platform_admin => state.store.metered(None, from, to).await?,
+        None => {
+            let mut all = Vec::new();
+            for (t, _) in &p.memberships {
+                all.extend(state.store.metered(Some(t), from, to).await?);
+            }
+            all
+        }
+    };
+    let watched = |a: &Metered| a.released_at_ms.is_none() && a.device_uuid.is_some();
+    let util = if metered.iter().any(watched) {
+        device_utilisation(&state, idle_hours, now).await?
+    } else {
+        Default::default()
+    };
+    let idle = IdleRule { below: idle_below, hours: idle_hours, util: &util };
+    let report = meter(state.catalog, &metered, from, to, now, idle);
+    if !csv {
+        return Ok(ApiJson(report).into_response());
+    }
+    let disposition = format!("attachment; filename=\"tessera-usage-{}-{}.csv\"", report.from_ms, report.to_ms);
+    let mut response = csv_report(&report).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+    if let Ok(value) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// A CSV field, quoted (RFC 4180) when it holds a comma, a quote or a line break.
+fn field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+}
+
+/// One line of the CSV report.
+fn csv_line(a: &AllocationUsage) -> String {
+    let cells = [
+        field(&a.tenant),
+        field(&a.allocation),
+        field(&a.request),
+        field(&a.node),
+        field(&a.gpu_uuid),
+        field(a.device_uuid.as_deref().unwrap_or("")),
+        field(&a.model),
+        field(&a.profile),
+        a.weight.to_string(),
+        field(&a.state),
+        a.from_ms.to_string(),
+        a.to_ms.to_string(),
+        a.seconds.to_string(),
+        a.slice_seconds.to_string(),
+        a.gpu_hours.to_string(),
+        a.util_mean.map(|u| u.to_string()).unwrap_or_default(),
+        a.idle.to_string(),
+    ];
+    cells.join(",")
+}
+
+/// The report's allocations as CSV: [`CSV_HEADER`], then one line per allocation, each ended by CRLF.
+pub fn csv_report(report: &UsageReport) -> String {
+    let mut out = String::with_capacity(200 * (report.allocations.len() + 1));
+    out.push_str(CSV_HEADER);
+    out.push_str("\r\n");
+    for a in &report.allocations {
+        out.push_str(&csv_line(a));
+        out.push_str("\r\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation(tenant: &str, util_mean: Option<f64>) -> AllocationUsage {
+        AllocationUsage {
+            allocation: "a1".into(),
+            request: "r1".into(),
+            tenant_id: "t1".into(),
+            tenant: tenant.into(),
+            node: "node-1".into(),
+            gpu_uuid: "GPU-1".into(),
+            device_uuid: None,
+            model: "H100-80GB".into(),
+            profile: "1g.10gb".into(),
+            weight: 1.0,
+            state: "active".into(),
+            from_ms: 1000,
+            to_ms: 4000,
+            seconds: 3.0,
+            slice_seconds: 3.0,
+            gpu_hours: 0.5,
+            util_mean,
+            idle: util_mean.is_some(),
+        }
+    }
+
+    #[test]
+    fn fields_with_commas_quotes_or_line_breaks_are_quoted() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(field("two\nlines"), "\"two\nlines\"");
+    }
+
+    #[test]
+    fn the_report_is_a_header_and_a_line_per_allocation() {
+        let report = UsageReport {
+            from_ms: 0,
+            to_ms: 5000,
+            idle_below: 5.0,
+            idle_hours: 2.0,
+            tenants: Vec::new(),
+            profiles: Vec::new(),
+            allocations: vec![allocation("ml, vision", Some(2.5)), allocation("plain", None)],
+        };
+        let text = csv_report(&report);
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        assert_eq!(lines.len(), 4, "{text:?}");
+        assert_eq!(lines[0], CSV_HEADER);
+        assert_eq!(lines[0].split(',').count(), 17);
+        assert_eq!(
+            lines[1],
+            "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1000,4000,3,3,0.5,2.5,true"
+        );
+        assert_eq!(lines[2], "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1000,4000,3,3,0.5,,false");
+        assert_eq!(lines[3], "");
+    }
+}

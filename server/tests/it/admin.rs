@@ -1,0 +1,740 @@
+//! Admin and self-service routes over real HTTP, each test on SQLite and on PostgreSQL (when
+//! `TESSERA_TEST_POSTGRES_URL` is set): the fleet-wide audit log, token and user listings, removing members, approval
+//! policies, releasing and reclaiming active requests, and usage with idle allocations, per-profile sums and CSV.
+//!
+//! Requests become active the way an agent makes them active: the test holds the demo node's credential and
+//! reports the reserved instances in the node's status; telemetry goes through the agent route too.
+
+use std::sync::Mutex;
+
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::app::AppState;
+use tessera_server::http::auth::{new_node_secret, new_token_secret, token_hash};
+use tessera_server::serve::{Settings, prepare, serve};
+use tessera_server::store::telemetry::MinuteRow;
+use tessera_server::store::{Role, now_ms};
+
+use crate::store::TestDb;
+
+/// Runs each named test against a fresh SQLite database and a fresh PostgreSQL one, as the store suite does.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let db = crate::store::sqlite().await;
+                    super::$name(&db).await;
+                    db.close().await;
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some(db) = crate::store::postgres().await {
+                        super::$name(&db).await;
+                        db.close().await;
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admins,
+    tokens_are_listed_to_their_owner_without_secrets,
+    users_are_listed_to_platform_admins_only,
+    tenant_admins_remove_members_who_then_lose_sight_of_the_tenant,
+    a_new_policy_decides_the_next_request,
+    active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason,
+    usage_flags_idle_allocations_from_stored_minutes_and_the_live_window,
+    usage_sums_profiles_and_exports_csv,
+);
+
+/// The server on a test database, with the demo node (auto-layout on) and its node credential.
+struct App {
+    base: String,
+    admin: String,
+    state: AppState,
+    client: Client,
+    node_id: String,
+    node_secret: String,
+    /// `(gpu uuid, instance)` of every instance reported so far (each status report lists them all).
+    reported: Mutex<Vec<(String, Value)>>,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn spawn(db: &TestDb) -> App {
+    let admin = new_token_secret();
+    let settings = Settings {
+        database_url: db.url.clone(),
+        bootstrap_token: Some(admin.clone()),
+        demo: true,
+        ..Settings::default()
+    };
+    let (state, _) = prepare(&settings).await.expect("prepare");
+    let node = state.store.nodes().await.expect("nodes").into_iter().next().expect("the demo node");
+    for gpu in node.gpus.iter().filter(|g| g.mig_enabled) {
+        state.store.set_auto_layout(&gpu.id, true, "test").await.expect("auto-layout");
+    }
+    let node_secret = new_node_secret();
+    state.store.create_node_credential(&node.id, &token_hash(&node_secret), "test").await.expect("credential");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(serve(state.clone(), listener, async {
+        let _ = rx.await;
+    }));
+    App {
+        base,
+        admin,
+        state,
+        client: Client::new(),
+        node_id: node.id,
+        node_secret,
+        reported: Mutex::new(Vec::new()),
+        _shutdown: tx,
+    }
+}
+
+impl App {
+    /// Calls the API as `token` (with a JSON body when given); the status and the body (JSON, or its text).
+    async fn call(&self, method: Method, path: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.expect("send");
+        let status = r.status();
+        let text = r.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, token, None).await
+    }
+
+    /// A user with an API token and these memberships; returns (user id, token secret).
+    async fn user(&self, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
+        let u = self.state.store.create_user(name, false, "test").await.expect("user");
+        for (tenant, role) in memberships {
+            self.state.store.set_membership(&u.id, tenant, *role, "test").await.expect("member");
+        }
+        let secret = new_token_secret();
+        self.state.store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
+        (u.id, secret)
+    }
+
+    /// A tenant (created by the admin, with `extra` fields) with a compute-slice limit.
+    async fn tenant(&self, name: &str, extra: Value, compute_slices: u32) -> String {
+        let mut body = json!({ "name": name });
+        body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+        let (s, t) = self.call(Method::POST, "/api/v1/tenants", &self.admin, Some(body)).await;
+        assert_eq!(s, StatusCode::CREATED, "{t}");
+        let id = t["id"].as_str().expect("id").to_string();
+        let limits = json!({ "limits": { "compute_slices": compute_slices } });
+        let (s, v) = self.call(Method::PUT, &format!("/api/v1/tenants/{id}/quotas"), &self.admin, Some(limits)).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        id
+    }
+
+    /// Asks for `count` H100 slices of `profile` as `token`.
+    async fn ask(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (StatusCode, Value) {
+        let body = json!({"tenant": tenant, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"},
+            "count": count, "reason": "training"});
+        self.call(Method::POST, "/api/v1/requests", token, Some(body)).await
+    }
+
+    /// Asks, has the admin approve, and reports the reserved instances as the node's agent would: the request is
+    /// active. Returns its id and its allocations (with their `device_uuid`).
+    async fn active(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (String, Vec<Value>) {
+        let (s, request) = self.ask(token, tenant, profile, count).await;
+        assert_eq!(s, StatusCode::CREATED, "{request}");
+        let id = request["id"].as_str().expect("id").to_string();
+        if request["state"] == "pending" {
+            let (s, v) = self.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), &self.admin, None).await;
+            assert_eq!(s, StatusCode::OK, "{v}");
+        }
+        let mine = |list: &Value| -> Vec<Value> {
+            list.as_array().into_iter().flatten().filter(|a| a["request"] == id.as_str()).cloned().collect()
+        };
+        let (_, list) = self.get(&format!("/api/v1/allocations?tenant={tenant}"), &self.admin).await;
+        let reserved = mine(&list);
+        assert_eq!(reserved.len(), count as usize, "{list}");
+        let gpus = {
+            let mut reported = self.reported.lock().expect("reported");
+            for a in &reserved {
+                let instance = json!({"profile": a["profile"], "start": a["start"],
+                    "uuid": format!("MIG-{}", uuid::Uuid::new_v4()), "gi_id": 1, "ci_id": 0,
+                    "device_name": format!("MIG {} Device 0", a["profile"].as_str().unwrap_or_default())});
+                reported.push((a["gpu_uuid"].as_str().expect("gpu").to_string(), instance));
+            }
+            let mut by_gpu: Vec<Value> = Vec::new();
+            for (gpu, instance) in reported.iter() {
+                match by_gpu.iter_mut().find(|g| g["uuid"] == gpu.as_str()) {
+                    Some(g) => g["instances"].as_array_mut().expect("instances").push(instance.clone()),
+                    None => by_gpu.push(json!({"uuid": gpu, "mig_enabled": true, "instances": [instance]})),
+                }
+            }
+            by_gpu
+        };
+        let status = json!({"observed_generation": 0, "gpus": gpus});
+        let (s, outcome) = self.node_call(Method::PUT, "/api/v1/agent/status", status).await;
+        assert_eq!((s, outcome["requests_active"].as_u64()), (StatusCode::OK, Some(1)), "{outcome}");
+        let (_, list) = self.get(&format!("/api/v1/allocations?tenant={tenant}"), &self.admin).await;
+        let active = mine(&list);
+        assert!(active.iter().all(|a| a["state"] == "active" && a["device_uuid"].is_string()), "{list}");
+        (id, active)
+    }
+
+    /// Calls an agent route with the demo node's credential (with a JSON body unless `body` is null).
+    async fn node_call(&self, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.node_secret);
+        if !body.is_null() {
+            r = r.json(&body);
+        }
+        let r = r.send().await.expect("send");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Moves an allocation's activation `ago_ms` into the past (as if it had been active that long).
+    async fn backdate(&self, db: &TestDb, allocation: &str, ago_ms: i64) {
+        let sql = "UPDATE allocations SET activated_at_ms = $1 WHERE id = $2";
+        let at = now_ms() - ago_ms;
+        let done = if db.url.starts_with("sqlite:") {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.expect("sqlite");
+            let done = sqlx::query(sql).bind(at).bind(allocation).execute(&pool).await.expect("update");
+            pool.close().await;
+            done.rows_affected()
+        } else {
+            let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
+            let done = sqlx::query(sql).bind(at).bind(allocation).execute(&pool).await.expect("update");
+            pool.close().await;
+            done.rows_affected()
+        };
+        assert_eq!(done, 1);
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["code"].as_str().unwrap_or_default()
+}
+
+async fn the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admins(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("audited", json!({}), 10).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let mut requests = Vec::new();
+    for _ in 0..3 {
+        let (s, r) = app.ask(&alice, &t, "1g.10gb", 1).await;
+        assert_eq!(s, StatusCode::CREATED, "{r}");
+        requests.push(r["id"].as_str().expect("id").to_string());
+    }
+    for id in &requests[..2] {
+        let (s, v) = app.call(Method::POST, &format!("/api/v1/requests/{id}/cancel"), &alice, None).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+    }
+    let limits = json!({"limits": {"memory_gib": 100}});
+    let (s, _) = app.call(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limits)).await;
+    assert_eq!(s, StatusCode::OK);
+
+    // Everything, newest first: the last change leads.
+    let (s, all) = app.get("/api/v1/audit/entries?limit=500", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{all}");
+    assert!(all["next"].is_null());
+    let all = all["entries"].as_array().expect("entries").clone();
+    assert_eq!((all[0]["action"].as_str(), all[0]["actor"].as_str()), (Some("quota.set"), Some("user:admin")));
+    assert!(all.windows(2).all(|w| w[0]["at_ms"].as_i64() >= w[1]["at_ms"].as_i64()), "newest first");
+    assert!(all.iter().any(|e| e["action"] == "node.register"), "the whole fleet's log");
+
+    // Filters.
+    let entries = |v: &Value| v["entries"].as_array().cloned().unwrap_or_default();
+    let (_, v) = app.get("/api/v1/audit/entries?object_prefix=request/", &app.admin).await;
+    let on_requests = entries(&v);
+    assert_eq!(on_requests.len(), 5, "three created, two cancelled: {v}");
+    assert!(on_requests.iter().all(|e| e["object"].as_str().is_some_and(|o| o.starts_with("request/"))));
+    assert_eq!(on_requests[0]["action"], "request.cancelled");
+    assert_eq!(on_requests[4]["action"], "request.create");
+    let (_, v) = app.get(&format!("/api/v1/audit/entries?object=request/{}", requests[0]), &app.admin).await;
+    let history = entries(&v);
+    let actions: Vec<&str> = history.iter().filter_map(|e| e["action"].as_str()).collect();
+    assert_eq!(actions, ["request.cancelled", "request.create"]);
+    let (_, v) = app.get("/api/v1/audit/entries?actor=user:alice&action=request.c", &app.admin).await;
+    assert_eq!(entries(&v).len(), 5);
+    assert!(entries(&v).iter().all(|e| e["actor"] == "user:alice"));
+    let (_, v) = app.get("/api/v1/audit/entries?action=request.cancel", &app.admin).await;
+    assert_eq!(entries(&v).len(), 2);
+    let (_, v) = app.get("/api/v1/audit/entries?actor=user:nobody", &app.admin).await;
+    assert_eq!(v, json!({"entries": [], "next": null}));
+    let pivot = on_requests[2]["at_ms"].as_i64().expect("at");
+    let (_, v) = app.get(&format!("/api/v1/audit/entries?from={pivot}&object_prefix=request/"), &app.admin).await;
+    assert!(!entries(&v).is_empty() && entries(&v).iter().all(|e| e["at_ms"].as_i64() >= Some(pivot)));
+    let (_, v) = app.get(&format!("/api/v1/audit/entries?to={pivot}&object_prefix=request/"), &app.admin).await;
+    assert!(entries(&v).iter().all(|e| e["at_ms"].as_i64() < Some(pivot)));
+
+    // Pages of two: every entry exactly once, in the same order as the whole.
+    let mut paged = Vec::new();
+    let mut path = "/api/v1/audit/entries?limit=2".to_string();
+    let mut pages = 0;
+    loop {
+        let (s, page) = app.get(&path, &app.admin).await;
+        assert_eq!(s, StatusCode::OK, "{page}");
+        pages += 1;
+        let got = entries(&page);
+        assert!(got.len() <= 2);
+        paged.extend(got);
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/v1/audit/entries?limit=2&before={next}"),
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(paged, all);
+    // A filtered listing pages the same way.
+    let (_, first) = app.get("/api/v1/audit/entries?object_prefix=request/&limit=3", &app.admin).await;
+    let next = first["next"].as_str().expect("a second page");
+    let (_, second) =
+        app.get(&format!("/api/v1/audit/entries?object_prefix=request/&limit=3&before={next}"), &app.admin).await;
+    assert!(second["next"].is_null());
+    let both: Vec<Value> = entries(&first).into_iter().chain(entries(&second)).collect();
+    assert_eq!(both, on_requests);
+
+    // Bad queries, and callers who are not platform admins.
+    for (query, status, expected) in [
+        ("limit=0", StatusCode::UNPROCESSABLE_ENTITY, "invalid_limit"),
+        ("limit=501", StatusCode::UNPROCESSABLE_ENTITY, "invalid_limit"),
+        ("before=bm90LWEtY3Vyc29y", StatusCode::UNPROCESSABLE_ENTITY, "invalid_cursor"),
+        ("from=10&to=5", StatusCode::UNPROCESSABLE_ENTITY, "audit_range"),
+        ("limit=many", StatusCode::BAD_REQUEST, "invalid_query"),
+    ] {
+        let (s, v) = app.get(&format!("/api/v1/audit/entries?{query}"), &app.admin).await;
+        assert_eq!((s, code(&v)), (status, expected), "{query}: {v}");
+    }
+    let (s, v) = app.get("/api/v1/audit/entries", &alice).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+    // The per-object history is unchanged: oldest first, a plain list.
+    let (s, v) = app.get(&format!("/api/v1/audit?object=request/{}", requests[0]), &app.admin).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v[0]["action"], "request.create");
+    assert_eq!(v[1]["action"], "request.cancelled");
+    // Members read their own requests' history (the dashboard's "History"), nothing else of the log.
+    let (s, mine) = app.get(&format!("/api/v1/audit?object=request/{}", requests[0]), &alice).await;
+    assert_eq!((s, mine), (StatusCode::OK, v));
+    let other = app.tenant("other", json!({}), 10).await;
+    let (_, bob) = app.user("bob", &[(&other, Role::Member)]).await;
+    let (s, v) = app.get(&format!("/api/v1/audit?object=request/{}", requests[0]), &bob).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "{v}");
+    let (s, v) = app.get(&format!("/api/v1/audit?object=tenant/{t}"), &alice).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"), "{v}");
+}
+
+async fn tokens_are_listed_to_their_owner_without_secrets(db: &TestDb) {
+    let app = spawn(db).await;
+    let (_, alice) = app.user("alice", &[]).await;
+    let (_, bob) = app.user("bob", &[]).await;
+    let (s, created) = app.call(Method::POST, "/api/v1/tokens", &alice, Some(json!({"name": "ci"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().expect("id").to_string();
+    let secret = created["secret"].as_str().expect("secret").to_string();
+
+    let r = app.client.get(format!("{}/api/v1/tokens", app.base)).bearer_auth(&alice).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let text = r.text().await.expect("text");
+    assert!(!text.contains(&secret) && !text.contains(&token_hash(&secret)), "no secret, no hash: {text}");
+    let list: Value = serde_json::from_str(&text).expect("json");
+    let names: Vec<&str> = list.as_array().expect("list").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["ci", "test"], "newest first");
+    let ci = &list[0];
+    assert_eq!(ci["id"], id.as_str());
+    let mut keys: Vec<&str> = ci.as_object().expect("object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["created_at_ms", "id", "name", "revoked_at_ms"]);
+    assert!(ci["created_at_ms"].as_i64().is_some_and(|t| t > 0) && ci["revoked_at_ms"].is_null());
+
+    let (s, _) = app.call(Method::POST, &format!("/api/v1/tokens/{id}/revoke"), &alice, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (_, list) = app.get("/api/v1/tokens", &alice).await;
+    let ci = list.as_array().expect("list").iter().find(|t| t["id"] == id.as_str()).expect("still listed").clone();
+    assert!(ci["revoked_at_ms"].as_i64() >= ci["created_at_ms"].as_i64(), "{ci}");
+
+    // Bob sees his own only; the admin too.
+    let (s, list) = app.get("/api/v1/tokens", &bob).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list.as_array().map(Vec::len), Some(1));
+    assert!(list[0]["id"] != id.as_str());
+    let (_, list) = app.get("/api/v1/tokens", &app.admin).await;
+    let names: Vec<&str> = list.as_array().expect("list").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["bootstrap"]);
+}
+
+async fn users_are_listed_to_platform_admins_only(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("people", json!({}), 1).await;
+    let (_, zoe) = app.user("zoe", &[(&t, Role::TenantAdmin)]).await;
+    app.user("bea", &[]).await;
+    let (s, users) = app.get("/api/v1/users", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{users}");
+    let names: Vec<&str> = users.as_array().expect("users").iter().filter_map(|u| u["name"].as_str()).collect();
+    assert_eq!(names, ["admin", "bea", "zoe"]);
+    assert_eq!(users[0]["platform_admin"], true);
+    assert_eq!(users[2]["platform_admin"], false);
+    assert!(users[2]["id"].is_string());
+    let (s, v) = app.get("/api/v1/users", &zoe).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+}
+
+async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("team", json!({}), 1).await;
+    let (alice_id, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (_, carol) = app.user("carol", &[(&t, Role::TenantAdmin)]).await;
+    let (dave_id, dave) = app.user("dave", &[(&t, Role::Member)]).await;
+    let (s, _) = app.get(&format!("/api/v1/tenants/{t}"), &alice).await;
+    assert_eq!(s, StatusCode::OK);
+    let member = |user: &str| format!("/api/v1/tenants/{t}/members/{user}");
+
+    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &dave, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"), "a plain member may not");
+    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &carol, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
+    // At once (the credential cache is cleared): alice no longer sees the tenant.
+    let (s, v) = app.get(&format!("/api/v1/tenants/{t}"), &alice).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (_, tenants) = app.get("/api/v1/tenants", &alice).await;
+    assert_eq!(tenants, json!([]));
+    let (s, v) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
+    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &carol, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "not a member any more");
+
+    // A platform admin may too; the audit log says who did it.
+    let (s, _) = app.call(Method::DELETE, &member(&dave_id), &app.admin, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (_, members) = app.get(&format!("/api/v1/tenants/{t}/members"), &carol).await;
+    let names: Vec<&str> = members.as_array().expect("members").iter().filter_map(|m| m["name"].as_str()).collect();
+    assert_eq!(names, ["carol"]);
+    let (_, history) = app.get(&format!("/api/v1/audit?object=tenant/{t}/member/{alice_id}"), &app.admin).await;
+    let last = history.as_array().and_then(|h| h.last()).expect("entry").clone();
+    assert_eq!((last["action"].as_str(), last["actor"].as_str()), (Some("membership.remove"), Some("user:carol")));
+    assert!(last["before"].as_str().is_some_and(|b| b.contains("member")), "{last}");
+}
+
+async fn a_new_policy_decides_the_next_request(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("policed", json!({"auto_approve": false}), 20).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (s, r) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!((s, r["state"].as_str()), (StatusCode::CREATED, Some("pending")));
+
+    let path = format!("/api/v1/tenants/{t}/policy");
+    let policy = |body: Value| app.call(Method::PUT, &path, &app.admin, Some(body));
+    let (s, view) = policy(json!({"auto_approve": true, "auto_approve_max_compute_slices": 2})).await;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!((view["id"].as_str(), view["name"].as_str()), (Some(t.as_str()), Some("policed")));
+    assert_eq!(
+        (view["auto_approve"].as_bool(), view["auto_approve_max_compute_slices"].as_u64()),
+        (Some(true), Some(2))
+    );
+    let (s, r) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!((s, r["state"].as_str()), (StatusCode::CREATED, Some("approved")), "{r}");
+    // Over the policy's size: waits for an admin again.
+    let (s, r) = app.ask(&alice, &t, "3g.40gb", 1).await;
+    assert_eq!((s, r["state"].as_str()), (StatusCode::CREATED, Some("pending")), "{r}");
+    let (_, now) = app.get(&format!("/api/v1/tenants/{t}"), &alice).await;
+    assert_eq!(now["auto_approve"], true);
+
+    let (s, v) = policy(json!({"auto_approve": true, "auto_approve_max_compute_slices": 4_294_967_295u64})).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy"));
+    let (s, v) = policy(json!({"auto_approve": true, "approver": "me"})).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"));
+    let (s, v) = app.call(Method::PUT, "/api/v1/tenants/nope/policy", &app.admin, Some(json!({}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
+    let (s, v) = app.call(Method::PUT, &format!("/api/v1/tenants/{t}/policy"), &alice, Some(json!({}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+    // Absent fields take the creation defaults: auto-approval off.
+    let (s, view) = policy(json!({})).await;
+    assert_eq!((s, view["auto_approve"].as_bool()), (StatusCode::OK, Some(false)));
+    let (s, r) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!((s, r["state"].as_str()), (StatusCode::CREATED, Some("pending")));
+    let (_, history) = app.get(&format!("/api/v1/audit?object=tenant/{t}"), &app.admin).await;
+    let policies: Vec<&Value> =
+        history.as_array().expect("history").iter().filter(|e| e["action"] == "tenant.policy").collect();
+    assert_eq!(policies.len(), 2);
+    let after: Value = serde_json::from_str(policies[0]["after"].as_str().expect("after")).expect("json");
+    assert_eq!(after["policy"]["auto_approve_max_compute_slices"], 2);
+}
+
+async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("releasing", json!({}), 2).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (active, allocations) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let allocation = allocations[0]["id"].as_str().expect("id").to_string();
+    let (s, pending) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!((s, pending["state"].as_str()), (StatusCode::CREATED, Some("pending")));
+    let pending = pending["id"].as_str().expect("id").to_string();
+    let (s, v) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "quota_exceeded"), "both slices of the quota are held");
+    let release = |id: &str| format!("/api/v1/requests/{id}/release");
+
+    // Only an active request is released.
+    let (s, v) = app.call(Method::POST, &release(&pending), &alice, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "request_invalid_transition"), "{v}");
+    // If-Match like every other action.
+    let r =
+        app.client.post(format!("{}{}", app.base, release(&active))).bearer_auth(&alice).header("If-Match", "\"v1\"");
+    let r = r.send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(code(&r.json().await.expect("json")), "version_conflict");
+    let (s, v) = app.call(Method::POST, &release(&active), &alice, Some(json!({"because": "done"}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"));
+    let (s, current) = app.get(&format!("/api/v1/requests/{active}"), &alice).await;
+    assert_eq!((s, current["state"].as_str()), (StatusCode::OK, Some("active")));
+    let version = current["version"].as_i64().expect("version");
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    let generation = nodes[0]["generation"].as_i64().expect("generation");
+
+    // The member releases it, without a body.
+    let r = app
+        .client
+        .post(format!("{}{}", app.base, release(&active)))
+        .bearer_auth(&alice)
+        .header("If-Match", format!("\"v{version}\""))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["etag"].to_str().expect("etag"), format!("\"v{}\"", version + 1));
+    let released: Value = r.json().await.expect("json");
+    assert_eq!((released["state"].as_str(), released["reason"].as_str()), (Some("released"), Some("training")));
+    // Its instance is given back (and metered as released), its node told, its quota freed.
+    let (_, list) = app.get(&format!("/api/v1/allocations?tenant={t}"), &alice).await;
+    assert!(list.as_array().expect("list").iter().all(|a| a["id"] != allocation.as_str()), "{list}");
+    let (_, usage) = app.get(&format!("/api/v1/usage?tenant={t}"), &alice).await;
+    let metered =
+        usage["allocations"].as_array().expect("rows").iter().find(|a| a["allocation"] == allocation.as_str());
+    let metered = metered.expect("metered").clone();
+    assert_eq!((metered["state"].as_str(), metered["idle"].as_bool()), (Some("released"), Some(false)));
+    assert!(metered["util_mean"].is_null() && metered["to_ms"].as_i64() <= Some(now_ms()));
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    assert!(nodes[0]["generation"].as_i64().expect("generation") > generation, "the node's spec moved on");
+    let (s, spec) = app.node_call(Method::GET, "/api/v1/agent/spec", Value::Null).await;
+    assert_eq!(s, StatusCode::OK, "{spec}");
+    assert!(!spec.to_string().contains(&allocation), "the spec no longer holds it: {spec}");
+    let (_, quota) = app.get(&format!("/api/v1/tenants/{t}/quotas"), &alice).await;
+    let held = quota["resources"].as_array().expect("lines").iter().find(|l| l["resource"] == "compute_slices");
+    assert_eq!(held.expect("compute_slices")["held"], 1.0, "{quota}");
+    let (s, v) = app.ask(&alice, &t, "1g.10gb", 1).await;
+    assert_eq!(s, StatusCode::CREATED, "the freed slice fits again: {v}");
+    let (s, v) = app.call(Method::POST, &release(&active), &alice, None).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "request_invalid_transition"), "released once");
+
+    // A platform admin reclaims another tenant's request: with a reason only.
+    let u = app.tenant("reclaimed", json!({}), 7).await;
+    let (_, bob) = app.user("bob", &[(&u, Role::Member)]).await;
+    let (idle, _) = app.active(&bob, &u, "1g.10gb", 1).await;
+    let (s, v) = app.call(Method::POST, &release(&idle), &alice, Some(json!({"reason": "mine now"}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "another tenant's member");
+    for body in [None, Some(json!({})), Some(json!({"reason": "  "}))] {
+        let (s, v) = app.call(Method::POST, &release(&idle), &app.admin, body.clone()).await;
+        assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "reason_required"), "{body:?}: {v}");
+    }
+    let why = json!({"reason": "idle for 3 days"});
+    let (s, v) = app.call(Method::POST, &release(&idle), &app.admin, Some(why)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!((v["state"].as_str(), v["reason"].as_str()), (Some("released"), Some("idle for 3 days")));
+    let (_, history) = app.get(&format!("/api/v1/audit?object=request/{idle}"), &app.admin).await;
+    let last = history.as_array().and_then(|h| h.last()).expect("entry").clone();
+    assert_eq!((last["action"].as_str(), last["actor"].as_str()), (Some("request.released"), Some("user:admin")));
+    let after: Value = serde_json::from_str(last["after"].as_str().expect("after")).expect("json");
+    assert_eq!((after["state"].as_str(), after["reason"].as_str()), (Some("released"), Some("idle for 3 days")));
+    let (_, quota) = app.get(&format!("/api/v1/tenants/{u}/quotas"), &bob).await;
+    assert!(quota["resources"].as_array().expect("lines").iter().all(|l| l["held"] == 0.0), "{quota}");
+}
+
+/// A minute row of `device` (on `gpu`) at `minute_ms`: 60 samples of `util` %.
+fn minute(app: &App, device: &str, gpu: &str, minute_ms: i64, util: f64) -> MinuteRow {
+    MinuteRow {
+        device: device.into(),
+        minute_ms,
+        node_id: app.node_id.clone(),
+        gpu: gpu.into(),
+        profile: Some("1g.10gb".into()),
+        start: Some(0),
+        samples: 60,
+        util_avg: util,
+        util_max: util,
+        mem_used_avg: 100.0,
+        mem_total: 10_000.0,
+        power_avg: None,
+        temp_max: None,
+    }
+}
+
+async fn usage_flags_idle_allocations_from_stored_minutes_and_the_live_window(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("idlers", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let mut allocations = Vec::new();
+    for _ in 0..3 {
+        let (_, a) = app.active(&alice, &t, "1g.10gb", 1).await;
+        allocations.push(a[0].clone());
+    }
+    let field = |a: &Value, f: &str| a[f].as_str().expect(f).to_string();
+    let (quiet, busy, unseen) = (&allocations[0], &allocations[1], &allocations[2]);
+    for a in &allocations {
+        app.backdate(db, &field(a, "id"), 3 * 3_600_000).await;
+    }
+
+    // Stored minutes from 100 to 21 minutes ago (before the live window), and from 5 minutes ago to now, which the
+    // window covers and which must not count twice.
+    let now = now_ms();
+    let this_minute = now - now.rem_euclid(60_000);
+    let mut rows = Vec::new();
+    for (a, old, recent) in [(quiet, 2.0, 100.0), (busy, 50.0, 0.0)] {
+        let (device, gpu) = (field(a, "device_uuid"), field(a, "gpu_uuid"));
+        rows.extend((21..=100).map(|k| minute(&app, &device, &gpu, this_minute - k * 60_000, old)));
+        rows.extend((1..=5).map(|k| minute(&app, &device, &gpu, this_minute - k * 60_000, recent)));
+    }
+    app.state.store.write_minutes(&rows).await.expect("minutes");
+    // The live window: ten seconds of samples through the agent route.
+    let series = |a: &Value, util: f32| {
+        json!({"device": field(a, "device_uuid"), "gpu": field(a, "gpu_uuid"), "profile": "1g.10gb", "start": a["start"],
+            "samples": (1..=10).map(|s| json!({"t": now - s * 1000, "util": util, "mem_used_mib": 100.0,
+                "mem_total_mib": 10_000.0})).collect::<Vec<_>>()})
+    };
+    let batch = json!({"dropped": 0, "devices": [series(quiet, 8.0), series(busy, 90.0)]});
+    let (s, accepted) = app.node_call(Method::POST, "/api/v1/agent/telemetry", batch).await;
+    assert_eq!((s, accepted["accepted"].as_u64()), (StatusCode::OK, Some(20)), "{accepted}");
+
+    let usage = |query: &'static str| usage_of(&app, &alice, &t, query, [quiet, busy, unseen]);
+    // The defaults: the last 2 hours, below 5 %. Stored minutes count by samples, window seconds one each.
+    let (report, [q, b, u]) = usage("").await;
+    assert_eq!((report["idle_below"].as_f64(), report["idle_hours"].as_f64()), (Some(5.0), Some(2.0)));
+    let expect_quiet = (80.0 * 60.0 * 2.0 + 10.0 * 8.0) / (80.0 * 60.0 + 10.0);
+    let expect_busy = (80.0 * 60.0 * 50.0 + 10.0 * 90.0) / (80.0 * 60.0 + 10.0);
+    let mean = |r: &Value| r["util_mean"].as_f64().expect("util_mean");
+    assert!((mean(&q) - expect_quiet).abs() < 1e-6, "{q}");
+    assert!((mean(&b) - expect_busy).abs() < 1e-6, "{b}");
+    assert_eq!((q["idle"].as_bool(), b["idle"].as_bool()), (Some(true), Some(false)));
+    assert_eq!((u["util_mean"].clone(), u["idle"].as_bool()), (Value::Null, Some(false)), "no samples, not idle");
+    // A stricter threshold.
+    let (_, [q, _, _]) = usage("&idle_below=2").await;
+    assert_eq!(q["idle"], false);
+    // The last 18 seconds: the live window alone.
+    let (report, [q, b, _]) = usage("&idle_hours=0.005").await;
+    assert_eq!(report["idle_hours"], 0.005);
+    assert_eq!((mean(&q), mean(&b)), (8.0, 90.0));
+    assert_eq!(q["idle"], false);
+    let (_, [q, _, _]) = usage("&idle_hours=0.005&idle_below=10").await;
+    assert_eq!(q["idle"], true);
+    // Active for 3 hours only: not idle over the last 4.
+    let (_, [q, _, _]) = usage("&idle_hours=4").await;
+    assert!(mean(&q) < 5.0 && q["idle"] == false, "{q}");
+    // A member of another tenant sees none of it.
+    let other = app.tenant("others", json!({}), 1).await;
+    let (_, olga) = app.user("olga", &[(&other, Role::Member)]).await;
+    let (s, v) = app.get("/api/v1/usage", &olga).await;
+    assert_eq!((s, v["allocations"].clone()), (StatusCode::OK, json!([])));
+}
+
+/// The tenant's usage report as `token` (with `query` appended), and the rows of `allocations` in it.
+async fn usage_of(app: &App, token: &str, tenant: &str, query: &str, allocations: [&Value; 3]) -> (Value, [Value; 3]) {
+    let (s, v) = app.get(&format!("/api/v1/usage?tenant={tenant}{query}"), token).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let rows = allocations.map(|a| {
+        let row = v["allocations"].as_array().expect("rows").iter().find(|r| r["allocation"] == a["id"]).cloned();
+        row.unwrap_or_else(|| panic!("no row for {a} in {v}"))
+    });
+    (v, rows)
+}
+
+async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("sums", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    app.active(&alice, &t, "1g.10gb", 2).await;
+    app.active(&alice, &t, "2g.20gb", 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (from, to) = (now_ms() - 3_600_000, now_ms() + 3_600_000);
+    let query = format!("/api/v1/usage?tenant={t}&from={from}&to={to}");
+    let (s, report) = app.get(&query, &alice).await;
+    assert_eq!(s, StatusCode::OK, "{report}");
+    let rows = report["allocations"].as_array().expect("rows").clone();
+    assert_eq!(rows.len(), 3);
+
+    // Per profile: by model then profile, summing its allocations.
+    let profiles = report["profiles"].as_array().expect("profiles");
+    let keys: Vec<(&str, &str, u64)> = profiles
+        .iter()
+        .map(|p| {
+            (
+                p["model"].as_str().expect("model"),
+                p["profile"].as_str().expect("profile"),
+                p["allocations"].as_u64().expect("n"),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("H100-80GB", "1g.10gb", 2), ("H100-80GB", "2g.20gb", 1)]);
+    for p in profiles {
+        let mine: Vec<&Value> = rows.iter().filter(|r| r["profile"] == p["profile"]).collect();
+        let sum = |f: &str| mine.iter().filter_map(|r| r[f].as_f64()).sum::<f64>();
+        assert!((p["slice_seconds"].as_f64().expect("sum") - sum("slice_seconds")).abs() < 1e-9, "{p}");
+        assert!((p["gpu_hours"].as_f64().expect("sum") - sum("gpu_hours")).abs() < 1e-12, "{p}");
+        assert!(sum("slice_seconds") > 0.0);
+    }
+    let slice_seconds: f64 = profiles.iter().filter_map(|p| p["slice_seconds"].as_f64()).sum();
+    assert!((report["tenants"][0]["slice_seconds"].as_f64().expect("tenant") - slice_seconds).abs() < 1e-9);
+
+    // The same allocations as CSV: a header, then a line each.
+    let r = app.client.get(format!("{}{query}&format=csv", app.base)).bearer_auth(&alice).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "text/csv; charset=utf-8");
+    assert_eq!(
+        r.headers()["content-disposition"].to_str().expect("disposition"),
+        format!("attachment; filename=\"tessera-usage-{from}-{to}.csv\"")
+    );
+    let text = r.text().await.expect("csv");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,to_ms,seconds,\
+         slice_seconds,gpu_hours,util_mean,idle"
+    );
+    assert_eq!(lines.len(), 1 + rows.len(), "{text}");
+    for line in &lines[1..] {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert_eq!(cells.len(), 17, "{line}");
+        let row = rows.iter().find(|r| r["allocation"] == cells[1]).expect("a metered allocation");
+        assert_eq!(cells[0], "sums");
+        assert_eq!(
+            (cells[5], cells[6], cells[7]),
+            (row["device_uuid"].as_str().expect("device"), "H100-80GB", row["profile"].as_str().expect("profile"))
+        );
+        assert_eq!((cells[9], cells[15], cells[16]), ("active", "", "false"));
+        assert_eq!(cells[8].parse::<f64>().ok(), row["weight"].as_f64());
+        assert_eq!(cells[10].parse::<i64>().ok(), row["from_ms"].as_i64());
+    }
+    // JSON stays the default; `format=json` is the same.
+    let (s, v) = app.get(&format!("{query}&format=json"), &alice).await;
+    assert_eq!((s, v["allocations"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
+
+    for (params, status, expected) in [
+        ("format=xml", StatusCode::UNPROCESSABLE_ENTITY, "invalid_format"),
+        ("idle_below=101", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
+        ("idle_below=-1", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
+        ("idle_hours=0.001", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
+        ("idle_hours=721", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
+        ("idle_hours=NaN", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
+        ("idle_below=lots", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("from=10&to=5", StatusCode::UNPROCESSABLE_ENTITY, "usage_range"),
+    ] {
+        let (s, v) = app.get(&format!("/api/v1/usage?{params}"), &alice).await;
+        assert_eq!((s, code(&v)), (status, expected), "{params}: {v}");
+    }
+}
