@@ -123,7 +123,7 @@ async fn seed(state: &AppState) -> Result<(), String> {
         let tenant = state.store.create_tenant(name, policy, "system:demo").await.map_err(|e| e.to_string())?;
         state
             .store
-            .set_quotas(&tenant.id, &[(Resource::ComputeSlices, 28_000)], "system:demo")
+            .set_quotas(&tenant.id, &[(Resource::ComputeSlices, Some(28_000))], "system:demo")
             .await
             .map_err(|e| e.to_string())?;
         for (profile, model, count) in slices {

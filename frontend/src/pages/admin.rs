@@ -12,14 +12,18 @@ use crate::api;
 use crate::app::{TenantsResource, problem_view};
 use crate::model::{Member, Quotas, Tenant, User};
 
-/// A quota edit checked as the server checks it: `(canonical key, limit)` or the reason it is refused.
-pub fn check_limit(key: &str, amount: &str) -> Result<(String, f64), String> {
+/// A quota edit checked as the server checks it: `(canonical key, limit)`, where a blank amount (`None`) removes
+/// the limit and leaves the resource unlimited, or the reason it is refused.
+pub fn check_limit(key: &str, amount: &str) -> Result<(String, Option<f64>), String> {
     let resource = QuotaResource::parse(Catalog::builtin(), key).map_err(|e| e.to_string())?;
+    if amount.trim().is_empty() {
+        return Ok((resource.to_string(), None));
+    }
     let limit: f64 = amount.trim().parse().map_err(|_| format!("{key}: `{amount}` is not a number"))?;
     if !limit.is_finite() || !(0.0..=1e12).contains(&limit) {
         return Err(format!("{key}: a limit is a number from 0 to 1e12"));
     }
-    Ok((resource.to_string(), limit))
+    Ok((resource.to_string(), Some(limit)))
 }
 
 /// Checks a tenant name as the server does.
@@ -198,11 +202,16 @@ fn QuotaCard(tenant: String) -> impl IntoView {
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let mut all = edits.get_untracked();
-        if !new_key.get_untracked().trim().is_empty() {
-            all.push((new_key.get_untracked().trim().to_string(), new_amount.get_untracked()));
+        let added = new_key.get_untracked().trim().to_string();
+        let mut errors = Vec::new();
+        if !added.is_empty() {
+            if new_amount.get_untracked().trim().is_empty() {
+                errors.push((false, format!("{added}: give the new limit an amount")));
+            }
+            all.push((added, new_amount.get_untracked()));
         }
-        let checked: Vec<Result<(String, f64), String>> = all.iter().map(|(k, a)| check_limit(k, a)).collect();
-        let errors: Vec<(bool, String)> = checked.iter().filter_map(|c| c.clone().err()).map(|e| (false, e)).collect();
+        let checked: Vec<Result<(String, Option<f64>), String>> = all.iter().map(|(k, a)| check_limit(k, a)).collect();
+        errors.extend(checked.iter().filter_map(|c| c.clone().err()).map(|e| (false, e)));
         if !errors.is_empty() {
             messages.set(errors);
             return;
@@ -241,6 +250,7 @@ fn QuotaCard(tenant: String) -> impl IntoView {
     view! {
         <form class="card" data-testid="quota-form" on:submit=save>
             <h2>"Quotas"</h2>
+            <p class="muted small">"A resource without a limit is unlimited; clear a limit and save to remove it."</p>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match quotas.await {
@@ -408,7 +418,9 @@ mod tests {
 
     #[test]
     fn quota_edits_are_checked_with_the_core_parser() {
-        assert_eq!(check_limit("compute_slices", "14"), Ok(("compute_slices".into(), 14.0)));
+        assert_eq!(check_limit("compute_slices", "14"), Ok(("compute_slices".into(), Some(14.0))));
+        assert_eq!(check_limit("compute_slices", " "), Ok(("compute_slices".into(), None)), "blank removes the limit");
+        assert!(check_limit("mig/H100-80GB/5g.40gb", "").is_err(), "removal still needs a valid key");
         let canonical = check_limit("mig/H100-80GB/3g.40gb", "2").expect("valid").0;
         assert_eq!(
             canonical,

@@ -298,7 +298,16 @@ impl Provider {
     }
 
     async fn get_json<T: serde::de::DeserializeOwned>(&self, url: &str) -> Result<T, TokenError> {
-        let response = self.http.get(url).send().await.map_err(|e| TokenError::Provider(format!("{url}: {e}")))?;
+        let response = match self.http.get(url).send().await {
+            Ok(response) => response,
+            // A pooled connection that the provider closed just as it was reused (its keep-alive timeout ran out)
+            // fails without the request having been seen; these are idempotent reads, so one fresh try is safe.
+            Err(e) if !e.is_timeout() => {
+                tracing::debug!(error = %e, url, "identity provider request failed; trying once more");
+                self.http.get(url).send().await.map_err(|e| TokenError::Provider(format!("{url}: {e}")))?
+            }
+            Err(e) => return Err(TokenError::Provider(format!("{url}: {e}"))),
+        };
         if !response.status().is_success() {
             return Err(TokenError::Provider(format!("{url} answered {}", response.status())));
         }

@@ -81,12 +81,13 @@ impl From<Tenant> for TenantView {
 }
 
 /// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
-/// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`).
+/// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`). `null` removes a limit, leaving the
+/// resource unlimited; limits not named are left as they are.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaUpdate {
-    /// Resource -> limit.
-    pub limits: BTreeMap<String, f64>,
+    /// Resource -> limit, or `null` to remove it.
+    pub limits: BTreeMap<String, Option<f64>>,
 }
 
 /// A tenant's quota: every limited or held resource.
@@ -192,7 +193,7 @@ pub async fn get_quotas(
     Ok(ApiJson(quota_view(&state, &id).await?))
 }
 
-/// Set limits (platform admins). Every resource key and amount is checked before any is written.
+/// Set or remove limits (platform admins). Every resource key and amount is checked before any is written.
 #[utoipa::path(put, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = QuotaUpdate,
     responses((status = 200, body = QuotaView), (status = 403, body = Problem), (status = 404, body = Problem),
@@ -209,10 +210,14 @@ pub async fn set_quotas(
     for (key, limit) in &body.limits {
         let resource =
             Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
-        if !limit.is_finite() || *limit < 0.0 || *limit > 1e12 {
+        let Some(limit) = *limit else {
+            parsed.push((resource, None));
+            continue;
+        };
+        if !limit.is_finite() || !(0.0..=1e12).contains(&limit) {
             return Err(ApiError::invalid("quota_bad_limit", format!("{key}: a limit is a number from 0 to 1e12")));
         }
-        parsed.push((resource, (limit * MILLI as f64).round() as u64));
+        parsed.push((resource, Some((limit * MILLI as f64).round() as u64)));
     }
     state.store.set_quotas(&id, &parsed, &p.actor()).await?;
     Ok(ApiJson(quota_view(&state, &id).await?))

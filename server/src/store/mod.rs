@@ -714,18 +714,19 @@ impl Store {
         limit_milli: u64,
         actor: &str,
     ) -> Result<(), StoreError> {
-        self.set_quotas(tenant_id, &[(resource.clone(), limit_milli)], actor).await
+        self.set_quotas(tenant_id, &[(resource.clone(), Some(limit_milli))], actor).await
     }
 
-    /// Sets several limits in one transaction: all of them or none.
+    /// Sets several limits in one transaction: all of them or none. `None` removes a limit (the resource is then
+    /// unlimited); each change is audited with the limit before it.
     pub async fn set_quotas(
         &self,
         tenant_id: &str,
-        limits: &[(tessera_core::quota::Resource, u64)],
+        limits: &[(tessera_core::quota::Resource, Option<u64>)],
         actor: &str,
     ) -> Result<(), StoreError> {
-        let rows: Vec<(String, i64)> =
-            limits.iter().map(|(r, m)| (r.to_string(), i64::try_from(*m).unwrap_or(i64::MAX))).collect();
+        let rows: Vec<(String, Option<i64>)> =
+            limits.iter().map(|(r, m)| (r.to_string(), m.map(|m| i64::try_from(m).unwrap_or(i64::MAX)))).collect();
         match &self.db {
             Db::Sqlite(p) => sqlite::set_quotas(p, tenant_id, &rows, actor).await,
             Db::Postgres(p) => postgres::set_quotas(p, tenant_id, &rows, actor).await,

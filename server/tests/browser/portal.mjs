@@ -15,8 +15,9 @@
 //     active; the instance's heatmap row fills and changes as the live stream comes in;
 //   - ada creates an API token (the secret shown once, working, then revoked); root edits the GPU's MIG layout in the
 //     editor (the in-use instance locked, a refused start explained in the core's words, one added with the
-//     keyboard, proposed and approved), reads the audit log, creates a tenant and edits research's quotas, policy
-//     and members, and on the usage page finds ada's allocation idle, exports the CSV and reclaims it;
+//     keyboard, proposed and approved), reads the audit log, creates a tenant and edits research's quotas (a limit
+//     added, then removed), policy and members, and on the usage page finds ada's allocation idle, exports the CSV
+//     and reclaims it;
 //   - the tenant dashboard fits a 1,024 px wide screen;
 //   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures.
 // Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
@@ -440,6 +441,11 @@ display_name = "Test IdP"
     await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"]').waitFor();
     const limits = await api('GET', `/api/v1/tenants/${research.id}/quotas`);
     check(limits.resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit === 3), 'tenants: the new limit is saved');
+    await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"] input').fill('');
+    await quotaForm.locator('button[type=submit]').click();
+    await waitFor('the cleared limit to be removed', async () => !(await api('GET', `/api/v1/tenants/${research.id}/quotas`))
+      .resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit !== null));
+    check(true, 'tenants: a cleared limit is removed (the resource is unlimited)');
     await page.locator('[data-testid=policy-form] input[name=auto-approve]').check();
     await page.locator('[data-testid=policy-form] input[name=auto-max]').fill('2');
     await page.locator('[data-testid=policy-form] button[type=submit]').click();

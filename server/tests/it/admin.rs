@@ -50,6 +50,7 @@ on_both_backends!(
     users_are_listed_to_platform_admins_only,
     tenant_admins_remove_members_who_then_lose_sight_of_the_tenant,
     a_new_policy_decides_the_next_request,
+    a_removed_limit_leaves_the_resource_unlimited_and_is_audited,
     active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason,
     usage_flags_idle_allocations_from_stored_minutes_and_the_live_window,
     usage_sums_profiles_and_exports_csv,
@@ -467,6 +468,65 @@ async fn a_new_policy_decides_the_next_request(db: &TestDb) {
     assert_eq!(policies.len(), 2);
     let after: Value = serde_json::from_str(policies[0]["after"].as_str().expect("after")).expect("json");
     assert_eq!(after["policy"]["auto_approve_max_compute_slices"], 2);
+}
+
+async fn a_removed_limit_leaves_the_resource_unlimited_and_is_audited(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.tenant("limited", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7}), 20).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let path = format!("/api/v1/tenants/{t}/quotas");
+    let put = |limits: Value| app.call(Method::PUT, &path, &app.admin, Some(json!({ "limits": limits })));
+    let key = "mig/H100-80GB/1g.10gb";
+    let (s, v) = put(json!({ key: 1 })).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (s, v) = app.ask(&alice, &t, "1g.10gb", 2).await;
+    assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "quota_exceeded"), "{v}");
+
+    // One bad key and nothing changes, the removal included.
+    let (s, v) = put(json!({ key: null, "mig/H100-80GB/9g.1tb": null })).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "quota_bad_resource"), "{v}");
+    let (_, view) = app.get(&path, &alice).await;
+    let limit_of = |view: &Value, key: &str| {
+        view["resources"].as_array().expect("lines").iter().find(|l| l["resource"] == key).map(|l| l["limit"].clone())
+    };
+    assert_eq!(limit_of(&view, key), Some(json!(1.0)));
+
+    // Removed: the line is gone (nothing is held) and two fit under the remaining compute-slice limit.
+    let (s, view) = put(json!({ key: null })).await;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!(limit_of(&view, key), None, "{view}");
+    assert_eq!(limit_of(&view, "compute_slices"), Some(json!(20.0)), "other limits stay");
+    let (s, v) = app.ask(&alice, &t, "1g.10gb", 2).await;
+    assert_eq!((s, v["state"].as_str()), (StatusCode::CREATED, Some("approved")), "{v}");
+    // Held but unlimited: listed with a null limit.
+    let (_, view) = app.get(&path, &alice).await;
+    assert_eq!(limit_of(&view, key), Some(Value::Null), "{view}");
+
+    // Removing what is not there changes nothing and is not audited.
+    let (s, _) = put(json!({ "mig/H100-80GB/2g.20gb": null })).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, history) = app.get(&format!("/api/v1/audit?object=tenant/{t}/quota/{key}"), &app.admin).await;
+    // Before and after are JSON text (PostgreSQL keeps them as jsonb, so compare them parsed).
+    let entries: Vec<(String, Value, Value)> = history
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|e| {
+            let field = |f: &str| e[f].as_str().map_or(Value::Null, |t| serde_json::from_str(t).expect("json"));
+            (e["action"].as_str().expect("action").to_string(), field("before"), field("after"))
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        vec![
+            ("quota.set".to_string(), Value::Null, json!({"limit_milli": 1000})),
+            ("quota.remove".to_string(), json!({"limit_milli": 1000}), Value::Null),
+        ]
+    );
+    let (_, none) = app.get(&format!("/api/v1/audit?object=tenant/{t}/quota/mig/H100-80GB/2g.20gb"), &app.admin).await;
+    assert_eq!(none, json!([]));
+    let (s, v) = app.call(Method::PUT, &path, &alice, Some(json!({"limits": { key: null }}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
 }
 
 async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason(db: &TestDb) {

@@ -98,23 +98,45 @@ pub(super) async fn tenant(pool: &SqlitePool, id: &str) -> Result<Tenant, StoreE
 pub(super) async fn set_quotas(
     pool: &SqlitePool,
     tenant_id: &str,
-    limits: &[(String, i64)],
+    limits: &[(String, Option<i64>)],
     actor: &str,
 ) -> Result<(), StoreError> {
     let mut tx = pool.begin().await?;
     for (resource, limit) in limits {
-        sqlx::query(
-            "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
-             ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
-        )
-        .bind(tenant_id)
-        .bind(resource)
-        .bind(limit)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| on_constraint(e, "quotas"))?;
+        let before: Option<i64> =
+            sqlx::query_scalar("SELECT limit_milli FROM quotas WHERE tenant_id = $1 AND resource = $2")
+                .bind(tenant_id)
+                .bind(resource)
+                .fetch_optional(&mut *tx)
+                .await?;
         let object = format!("tenant/{tenant_id}/quota/{resource}");
-        audit_insert(&mut tx, actor, "quota.set", &object, None, Some(format!("{{\"limit_milli\":{limit}}}"))).await?;
+        let before_json = before.map(|b| format!("{{\"limit_milli\":{b}}}"));
+        match limit {
+            Some(limit) => {
+                sqlx::query(
+                    "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
+                     ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
+                )
+                .bind(tenant_id)
+                .bind(resource)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| on_constraint(e, "quotas"))?;
+                let after = Some(format!("{{\"limit_milli\":{limit}}}"));
+                audit_insert(&mut tx, actor, "quota.set", &object, before_json, after).await?;
+            }
+            // Removing a limit that is not there is a no-op, and not audited.
+            None if before.is_none() => {}
+            None => {
+                sqlx::query("DELETE FROM quotas WHERE tenant_id = $1 AND resource = $2")
+                    .bind(tenant_id)
+                    .bind(resource)
+                    .execute(&mut *tx)
+                    .await?;
+                audit_insert(&mut tx, actor, "quota.remove", &object, before_json, None).await?;
+            }
+        }
     }
     tx.commit().await?;
     Ok(())
