@@ -13,8 +13,8 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    let code = tessera_server::cli::run(cli, &mut stdout.lock(), &mut stderr.lock());
+    // Unlocked handles: each write takes the lock for that write only. Holding `stderr.lock()` for the whole run
+    // would block every tokio worker at its first log line (tracing writes to stderr from those threads).
+    let code = tessera_server::cli::run(cli, &mut std::io::stdout(), &mut std::io::stderr());
     ExitCode::from(code)
 }

@@ -34,13 +34,26 @@ impl Server {
     }
 
     pub(crate) async fn start_with(database_url: &str, port: u16, admin: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_logging(database_url, port, admin, env, std::process::Stdio::inherit()).await
+    }
+
+    /// Starts the server with its default logging (whatever the test's environment says), its log lines going to
+    /// `stderr`.
+    pub(crate) async fn start_logging(
+        database_url: &str,
+        port: u16,
+        admin: &str,
+        env: &[(&str, &str)],
+        stderr: std::process::Stdio,
+    ) -> Server {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database-url", database_url])
+            .env_remove("TESSERA_LOG")
+            .env_remove("RUST_LOG")
             .envs(env.iter().copied())
             .env("TESSERA_BOOTSTRAP_TOKEN", admin)
-            .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .expect("start tessera serve");
@@ -495,7 +508,7 @@ fn agent_process(base: &str, dir: &std::path::Path, token: &str, delay_ms: u64) 
         .arg("--state-dir")
         .arg(dir)
         .env("TESSERA_JOIN_TOKEN", token)
-        .env("RUST_LOG", "warn")
+        .env_remove("RUST_LOG")
         .kill_on_drop(true)
         .spawn()
         .expect("start tessera-agent")

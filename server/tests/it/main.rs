@@ -5,6 +5,7 @@ mod agents;
 mod api;
 mod cli_mig;
 mod isolation;
+mod logging;
 mod sso;
 mod store;
 mod telemetry;
