@@ -10,5 +10,6 @@ pub mod planner;
 pub mod quota;
 pub mod request;
 pub mod sharing;
+pub mod text;
 
 pub use catalog::{Catalog, GpuModel, Profile};

@@ -32,39 +32,48 @@ pub struct App {
     /// Request creations, written in batches.
     pub creates: crate::services::requests::CreateQueue,
     /// Connected agents and node heartbeats.
-    pub hub: crate::services::agents::Hub,
+    pub hub: Arc<crate::services::agents::Hub>,
     /// Agents' telemetry: the live window and minutes not yet written.
     pub telemetry: crate::services::telemetry::Telemetry,
     /// How long minute telemetry is kept, ms.
     pub telemetry_retention_ms: i64,
-    /// GPU UUIDs per node, for checking telemetry batches.
+    /// The devices each node owns (its GPUs and the MIG instances its status reports), for checking telemetry.
     pub node_gpus: NodeGpuCache,
+    /// Most connections open at once.
+    pub max_connections: usize,
 }
 
-/// How long a node's GPU list is trusted for telemetry checks.
+/// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).
 const NODE_GPUS_TTL: Duration = Duration::from_secs(10);
 
-/// A short-lived cache of each node's GPU UUIDs.
+/// A short-lived cache of the devices each node owns.
 #[derive(Debug, Default)]
 pub struct NodeGpuCache(Mutex<HashMap<String, (Instant, GpuSet)>>);
 
-/// A node's GPU UUIDs.
-pub type GpuSet = Arc<std::collections::HashSet<String>>;
+/// The devices a node owns.
+pub type GpuSet = Arc<crate::services::telemetry::Owned>;
 
 impl NodeGpuCache {
-    /// The node's GPUs, if read recently.
-    pub fn get(&self, node_id: &str) -> Option<Arc<std::collections::HashSet<String>>> {
+    /// The node's devices, if read recently.
+    pub fn get(&self, node_id: &str) -> Option<GpuSet> {
         let map = self.0.lock().ok()?;
         map.get(node_id).filter(|(at, _)| at.elapsed() < NODE_GPUS_TTL).map(|(_, g)| g.clone())
     }
 
-    /// Remembers a node's GPUs.
-    pub fn put(&self, node_id: &str, gpus: Arc<std::collections::HashSet<String>>) {
+    /// Remembers a node's devices.
+    pub fn put(&self, node_id: &str, gpus: GpuSet) {
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= PRINCIPAL_CACHE_MAX {
                 map.clear();
             }
             map.insert(node_id.to_string(), (Instant::now(), gpus));
+        }
+    }
+
+    /// Forgets a node's devices (its status or inventory changed).
+    pub fn forget(&self, node_id: &str) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(node_id);
         }
     }
 }

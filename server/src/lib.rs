@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod http;
+pub mod listen;
 pub mod portal;
 pub mod serve;
 pub mod services;

@@ -30,6 +30,9 @@ pub struct Settings {
     pub auth: crate::auth::AuthConfig,
     /// Telemetry window and retention.
     pub telemetry: TelemetrySettings,
+    /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
+    /// [`crate::listen::DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: Option<usize>,
 }
 
 /// How much telemetry is kept.
@@ -39,11 +42,18 @@ pub struct TelemetrySettings {
     pub window_s: u32,
     /// Days of one-minute aggregates kept in the store.
     pub retention_days: u32,
+    /// Most device series (GPUs and MIG instances, all nodes together) kept in memory; new series past it are
+    /// refused and counted.
+    pub max_series: usize,
 }
 
 impl Default for TelemetrySettings {
     fn default() -> Self {
-        TelemetrySettings { window_s: 900, retention_days: 30 }
+        TelemetrySettings {
+            window_s: 900,
+            retention_days: 30,
+            max_series: crate::services::telemetry::DEFAULT_MAX_SERIES,
+        }
     }
 }
 
@@ -145,9 +155,13 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         principals: Default::default(),
         reads: Default::default(),
         hub: Default::default(),
-        telemetry: crate::services::telemetry::Telemetry::new(settings.telemetry.window_s),
+        telemetry: crate::services::telemetry::Telemetry::new(
+            settings.telemetry.window_s,
+            settings.telemetry.max_series,
+        ),
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
+        max_connections: settings.max_connections.unwrap_or(crate::listen::DEFAULT_MAX_CONNECTIONS),
     }));
     Ok((state, generated))
 }
@@ -190,8 +204,9 @@ pub async fn serve(
         }
     });
     let state_for_flush = state.clone();
+    let max_connections = state.max_connections;
     let app = crate::http::router(state);
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = crate::listen::serve(listener, app, max_connections, shutdown).await;
     sweeper.abort();
     agents.abort();
     telemetry.abort();

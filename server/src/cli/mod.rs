@@ -145,6 +145,14 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
         demo,
         auth,
         telemetry: Default::default(),
+        max_connections: match std::env::var("TESSERA_MAX_CONNECTIONS") {
+            Ok(v) if !v.trim().is_empty() => {
+                Some(v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::BadInput("TESSERA_MAX_CONNECTIONS must be a whole number above 0".to_string())
+                })?)
+            }
+            _ => None,
+        },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {

@@ -194,6 +194,7 @@ pub async fn put_inventory(
 ) -> Result<StatusCode, ApiError> {
     let gpus = svc::inventory_gpus(&state, &body)?;
     state.store.update_inventory(&node.node_id, &gpus, &body, &node.actor()).await.map_err(gpu_conflict)?;
+    state.node_gpus.forget(&node.node_id);
     state.hub.seen(&node.node_id);
     svc::refresh(&state, Some(std::slice::from_ref(&node.node_id))).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -275,23 +276,40 @@ pub async fn heartbeat(NodeAuth(node): NodeAuth, State(state): State<AppState>) 
 
 /// The push channel: a WebSocket on which the server sends the node's spec (`{"type":"spec"}`) on connect and at
 /// every new generation, and the agent sends heartbeats and status (`{"type":"heartbeat"}`,
-/// `{"type":"status"}`). The server closes a socket that stays silent for three heartbeat intervals.
+/// `{"type":"status"}`). The server closes a socket that stays silent for three heartbeat intervals, and closes
+/// it at once (code 4401) when the node's credential is revoked or the node joins again. A node holds at most
+/// four sockets on one server replica.
 #[utoipa::path(get, path = "/api/v1/agent/ws", tag = "agent", security(("node" = [])),
     responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 401, body = Problem),
-        (status = 403, body = Problem)))]
-pub async fn websocket(State(state): State<AppState>, NodeAuth(node): NodeAuth, upgrade: WebSocketUpgrade) -> Response {
+        (status = 403, body = Problem), (status = 429, body = Problem, description = "too_many_sockets")))]
+pub async fn websocket(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    headers: axum::http::HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let credential = super::auth::node_credential_hash(&headers).unwrap_or_default();
+    let slot = state.hub.open_socket(&node.node_id).ok_or_else(|| ApiError::Invalid {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "too_many_sockets",
+        detail: format!("node {} has {} sockets open already", node.node_name, svc::MAX_SOCKETS_PER_NODE),
+    })?;
     // Agent messages are a few KiB: small buffers (they grow for a larger message) keep a thousand sockets cheap;
     // the 128 KiB default read buffer would cost 125 MiB for a thousand agents.
-    upgrade
+    Ok(upgrade
         .max_message_size(super::BODY_LIMIT)
         .read_buffer_size(8 * 1024)
         .write_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| push(state, node, socket))
+        .on_upgrade(move |socket| push(state, node, credential, slot, socket)))
 }
 
-async fn push(state: AppState, node: NodePrincipal, mut socket: WebSocket) {
+/// The close code a socket gets when its credential stops being valid.
+const CLOSE_REVOKED: u16 = 4401;
+
+async fn push(state: AppState, node: NodePrincipal, credential: String, _slot: svc::SocketSlot, mut socket: WebSocket) {
     state.hub.seen(&node.node_id);
     let mut changes = state.hub.subscribe(&node.node_id);
+    let mut revoked = state.store.node_credential_revocations();
     let mut sent = 0;
     let silent_limit = HEARTBEAT * 3;
     // Also looks at the store now and then, in case a change notice from another replica was lost.
@@ -299,6 +317,23 @@ async fn push(state: AppState, node: NodePrincipal, mut socket: WebSocket) {
     let mut last_heard = tokio::time::Instant::now();
     loop {
         let wake = tokio::select! {
+            got = revoked.recv() => {
+                let mine = match got {
+                    Ok(node_id) => node_id == node.node_id,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let valid = |found: Result<Option<NodePrincipal>, StoreError>| {
+                    found.is_ok_and(|n| n.is_some_and(|n| n.node_id == node.node_id))
+                };
+                if mine && !valid(state.store.node_by_credential(&credential).await) {
+                    tracing::info!(node = %node.node_name, "node credential revoked; closing its socket");
+                    let frame = axum::extract::ws::CloseFrame { code: CLOSE_REVOKED, reason: "credential revoked".into() };
+                    let _ = socket.send(Message::Close(Some(frame))).await;
+                    return;
+                }
+                false
+            }
             _ = recheck.tick() => true,
             changed = changes.changed() => {
                 if changed.is_err() {

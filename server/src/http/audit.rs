@@ -84,10 +84,13 @@ pub struct AuditEntriesQuery {
     /// Actions that start with this, e.g. `request.` or `membership.` (case-sensitive).
     pub action: Option<String>,
     /// At or after this time, UTC ms.
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub from: Option<i64>,
     /// Before this time, UTC ms.
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub to: Option<i64>,
     /// Page size, 1-500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
     /// The previous page's `next`, for the entries after it.
     pub before: Option<String>,
@@ -122,7 +125,7 @@ fn cursor_id(text: &str) -> Result<i64, ApiError> {
 #[utoipa::path(get, path = "/api/v1/audit/entries", tag = "audit", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(AuditEntriesQuery),
     responses((status = 200, body = AuditPage), (status = 403, body = Problem),
-        (status = 422, body = Problem, description = "invalid_limit, invalid_cursor or audit_range")))]
+        (status = 422, body = Problem, description = "invalid_limit, invalid_cursor, invalid_time or audit_range")))]
 pub async fn entries(
     State(state): State<AppState>,
     p: Principal,
@@ -133,6 +136,8 @@ pub async fn entries(
     if !(1..=500).contains(&limit) {
         return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
     }
+    super::time_param("from", q.from)?;
+    super::time_param("to", q.to)?;
     if let (Some(from), Some(to)) = (q.from, q.to)
         && from >= to
     {

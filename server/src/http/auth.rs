@@ -221,6 +221,13 @@ impl FromRequestParts<AppState> for NodeAuth {
     }
 }
 
+/// The store's hash of the node credential in `headers` (`Authorization: Bearer tsn_...`), if there is one.
+pub fn node_credential_hash(headers: &HeaderMap) -> Option<String> {
+    let token = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let token = token.strip_prefix("Bearer ").or_else(|| token.strip_prefix("bearer "))?.trim();
+    token.starts_with(NODE_TOKEN_PREFIX).then(|| token_hash(token))
+}
+
 /// Requires a platform admin.
 pub fn require_platform_admin(p: &Principal) -> Result<(), ApiError> {
     if p.user.platform_admin { Ok(()) } else { Err(ApiError::Forbidden("platform admins only".to_string())) }

@@ -74,6 +74,7 @@ pub struct LayoutQuery {
 #[serde(deny_unknown_fields)]
 pub struct RejectLayout {
     /// Why (required).
+    #[schema(max_length = 2000)]
     pub reason: String,
 }
 

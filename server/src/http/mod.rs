@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderName, StatusCode};
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -37,6 +38,20 @@ use crate::app::AppState;
 pub const BODY_LIMIT: usize = 1024 * 1024;
 /// Longest a request may take.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Latest time a query parameter may name, UTC ms (9999-12-31T23:59:59.999Z). Times are in `0..=MAX_TIME_MS`, so
+/// that no arithmetic on them (ranges, steps, defaults such as "30 days before") can overflow.
+pub const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
+/// Checks a time parameter: `None` stays `None`; a value outside `0..=MAX_TIME_MS` is a 422 `invalid_time`.
+pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::ApiError> {
+    match value {
+        Some(v) if !(0..=MAX_TIME_MS).contains(&v) => Err(error::ApiError::invalid(
+            "invalid_time",
+            format!("`{name}` is a time in UTC milliseconds from 0 to {MAX_TIME_MS}"),
+        )),
+        v => Ok(v),
+    }
+}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -149,7 +164,58 @@ fn api() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI 3.1 description of the API.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api().split_for_parts().1
+    complete(api().split_for_parts().1)
+}
+
+/// Adds to every operation what any handler can answer beyond what its annotation lists, so that the document is a
+/// contract: problem reports as `application/problem+json`; 400 for an unreadable query, path or header; 401 where
+/// credentials are needed; 413, 415 and 422 where a body is read; 408 (the request timeout), 500 and 503 (the
+/// database) everywhere.
+fn complete(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let Ok(mut v) = serde_json::to_value(&doc) else { return doc };
+    let problem = serde_json::json!({"$ref": "#/components/schemas/Problem"});
+    let answer = |description: &str| serde_json::json!({"description": description, "content": {"application/problem+json": {"schema": problem}}});
+    for item in v.get_mut("paths").and_then(|p| p.as_object_mut()).into_iter().flat_map(|p| p.values_mut()) {
+        let Some(item) = item.as_object_mut() else { continue };
+        for (method, op) in item.iter_mut() {
+            if !matches!(method.as_str(), "get" | "put" | "post" | "delete" | "patch") {
+                continue;
+            }
+            let has_body = op.get("requestBody").is_some();
+            let has_params = op.get("parameters").and_then(|p| p.as_array()).is_some_and(|p| !p.is_empty());
+            let secured = op
+                .get("security")
+                .and_then(|s| s.as_array())
+                .is_some_and(|s| !s.is_empty() && s.iter().all(|r| r.as_object().is_some_and(|r| !r.is_empty())));
+            let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut()) else { continue };
+            for response in responses.values_mut() {
+                let Some(content) = response.get_mut("content").and_then(|c| c.as_object_mut()) else { continue };
+                if content.get("application/json").and_then(|c| c.get("schema")) == Some(&problem)
+                    && let Some(c) = content.remove("application/json")
+                {
+                    content.insert("application/problem+json".to_string(), c);
+                }
+            }
+            let mut add = |code: &str, description: &str| {
+                responses.entry(code.to_string()).or_insert_with(|| answer(description));
+            };
+            if has_body || has_params {
+                add("400", "invalid_query, invalid_body or a malformed header");
+            }
+            if secured {
+                add("401", "unauthenticated or invalid_token");
+            }
+            if has_body {
+                add("413", "body_too_large: the body has more than 1 MiB");
+                add("415", "invalid_body: the body is not `application/json`");
+                add("422", "invalid_body: the body does not match its schema");
+            }
+            add("408", "request_timeout: the request took longer than 30 s");
+            add("500", "internal: a fault of the server (logged)");
+            add("503", "unavailable: the database cannot be reached");
+        }
+    }
+    serde_json::from_value(v).unwrap_or(doc)
 }
 
 /// The application, ready to serve.
@@ -165,6 +231,10 @@ pub fn router(state: AppState) -> Router {
         .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        // The limit and timeout layers answer by themselves, in plain text or with no body: problem reports instead.
+        .layer(axum::middleware::map_response(error::problem_for_bare_errors))
+        // A backstop, not a way of handling input: a panicking handler answers 500 problem+json and is logged.
+        .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http())
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))

@@ -16,7 +16,8 @@ use crate::store::{Principal, Role, User};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
-    /// Unique name (login or e-mail), 1-254 characters.
+    /// Unique name (login or e-mail), 1-254 characters with no control, invisible or text-direction characters;
+    /// names differing only in letter case are the same name (409).
     pub name: String,
     /// Platform admins manage every tenant, quota, approval and layout.
     #[serde(default)]
@@ -78,9 +79,7 @@ pub async fn create_user(
 ) -> Result<(StatusCode, ApiJson<UserView>), ApiError> {
     require_platform_admin(&p)?;
     let name = body.name.trim();
-    if name.is_empty() || name.len() > 254 || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid("invalid_name", "a user name is 1-254 printable characters"));
-    }
+    tessera_core::text::check_user_name(name).map_err(|e| ApiError::invalid("invalid_name", e.to_string()))?;
     let user = state.store.create_user(name, body.platform_admin, &p.actor()).await?;
     Ok((StatusCode::CREATED, ApiJson(user.into())))
 }

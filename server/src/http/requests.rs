@@ -23,12 +23,15 @@ pub struct NewRequestBody {
     /// What one slice is.
     pub spec: SliceSpec,
     /// How many slices (1-1000).
+    #[schema(minimum = 1, maximum = 1000)]
     pub count: u32,
     /// Why (shown to approvers).
     #[serde(default)]
+    #[schema(max_length = 2000)]
     pub reason: String,
     /// How long the slices are wanted once active, in seconds (60 to 90 days); absent: until released.
     #[serde(default)]
+    #[schema(minimum = 60, maximum = 7_776_000)]
     pub duration_s: Option<u64>,
 }
 
@@ -97,6 +100,7 @@ pub struct ListQuery {
     /// From the previous page's `next_cursor`.
     pub cursor: Option<String>,
     /// Page size, 1-500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
 
@@ -105,6 +109,7 @@ pub struct ListQuery {
 #[serde(deny_unknown_fields)]
 pub struct RejectBody {
     /// Why (required; shown to the tenant).
+    #[schema(max_length = 2000)]
     pub reason: String,
 }
 
@@ -115,6 +120,7 @@ pub struct RejectBody {
 pub struct ReleaseBody {
     /// Why; when given it replaces the request's `reason` (shown to the tenant).
     #[serde(default)]
+    #[schema(max_length = 2000)]
     pub reason: Option<String>,
 }
 

@@ -21,15 +21,25 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth::NodeAuth;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
-use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, minute_rows};
+use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
+
+/// Most cells (rows × columns) in one heatmap answer (about 10 MB of JSON).
+const MAX_CELLS: usize = 1_500_000;
+/// Widest heatmap column, seconds (a year).
+const MAX_STEP_S: i64 = 365 * 24 * 3600;
+
+/// Largest drop count an agent may report (2^53 - 1: exact in every JSON reader, and in Prometheus' floats).
+const MAX_DROPPED: u64 = (1 << 53) - 1;
 
 /// Most bytes a batch may have once decompressed.
 const MAX_BATCH_BYTES: u64 = 32 * 1024 * 1024;
 
-/// Send a batch of samples (JSON, optionally `Content-Encoding: gzip`). Series of devices that are not on the
-/// node's GPUs and samples dated more than 5 minutes ahead or past the retention are refused (counted).
+/// Send a batch of samples (JSON, optionally `Content-Encoding: gzip`). Only the node's own devices are taken:
+/// its registered GPUs and the MIG instances its last status reports on them. Series of other devices, series
+/// past the server's series limit, and samples dated more than 5 minutes ahead or past the retention are refused
+/// (counted in the answer and in `tessera_telemetry_refused_series_total`).
 #[utoipa::path(post, path = "/api/v1/agent/telemetry", tag = "agent", security(("node" = [])),
     request_body = TelemetryBatch,
     responses((status = 200, body = TelemetryAccepted), (status = 400, body = Problem), (status = 401, body = Problem),
@@ -38,8 +48,9 @@ pub async fn ingest(
     State(state): State<AppState>,
     NodeAuth(node): NodeAuth,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<ApiJson<TelemetryAccepted>, ApiError> {
+    let body = body?;
     let gzip = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -63,23 +74,29 @@ pub async fn ingest(
     }
     .map_err(|e| ApiError::invalid("invalid_body", format!("not a telemetry batch: {e}")))?;
     state.hub.seen(&node.node_id);
-    let gpus = node_gpus(&state, &node.node_id).await?;
-    Ok(ApiJson(state.telemetry.ingest(&node.node_id, &gpus, batch, now_ms())))
+    if batch.dropped > MAX_DROPPED {
+        return Err(ApiError::invalid("invalid_body", format!("`dropped` is at most {MAX_DROPPED}")));
+    }
+    let owned = owned_devices(&state, &node.node_id).await?;
+    Ok(ApiJson(state.telemetry.ingest(&node.node_id, &owned, batch, now_ms())))
 }
 
 fn bad_body(code: &'static str, detail: String) -> ApiError {
     ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail }
 }
 
-/// The node's GPU UUIDs (cached for a few seconds).
-async fn node_gpus(state: &AppState, node_id: &str) -> Result<std::sync::Arc<HashSet<String>>, ApiError> {
-    if let Some(gpus) = state.node_gpus.get(node_id) {
-        return Ok(gpus);
+/// The devices the node owns (cached for a few seconds): its registered GPUs, and the MIG instances its last
+/// stored status reports on them.
+async fn owned_devices(state: &AppState, node_id: &str) -> Result<crate::app::GpuSet, ApiError> {
+    if let Some(owned) = state.node_gpus.get(node_id) {
+        return Ok(owned);
     }
     let inputs = state.store.spec_inputs(node_id).await?;
-    let gpus: std::sync::Arc<HashSet<String>> = std::sync::Arc::new(inputs.gpus.into_iter().map(|g| g.uuid).collect());
-    state.node_gpus.put(node_id, gpus.clone());
-    Ok(gpus)
+    let record = state.store.agent_record(node_id).await?;
+    let status = record.status.as_deref().and_then(|s| serde_json::from_str::<tessera_core::api::NodeStatus>(s).ok());
+    let owned = std::sync::Arc::new(Owned::of(inputs.gpus.iter().map(|g| g.uuid.as_str()), status.as_ref()));
+    state.node_gpus.put(node_id, owned.clone());
+    Ok(owned)
 }
 
 /// Which heatmap.
@@ -89,11 +106,14 @@ pub struct HeatmapQuery {
     /// A node (id or name); all nodes when absent.
     pub node: Option<String>,
     /// Start, UTC ms (default: 15 minutes before `to`).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub from: Option<i64>,
     /// End, UTC ms (default: now).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub to: Option<i64>,
-    /// Column width in seconds. Within the live window (the last 15 minutes) any whole number of seconds; before
-    /// it, whole minutes (rounded up). Default: the range in at most 900 columns.
+    /// Column width in seconds (at most a year). Within the live window (the last 15 minutes) any whole number of
+    /// seconds; before it, whole minutes (rounded up). Default: the range in at most 900 columns.
+    #[param(minimum = 1, maximum = 31_536_000)]
     pub step: Option<i64>,
     /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
     pub metric: Option<Metric>,
@@ -195,13 +215,17 @@ pub async fn heatmap(
 ) -> Result<ApiJson<Heatmap>, ApiError> {
     let now = now_ms();
     let metric = q.metric.unwrap_or(Metric::Util);
-    let to = q.to.unwrap_or(now);
-    let from = q.from.unwrap_or(to - 15 * 60 * 1000);
+    // Every time is within `0..=MAX_TIME_MS` and the step within a year: none of the arithmetic below can overflow.
+    let to = super::time_param("to", q.to)?.unwrap_or(now);
+    let from = super::time_param("from", q.from)?.unwrap_or((to - 15 * 60 * 1000).max(0));
     if from >= to {
         return Err(ApiError::invalid("heatmap_range", "`from` must be before `to`"));
     }
-    if q.step.is_some_and(|s| s < 1) {
-        return Err(ApiError::invalid("heatmap_step", "`step` is a whole number of seconds, at least 1"));
+    if q.step.is_some_and(|s| !(1..=MAX_STEP_S).contains(&s)) {
+        return Err(ApiError::invalid(
+            "heatmap_step",
+            format!("`step` is a whole number of seconds from 1 to {MAX_STEP_S}"),
+        ));
     }
     let live = from >= now - state.telemetry.window_ms();
     let unit_ms = if live { 1000 } else { 60_000 };
@@ -238,6 +262,16 @@ pub async fn heatmap(
         .filter(|(k, _)| visible.as_ref().is_none_or(|v| v.contains(&k.device)))
         .map(|(k, values)| row(&nodes, &holders, k, values))
         .collect();
+    if rows.len().saturating_mul(columns) > MAX_CELLS {
+        return Err(ApiError::invalid(
+            "heatmap_too_large",
+            format!(
+                "{} rows of {columns} columns asked for; at most {MAX_CELLS} cells: choose a `node`, a larger `step` \
+                 or a shorter range",
+                rows.len()
+            ),
+        ));
+    }
     rows.sort_by(|a, b| {
         (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
             &b.node,
@@ -467,6 +501,16 @@ fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Me
         "# HELP tessera_telemetry_rejected_samples_total Samples refused by this replica.\n\
          # TYPE tessera_telemetry_rejected_samples_total counter\ntessera_telemetry_rejected_samples_total {}",
         t.rejected.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_refused_series_total Device series refused by this replica, by reason: \
+         `not_owned` (a device the sending node does not own) or `series_limit` (the replica holds its most \
+         series).\n# TYPE tessera_telemetry_refused_series_total counter\n\
+         tessera_telemetry_refused_series_total{{reason=\"not_owned\"}} {}\n\
+         tessera_telemetry_refused_series_total{{reason=\"series_limit\"}} {}",
+        t.refused_not_owned.load(std::sync::atomic::Ordering::Relaxed),
+        t.refused_series_limit.load(std::sync::atomic::Ordering::Relaxed)
     );
     let _ = writeln!(
         out,

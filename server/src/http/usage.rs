@@ -19,8 +19,10 @@ use crate::store::{Principal, now_ms};
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
     /// Start, UTC ms (default: 30 days before `to`).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub from: Option<i64>,
     /// End, UTC ms (default: now).
+    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
     pub to: Option<i64>,
     /// One tenant (id); default: every tenant the caller may see.
     pub tenant: Option<String>,
@@ -47,7 +49,7 @@ pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uui
     responses((status = 200, description = "the report, or with `format=csv` its allocations as CSV",
             content((UsageReport = "application/json"), (String = "text/csv"))),
         (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "usage_range, invalid_idle or invalid_format")))]
+        (status = 422, body = Problem, description = "usage_range, invalid_time, invalid_idle or invalid_format")))]
 pub async fn usage(
     State(state): State<AppState>,
     p: Principal,
@@ -73,8 +75,8 @@ pub async fn usage(
         ));
     }
     let now = now_ms();
-    let to = q.to.unwrap_or(now);
-    let from = q.from.unwrap_or(to - 30 * 24 * 3600 * 1000);
+    let to = super::time_param("to", q.to)?.unwrap_or(now);
+    let from = super::time_param("from", q.from)?.unwrap_or((to - 30 * 24 * 3600 * 1000).max(0));
     if from >= to {
         return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
     }

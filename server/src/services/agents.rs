@@ -31,6 +31,8 @@ pub const NOT_READY_AFTER_MS: i64 = 20_000;
 #[derive(Debug, Default)]
 pub struct Hub {
     specs: Mutex<HashMap<String, watch::Sender<i64>>>,
+    /// Open WebSockets per node.
+    sockets: Mutex<HashMap<String, usize>>,
     seen: Mutex<HashMap<String, i64>>,
     unsaved: Mutex<HashMap<String, i64>>,
     refresh: tokio::sync::Mutex<()>,
@@ -58,6 +60,18 @@ impl Hub {
         }
     }
 
+    /// Takes one of the node's [`MAX_SOCKETS_PER_NODE`] WebSocket places on this replica, held until the slot is
+    /// dropped; `None` when they are all taken.
+    pub fn open_socket(self: &std::sync::Arc<Self>, node_id: &str) -> Option<SocketSlot> {
+        let mut sockets = self.sockets.lock().unwrap_or_else(|e| e.into_inner());
+        let open = sockets.entry(node_id.to_string()).or_insert(0);
+        if *open >= MAX_SOCKETS_PER_NODE {
+            return None;
+        }
+        *open += 1;
+        Some(SocketSlot { hub: self.clone(), node_id: node_id.to_string() })
+    }
+
     /// How many agents are connected to this replica.
     pub fn connected(&self) -> usize {
         let specs = self.specs.lock().unwrap_or_else(|e| e.into_inner());
@@ -82,15 +96,45 @@ impl Hub {
     }
 }
 
+/// Most WebSockets one node may hold open on one replica (its agent needs one; the rest cover a reconnect
+/// before the server noticed the old socket is gone).
+pub const MAX_SOCKETS_PER_NODE: usize = 4;
+
+/// One of a node's WebSocket places, given back when dropped.
+#[derive(Debug)]
+pub struct SocketSlot {
+    hub: std::sync::Arc<Hub>,
+    node_id: String,
+}
+
+impl Drop for SocketSlot {
+    fn drop(&mut self) {
+        let mut sockets = self.hub.sockets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(open) = sockets.get_mut(&self.node_id) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                sockets.remove(&self.node_id);
+            }
+        }
+    }
+}
+
 /// Forwards node spec changes from the store (this process's and other replicas') to the hub's connections, and
 /// writes heartbeats to the store every `HEARTBEAT`, until the store is dropped.
 pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
     let state = state.clone();
     tokio::spawn(async move {
         let mut changes = state.store.node_spec_changes();
+        let mut revoked = state.store.node_credential_revocations();
         let mut flush = tokio::time::interval(HEARTBEAT);
         loop {
             tokio::select! {
+                // A revoked node credential must stop working at once: forget every resolved credential (the
+                // node's sockets close by themselves, see `http::agents`).
+                got = revoked.recv() => match got {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => state.principals.clear(),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
                 got = changes.recv() => match got {
                     Ok((node, generation)) => state.hub.notify(&node, generation),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
@@ -196,6 +240,11 @@ pub async fn refresh_gpus(state: &AppState, gpu_ids: &[String]) {
     }
 }
 
+/// Most MIG instances a status may list on one GPU (the largest GPUs have 7; compute instances share theirs).
+pub const MAX_INSTANCES_PER_GPU: usize = 16;
+/// Longest GPU or MIG device UUID a status may carry.
+pub const MAX_DEVICE_ID_LEN: usize = 96;
+
 /// Checks an inventory's GPUs against the catalog: what to register. GPUs of models the catalog does not know are
 /// left out (reported, not refused: a node may also hold GPUs Tessera does not manage).
 pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<NewGpu>, ApiError> {
@@ -260,8 +309,25 @@ pub async fn ingest_status(
     if status.gpus.len() > crate::services::fleet::MAX_GPUS_PER_NODE {
         return Err(ApiError::invalid("too_many_gpus", "a status lists at most 64 GPUs"));
     }
+    if let Some(g) = status.gpus.iter().find(|g| g.instances.len() > MAX_INSTANCES_PER_GPU) {
+        return Err(ApiError::invalid(
+            "too_many_instances",
+            format!("GPU {} lists {} instances; a GPU has at most {MAX_INSTANCES_PER_GPU}", g.uuid, g.instances.len()),
+        ));
+    }
+    let too_long = |id: &str| id.is_empty() || id.len() > MAX_DEVICE_ID_LEN;
+    if status.gpus.iter().any(|g| too_long(&g.uuid) || g.instances.iter().any(|i| too_long(&i.uuid))) {
+        return Err(ApiError::invalid(
+            "invalid_uuid",
+            format!("GPU and MIG device UUIDs are 1-{MAX_DEVICE_ID_LEN} characters"),
+        ));
+    }
     state.hub.seen(&node.node_id);
     let stored = state.store.record_status(&node.node_id, status).await?;
+    if stored {
+        // The instances it reports are the MIG devices it may send telemetry for from now on.
+        state.node_gpus.forget(&node.node_id);
+    }
     let mut outcome = StatusOutcome { stored, ..Default::default() };
     if !stored {
         return Ok(outcome);

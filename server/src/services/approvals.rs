@@ -244,6 +244,7 @@ pub async fn decide_layout(
     if !approve && reason.trim().is_empty() {
         return Err(ApiError::invalid("reason_required", "rejecting a layout needs a reason"));
     }
+    tessera_core::text::check_reason(reason.trim()).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
     match state.store.decide_proposal(id, approve, reason.trim(), &p.actor()).await {
         Ok(proposal) => {
             crate::services::agents::refresh_gpus(state, std::slice::from_ref(&proposal.gpu_id)).await;

@@ -58,6 +58,7 @@ pub async fn create(
     if !p.can_see(tenant) {
         return Err(ApiError::NotFound(format!("tenant {tenant} not found")));
     }
+    tessera_core::text::check_reason(reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
     if !(1..=MAX_COUNT).contains(&count) {
         return Err(ApiError::invalid("invalid_count", format!("count must be between 1 and {MAX_COUNT}")));
     }
@@ -142,6 +143,9 @@ pub async fn act(
         Action::Release => RequestState::Released,
     };
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    if let Some(r) = reason {
+        tessera_core::text::check_reason(r).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    }
     let reason = match action {
         Action::Reject if reason.is_none() => {
             return Err(ApiError::invalid("reason_required", "rejecting a request needs a reason"));

@@ -30,6 +30,53 @@ const MAX_PENDING_ROWS: usize = 300_000;
 const MAX_ID_LEN: usize = 96;
 /// Most columns a heatmap has.
 pub const MAX_COLUMNS: i64 = 3600;
+/// Default for the most device series kept in memory, all nodes together (each costs about 15 KiB with the
+/// default 15-minute window: 16,384 series take about 240 MiB).
+pub const DEFAULT_MAX_SERIES: usize = 16_384;
+/// How long a series keeps its node: another node's samples for the same device are refused while the owner's are
+/// this fresh (a GPU that really moved is taken over once its old node went quiet).
+const OWNER_FRESH_MS: i64 = 60_000;
+
+/// The devices a node owns: the only ones whose telemetry it may send.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Owned {
+    /// Its registered GPUs' UUIDs.
+    pub gpus: HashSet<String>,
+    /// MIG device UUID -> the UUID of its GPU, for the instances its last status reports on its own GPUs.
+    pub mig: HashMap<String, String>,
+}
+
+impl Owned {
+    /// What a node with these registered GPUs owns, given its last status (whose GPUs that are not registered to
+    /// it are ignored).
+    pub fn of<'a>(gpus: impl IntoIterator<Item = &'a str>, status: Option<&tessera_core::api::NodeStatus>) -> Owned {
+        let gpus: HashSet<String> = gpus.into_iter().map(str::to_string).collect();
+        let mut mig = HashMap::new();
+        for g in status.map(|s| s.gpus.as_slice()).unwrap_or_default() {
+            if gpus.contains(&g.uuid) {
+                for i in &g.instances {
+                    mig.insert(i.uuid.clone(), g.uuid.clone());
+                }
+            }
+        }
+        Owned { gpus, mig }
+    }
+
+    /// Whether a series of `device` on `gpu` (a MIG instance when `mig`) is this node's.
+    pub fn owns(&self, device: &str, gpu: &str, mig: bool) -> bool {
+        self.gpus.contains(gpu) && if mig { self.mig.get(device).is_some_and(|g| g == gpu) } else { device == gpu }
+    }
+
+    /// How many series the node may have.
+    pub fn len(&self) -> usize {
+        self.gpus.len() + self.mig.len()
+    }
+
+    /// Whether it owns nothing.
+    pub fn is_empty(&self) -> bool {
+        self.gpus.is_empty()
+    }
+}
 
 /// One sample in a ring, packed into 16 bytes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -259,7 +306,12 @@ fn merge(into: &mut MinuteRow, add: &MinuteRow) {
 #[derive(Debug)]
 pub struct Telemetry {
     window_s: usize,
+    max_series: usize,
     inner: Mutex<Inner>,
+    /// Series refused since start because the node does not own the device (or another node does).
+    pub refused_not_owned: AtomicU64,
+    /// Series refused since start because the replica holds its most series.
+    pub refused_series_limit: AtomicU64,
     /// Samples accepted since start.
     pub accepted: AtomicU64,
     /// Samples refused since start.
@@ -270,11 +322,14 @@ pub struct Telemetry {
 
 /// A window of `window_s` seconds at 1 s (at least one minute).
 impl Telemetry {
-    /// An empty window of `window_s` seconds.
-    pub fn new(window_s: u32) -> Telemetry {
+    /// An empty window of `window_s` seconds, holding at most `max_series` device series.
+    pub fn new(window_s: u32, max_series: usize) -> Telemetry {
         Telemetry {
             window_s: usize::try_from(window_s.max(60)).unwrap_or(900),
+            max_series,
             inner: Mutex::new(Inner::default()),
+            refused_not_owned: AtomicU64::new(0),
+            refused_series_limit: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             batches: AtomicU64::new(0),
@@ -290,16 +345,13 @@ impl Telemetry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a batch from `node_id`, whose GPUs are `gpus` (UUIDs): series of devices on other GPUs, and samples
-    /// from the future or older than the retention, are refused.
-    pub fn ingest(
-        &self,
-        node_id: &str,
-        gpus: &HashSet<String>,
-        batch: TelemetryBatch,
-        now_ms: i64,
-    ) -> TelemetryAccepted {
+    /// Takes a batch from `node_id`, which owns `owned`. Refused and counted: series of devices the node does not
+    /// own (or that another node has reported within the last minute), new series past the series limit, and
+    /// samples from the future or older than the retention. A node can so never write another node's series, and
+    /// holds at most one series per device it owns.
+    pub fn ingest(&self, node_id: &str, owned: &Owned, batch: TelemetryBatch, now_ms: i64) -> TelemetryAccepted {
         let (mut accepted, mut rejected) = (0u64, 0u64);
+        let (mut not_owned, mut over_limit) = (0u64, 0u64);
         let oldest_ms = now_ms - RETENTION_MS;
         let window_start_s = (now_ms / 1000) - self.window_s as i64;
         let node: Arc<str> = Arc::from(node_id);
@@ -311,10 +363,18 @@ impl Telemetry {
             let valid_ids = !ds.device.is_empty()
                 && ds.device.len() <= MAX_ID_LEN
                 && ds.gpu.len() <= MAX_ID_LEN
-                && gpus.contains(&ds.gpu)
-                && (ds.device == ds.gpu) == ds.profile.is_none();
-            if !valid_ids {
+                && owned.owns(&ds.device, &ds.gpu, ds.profile.is_some());
+            let taken = devices
+                .get(&ds.device)
+                .is_some_and(|s| *s.node_id != *node_id && s.latest.is_some_and(|l| l.t > now_ms - OWNER_FRESH_MS));
+            if !valid_ids || taken {
                 rejected += ds.samples.len() as u64;
+                not_owned += 1;
+                continue;
+            }
+            if !devices.contains_key(&ds.device) && devices.len() >= self.max_series {
+                rejected += ds.samples.len() as u64;
+                over_limit += 1;
                 continue;
             }
             let series = devices.entry(ds.device.clone()).or_insert_with(|| Series {
@@ -328,7 +388,8 @@ impl Telemetry {
                 minute: None,
             });
             if *series.node_id != *node_id || series.gpu != ds.gpu {
-                // The GPU moved to this node (its UUID is registered here now): the series follows it.
+                // The GPU moved to this node (it is registered here now, and its old node went quiet): the series
+                // follows it.
                 series.node_id = node.clone();
                 series.gpu = ds.gpu.clone();
             }
@@ -373,6 +434,8 @@ impl Telemetry {
             }
         }
         drop(inner);
+        self.refused_not_owned.fetch_add(not_owned, Ordering::Relaxed);
+        self.refused_series_limit.fetch_add(over_limit, Ordering::Relaxed);
         self.accepted.fetch_add(accepted, Ordering::Relaxed);
         self.rejected.fetch_add(rejected, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);

@@ -335,6 +335,10 @@ impl Store {
             audit(&mut tx, &format!("node:{name}"), action, &format!("node/{node_id}"), None, Some(after.to_string()))
                 .await?;
             tx.commit().await?;
+            if action == "node.rejoin" {
+                // The node's previous credentials are revoked: its open sockets close (every replica).
+                self.changes.node_credentials_revoked(&node_id);
+            }
             Ok((node_id, name))
         })
     }
@@ -573,6 +577,12 @@ fn agent_from(row: AgentRow) -> AgentRecord {
 }
 
 impl Store {
+    /// Nodes whose credentials are revoked from now on (by hand or by a rejoin): this process's, and with
+    /// PostgreSQL every replica's.
+    pub fn node_credential_revocations(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changes.node_credential_revocations()
+    }
+
     /// Node spec changes `(node id, generation)` from now on: this process's, and with PostgreSQL every
     /// replica's.
     pub fn node_spec_changes(&self) -> tokio::sync::broadcast::Receiver<(String, i64)> {

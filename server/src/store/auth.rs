@@ -233,7 +233,7 @@ impl Store {
                     (User { platform_admin: admin, ..user }, false)
                 }
                 None => {
-                    let taken: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE name = $1")
+                    let taken: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE lower(name) = lower($1)")
                         .bind(&who.name)
                         .fetch_optional(&mut *tx)
                         .await?;
@@ -571,6 +571,7 @@ impl Store {
             .rows_affected();
             audit(&mut tx, actor, "node.credential.revoke", &format!("node/{node_id}"), None, None).await?;
             tx.commit().await?;
+            self.changes.node_credentials_revoked(node_id);
             Ok(n)
         })
     }

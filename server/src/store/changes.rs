@@ -24,6 +24,9 @@ use sqlx::postgres::PgListener;
 pub const CHANNEL: &str = "tessera_changes";
 /// The channel node spec changes are notified on, with `<node id>:<generation>` (migration `0009_agents.sql`).
 pub const NODE_SPEC_CHANNEL: &str = "tessera_node_spec";
+/// The channel revoked node credentials are notified on, with the node's id (migration
+/// `0013_node_credential_notify.sql`).
+pub const NODE_CREDENTIALS_CHANNEL: &str = "tessera_node_credentials";
 
 /// The change counter (see the module docs).
 #[derive(Debug)]
@@ -34,6 +37,8 @@ pub struct Changes {
     complete: AtomicBool,
     /// Node spec changes `(node id, generation)`, from this process and (PostgreSQL) from every other writer.
     node_specs: tokio::sync::broadcast::Sender<(String, i64)>,
+    /// Nodes whose credentials were revoked, from this process and (PostgreSQL) from every other writer.
+    node_credentials: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Changes {
@@ -43,6 +48,7 @@ impl Changes {
             generation: AtomicU64::new(1),
             complete: AtomicBool::new(true),
             node_specs: tokio::sync::broadcast::channel(4096).0,
+            node_credentials: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -52,6 +58,7 @@ impl Changes {
             generation: AtomicU64::new(1),
             complete: AtomicBool::new(false),
             node_specs: tokio::sync::broadcast::channel(4096).0,
+            node_credentials: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -74,6 +81,16 @@ impl Changes {
     /// Node spec changes from now on.
     pub fn node_specs(&self) -> tokio::sync::broadcast::Receiver<(String, i64)> {
         self.node_specs.subscribe()
+    }
+
+    /// Announces that a node's credentials were revoked.
+    pub(super) fn node_credentials_revoked(&self, node_id: &str) {
+        let _ = self.node_credentials.send(node_id.to_string());
+    }
+
+    /// Nodes whose credentials are revoked from now on.
+    pub fn node_credential_revocations(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.node_credentials.subscribe()
     }
 
     fn set_complete(&self, complete: bool) {
@@ -118,6 +135,9 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
                                 c.node_spec(node, generation);
                             }
                         }
+                        Ok(Some(n)) if n.channel() == NODE_CREDENTIALS_CHANNEL => {
+                            c.node_credentials_revoked(n.payload());
+                        }
                         Ok(Some(_)) => c.bump(),
                         // Lost the connection (`None`), or the pool is closing: notifications may be missed.
                         Ok(None) | Err(_) => {
@@ -138,6 +158,6 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
 
 async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen_all([CHANNEL, NODE_SPEC_CHANNEL]).await?;
+    listener.listen_all([CHANNEL, NODE_SPEC_CHANNEL, NODE_CREDENTIALS_CHANNEL]).await?;
     Ok(listener)
 }

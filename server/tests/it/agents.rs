@@ -74,6 +74,11 @@ impl Server {
         server
     }
 
+    /// The server process's id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().expect("the server is running")
+    }
+
     pub(crate) async fn stop(&mut self) {
         let _ = self.child.kill().await;
     }

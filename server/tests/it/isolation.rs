@@ -75,7 +75,7 @@ async fn world() -> World {
         let r = call(Method::PUT, &format!("/api/v1/tenants/{id}/quotas"), json!({"limits": {"compute_slices": 50}}))
             .await
             .expect("send");
-        assert!(r.status().is_success());
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
         tenants.push(id);
     }
     let (a, b) = (tenants[0].clone(), tenants[1].clone());

@@ -52,12 +52,22 @@ impl Prober {
     async fn finish(self) -> (u64, u64, u64) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.task.await;
-        (self.answered.load(Ordering::SeqCst), self.failures.load(Ordering::SeqCst), self.worst_ms.load(Ordering::SeqCst))
+        (
+            self.answered.load(Ordering::SeqCst),
+            self.failures.load(Ordering::SeqCst),
+            self.worst_ms.load(Ordering::SeqCst),
+        )
     }
 }
 
 /// A call that must be answered within 10 s.
-async fn answered(client: &Client, admin: &str, method: Method, url: String, body: Option<Value>) -> (StatusCode, Value) {
+async fn answered(
+    client: &Client,
+    admin: &str,
+    method: Method,
+    url: String,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let mut r = client.request(method, &url).bearer_auth(admin);
     if let Some(b) = body {
         r = r.json(&b);
@@ -91,9 +101,8 @@ async fn with_default_logging_the_server_answers_while_its_workers_log() {
     let tenant_id = tenant["id"].as_str().expect("tenant id").to_string();
     let unplaceable = json!({"tenant": tenant_id, "spec": {"mode": "mig", "profile": "1g.5gb", "model": "A100-40GB"},
         "count": 1, "reason": "nothing can hold this"});
-    let calls = (0..5).map(|_| {
-        answered(&client, &admin, Method::POST, format!("{base}/api/v1/requests"), Some(unplaceable.clone()))
-    });
+    let calls = (0..5)
+        .map(|_| answered(&client, &admin, Method::POST, format!("{base}/api/v1/requests"), Some(unplaceable.clone())));
     for (s, v) in futures_util::future::join_all(calls).await {
         assert_eq!(s, StatusCode::CREATED, "{v}");
         assert_eq!(v["state"], "pending", "{v}");

@@ -945,9 +945,8 @@ async fn node_credentials_identify_one_node_until_revoked(store: &Store) {
 }
 
 async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
-    use std::collections::HashSet;
     use tessera_core::api::{DeviceSeries, Sample, TelemetryBatch};
-    use tessera_server::services::telemetry::{Metric, Telemetry, minute_rows};
+    use tessera_server::services::telemetry::{Metric, Owned, Telemetry, minute_rows};
 
     let m0: i64 = (tessera_server::store::now_ms() / 60_000 - 5) * 60_000;
     let series = |device: &str, profile: Option<&str>, util: fn(i64) -> f32| DeviceSeries {
@@ -966,8 +965,10 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
             })
             .collect(),
     };
-    let telemetry = Telemetry::new(900);
-    let gpus: HashSet<String> = ["GPU-1".to_string()].into();
+    let telemetry = Telemetry::new(900, 100);
+    let mut gpus = Owned::default();
+    gpus.gpus.insert("GPU-1".to_string());
+    gpus.mig.insert("MIG-1".to_string(), "GPU-1".to_string());
     let mut batch = TelemetryBatch {
         dropped: 3,
         devices: vec![

@@ -13,7 +13,7 @@ use tessera_server::store::{Role, Store};
 
 use crate::agents::{Server, SimAgent, first_allocation_active, free_port, sqlite_url, wait_for};
 
-fn fast(buffer: usize) -> Option<TelemetryConfig> {
+pub(crate) fn fast(buffer: usize) -> Option<TelemetryConfig> {
     Some(TelemetryConfig {
         every: Duration::from_millis(250),
         batch_every: Duration::from_millis(500),
@@ -23,7 +23,7 @@ fn fast(buffer: usize) -> Option<TelemetryConfig> {
 }
 
 /// A tenant with quota, and a 1g.10gb slice of it active on the agent's GPU; returns (tenant id, allocation).
-async fn active_slice(server: &Server, tenant_name: &str) -> (String, Value) {
+pub(crate) async fn active_slice(server: &Server, tenant_name: &str) -> (String, Value) {
     let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({ "name": tenant_name }))).await;
     let tenant = tenant["id"].as_str().expect("tenant").to_string();
     let (s, _) = server

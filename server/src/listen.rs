@@ -1,0 +1,164 @@
+//! The accept loop: HTTP/1.1 connections with a deadline for reading each request's headers and a cap on open
+//! connections, so that clients that connect and send slowly (or nothing) cannot hold the server's file
+//! descriptors. Upgrades (the agents' WebSockets) are served on the same connections.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+/// How long a client has to send a request's headers once it connected or finished the previous request (an idle
+/// keep-alive connection is closed after this too).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default for the most connections open at once; each takes a file descriptor (see the README for the limit).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// How long open connections get to finish after shutdown was asked for.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// The answer a connection past the cap gets before it is closed.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
+connection: close\r\nretry-after: 1\r\ncontent-length: 205\r\n\r\n\
+{\"type\":\"urn:tessera:problem:too_many_connections\",\"title\":\"Service unavailable\",\"status\":503,\
+\"detail\":\"the server has its most connections open; retry shortly\",\"code\":\"too_many_connections\"}";
+
+/// Serves `app` on `listener` until `shutdown` completes, with at most `max_connections` open at once, upgraded
+/// WebSockets included (the connection past it gets a 503 and is closed); then lets open connections finish for up
+/// to 10 s.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    max_connections: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let max_connections = max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors (or a connection reset before it was accepted): wait, do not spin.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        // The slot travels with the stream, into an upgraded WebSocket too: it is free once the socket closes.
+        let io = TokioIo::new(Counted { stream, _slot: slot });
+        let mut connection = http.serve_connection(io, service).with_upgrades();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            // Errors here are the client's (reset, timeout, malformed request): nothing to report.
+            tokio::select! {
+                _ = &mut connection => return,
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            std::pin::Pin::new(&mut connection).graceful_shutdown();
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    // Every slot back means every connection (and socket) is closed.
+    let all = u32::try_from(max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(DRAIN, slots.acquire_many(all)).await.is_err() {
+        tracing::info!("connections still open {} s after shutdown; closing them", DRAIN.as_secs());
+    }
+    Ok(())
+}
+
+/// A connection's stream, holding its place under the cap for as long as it is open.
+struct Counted {
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// Answers a connection past the cap with a 503 problem report and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = stream.write_all(BUSY).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_busy_answer_has_the_length_it_announces() {
+        let text = std::str::from_utf8(super::BUSY).expect("utf-8");
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .and_then(|v| v.parse().ok())
+            .expect("content-length");
+        assert_eq!(body.len(), length);
+        let problem: serde_json::Value = serde_json::from_str(body).expect("json");
+        assert_eq!(problem["code"], "too_many_connections");
+        assert_eq!(problem["status"], 503);
+    }
+}

@@ -1,0 +1,409 @@
+//! The `tessera` process against hostile nodes and hostile clients: a node writing other nodes' telemetry or
+//! flooding device names, a revoked node keeping its socket, slow clients holding connections, numbers that
+//! overflow, oversized or misshapen bodies and look-alike names. Each test exceeds a bound and expects a clear
+//! refusal.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::http::auth::new_token_secret;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::agents::{Server, SimAgent, free_port, sqlite_url, wait_for};
+
+const ATTACKER_GPU: &str = "GPU-aaaaaaaa-0000-4000-8000-000000000001";
+
+/// A node that joins by hand (no agent): returns its credential.
+async fn join_raw(server: &Server, name: &str, gpu_uuid: &str) -> String {
+    let token = server.join_token(Some(name)).await;
+    let inventory = json!({"hostname": name, "agent_version": "test", "backend": "sim", "gpus": [
+        {"index": 0, "uuid": gpu_uuid, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559,
+         "mig_capable": true, "mig_enabled": true}]});
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/join", server.base))
+        .json(&json!({"token": token, "inventory": inventory}))
+        .send()
+        .await
+        .expect("join");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    r.json::<Value>().await.expect("joined")["credential"].as_str().expect("credential").to_string()
+}
+
+async fn as_node(server: &Server, credential: &str, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
+    let r = server
+        .client
+        .request(method, format!("{}{path}", server.base))
+        .bearer_auth(credential)
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let status = r.status();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn sample(now: i64) -> Value {
+    json!({"t": now, "util": 99.0, "mem_used_mib": 1.0, "mem_total_mib": 10.0})
+}
+
+async fn metrics(server: &Server) -> String {
+    let r =
+        server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    r.text().await.expect("text")
+}
+
+fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no `{line_start}` in\n{text}"))
+}
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_string))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_cannot_write_telemetry_for_devices_it_does_not_own_nor_flood_device_names() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut victim = SimAgent::new(&server.base, "victim", "H100-80GB:1", server.join_token(None).await);
+    victim.sim.lock().expect("sim").idle_percent = 0;
+    victim.telemetry = crate::telemetry::fast(10_000);
+    victim.start();
+    server.settled("victim").await;
+    let (_, allocation) = crate::telemetry::active_slice(&server, "victims").await;
+    let victim_mig = allocation["device_uuid"].as_str().expect("device").to_string();
+    let victim_gpu = allocation["gpu_uuid"].as_str().expect("gpu").to_string();
+    wait_for(Duration::from_secs(20), || async {
+        metrics(&server)
+            .await
+            .lines()
+            .any(|l| l.contains(&victim_mig) && l.contains("Hostname=\"victim\""))
+            .then_some(())
+    })
+    .await
+    .expect("the victim's instance is in /metrics");
+
+    // The attacker claims the victim's MIG device in its own status, then sends samples for it under its own GPU,
+    // under the victim's GPU, and for the victim's GPU itself.
+    let attacker = join_raw(&server, "attacker", ATTACKER_GPU).await;
+    let status = json!({"observed_generation": 0, "gpus": [{"uuid": ATTACKER_GPU, "mig_enabled": true,
+        "instances": [{"profile": "1g.10gb", "start": 0, "uuid": victim_mig, "gi_id": 1, "ci_id": 0,
+                       "device_name": "MIG 1g.10gb Device 0"}]}]});
+    let (s, v) = as_node(&server, &attacker, Method::PUT, "/api/v1/agent/status", status).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let now = tessera_server::store::now_ms();
+    let forged = json!({"dropped": 0, "devices": [
+        {"device": victim_mig, "gpu": ATTACKER_GPU, "profile": "1g.10gb", "start": 0, "samples": [sample(now)]},
+        {"device": victim_mig, "gpu": victim_gpu, "profile": "1g.10gb", "start": 0, "samples": [sample(now)]},
+        {"device": victim_gpu, "gpu": victim_gpu, "samples": [sample(now)]},
+        {"device": "MIG-made-up", "gpu": ATTACKER_GPU, "profile": "1g.10gb", "start": 0, "samples": [sample(now)]},
+        {"device": ATTACKER_GPU, "gpu": ATTACKER_GPU, "samples": [sample(now)]}]});
+    let (s, v) = as_node(&server, &attacker, Method::POST, "/api/v1/agent/telemetry", forged).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!((v["accepted"].as_u64(), v["rejected"].as_u64()), (Some(1), Some(4)), "only its own GPU: {v}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let text = metrics(&server).await;
+    assert!(
+        !text.lines().any(|l| l.contains(&victim_mig) && l.contains("Hostname=\"attacker\"")),
+        "the victim's instance never shows under the attacker:\n{text}"
+    );
+    assert!(text.lines().any(|l| l.contains(&victim_mig) && l.contains("Hostname=\"victim\"")), "{text}");
+    assert!(metric(&text, "tessera_telemetry_refused_series_total{reason=\"not_owned\"}") >= 4.0);
+    // A drop count past 2^53 - 1 is refused, not exported.
+    let (s, v) = as_node(
+        &server,
+        &attacker,
+        Method::POST,
+        "/api/v1/agent/telemetry",
+        json!({"dropped": u64::MAX, "devices": []}),
+    )
+    .await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_body")), "{v}");
+
+    // 100,000 made-up device names in one gzip batch: all refused, no series kept, memory flat.
+    let pid = server.pid();
+    let series_before = metric(&text, "tessera_telemetry_series ");
+    let rss_before = rss_kib(pid);
+    let devices: Vec<Value> = (0..100_000)
+        .map(|i| {
+            json!({"device": format!("MIG-flood-{i:08}"), "gpu": ATTACKER_GPU, "profile": "1g.10gb", "start": 0,
+                        "samples": [sample(now)]})
+        })
+        .collect();
+    let body = serde_json::to_vec(&json!({"dropped": 0, "devices": devices})).expect("json");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&body).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/telemetry", server.base))
+        .bearer_auth(&attacker)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(gz.clone())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!((v["accepted"].as_u64(), v["rejected"].as_u64()), (Some(0), Some(100_000)), "{v}");
+    let rss_after = rss_kib(pid);
+    let text = metrics(&server).await;
+    assert_eq!(metric(&text, "tessera_telemetry_series "), series_before, "no series for names the node does not own");
+    assert!(metric(&text, "tessera_telemetry_refused_series_total{reason=\"not_owned\"}") >= 100_004.0);
+    eprintln!(
+        "device flood: {} KiB gzip ({} KiB JSON), 100,000 names refused; server RSS {} MiB -> {} MiB",
+        gz.len() / 1024,
+        body.len() / 1024,
+        rss_before / 1024,
+        rss_after / 1024
+    );
+    assert!(rss_after < rss_before + 200 * 1024, "RSS {rss_before} KiB -> {rss_after} KiB");
+    let (s, map) = (server.call(Method::GET, "/api/v1/telemetry/heatmap?step=60", None)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(map["rows"].as_array().is_some_and(|rows| rows.len() <= 4), "only owned devices have rows: {map}");
+}
+
+/// Waits for the socket's close frame; returns its code.
+async fn closed_within(
+    socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+    limit: Duration,
+) -> Option<u16> {
+    tokio::time::timeout(limit, async {
+        while let Some(msg) = socket.next().await {
+            match msg {
+                Ok(Message::Close(frame)) => return Some(frame.map_or(1005, |f| u16::from(f.code))),
+                Ok(_) => continue,
+                Err(_) => return Some(1006),
+            }
+        }
+        Some(1006)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+async fn socket(
+    server: &Server,
+    credential: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let mut request = format!("ws://127.0.0.1:{}/api/v1/agent/ws", server.port).into_client_request().expect("url");
+    request.headers_mut().insert("authorization", format!("Bearer {credential}").parse().expect("header"));
+    let (mut socket, _) = tokio_tungstenite::connect_async(request).await.expect("websocket");
+    // The spec arrives first.
+    let first = tokio::time::timeout(Duration::from_secs(5), socket.next()).await.expect("spec in time");
+    assert!(matches!(first, Some(Ok(Message::Text(_)))), "{first:?}");
+    socket
+}
+
+async fn revocation_closes_sockets(revoke_on: &Server, socket_on: &Server) {
+    let credential = join_raw(socket_on, "revoked", ATTACKER_GPU).await;
+    let mut ws = socket(socket_on, &credential).await;
+    let node = socket_on.node("revoked").await.expect("node");
+    let id = node["id"].as_str().expect("id");
+    let (s, v) = revoke_on.call(Method::DELETE, &format!("/api/v1/nodes/{id}/credentials"), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let started = Instant::now();
+    let code = closed_within(&mut ws, Duration::from_secs(3)).await;
+    assert_eq!(code, Some(4401), "the socket closes at once with 4401");
+    eprintln!("revoked node's socket closed after {:?}", started.elapsed());
+    let (s, _) = as_node(socket_on, &credential, Method::POST, "/api/v1/agent/heartbeat", Value::Null).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "the revoked credential is refused at once");
+
+    // Joining again under the same name replaces the credential: the old socket closes, the new one stays.
+    let old = join_raw(socket_on, "rejoined", ATTACKER_GPU.replace("0001", "0002").as_str()).await;
+    let mut old_ws = socket(socket_on, &old).await;
+    let new = join_raw(revoke_on, "rejoined", ATTACKER_GPU.replace("0001", "0002").as_str()).await;
+    assert_eq!(closed_within(&mut old_ws, Duration::from_secs(3)).await, Some(4401));
+    let mut new_ws = socket(socket_on, &new).await;
+    assert_eq!(
+        closed_within(&mut new_ws, Duration::from_millis(1500)).await,
+        None,
+        "the new credential's socket stays"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoking_a_node_credential_closes_its_sockets_at_once() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    revocation_closes_sockets(&server, &server).await;
+
+    // A node holds at most four sockets.
+    let credential = join_raw(&server, "greedy", "GPU-aaaaaaaa-0000-4000-8000-000000000003").await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(socket(&server, &credential).await);
+    }
+    let r = server
+        .client
+        .get(format!("{}/api/v1/agent/ws", server.base))
+        .bearer_auth(&credential)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(r.json::<Value>().await.expect("json")["code"], "too_many_sockets");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn revoking_on_one_replica_closes_the_socket_on_another() {
+    let Ok(admin_url) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: the two-replica revocation test is skipped");
+        return;
+    };
+    let pool = sqlx::PgPool::connect(&admin_url).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+    let url = crate::store::with_database(&admin_url, &name);
+    let admin = new_token_secret();
+    let mut one = Server::start(&url, free_port(), &admin).await;
+    let mut two = Server::start(&url, free_port(), &admin).await;
+    revocation_closes_sockets(&two, &one).await;
+    one.stop().await;
+    two.stop().await;
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+}
+
+/// Opens a connection that sends half a request line and then nothing.
+async fn slow_client(port: u16) -> tokio::net::TcpStream {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_clients_are_cut_off_and_connections_past_the_cap_get_a_503() {
+    let port = free_port();
+    let server =
+        Server::start_with(&sqlite_url(), port, &new_token_secret(), &[("TESSERA_MAX_CONNECTIONS", "40")]).await;
+    let mut slow = Vec::new();
+    for _ in 0..40 {
+        slow.push(slow_client(port).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every place is held by a slow client: the next connection is told so, in a problem report.
+    let mut extra = slow_client(port).await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut answer)).await.expect("answered").ok();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("application/problem+json") && answer.contains("too_many_connections"), "{answer}");
+
+    // The server cuts the slow clients off after its header-read timeout (10 s), and serves again.
+    let started = Instant::now();
+    let mut cut = 0;
+    for s in &mut slow {
+        let mut buf = [0u8; 512];
+        let left = Duration::from_secs(15).saturating_sub(started.elapsed());
+        if let Ok(Ok(_)) = tokio::time::timeout(left, s.read(&mut buf)).await {
+            cut += 1;
+        }
+    }
+    eprintln!("40 slow clients cut off after {:?}", started.elapsed());
+    assert_eq!(cut, 40, "every slow client was closed by the server");
+    let client = Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
+    let t = Instant::now();
+    let r = client.get(format!("{}/healthz", server.base)).send().await.expect("healthz answers");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn numbers_bodies_reasons_and_names_past_their_bounds_are_clear_problems() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let problem = |s: StatusCode, v: &Value| format!("{s} {v}");
+
+    // Numeric query parameters that used to overflow.
+    for (path, code) in [
+        ("/api/v1/telemetry/heatmap?step=9223372036854774", "heatmap_step"),
+        ("/api/v1/telemetry/heatmap?from=0&to=9223372036854775807", "invalid_time"),
+        ("/api/v1/telemetry/heatmap?from=-9223372036854775808", "invalid_time"),
+        ("/api/v1/usage?to=-9223372036854775808", "invalid_time"),
+        ("/api/v1/usage?from=9223372036854775807", "invalid_time"),
+        ("/api/v1/audit/entries?from=-1", "invalid_time"),
+        ("/api/v1/requests?limit=4294967296", "invalid_query"),
+    ] {
+        let r =
+            server.client.get(format!("{}{path}", server.base)).bearer_auth(&server.admin).send().await.expect("send");
+        let status = r.status();
+        assert_eq!(r.headers()["content-type"], "application/problem+json", "{path}");
+        let v: Value = r.json().await.expect("json");
+        assert!(status.is_client_error(), "{path}: {}", problem(status, &v));
+        assert_eq!(v["code"], code, "{path}: {v}");
+    }
+    let (s, v) = server.call(Method::GET, "/api/v1/telemetry/heatmap?from=0&to=253402300799999&step=60", None).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("heatmap_too_large")), "{v}");
+
+    // A body over 1 MiB: 413 problem+json, by its Content-Length or while it streams in chunks.
+    let big = format!("{{\"name\": \"{}\"}}", "x".repeat(1024 * 1024 + 10));
+    let r = server
+        .client
+        .post(format!("{}/api/v1/tenants", server.base))
+        .bearer_auth(&server.admin)
+        .header("content-type", "application/json")
+        .body(big.clone())
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(r.json::<Value>().await.expect("json")["code"], "body_too_large");
+    let mut raw = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.expect("connect");
+    let head = format!(
+        "POST /api/v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+        server.admin
+    );
+    raw.write_all(head.as_bytes()).await.expect("head");
+    for chunk in big.as_bytes().chunks(64 * 1024) {
+        if raw.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).await.is_err()
+            || raw.write_all(chunk).await.is_err()
+            || raw.write_all(b"\r\n").await.is_err()
+        {
+            break;
+        }
+    }
+    let _ = raw.write_all(b"0\r\n\r\n").await;
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), raw.read_to_string(&mut answer)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{}", &answer[..answer.len().min(400)]);
+    assert!(answer.contains("application/problem+json") && answer.contains("body_too_large"), "{answer}");
+
+    // A JSON array where an object is specified.
+    let (s, v) = server.call(Method::POST, "/api/v1/join-tokens", Some(json!([null, null]))).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_body")), "{v}");
+
+    // A 500,000-character reason.
+    let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "bounds"}))).await;
+    let ask = json!({"tenant": tenant["id"], "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"},
+        "count": 1, "reason": "r".repeat(500_000)});
+    let (s, v) = server.call(Method::POST, "/api/v1/requests", Some(ask)).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_reason")), "{v}");
+
+    // User names with direction overrides or zero-width characters, and a case-only look-alike of `admin`.
+    for name in ["ad\u{202E}nim", "ad\u{200B}min", "\u{2066}root"] {
+        let (s, v) = server.call(Method::POST, "/api/v1/users", Some(json!({"name": name}))).await;
+        assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_name")), "{name:?}: {v}");
+    }
+    let (s, v) = server.call(Method::POST, "/api/v1/users", Some(json!({"name": "ADMIN"}))).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+}
