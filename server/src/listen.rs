@@ -20,11 +20,23 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// How long open connections get to finish after shutdown was asked for.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// The answer a connection past the cap gets before it is closed.
-const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n\
-connection: close\r\nretry-after: 1\r\ncontent-length: 205\r\n\r\n\
-{\"type\":\"urn:tessera:problem:too_many_connections\",\"title\":\"Service unavailable\",\"status\":503,\
-\"detail\":\"the server has its most connections open; retry shortly\",\"code\":\"too_many_connections\"}";
+/// The answer a connection past the cap gets before it is closed: a 503 problem report.
+static BUSY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+    let body = serde_json::json!({
+        "type": "urn:tessera:problem:too_many_connections",
+        "title": "Service unavailable",
+        "status": 503,
+        "detail": "the server has its most connections open; retry shortly",
+        "code": "too_many_connections",
+    })
+    .to_string();
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nconnection: close\r\n\
+         retry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+});
 
 /// Serves `app` on `listener` until `shutdown` completes, with at most `max_connections` open at once, upgraded
 /// WebSockets included (the connection past it gets a 503 and is closed); then lets open connections finish for up
@@ -139,7 +151,7 @@ impl tokio::io::AsyncWrite for Counted {
 /// Answers a connection past the cap with a 503 problem report and closes it.
 async fn refuse(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        let _ = stream.write_all(BUSY).await;
+        let _ = stream.write_all(&BUSY).await;
         let _ = stream.shutdown().await;
     })
     .await;
@@ -149,7 +161,7 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
 mod tests {
     #[test]
     fn the_busy_answer_has_the_length_it_announces() {
-        let text = std::str::from_utf8(super::BUSY).expect("utf-8");
+        let text = std::str::from_utf8(&super::BUSY).expect("utf-8");
         let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
         let length: usize = head
             .lines()

@@ -162,6 +162,16 @@ pub async fn join(
                 "the join token is unknown, used already or expired; ask an admin for a new one",
             ));
         }
+        Err(StoreError::Conflict { constraint }) if constraint == "nodes.name" => {
+            return Err(ApiError::Conflict {
+                code: "node_name_taken",
+                detail: format!(
+                    "a node named `{}` exists: joining as it needs a join token made for that node name",
+                    body.inventory.hostname
+                ),
+                errors: vec![],
+            });
+        }
         Err(e) => return Err(gpu_conflict(e)),
     };
     state.principals.clear();

@@ -656,3 +656,108 @@ pub async fn flush(state: &crate::app::AppState, now_ms: i64) -> Result<usize, S
     }
     Ok(n)
 }
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::api::{DeviceSeries, GpuStatus, NodeStatus, ObservedInstance, Sample, TelemetryBatch};
+
+    use super::{Owned, Telemetry};
+
+    fn series(device: &str, gpu: &str, mig: bool, t: i64) -> DeviceSeries {
+        DeviceSeries {
+            device: device.into(),
+            gpu: gpu.into(),
+            profile: mig.then(|| "1g.10gb".to_string()),
+            start: mig.then_some(0),
+            samples: vec![Sample {
+                t,
+                util: 50.0,
+                mem_used_mib: 1.0,
+                mem_total_mib: 10.0,
+                power_w: None,
+                temp_c: None,
+            }],
+        }
+    }
+
+    fn instance(uuid: &str) -> ObservedInstance {
+        ObservedInstance {
+            profile: "1g.10gb".into(),
+            start: 0,
+            uuid: uuid.into(),
+            gi_id: 1,
+            ci_id: 0,
+            device_name: "MIG 1g.10gb Device 0".into(),
+            processes: vec![],
+        }
+    }
+
+    #[test]
+    fn a_node_owns_its_gpus_and_the_instances_its_status_shows_on_them() {
+        let status = NodeStatus {
+            observed_generation: 1,
+            applying: false,
+            gpus: vec![
+                GpuStatus {
+                    uuid: "GPU-a".into(),
+                    mig_enabled: true,
+                    instances: vec![instance("MIG-1")],
+                    sharing: None,
+                    errors: vec![],
+                },
+                // A GPU that is not registered to the node: its instances are not the node's.
+                GpuStatus {
+                    uuid: "GPU-x".into(),
+                    mig_enabled: true,
+                    instances: vec![instance("MIG-2")],
+                    sharing: None,
+                    errors: vec![],
+                },
+            ],
+            errors: vec![],
+        };
+        let owned = Owned::of(["GPU-a"], Some(&status));
+        assert!(owned.owns("GPU-a", "GPU-a", false));
+        assert!(owned.owns("MIG-1", "GPU-a", true));
+        assert!(!owned.owns("MIG-1", "GPU-x", true), "its instance under another GPU");
+        assert!(!owned.owns("MIG-2", "GPU-x", true), "an unregistered GPU's instance");
+        assert!(!owned.owns("GPU-x", "GPU-x", false));
+        assert!(!owned.owns("MIG-1", "GPU-a", false), "a MIG device sent as a GPU");
+        assert_eq!(owned.len(), 2);
+    }
+
+    #[test]
+    fn new_series_past_the_limit_are_refused_and_counted_and_another_nodes_live_series_is_never_taken() {
+        let now = 1_800_000_000_000;
+        let telemetry = Telemetry::new(900, 2);
+        let mut owned = Owned::default();
+        for g in ["GPU-1", "GPU-2", "GPU-3"] {
+            owned.gpus.insert(g.to_string());
+        }
+        let batch = |devices| TelemetryBatch { dropped: 0, devices };
+        let got = telemetry.ingest(
+            "n1",
+            &owned,
+            batch(vec![
+                series("GPU-1", "GPU-1", false, now),
+                series("GPU-2", "GPU-2", false, now),
+                series("GPU-3", "GPU-3", false, now),
+            ]),
+            now,
+        );
+        assert_eq!((got.accepted, got.rejected), (2, 1));
+        assert_eq!(telemetry.series_count(), 2);
+        assert_eq!(telemetry.refused_series_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Known series still take samples at the limit.
+        let got = telemetry.ingest("n1", &owned, batch(vec![series("GPU-1", "GPU-1", false, now + 1000)]), now + 1000);
+        assert_eq!((got.accepted, got.rejected), (1, 0));
+        // Another node that (wrongly) owns the same GPU cannot write its live series.
+        let got = telemetry.ingest("n2", &owned, batch(vec![series("GPU-1", "GPU-1", false, now + 2000)]), now + 2000);
+        assert_eq!((got.accepted, got.rejected), (0, 1));
+        assert_eq!(telemetry.latest(None).iter().filter(|l| l.node_id == "n2").count(), 0);
+        // Once the first node went quiet for a minute, the series follows the GPU to its new node.
+        let later = now + 120_000;
+        let got = telemetry.ingest("n2", &owned, batch(vec![series("GPU-1", "GPU-1", false, later)]), later);
+        assert_eq!((got.accepted, got.rejected), (1, 0));
+    }
+}

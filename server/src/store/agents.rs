@@ -258,8 +258,9 @@ impl Store {
     }
 
     /// Joins a node, in one transaction: takes the join token (unused and unexpired, else `NotFound`), creates the
-    /// node under the token's name or `hostname` (or takes over the node of that name: its old credentials are
-    /// revoked, as when an agent lost its state directory), registers GPUs it does not know yet and updates the
+    /// node under the token's name or `hostname` (or, with a token that names it, takes over the node of that
+    /// name: its old credentials are revoked, as when an agent lost its state directory; an unnamed token naming
+    /// an existing node by host name is a `nodes.name` conflict), registers GPUs it does not know yet and updates the
     /// index and MIG mode of those it knows, and stores the new node credential. Returns `(node id, node name)`.
     pub async fn join_node(
         &self,
@@ -283,10 +284,14 @@ impl Store {
             let Some((token_id, token_name)) = token else {
                 return Err(StoreError::NotFound { what: "join token".to_string() });
             };
+            let named = token_name.is_some();
             let name = token_name.unwrap_or_else(|| hostname.to_string());
             let existing: Option<(String,)> =
                 sqlx::query_as("SELECT id FROM nodes WHERE name = $1").bind(&name).fetch_optional(&mut *tx).await?;
             let (node_id, action) = match existing {
+                // Taking over a node (and revoking its credentials) needs a token an admin made for that node: an
+                // unnamed token only ever creates a node, whatever host name its holder reports.
+                Some(_) if !named => return Err(StoreError::Conflict { constraint: "nodes.name".to_string() }),
                 Some((id,)) => {
                     sqlx::query(
                         "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",

@@ -10,9 +10,11 @@
 //   - the overview shows the fleet summary; the theme switch (a hydrated click handler) turns the page dark;
 //   - the fleet page shows demo-node-1 turning `ready` with its instances applied, refreshed without a reload;
 //   - `ada`, member of a tenant whose requests wait for an admin, asks for a 2g.20gb slice through the form (the
-//     form's quota feedback, the pending bar), root approves it on the approvals page (the planner's placement) and
-//     then the layout change it needs (the diff), the simulated agent applies it and the tenant's allocation turns
-//     active; the instance's heatmap row fills and changes as the live stream comes in;
+//     form's quota feedback, the pending bar), typing its reason slowly across several of the dashboard's 3 s
+//     refreshes, which must keep what is typed, the focus, the confirmation and an open history panel; root
+//     approves it on the approvals page (the planner's placement) and then the layout change it needs (the diff),
+//     the simulated agent applies it and the tenant's allocation turns active (Release asks to be confirmed, "Keep"
+//     leaves it be); the instance's heatmap row fills and changes as the live stream comes in;
 //   - ada creates an API token (the secret shown once, working, then revoked); root edits the GPU's MIG layout in the
 //     editor (the in-use instance locked, a refused start explained in the core's words, one added with the
 //     keyboard, proposed and approved), reads the audit log, creates a tenant and edits research's quotas (a limit
@@ -156,7 +158,7 @@ display_name = "Test IdP"
   const bootstrapToken = `tsr_${'b'.repeat(40)}`;
   const server = spawn(tessera, ['serve', '--config', config, '--demo'], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: bootstrapToken, TESSERA_LOG: 'warn' },
+    env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: bootstrapToken },
   });
   children.push(server);
   let serverLog = '';
@@ -267,16 +269,44 @@ display_name = "Test IdP"
     const form = tp.locator('[data-testid=request-form]');
     await form.locator('select[name=model]').selectOption('H100-80GB');
     await form.locator('select[name=profile]').selectOption('2g.20gb');
-    await form.locator('input[name=reason]').fill('fine-tuning run');
+    // The dashboard refreshes every 3 s: typed slowly, the reason spans at least three refreshes, which must leave
+    // the text, the focus and the choices above alone.
+    const reasonText = 'fine-tuning run on the quarterly evaluation set';
+    const reasonInput = form.locator('input[name=reason]');
+    await reasonInput.click();
+    const typingFrom = Date.now();
+    await reasonInput.pressSequentially(reasonText, { delay: Math.ceil(11000 / reasonText.length) });
+    const typedMs = Date.now() - typingFrom;
+    const [typed, focused] = await reasonInput.evaluate((el) => [el.value, el === document.activeElement]);
+    check(typedMs > 10000 && typed === reasonText && focused,
+      `request form: typing the reason over ${(typedMs / 1000).toFixed(1)} s of refreshes keeps all of it ("${typed}") and the focus (${focused})`);
+    check(await form.locator('select[name=model]').inputValue() === 'H100-80GB'
+      && await form.locator('select[name=profile]').inputValue() === '2g.20gb',
+      'request form: the chosen model and profile are kept through the refreshes');
     await tp.locator('[data-testid=feedback] [data-verdict=admin]').waitFor();
     check((await tp.locator('[data-testid=feedback]').textContent()).includes('compute_slices 2'),
       'request form: the core quota arithmetic shows what it takes (2 compute slices) and that it waits for an admin');
     await form.locator('button[type=submit]').click();
-    await tp.locator('form .ok', { hasText: 'is pending' }).waitFor();
+    const confirmation = tp.locator('form .ok', { hasText: 'is pending' });
+    await confirmation.waitFor();
     const pendingRow = tp.locator('[data-testid=requests] tr[data-state=pending]');
     await pendingRow.waitFor();
     const requestId = await pendingRow.getAttribute('data-request');
     check(true, `tenant: request ${requestId} made through the form is pending`);
+    await tp.waitForTimeout(4500);
+    check(await confirmation.isVisible(), 'request form: the confirmation is still shown 4.5 s (refreshes) later');
+    // An open history panel stays open, the same element, through refreshes.
+    const historyButton = pendingRow.locator('[data-testid=history]');
+    await historyButton.click();
+    const historyPanel = tp.locator('[data-testid=requests] [data-testid=history-panel]');
+    await historyPanel.locator('ol.timeline li').first().waitFor();
+    await historyPanel.evaluate((el) => { el.dataset.seen = 'before'; });
+    await tp.waitForTimeout(4500);
+    check(await historyPanel.count() === 1
+      && await historyPanel.evaluate((el) => el.dataset.seen) === 'before'
+      && await historyPanel.locator('ol.timeline li').count() > 0
+      && await historyButton.getAttribute('aria-expanded') === 'true',
+      'tenant: an open history panel is still open 4.5 s (refreshes) later');
     await tp.locator('[data-testid=quota] .bar .pending').first().waitFor();
     const tenantShot = await tp.screenshot({ path: path.join(out, 'tenant.png'), fullPage: true });
     check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
@@ -311,6 +341,20 @@ display_name = "Test IdP"
     const device = (await active.locator('code.uuid').textContent()).trim();
     check(device.startsWith('MIG-'), `tenant: the allocation is active on ${device}, without a reload`);
     await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=active]`).waitFor();
+
+    // Release asks to be confirmed, and the question outlasts a refresh; "Keep" leaves the request active.
+    const activeRow = tp.locator(`[data-testid=requests] tr[data-request="${requestId}"]`);
+    await activeRow.locator('[data-testid=release]').click();
+    const confirmRelease = activeRow.locator('[data-testid=confirm-release]');
+    await confirmRelease.waitFor();
+    await tp.waitForTimeout(3500);
+    check(await confirmRelease.isVisible() && await confirmRelease.evaluate((el) => el === document.activeElement),
+      'tenant: Release asks for confirmation (the focus on "Confirm release"), still asking after a refresh');
+    await activeRow.locator('[data-testid=keep]').click();
+    await activeRow.locator('[data-testid=release]').waitFor();
+    check(await activeRow.getAttribute('data-state') === 'active'
+      && (await api('GET', `/api/v1/requests/${requestId}`)).state === 'active',
+      'tenant: "Keep" leaves the request active');
 
     // Its heatmap row gets new cells as the stream comes in.
     await tp.locator('header nav a[href="/heatmap"]').click();
