@@ -236,6 +236,20 @@ async fn revocation_closes_sockets(revoke_on: &Server, socket_on: &Server) {
         None,
         "the new credential's socket stays"
     );
+
+    // A token that names no node cannot take over an existing one by reporting its host name.
+    let unnamed = revoke_on.join_token(None).await;
+    let inventory = json!({"hostname": "rejoined", "agent_version": "test", "backend": "sim", "gpus": []});
+    let r = revoke_on
+        .client
+        .post(format!("{}/api/v1/agent/join", revoke_on.base))
+        .json(&json!({"token": unnamed, "inventory": inventory}))
+        .send()
+        .await
+        .expect("join");
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    assert_eq!(r.json::<Value>().await.expect("json")["code"], "node_name_taken");
+    assert_eq!(closed_within(&mut new_ws, Duration::from_millis(500)).await, None, "the node's socket is untouched");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
