@@ -17,6 +17,16 @@ use tokio::net::TcpListener;
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default for the most connections open at once; each takes a file descriptor (see the README for the limit).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Descriptors the server needs beside its connections (database pool, files, the listener).
+const FD_HEADROOM: u64 = 256;
+
+/// The process's soft limit of open files, where the system says (Linux's `/proc/self/limits`).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// How long open connections get to finish after shutdown was asked for.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -48,6 +58,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let max_connections = max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+    if let Some(limit) = open_files_limit()
+        && limit < max_connections as u64 + FD_HEADROOM
+    {
+        tracing::warn!(
+            limit,
+            max_connections,
+            "the file-descriptor limit is below the connection cap plus {FD_HEADROOM}: raise it (ulimit -n) or lower \
+             TESSERA_MAX_CONNECTIONS, or connections will fail with 'too many open files' before the cap answers"
+        );
+    }
     let slots = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let (stopping, stop) = tokio::sync::watch::channel(false);
     let mut http = hyper::server::conn::http1::Builder::new();

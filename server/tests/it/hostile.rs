@@ -178,6 +178,49 @@ async fn a_node_cannot_write_telemetry_for_devices_it_does_not_own_nor_flood_dev
     assert!(map["rows"].as_array().is_some_and(|rows| rows.len() <= 4), "only owned devices have rows: {map}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_cannot_send_a_gzip_bomb_or_an_oversized_status() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let node = join_raw(&server, "bomber", ATTACKER_GPU).await;
+    // 40 MiB of blanks compress to about 40 KiB: past the 32 MiB a batch may decompress to.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(b"{\"dropped\": 0, \"devices\": []").expect("gzip");
+    for _ in 0..40 {
+        gz.write_all(&vec![b' '; 1024 * 1024]).expect("gzip");
+    }
+    gz.write_all(b"}").expect("gzip");
+    let bomb = gz.finish().expect("gzip");
+    assert!(bomb.len() < 1024 * 1024, "{} bytes", bomb.len());
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/telemetry", server.base))
+        .bearer_auth(&node)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(bomb)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(r.json::<Value>().await.expect("json")["code"], "batch_too_large");
+
+    let instances: Vec<Value> = (0..17)
+        .map(|i| {
+            json!({"profile": "1g.10gb", "start": 0, "uuid": format!("MIG-{i}"), "gi_id": i, "ci_id": 0,
+                        "device_name": "x"})
+        })
+        .collect();
+    let status = json!({"observed_generation": 0, "gpus": [{"uuid": ATTACKER_GPU, "mig_enabled": true,
+        "instances": instances}]});
+    let (s, v) = as_node(&server, &node, Method::PUT, "/api/v1/agent/status", status).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("too_many_instances")), "{v}");
+    let long = json!({"observed_generation": 0, "gpus": [{"uuid": "G".repeat(97), "mig_enabled": false,
+        "instances": []}]});
+    let (s, v) = as_node(&server, &node, Method::PUT, "/api/v1/agent/status", long).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_uuid")), "{v}");
+}
+
 /// Waits for the socket's close frame; returns its code.
 async fn closed_within(
     socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
