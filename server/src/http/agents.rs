@@ -35,6 +35,7 @@ pub struct NewJoinToken {
     pub node_name: Option<String>,
     /// Seconds until it expires (default one hour, at most 7 days).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604_800)]
     pub ttl_s: Option<u64>,
 }
 

@@ -168,8 +168,8 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// Adds to every operation what any handler can answer beyond what its annotation lists, so that the document is a
-/// contract: problem reports as `application/problem+json`; 400 for an unreadable query, path or header; 401 where
-/// credentials are needed; 413, 415 and 422 where a body is read; 408 (the request timeout), 500 and 503 (the
+/// contract: problem reports as `application/problem+json`; 400 for an unreadable query, path or header; 401 and
+/// 403 where credentials are needed; 413, 415 and 422 where a body is read; 408 (the request timeout), 500 and 503 (the
 /// database) everywhere.
 fn complete(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let Ok(mut v) = serde_json::to_value(&doc) else { return doc };
@@ -204,6 +204,8 @@ fn complete(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
             }
             if secured {
                 add("401", "unauthenticated or invalid_token");
+                // A node credential on a user route, a user's on an agent route, or a role below the one needed.
+                add("403", "forbidden, node_credential or user_credential");
             }
             if has_body {
                 add("413", "body_too_large: the body has more than 1 MiB");

@@ -18,6 +18,7 @@ use crate::store::{Principal, Role, User};
 pub struct NewUser {
     /// Unique name (login or e-mail), 1-254 characters with no control, invisible or text-direction characters;
     /// names differing only in letter case are the same name (409).
+    #[schema(min_length = 1, max_length = 254)]
     pub name: String,
     /// Platform admins manage every tenant, quota, approval and layout.
     #[serde(default)]
@@ -54,6 +55,7 @@ pub struct Membership {
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     /// What it is for, e.g. `ci` (1-100 characters).
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
 }
 

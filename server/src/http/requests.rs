@@ -268,7 +268,7 @@ pub struct ReservationView {
 /// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout
 /// changes it needs become proposals (or apply at once on auto-layout GPUs). Send the `ETag` you saw as `If-Match`.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
     responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem,
             description = "version_conflict, request_invalid_transition, no_capacity or plan_stale")))]
@@ -297,7 +297,7 @@ pub async fn approve_request(
 
 /// Reject a pending request with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header)), request_body = RejectBody,
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")), request_body = RejectBody,
     responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem), (status = 422, body = Problem, description = "reason_required")))]
 pub async fn reject_request(
@@ -314,7 +314,7 @@ pub async fn reject_request(
 
 /// Cancel a request that is not active yet (the tenant's members).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
     responses((status = 200, body = RequestView), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn cancel_request(
     State(state): State<AppState>,
@@ -330,7 +330,7 @@ pub async fn cancel_request(
 /// release their own; a platform admin may reclaim any tenant's (an idle allocation, say), giving a reason when not
 /// a member of that tenant. The body is optional.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/release", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header)),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
     request_body(content = Option<ReleaseBody>, description = "optional; an empty body is no reason"),
     responses((status = 200, body = RequestView), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "request_invalid_transition (not active) or version_conflict"),

@@ -167,7 +167,9 @@ fn bad_login(code: &'static str, detail: impl Into<String>) -> ApiError {
 /// session and redirects to where the login started.
 #[utoipa::path(get, path = "/auth/callback", tag = "auth", security(()), params(CallbackQuery),
     responses((status = 303, description = "Signed in; the session cookie is set"),
-        (status = 400, body = Problem), (status = 401, body = Problem), (status = 503, body = Problem)))]
+        (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 404, body = Problem, description = "single sign-on is not configured"),
+        (status = 503, body = Problem)))]
 pub async fn callback(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -434,6 +436,7 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap, _p: Princ
 #[serde(deny_unknown_fields)]
 pub struct NewPassword {
     /// At least 12 characters.
+    #[schema(min_length = 12)]
     pub password: String,
     /// The current password (when changing your own and you have one).
     pub current_password: Option<String>,

@@ -17,7 +17,8 @@ use crate::store::{Principal, Tenant};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
-    /// Unique name: 1-63 characters of `a-z`, `0-9` and `-`.
+    /// Unique name: 1-63 characters of `a-z`, `0-9` and `-`, not starting with `-`.
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
     pub name: String,
     /// Approve requests within quota without an admin.
     #[serde(default)]

@@ -33,6 +33,7 @@ pub struct UsageQuery {
     /// is never idle.
     pub idle_hours: Option<f64>,
     /// `json` (default) or `csv` (one line per allocation, as a file to download).
+    #[param(pattern = "^(json|csv)$")]
     pub format: Option<String>,
 }
 
