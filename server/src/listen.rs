@@ -15,8 +15,20 @@ use tokio::net::TcpListener;
 /// How long a client has to send a request's headers once it connected or finished the previous request (an idle
 /// keep-alive connection is closed after this too).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default for the most connections open at once; each takes a file descriptor (see the README for the limit).
+/// Default for the most connections open at once, where the file-descriptor limit allows it (each connection takes
+/// a descriptor; see the README).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// The default connection cap: [`DEFAULT_MAX_CONNECTIONS`], or fewer when the process's file-descriptor limit
+/// leaves less room (the limit minus what the server needs beside its connections, at least 64).
+pub fn default_max_connections() -> usize {
+    match open_files_limit() {
+        Some(limit) => {
+            usize::try_from(limit.saturating_sub(FD_HEADROOM)).unwrap_or(usize::MAX).clamp(64, DEFAULT_MAX_CONNECTIONS)
+        }
+        None => DEFAULT_MAX_CONNECTIONS,
+    }
+}
 /// Descriptors the server needs beside its connections (database pool, files, the listener).
 const FD_HEADROOM: u64 = 256;
 

@@ -31,7 +31,7 @@ pub struct Settings {
     /// Telemetry window and retention.
     pub telemetry: TelemetrySettings,
     /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
-    /// [`crate::listen::DEFAULT_MAX_CONNECTIONS`].
+    /// [`crate::listen::default_max_connections`].
     pub max_connections: Option<usize>,
 }
 
@@ -161,7 +161,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         ),
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
-        max_connections: settings.max_connections.unwrap_or(crate::listen::DEFAULT_MAX_CONNECTIONS),
+        max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
     }));
     Ok((state, generated))
 }

@@ -12,8 +12,14 @@ use tessera_core::request::{RequestState, SliceSpec};
 
 use crate::api;
 use crate::app::problem_view;
-use crate::model::{Allocation, Offerings, Quotas, RequestPage, SliceRequest, Tenant};
-use crate::pages::{ago, now_ms};
+use crate::model::{Allocation, Quotas, RequestPage, SliceRequest, Tenant};
+use crate::pages::now_ms;
+
+mod form;
+mod requests;
+
+use form::RequestForm;
+use requests::RequestsTable;
 
 /// One quota bar: amounts in thousandths.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +154,10 @@ fn cancellable(s: RequestState) -> bool {
 }
 
 /// The tenant dashboard.
+///
+/// It refreshes every 3 s. Only the tenant is awaited around the whole page; the quota, the allocations and the
+/// requests are read inside their own cards, so a refresh updates their data and never rebuilds the form or the
+/// requests table (what is typed, the focus, an open history and the last answer stay as they are).
 #[component]
 pub fn TenantPage() -> impl IntoView {
     let params = use_params_map();
@@ -158,7 +168,10 @@ pub fn TenantPage() -> impl IntoView {
         Resource::new(tenant_id, |id| api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&limit=500")));
     let allocations =
         Resource::new(tenant_id, |id| api::get_json::<Vec<Allocation>>(format!("/api/v1/allocations?tenant={id}")));
+    // When the data was last asked for: the ages shown count from it.
+    let now = RwSignal::new(now_ms());
     let refresh = move || {
+        now.set(now_ms());
         quotas.refetch();
         requests.refetch();
         allocations.refetch();
@@ -169,6 +182,17 @@ pub fn TenantPage() -> impl IntoView {
             on_cleanup(move || handle.clear());
         }
     }
+    // The form reads the quota through a signal rather than the resource: a resource read inside the form's own
+    // <Suspense> would suspend it, and so rebuild it, at every refresh. Set only when it changes, so that the
+    // feedback (a live region) is not redrawn for nothing.
+    let latest_quotas = RwSignal::new(None::<Result<Quotas, api::Problem>>);
+    Effect::new(move |_| {
+        let Some(fresh) = quotas.get() else { return };
+        if latest_quotas.with_untracked(|q| q.as_ref() != Some(&fresh)) {
+            latest_quotas.set(Some(fresh));
+        }
+    });
+    let on_done = Callback::new(move |_| refresh());
     view! {
         <section class="page">
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
@@ -177,8 +201,6 @@ pub fn TenantPage() -> impl IntoView {
                         Ok(t) => t,
                         Err(p) => return problem_view(&p),
                     };
-                    let (q, reqs, allocs) = (quotas.await, requests.await, allocations.await);
-                    let items = reqs.as_ref().map(|p| p.items.clone()).unwrap_or_default();
                     view! {
                         <div class="title-row"><h1>{t.name.clone()}</h1>
                             <span class="muted">{if t.auto_approve { format!("auto-approves up to {} compute slices", t.auto_approve_max_compute_slices) } else { "every request waits for an admin".to_string() }}</span>
@@ -186,32 +208,38 @@ pub fn TenantPage() -> impl IntoView {
                         <div class="cards two">
                             <div class="card" data-testid="quota">
                                 <h2>"Quota"</h2>
-                                {match &q {
-                                    Ok(q) => quota_view(quota_bars(q, &items)),
-                                    Err(p) => problem_view(p),
-                                }}
+                                <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                                    {move || Suspend::new(async move {
+                                        let (q, reqs) = (quotas.await, requests.await);
+                                        let items = reqs.map(|p| p.items).unwrap_or_default();
+                                        match q {
+                                            Ok(q) => quota_view(quota_bars(&q, &items)),
+                                            Err(p) => problem_view(&p),
+                                        }
+                                    })}
+                                </Transition>
                             </div>
                             <div class="card">
                                 <h2>"New request"</h2>
-                                {match q.clone() {
-                                    Ok(q) => view! { <RequestForm tenant=t.clone() quotas=q on_done=Callback::new(move |_| refresh()) /> }.into_any(),
-                                    Err(p) => problem_view(&p),
-                                }}
+                                <RequestForm tenant=t.clone() quotas=latest_quotas.into() on_done />
                             </div>
                         </div>
                         <div class="card">
                             <h2>"Allocations"</h2>
-                            {match allocs {
-                                Ok(a) => allocations_view(a),
-                                Err(p) => problem_view(&p),
-                            }}
+                            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                                {move || Suspend::new(async move {
+                                    match allocations.await {
+                                        Ok(a) => allocations_view(a),
+                                        Err(p) => problem_view(&p),
+                                    }
+                                })}
+                            </Transition>
                         </div>
                         <div class="card">
                             <h2>"Requests"</h2>
-                            {match reqs {
-                                Ok(p) => view! { <RequestsTable items=p.items on_done=Callback::new(move |_| refresh()) /> }.into_any(),
-                                Err(p) => problem_view(&p),
-                            }}
+                            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                                <RequestsTable requests now=now.into() on_done />
+                            </Transition>
                         </div>
                         <UsageCard tenant=t.id.clone() />
                     }.into_any()
@@ -275,276 +303,6 @@ fn allocations_view(list: Vec<Allocation>) -> AnyView {
             </tbody>
         </table>
         </div>
-    }
-    .into_any()
-}
-
-#[component]
-fn RequestsTable(items: Vec<SliceRequest>, on_done: Callback<()>) -> impl IntoView {
-    if items.is_empty() {
-        return view! { <p class="muted">"No requests yet."</p> }.into_any();
-    }
-    let now = now_ms();
-    let mut items = items;
-    items.reverse();
-    view! {
-        <div class="table-wrap">
-        <table data-testid="requests">
-            <thead><tr><th>"State"</th><th>"What"</th><th>"Asked"</th><th>"Reason"</th><th></th></tr></thead>
-            <tbody>
-                {items.into_iter().map(|r| view! { <RequestRow r now on_done /> }).collect_view()}
-            </tbody>
-        </table>
-        </div>
-    }
-    .into_any()
-}
-
-#[component]
-fn RequestRow(r: SliceRequest, now: i64, on_done: Callback<()>) -> impl IntoView {
-    let state = state_name(r.state);
-    let history = RwSignal::new(None::<Result<Vec<crate::model::AuditEntry>, api::Problem>>);
-    let error = RwSignal::new(None::<String>);
-    let id = r.id.clone();
-    let show_history = move |_| {
-        if history.get_untracked().is_some() {
-            history.set(None);
-            return;
-        }
-        let id = id.clone();
-        leptos::task::spawn_local(async move {
-            history.set(Some(api::get_json(format!("/api/v1/audit?object=request/{id}")).await));
-        });
-    };
-    let id = r.id.clone();
-    let cancel = move |_| {
-        let id = id.clone();
-        leptos::task::spawn_local(async move {
-            match api::send_json::<serde_json::Value>("POST", format!("/api/v1/requests/{id}/cancel"), None).await {
-                Ok(_) => on_done.run(()),
-                Err(p) => error.set(Some(p.message())),
-            }
-        });
-    };
-    let id = r.id.clone();
-    let release = move |_| {
-        let id = id.clone();
-        leptos::task::spawn_local(async move {
-            match api::send_json::<serde_json::Value>("POST", format!("/api/v1/requests/{id}/release"), None).await {
-                Ok(_) => on_done.run(()),
-                Err(p) => error.set(Some(p.message())),
-            }
-        });
-    };
-    let can_cancel = cancellable(r.state);
-    let can_release = r.state == RequestState::Active;
-    view! {
-        <tr data-request=r.id.clone() data-state=state.clone()>
-            <td><span class=format!("rstate {state}")>{state.clone()}</span></td>
-            <td>{describe(&r.spec, r.count)}</td>
-            <td title=r.created_at_ms.to_string()>{ago(r.created_at_ms, now)}</td>
-            <td class="muted">{r.reason.clone()}</td>
-            <td class="actions">
-                <button class="link" on:click=show_history>"History"</button>
-                {can_cancel.then(|| view! { <button class="link danger" on:click=cancel.clone()>"Cancel"</button> })}
-                {can_release.then(|| view! { <button class="link danger" data-testid="release" on:click=release.clone()>"Release"</button> })}
-                {move || error.get().map(|e| view! { <span class="error">{e}</span> })}
-            </td>
-        </tr>
-        {move || history.get().map(|h| view! {
-            <tr class="history"><td colspan="5">
-                {match h {
-                    Ok(entries) => view! {
-                        <ol class="timeline">
-                            {entries.into_iter().map(|e| view! {
-                                <li><span class="muted">{ago(e.at_ms, now_ms())}</span>" "<strong>{e.action}</strong>" by "{e.actor}</li>
-                            }).collect_view()}
-                        </ol>
-                    }.into_any(),
-                    Err(p) => problem_view(&p),
-                }}
-            </td></tr>
-        })}
-    }
-}
-
-/// The mode chosen in the form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Mig,
-    Timeslice,
-    Mps,
-    Exclusive,
-}
-
-impl Mode {
-    fn parse(s: &str) -> Mode {
-        match s {
-            "timeslice" => Mode::Timeslice,
-            "mps" => Mode::Mps,
-            "exclusive" => Mode::Exclusive,
-            _ => Mode::Mig,
-        }
-    }
-}
-
-#[component]
-fn RequestForm(tenant: Tenant, quotas: Quotas, on_done: Callback<()>) -> impl IntoView {
-    let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
-    let mode = RwSignal::new("mig".to_string());
-    let model = RwSignal::new(String::new());
-    let profile = RwSignal::new(String::new());
-    let replicas = RwSignal::new("4".to_string());
-    let count = RwSignal::new("1".to_string());
-    let hours = RwSignal::new(String::new());
-    let reason = RwSignal::new(String::new());
-    let sending = RwSignal::new(false);
-    let result = RwSignal::new(None::<Result<String, api::Problem>>);
-    let spec = move || -> Option<SliceSpec> {
-        let m = model.get();
-        let r = replicas.get().trim().parse().unwrap_or(0);
-        match Mode::parse(&mode.get()) {
-            Mode::Mig => {
-                let p = profile.get();
-                (!p.is_empty()).then(|| SliceSpec::Mig { profile: p, model: (!m.is_empty()).then_some(m) })
-            }
-            _ if m.is_empty() => None,
-            Mode::Timeslice => Some(SliceSpec::Timeslice { model: m, replicas: r }),
-            Mode::Mps => Some(SliceSpec::Mps { model: m, replicas: r }),
-            Mode::Exclusive => Some(SliceSpec::Exclusive { model: m }),
-        }
-    };
-    let count_n = move || count.get().trim().parse::<u32>().ok().filter(|n| *n >= 1);
-    let policy = tenant.policy();
-    let tenant_id = tenant.id.clone();
-    let submit = move |ev: leptos::ev::SubmitEvent| {
-        ev.prevent_default();
-        let (Some(spec), Some(n)) = (spec(), count_n()) else { return };
-        let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as i64);
-        let body = serde_json::json!({
-            "tenant": tenant_id, "spec": spec, "count": n, "reason": reason.get(), "duration_s": duration_s,
-        });
-        sending.set(true);
-        leptos::task::spawn_local(async move {
-            let answer = api::send_json::<SliceRequest>("POST", "/api/v1/requests".into(), Some(body)).await;
-            sending.set(false);
-            result.set(Some(answer.map(|r| format!("Request {} is {}.", short(&r.id), state_name(r.state)))));
-            on_done.run(());
-        });
-    };
-    let quotas = StoredValue::new(quotas);
-    view! {
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-            {move || { let submit = submit.clone(); Suspend::new(async move {
-                let offer = match offerings.await {
-                    Ok(o) => o,
-                    Err(p) => return problem_view(&p),
-                };
-                let wait = match (offer.pending_requests, offer.oldest_pending_ms) {
-                    (0, _) => "No requests are waiting for an admin now.".to_string(),
-                    (n, Some(t)) => format!("{n} request(s) waiting for an admin, the oldest made {}.", ago(t, now_ms())),
-                    (n, None) => format!("{n} request(s) waiting for an admin."),
-                };
-                let offer_models = offer.models.clone();
-                let models_for_mode = move || {
-                    let mig = Mode::parse(&mode.get()) == Mode::Mig;
-                    offer_models.iter().filter(|m| if mig { m.mig_gpus > 0 } else { m.whole_gpus > 0 }).cloned().collect::<Vec<_>>()
-                };
-                let offer_models = offer.models.clone();
-                let profiles = move || {
-                    let m = model.get();
-                    let mut names: Vec<String> = offer_models.iter().filter(|o| o.mig_gpus > 0 && (m.is_empty() || o.model == m)).flat_map(|o| o.profiles.clone()).collect();
-                    names.dedup();
-                    let mut seen = std::collections::HashSet::new();
-                    names.retain(|n| seen.insert(n.clone()));
-                    names
-                };
-                let quotas = quotas.get_value();
-                view! {
-                    <form class="form" on:submit=submit.clone() data-testid="request-form">
-                        <fieldset class="modes">
-                            <legend>"Sharing"</legend>
-                            {[("mig", "MIG instance"), ("timeslice", "Time-sliced"), ("mps", "MPS"), ("exclusive", "Whole GPU")].map(|(v, label)| view! {
-                                <label class="radio"><input type="radio" name="mode" value=v
-                                    prop:checked=move || mode.get() == v
-                                    on:change=move |_| { mode.set(v.to_string()); model.set(String::new()); profile.set(String::new()); } />{label}</label>
-                            })}
-                        </fieldset>
-                        <label>"GPU model"
-                            <select name="model" prop:value=move || model.get() on:change=move |ev| { model.set(event_target_value(&ev)); profile.set(String::new()); }>
-                                {move || {
-                                    let any = Mode::parse(&mode.get()) == Mode::Mig;
-                                    view! {
-                                        <option value="" selected=move || model.get().is_empty()>{if any { "any model" } else { "choose a model" }}</option>
-                                        {models_for_mode().into_iter().map(|m| {
-                                            let key = m.model.clone();
-                                            let label = format!("{} ({} GPU{})", m.product, m.gpus, if m.gpus == 1 { "" } else { "s" });
-                                            view! { <option value=key.clone() selected=move || model.get() == key>{label}</option> }
-                                        }).collect_view()}
-                                    }
-                                }}
-                            </select>
-                        </label>
-                        {move || match Mode::parse(&mode.get()) {
-                            Mode::Mig => view! {
-                                <label>"MIG profile"
-                                    <select name="profile" prop:value=move || profile.get() on:change=move |ev| profile.set(event_target_value(&ev))>
-                                        <option value="">"choose a profile"</option>
-                                        {profiles().into_iter().map(|p| { let v = p.clone(); view! { <option value=v.clone() selected=move || profile.get() == v>{p}</option> } }).collect_view()}
-                                    </select>
-                                </label>
-                            }.into_any(),
-                            Mode::Timeslice | Mode::Mps => view! {
-                                <label>"Shares per GPU"<input name="replicas" type="number" min="2" max="48" bind:value=replicas /></label>
-                            }.into_any(),
-                            Mode::Exclusive => ().into_any(),
-                        }}
-                        <div class="row">
-                            <label>"Count"<input name="count" type="number" min="1" max="64" bind:value=count /></label>
-                            <label>"Duration (hours)"<input name="hours" type="number" min="0" step="0.5" placeholder="until released" bind:value=hours /></label>
-                        </div>
-                        <label>"Reason"<input name="reason" type="text" maxlength="500" placeholder="What it is for" bind:value=reason /></label>
-                        <div class="feedback" data-testid="feedback" aria-live="polite">
-                            {move || match (spec(), count_n()) {
-                                (Some(s), Some(n)) => feedback_view(feedback(&s, n, &quotas, policy)),
-                                (_, None) => view! { <p class="muted">"The count is a whole number from 1."</p> }.into_any(),
-                                _ => view! { <p class="muted">"Choose what you need to see what it takes from the quota."</p> }.into_any(),
-                            }}
-                            <p class="muted small">{wait.clone()}</p>
-                        </div>
-                        <button class="button primary" type="submit" disabled=move || sending.get() || spec().is_none() || count_n().is_none()>"Request"</button>
-                        {move || result.get().map(|r| match r {
-                            Ok(m) => view! { <p class="ok" role="status">{m}</p> }.into_any(),
-                            Err(p) => view! { <p class="error" role="alert"><strong>{p.code.clone()}</strong>": "{p.message()}</p> }.into_any(),
-                        })}
-                    </form>
-                }.into_any()
-            })}}
-        </Suspense>
-    }
-}
-
-fn feedback_view(f: Feedback) -> AnyView {
-    if let Some(why) = f.invalid {
-        return view! { <p class="error">{why}</p> }.into_any();
-    }
-    let verdict = match (&f.decision, f.over.is_empty()) {
-        (_, false) => view! { <p class="error" data-verdict="over">"Over quota: it would be refused."</p> }.into_any(),
-        (Some(Decision::AutoApprove), _) => {
-            view! { <p class="ok" data-verdict="auto">"Within quota: approved at once."</p> }.into_any()
-        }
-        _ => {
-            view! { <p class="warn" data-verdict="admin">"Within quota: waits for an admin's approval."</p> }.into_any()
-        }
-    };
-    view! {
-        {verdict}
-        <ul class="plain small">
-            {f.charges.into_iter().map(|(r, a, left)| view! {
-                <li><code>{r}</code>{format!(" {a}")}<span class="muted">{left.map(|l| format!(" · {l} left after")).unwrap_or_default()}</span></li>
-            }).collect_view()}
-            {f.over.into_iter().map(|o| view! { <li class="error">{o}</li> }).collect_view()}
-        </ul>
     }
     .into_any()
 }

@@ -308,6 +308,8 @@ display_name = "Test IdP"
       && await historyButton.getAttribute('aria-expanded') === 'true',
       'tenant: an open history panel is still open 4.5 s (refreshes) later');
     await tp.locator('[data-testid=quota] .bar .pending').first().waitFor();
+    // Opening the history scrolled the page; the bar's box below is measured from the top, as the full-page shot is.
+    await tp.evaluate(() => window.scrollTo(0, 0));
     const tenantShot = await tp.screenshot({ path: path.join(out, 'tenant.png'), fullPage: true });
     check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
       'tenant: the quota bar shows the pending part (hatched amber)');

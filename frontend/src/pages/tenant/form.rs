@@ -1,0 +1,208 @@
+//! The new-request form on the tenant dashboard: what to ask for, live feedback from the core's quota arithmetic,
+//! and the server's answer.
+//!
+//! The dashboard builds it once per tenant and hands it the quota as a signal. The dashboard's refreshes then only
+//! update the feedback: what is being typed, the focus and the answer to the last request stay as they are.
+
+use leptos::prelude::*;
+use tessera_core::quota::Decision;
+use tessera_core::request::SliceSpec;
+
+use super::{Feedback, feedback, short, state_name};
+use crate::api;
+use crate::app::problem_view;
+use crate::model::{Offerings, Quotas, SliceRequest, Tenant};
+use crate::pages::{ago, now_ms};
+
+/// The mode chosen in the form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Mig,
+    Timeslice,
+    Mps,
+    Exclusive,
+}
+
+impl Mode {
+    fn parse(s: &str) -> Mode {
+        match s {
+            "timeslice" => Mode::Timeslice,
+            "mps" => Mode::Mps,
+            "exclusive" => Mode::Exclusive,
+            _ => Mode::Mig,
+        }
+    }
+}
+
+/// The form. `quotas` is the dashboard's latest quota view (`None` until it has loaded).
+#[component]
+pub(super) fn RequestForm(
+    tenant: Tenant,
+    quotas: Signal<Option<Result<Quotas, api::Problem>>>,
+    on_done: Callback<()>,
+) -> impl IntoView {
+    let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
+    let mode = RwSignal::new("mig".to_string());
+    let model = RwSignal::new(String::new());
+    let profile = RwSignal::new(String::new());
+    let replicas = RwSignal::new("4".to_string());
+    let count = RwSignal::new("1".to_string());
+    let hours = RwSignal::new(String::new());
+    let reason = RwSignal::new(String::new());
+    let sending = RwSignal::new(false);
+    let result = RwSignal::new(None::<Result<String, api::Problem>>);
+    let spec = move || -> Option<SliceSpec> {
+        let m = model.get();
+        let r = replicas.get().trim().parse().unwrap_or(0);
+        match Mode::parse(&mode.get()) {
+            Mode::Mig => {
+                let p = profile.get();
+                (!p.is_empty()).then(|| SliceSpec::Mig { profile: p, model: (!m.is_empty()).then_some(m) })
+            }
+            _ if m.is_empty() => None,
+            Mode::Timeslice => Some(SliceSpec::Timeslice { model: m, replicas: r }),
+            Mode::Mps => Some(SliceSpec::Mps { model: m, replicas: r }),
+            Mode::Exclusive => Some(SliceSpec::Exclusive { model: m }),
+        }
+    };
+    let count_n = move || count.get().trim().parse::<u32>().ok().filter(|n| *n >= 1);
+    let policy = tenant.policy();
+    // Right after a switch of tenant the page still holds the previous tenant's quota until this one's loads.
+    let quota = {
+        let id = tenant.id.clone();
+        Memo::new(move |_| quotas.with(|q| q.clone().filter(|q| !matches!(q, Ok(q) if q.tenant != id))))
+    };
+    let tenant_id = tenant.id.clone();
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let (Some(spec), Some(n)) = (spec(), count_n()) else { return };
+        let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as i64);
+        let body = serde_json::json!({
+            "tenant": tenant_id, "spec": spec, "count": n, "reason": reason.get(), "duration_s": duration_s,
+        });
+        sending.set(true);
+        leptos::task::spawn_local(async move {
+            let answer = api::send_json::<SliceRequest>("POST", "/api/v1/requests".into(), Some(body)).await;
+            sending.set(false);
+            result.set(Some(answer.map(|r| format!("Request {} is {}.", short(&r.id), state_name(r.state)))));
+            on_done.run(());
+        });
+    };
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || { let submit = submit.clone(); Suspend::new(async move {
+                let offer = match offerings.await {
+                    Ok(o) => o,
+                    Err(p) => return problem_view(&p),
+                };
+                let wait = match (offer.pending_requests, offer.oldest_pending_ms) {
+                    (0, _) => "No requests are waiting for an admin now.".to_string(),
+                    (n, Some(t)) => format!("{n} request(s) waiting for an admin, the oldest made {}.", ago(t, now_ms())),
+                    (n, None) => format!("{n} request(s) waiting for an admin."),
+                };
+                let offer_models = offer.models.clone();
+                let models_for_mode = move || {
+                    let mig = Mode::parse(&mode.get()) == Mode::Mig;
+                    offer_models.iter().filter(|m| if mig { m.mig_gpus > 0 } else { m.whole_gpus > 0 }).cloned().collect::<Vec<_>>()
+                };
+                let offer_models = offer.models.clone();
+                let profiles = move || {
+                    let m = model.get();
+                    let mut names: Vec<String> = offer_models.iter().filter(|o| o.mig_gpus > 0 && (m.is_empty() || o.model == m)).flat_map(|o| o.profiles.clone()).collect();
+                    names.dedup();
+                    let mut seen = std::collections::HashSet::new();
+                    names.retain(|n| seen.insert(n.clone()));
+                    names
+                };
+                view! {
+                    <form class="form" on:submit=submit.clone() data-testid="request-form">
+                        <fieldset class="modes">
+                            <legend>"Sharing"</legend>
+                            {[("mig", "MIG instance"), ("timeslice", "Time-sliced"), ("mps", "MPS"), ("exclusive", "Whole GPU")].map(|(v, label)| view! {
+                                <label class="radio"><input type="radio" name="mode" value=v
+                                    prop:checked=move || mode.get() == v
+                                    on:change=move |_| { mode.set(v.to_string()); model.set(String::new()); profile.set(String::new()); } />{label}</label>
+                            })}
+                        </fieldset>
+                        <label>"GPU model"
+                            <select name="model" prop:value=move || model.get() on:change=move |ev| { model.set(event_target_value(&ev)); profile.set(String::new()); }>
+                                {move || {
+                                    let any = Mode::parse(&mode.get()) == Mode::Mig;
+                                    view! {
+                                        <option value="" selected=move || model.get().is_empty()>{if any { "any model" } else { "choose a model" }}</option>
+                                        {models_for_mode().into_iter().map(|m| {
+                                            let key = m.model.clone();
+                                            let label = format!("{} ({} GPU{})", m.product, m.gpus, if m.gpus == 1 { "" } else { "s" });
+                                            view! { <option value=key.clone() selected=move || model.get() == key>{label}</option> }
+                                        }).collect_view()}
+                                    }
+                                }}
+                            </select>
+                        </label>
+                        {move || match Mode::parse(&mode.get()) {
+                            Mode::Mig => view! {
+                                <label>"MIG profile"
+                                    <select name="profile" prop:value=move || profile.get() on:change=move |ev| profile.set(event_target_value(&ev))>
+                                        <option value="">"choose a profile"</option>
+                                        {profiles().into_iter().map(|p| { let v = p.clone(); view! { <option value=v.clone() selected=move || profile.get() == v>{p}</option> } }).collect_view()}
+                                    </select>
+                                </label>
+                            }.into_any(),
+                            Mode::Timeslice | Mode::Mps => view! {
+                                <label>"Shares per GPU"<input name="replicas" type="number" min="2" max="48" bind:value=replicas /></label>
+                            }.into_any(),
+                            Mode::Exclusive => ().into_any(),
+                        }}
+                        <div class="row">
+                            <label>"Count"<input name="count" type="number" min="1" max="64" bind:value=count /></label>
+                            <label>"Duration (hours)"<input name="hours" type="number" min="0" step="0.5" placeholder="until released" bind:value=hours /></label>
+                        </div>
+                        <label>"Reason"<input name="reason" type="text" maxlength="500" placeholder="What it is for" bind:value=reason /></label>
+                        <div class="feedback" data-testid="feedback" aria-live="polite">
+                            {move || match (spec(), count_n()) {
+                                (Some(s), Some(n)) => quota.with(|q| match q {
+                                    Some(Ok(q)) => feedback_view(feedback(&s, n, q, policy)),
+                                    Some(Err(p)) => view! { <p class="error">"The quota could not be read: "{p.message()}</p> }.into_any(),
+                                    None => view! { <p class="muted">"Reading the quota…"</p> }.into_any(),
+                                }),
+                                (_, None) => view! { <p class="muted">"The count is a whole number from 1."</p> }.into_any(),
+                                _ => view! { <p class="muted">"Choose what you need to see what it takes from the quota."</p> }.into_any(),
+                            }}
+                            <p class="muted small">{wait.clone()}</p>
+                        </div>
+                        <button class="button primary" type="submit" disabled=move || sending.get() || spec().is_none() || count_n().is_none()>"Request"</button>
+                        {move || result.get().map(|r| match r {
+                            Ok(m) => view! { <p class="ok" role="status">{m}</p> }.into_any(),
+                            Err(p) => view! { <p class="error" role="alert"><strong>{p.code.clone()}</strong>": "{p.message()}</p> }.into_any(),
+                        })}
+                    </form>
+                }.into_any()
+            })}}
+        </Suspense>
+    }
+}
+
+fn feedback_view(f: Feedback) -> AnyView {
+    if let Some(why) = f.invalid {
+        return view! { <p class="error">{why}</p> }.into_any();
+    }
+    let verdict = match (&f.decision, f.over.is_empty()) {
+        (_, false) => view! { <p class="error" data-verdict="over">"Over quota: it would be refused."</p> }.into_any(),
+        (Some(Decision::AutoApprove), _) => {
+            view! { <p class="ok" data-verdict="auto">"Within quota: approved at once."</p> }.into_any()
+        }
+        _ => {
+            view! { <p class="warn" data-verdict="admin">"Within quota: waits for an admin's approval."</p> }.into_any()
+        }
+    };
+    view! {
+        {verdict}
+        <ul class="plain small">
+            {f.charges.into_iter().map(|(r, a, left)| view! {
+                <li><code>{r}</code>{format!(" {a}")}<span class="muted">{left.map(|l| format!(" · {l} left after")).unwrap_or_default()}</span></li>
+            }).collect_view()}
+            {f.over.into_iter().map(|o| view! { <li class="error">{o}</li> }).collect_view()}
+        </ul>
+    }
+    .into_any()
+}

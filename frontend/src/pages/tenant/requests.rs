@@ -1,0 +1,179 @@
+//! The tenant's requests, newest first, with their history and the actions a request allows.
+//!
+//! Rows are keyed by request id and read their request from the latest list, so a refresh updates what a row shows
+//! but keeps the row itself: an open history stays open (and is read again when the request changes), a release
+//! waiting for confirmation keeps waiting.
+
+use leptos::html;
+use leptos::prelude::*;
+use tessera_core::request::RequestState;
+
+use super::{cancellable, describe, state_name};
+use crate::api;
+use crate::app::problem_view;
+use crate::model::{AuditEntry, RequestPage, SliceRequest};
+use crate::pages::ago;
+
+/// The table. Meant to sit in a `<Transition>`: it reads `requests`, and the transition holds the table while the
+/// first page loads, then keeps it in place through refreshes. `now` is when the page last refreshed.
+#[component]
+pub(super) fn RequestsTable(
+    requests: Resource<Result<RequestPage, api::Problem>>,
+    now: Signal<i64>,
+    on_done: Callback<()>,
+) -> impl IntoView {
+    // The last list that loaded, newest first: a refresh that fails keeps it, and says why above it.
+    let latest = Memo::new(move |prev: Option<&Vec<SliceRequest>>| {
+        requests.with(|r| match r {
+            Some(Ok(page)) => page.items.iter().rev().cloned().collect(),
+            _ => prev.cloned().unwrap_or_default(),
+        })
+    });
+    let problem = Memo::new(move |_| requests.with(|r| r.as_ref().and_then(|r| r.as_ref().err().cloned())));
+    let ids = Memo::new(move |_| latest.with(|l| l.iter().map(|r| r.id.clone()).collect::<Vec<_>>()));
+    let empty = Memo::new(move |_| latest.with(Vec::is_empty));
+    view! {
+        {move || problem.get().map(|p| problem_view(&p))}
+        <Show
+            when=move || !empty.get()
+            fallback=move || problem.with(Option::is_none).then(|| view! { <p class="muted">"No requests yet."</p> })
+        >
+            <div class="table-wrap">
+            <table data-testid="requests">
+                <thead><tr><th>"State"</th><th>"What"</th><th>"Asked"</th><th>"Reason"</th><th></th></tr></thead>
+                <tbody>
+                    <For each=move || ids.get() key=String::clone let:id>
+                        <RequestRow id latest now on_done />
+                    </For>
+                </tbody>
+            </table>
+            </div>
+        </Show>
+    }
+}
+
+#[component]
+fn RequestRow(id: String, latest: Memo<Vec<SliceRequest>>, now: Signal<i64>, on_done: Callback<()>) -> impl IntoView {
+    let row = Memo::new({
+        let id = id.clone();
+        move |_| latest.with(|l| l.iter().find(|r| r.id == id).cloned())
+    });
+    let text = move |f: fn(&SliceRequest) -> String| move || row.with(|r| r.as_ref().map(f).unwrap_or_default());
+    let state = Memo::new(move |_| row.with(|r| r.as_ref().map(|r| r.state)));
+    let state_text = move || state.get().map(state_name).unwrap_or_default();
+    // Memos, so that the buttons are only rebuilt (and lose the focus) when what they offer changes.
+    let can_cancel = Memo::new(move |_| state.get().is_some_and(cancellable));
+    let can_release = Memo::new(move |_| state.get() == Some(RequestState::Active));
+
+    let id = StoredValue::new(id);
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let confirming = RwSignal::new(false);
+    let act = move |action: &'static str| {
+        let id = id.get_value();
+        busy.set(true);
+        leptos::task::spawn_local(async move {
+            let answer =
+                api::send_json::<serde_json::Value>("POST", format!("/api/v1/requests/{id}/{action}"), None).await;
+            busy.set(false);
+            match answer {
+                Ok(_) => {
+                    error.set(None);
+                    confirming.set(false);
+                    on_done.run(());
+                }
+                Err(p) => error.set(Some(p.message())),
+            }
+        });
+    };
+
+    let open = RwSignal::new(false);
+    let history = RwSignal::new(None::<Result<Vec<AuditEntry>, api::Problem>>);
+    let load_history = move || {
+        let id = id.get_value();
+        leptos::task::spawn_local(async move {
+            history.set(Some(api::get_json(format!("/api/v1/audit?object=request/{id}")).await));
+        });
+    };
+    let toggle_history = move |_| {
+        if open.get_untracked() {
+            open.set(false);
+        } else {
+            open.set(true);
+            load_history();
+        }
+    };
+    // An open history follows the request: read again when a refresh brings a change to it.
+    Effect::watch(
+        move || row.track(),
+        move |_, _, _| {
+            if open.get_untracked() {
+                load_history();
+            }
+        },
+        false,
+    );
+
+    // Asking for a release, or keeping, replaces the button just pressed: the focus goes to the one in its place.
+    let release_button = NodeRef::<html::Button>::new();
+    let confirm_button = NodeRef::<html::Button>::new();
+    let ask = move |confirm: bool| {
+        confirming.set(confirm);
+        focus_when_drawn(if confirm { confirm_button } else { release_button });
+    };
+
+    view! {
+        <tr data-request=id.get_value() data-state=state_text>
+            <td><span class=move || format!("rstate {}", state_text())>{state_text}</span></td>
+            <td>{text(|r| describe(&r.spec, r.count))}</td>
+            <td title=text(|r| r.created_at_ms.to_string())>
+                {move || row.with(|r| r.as_ref().map(|r| ago(r.created_at_ms, now.get())).unwrap_or_default())}
+            </td>
+            <td class="muted">{text(|r| r.reason.clone())}</td>
+            <td class="actions">
+                <button class="link" data-testid="history" aria-expanded=move || open.get().to_string() on:click=toggle_history>"History"</button>
+                {move || can_cancel.get().then(|| view! {
+                    <button class="link danger" data-testid="cancel" disabled=move || busy.get() on:click=move |_| act("cancel")>"Cancel"</button>
+                })}
+                {move || can_release.get().then(|| if confirming.get() {
+                    view! {
+                        <button class="link danger" data-testid="confirm-release" node_ref=confirm_button disabled=move || busy.get() on:click=move |_| act("release")>"Confirm release"</button>
+                        <button class="link" data-testid="keep" on:click=move |_| ask(false)>"Keep"</button>
+                    }.into_any()
+                } else {
+                    view! {
+                        <button class="link danger" data-testid="release" node_ref=release_button on:click=move |_| ask(true)>"Release"</button>
+                    }.into_any()
+                })}
+                {move || error.get().map(|e| view! { <span class="error">{e}</span> })}
+            </td>
+        </tr>
+        {move || open.get().then(|| view! {
+            <tr class="history" data-testid="history-panel"><td colspan="5">
+                {move || match history.get() {
+                    None => view! { <p class="muted">"Loading…"</p> }.into_any(),
+                    Some(Ok(entries)) => view! {
+                        <ol class="timeline">
+                            {entries.into_iter().map(|e| view! {
+                                <li><span class="muted">{move || ago(e.at_ms, now.get())}</span>" "<strong>{e.action}</strong>" by "{e.actor}</li>
+                            }).collect_view()}
+                        </ol>
+                    }.into_any(),
+                    Some(Err(p)) => problem_view(&p),
+                }}
+            </td></tr>
+        })}
+    }
+}
+
+/// Focuses `button` once it is drawn (the next frame: the views update before it).
+fn focus_when_drawn(button: NodeRef<html::Button>) {
+    #[cfg(feature = "hydrate")]
+    request_animation_frame(move || {
+        if let Some(b) = button.get_untracked() {
+            let _ = b.focus();
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = button;
+}
