@@ -426,14 +426,8 @@ async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the_agent_is_on() {
-    let Ok(admin_url) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
-        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: the two-replica test is skipped");
-        return;
-    };
-    let pool = sqlx::PgPool::connect(&admin_url).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
-    let url = super::store::with_database(&admin_url, &name);
+    let Some(db) = super::store::ScratchDb::create("the two-replica test").await else { return };
+    let url = db.url.clone();
     let admin = new_token_secret();
     let mut one = Server::start(&url, free_port(), &admin).await;
     let mut two = Server::start(&url, free_port(), &admin).await;
@@ -492,7 +486,7 @@ async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the
     agent.kill();
     one.stop().await;
     two.stop().await;
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+    db.drop().await;
 }
 
 /// The `tessera-agent` binary next to `tessera` (./scripts/test builds every binary before the tests).

@@ -324,21 +324,15 @@ async fn revoking_a_node_credential_closes_its_sockets_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn revoking_on_one_replica_closes_the_socket_on_another() {
-    let Ok(admin_url) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
-        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: the two-replica revocation test is skipped");
-        return;
-    };
-    let pool = sqlx::PgPool::connect(&admin_url).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
-    let url = crate::store::with_database(&admin_url, &name);
+    let Some(db) = crate::store::ScratchDb::create("the two-replica revocation test").await else { return };
+    let url = db.url.clone();
     let admin = new_token_secret();
     let mut one = Server::start(&url, free_port(), &admin).await;
     let mut two = Server::start(&url, free_port(), &admin).await;
     revocation_closes_sockets(&two, &one).await;
     one.stop().await;
     two.stop().await;
-    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+    db.drop().await;
 }
 
 /// Opens a connection that sends half a request line and then nothing.

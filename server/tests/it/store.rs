@@ -57,6 +57,32 @@ pub(crate) fn with_database(url: &str, name: &str) -> String {
     }
 }
 
+/// A fresh PostgreSQL database for servers started by a test (`None` when `TESSERA_TEST_POSTGRES_URL` is not set);
+/// dropped by [`ScratchDb::drop`].
+pub(crate) struct ScratchDb {
+    pool: sqlx::PgPool,
+    name: String,
+    /// Its URL.
+    pub(crate) url: String,
+}
+
+impl ScratchDb {
+    pub(crate) async fn create(what: &str) -> Option<ScratchDb> {
+        let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+            eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
+            return None;
+        };
+        let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+        let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+        Some(ScratchDb { url: with_database(&admin, &name), pool, name })
+    }
+
+    pub(crate) async fn drop(self) {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&self.pool).await;
+    }
+}
+
 pub(crate) async fn postgres() -> Option<TestDb> {
     let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
         eprintln!("TESSERA_TEST_POSTGRES_URL is not set: PostgreSQL half of the store suite skipped");
