@@ -15,8 +15,24 @@ use serde::Deserialize;
 /// Default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// A database URL without its password, for messages and `Debug`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
+            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+/// How a secret shows in `Debug`: whether there is one, never what it is.
+pub fn redacted<T>(secret: &Option<T>) -> &'static str {
+    if secret.is_some() { "Some(<redacted>)" } else { "None" }
+}
+
 /// Settings as a TOML file gives them; every field optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// Address to listen on.
@@ -32,8 +48,20 @@ pub struct FileConfig {
     pub auth: crate::auth::AuthConfig,
 }
 
+impl std::fmt::Debug for FileConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileConfig")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &self.database_url.as_deref().map(redact_url))
+            .field("demo", &self.demo)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
 /// Settings as flags and environment give them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Overrides {
     /// `--listen` / `TESSERA_LISTEN`.
     pub listen: Option<String>,
@@ -45,8 +73,19 @@ pub struct Overrides {
     pub demo: bool,
 }
 
+impl std::fmt::Debug for Overrides {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overrides")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &self.database_url.as_deref().map(redact_url))
+            .field("demo", &self.demo)
+            .finish()
+    }
+}
+
 /// The settings `tessera serve` runs with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ServeConfig {
     /// Address to listen on.
     pub listen: String,
@@ -58,6 +97,18 @@ pub struct ServeConfig {
     pub demo: bool,
     /// Sign-in settings.
     pub auth: crate::auth::AuthConfig,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("demo", &self.demo)
+            .field("auth", &self.auth)
+            .finish()
+    }
 }
 
 /// Reads a TOML settings file.

@@ -14,7 +14,7 @@ use tessera_core::request::SliceSpec;
 use tessera_core::sharing::{GpuSharing, Sharing};
 
 use crate::app::AppState;
-use crate::http::auth::token_hash;
+use crate::auth::secrets::token_hash;
 use crate::serve::{BOOTSTRAP_ADMIN, DEMO_NODE, demo_gpus};
 use crate::services::requests::Ask;
 
@@ -53,7 +53,7 @@ pub async fn start(state: &AppState, addr: SocketAddr, data_dir: &Path) -> Resul
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let secret = format!(
             "{}{}{}",
-            crate::http::agents::JOIN_TOKEN_PREFIX,
+            crate::auth::secrets::JOIN_TOKEN_PREFIX,
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );

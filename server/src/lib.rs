@@ -8,6 +8,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod error;
 pub mod http;
 pub mod listen;
 pub mod portal;

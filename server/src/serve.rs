@@ -8,12 +8,12 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::app::{App, AppState};
-use crate::http::auth::{TOKEN_PREFIX, new_token_secret, token_hash};
+use crate::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token_secret, token_hash};
 use crate::store::{NewGpu, Store, StoreError};
 use tessera_core::layout::{InstanceSpec, validate};
 
 /// What the server needs to start.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Settings {
     /// `sqlite://PATH` or `postgres://...`.
     pub database_url: String,
@@ -33,6 +33,22 @@ pub struct Settings {
     /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
     /// [`crate::listen::default_max_connections`].
     pub max_connections: Option<usize>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::config::{redact_url, redacted};
+        f.debug_struct("Settings")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("bootstrap_token", &redacted(&self.bootstrap_token))
+            .field("bootstrap_password", &redacted(&self.bootstrap_password))
+            .field("bootstrap_join_tokens", &format_args!("[{} redacted]", self.bootstrap_join_tokens.len()))
+            .field("demo", &self.demo)
+            .field("auth", &self.auth)
+            .field("telemetry", &self.telemetry)
+            .field("max_connections", &self.max_connections)
+            .finish()
+    }
 }
 
 /// How much telemetry is kept.
@@ -133,7 +149,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         Err(e) => return Err(e.into()),
     };
     for token in &settings.bootstrap_join_tokens {
-        if !token.starts_with(crate::http::agents::JOIN_TOKEN_PREFIX) || token.len() < 36 {
+        if !token.starts_with(JOIN_TOKEN_PREFIX) || token.len() < 36 {
             return Err(ServeError::Config(
                 "TESSERA_BOOTSTRAP_JOIN_TOKENS: each token is tsj_ followed by at least 32 characters".to_string(),
             ));
@@ -194,7 +210,7 @@ pub async fn serve(
                 Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
             }
             let idle_before = now - idle.as_millis() as i64;
-            let attempts_before = now - crate::http::signin::LOGIN_TTL_MS;
+            let attempts_before = now - crate::auth::LOGIN_TTL_MS;
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
                 tracing::warn!(error = %e, "session sweep failed");
             }
@@ -215,4 +231,38 @@ pub async fn serve(
     }
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn debug_output_never_shows_a_secret() {
+        let settings = super::Settings {
+            database_url: "postgres://tessera:db-password@db/tessera".into(),
+            bootstrap_token: Some("tsr_bootstrap-secret".into()),
+            bootstrap_password: Some("admin-password".into()),
+            bootstrap_join_tokens: vec!["tsj_join-secret".into()],
+            auth: crate::auth::AuthConfig {
+                oidc: Some(crate::auth::OidcConfig {
+                    client_secret: Some("client-secret".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let text = format!("{settings:?}");
+        for secret in ["db-password", "bootstrap-secret", "admin-password", "join-secret", "client-secret"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("postgres://tessera:***@db/tessera") && text.contains("Some(<redacted>)"), "{text}");
+        let config = crate::config::ServeConfig {
+            listen: "127.0.0.1:0".into(),
+            data_dir: "/tmp".into(),
+            database_url: settings.database_url.clone(),
+            demo: false,
+            auth: settings.auth.clone(),
+        };
+        assert!(!format!("{config:?}").contains("db-password"));
+    }
 }

@@ -22,6 +22,8 @@
 
 pub mod mapping;
 pub mod oidc;
+pub mod permissions;
+pub mod secrets;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -31,6 +33,9 @@ use argon2::Argon2;
 use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use serde::Deserialize;
+
+/// How long a login may stay at the provider (the sweeper forgets older logins and attempts).
+pub const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
 
 use mapping::{ClaimMapping, GroupRule, Pattern};
 use oidc::{Provider, ProviderSettings};
@@ -52,7 +57,7 @@ pub struct AuthConfig {
 }
 
 /// The `[auth.oidc]` table.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OidcConfig {
     /// Issuer URL.
@@ -87,6 +92,28 @@ pub struct OidcConfig {
     pub jwks_refetch_floor_s: Option<u64>,
     /// Name on the sign-in button (default `Single sign-on`).
     pub display_name: Option<String>,
+}
+
+impl std::fmt::Debug for OidcConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &crate::config::redacted(&self.client_secret))
+            .field("redirect_url", &self.redirect_url)
+            .field("post_logout_redirect_url", &self.post_logout_redirect_url)
+            .field("scopes", &self.scopes)
+            .field("api_audience", &self.api_audience)
+            .field("username_claim", &self.username_claim)
+            .field("groups_claim", &self.groups_claim)
+            .field("admin_groups", &self.admin_groups)
+            .field("tenant_groups", &self.tenant_groups)
+            .field("tenant_group_pattern", &self.tenant_group_pattern)
+            .field("leeway_s", &self.leeway_s)
+            .field("jwks_refetch_floor_s", &self.jwks_refetch_floor_s)
+            .field("display_name", &self.display_name)
+            .finish()
+    }
 }
 
 /// Sign-in as configured and running.

@@ -113,7 +113,7 @@ fn migrate(url: &str, out: &mut dyn Write) -> Result<u8, CliError> {
             store.migrate().await?;
             Ok::<_, crate::store::StoreError>(store.backend())
         })
-        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", redact(url))))?;
+        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", crate::config::redact_url(url))))?;
     writeln!(out, "{backend} database is up to date")?;
     Ok(EXIT_OK)
 }
@@ -156,8 +156,9 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
-        let (state, token) =
-            crate::serve::prepare(&settings).await.map_err(|e| CliError::BadInput(format!("{}: {e}", redact(&url))))?;
+        let (state, token) = crate::serve::prepare(&settings)
+            .await
+            .map_err(|e| CliError::BadInput(format!("{}: {e}", crate::config::redact_url(&url))))?;
         if let Some(token) = token {
             writeln!(out, "Created platform admin `admin`. Its API token, shown only this once:\n\n    {token}\n")?;
         }
@@ -182,17 +183,6 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
         crate::serve::serve(state, listener, shutdown).await.map_err(|e| CliError::BadInput(e.to_string()))?;
         Ok(EXIT_OK)
     })
-}
-
-/// A database URL without its password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
-    }
 }
 
 /// Why a command failed.

@@ -19,8 +19,7 @@ use crate::services::fleet::valid_node_name;
 use crate::store::auth::NodePrincipal;
 use crate::store::{Principal, StoreError};
 
-/// Prefix of join-token secrets.
-pub const JOIN_TOKEN_PREFIX: &str = "tsj_";
+pub use crate::auth::secrets::JOIN_TOKEN_PREFIX;
 /// Longest a join token may live.
 const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 /// Longest a long-poll waits for a new spec.

@@ -12,7 +12,6 @@ use axum::extract::FromRequestParts;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
 use crate::app::{AppState, Resolved};
@@ -20,10 +19,6 @@ use crate::auth::oidc::{TokenError, constant_time_eq};
 use crate::store::Principal;
 use crate::store::auth::NodePrincipal;
 
-/// Prefix of every Tessera API token, so leaked tokens are easy to recognise.
-pub const TOKEN_PREFIX: &str = "tsr_";
-/// Prefix of node credentials.
-pub const NODE_TOKEN_PREFIX: &str = "tsn_";
 /// The session cookie (HttpOnly).
 pub const SESSION_COOKIE: &str = "tessera_session";
 /// A readable copy of the session's CSRF token, for the portal's scripts.
@@ -33,20 +28,7 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 /// How often a session's last use is written (idle expiry is this coarse).
 pub const TOUCH_EVERY_MS: i64 = 60_000;
 
-/// A fresh token secret: the prefix and 244 random bits in hex.
-pub fn new_token_secret() -> String {
-    format!("{TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
-}
-
-/// A fresh node credential secret.
-pub fn new_node_secret() -> String {
-    format!("{NODE_TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
-}
-
-/// What the store keeps of a secret.
-pub fn token_hash(secret: &str) -> String {
-    Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::auth::secrets::{NODE_TOKEN_PREFIX, TOKEN_PREFIX, new_node_secret, new_token_secret, token_hash};
 
 /// A cookie's value from the request's `Cookie` headers.
 pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -228,14 +210,14 @@ pub fn node_credential_hash(headers: &HeaderMap) -> Option<String> {
     token.starts_with(NODE_TOKEN_PREFIX).then(|| token_hash(token))
 }
 
-/// Requires a platform admin.
+/// Requires a platform admin (see [`Principal::require_platform_admin`]).
 pub fn require_platform_admin(p: &Principal) -> Result<(), ApiError> {
-    if p.user.platform_admin { Ok(()) } else { Err(ApiError::Forbidden("platform admins only".to_string())) }
+    p.require_platform_admin()
 }
 
-/// Requires that `p` may see `tenant_id`'s objects; others get 404, never a hint that the object exists.
+/// Requires that `p` may see `tenant_id`'s objects (see [`Principal::require_visible`]).
 pub fn require_visible(p: &Principal, tenant_id: &str, what: &str) -> Result<(), ApiError> {
-    if p.can_see(tenant_id) { Ok(()) } else { Err(ApiError::NotFound(format!("{what} not found"))) }
+    p.require_visible(tenant_id, what)
 }
 
 /// A `Set-Cookie` value.

@@ -23,8 +23,7 @@ use crate::store::{Principal, Role, now_ms};
 
 /// The cookie binding a login in flight to the browser that started it.
 pub const LOGIN_COOKIE: &str = "tessera_login";
-/// How long a login may stay at the provider.
-pub const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
+pub use crate::auth::LOGIN_TTL_MS;
 
 /// How one may sign in here.
 #[derive(Debug, Serialize, ToSchema)]

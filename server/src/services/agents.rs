@@ -17,7 +17,7 @@ use tessera_core::sharing::{GpuSharing, Sharing};
 use tokio::sync::watch;
 
 use crate::app::AppState;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::agents::SpecInputs;
 use crate::store::auth::NodePrincipal;
 use crate::store::{Allocation, Gpu, NewGpu, StoreError, Transition};
@@ -186,7 +186,7 @@ pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
 
 /// A digest of a spec's content.
 pub fn spec_hash(gpus: &[GpuSpec]) -> String {
-    crate::http::auth::token_hash(&serde_json::to_string(gpus).unwrap_or_default())
+    crate::auth::secrets::token_hash(&serde_json::to_string(gpus).unwrap_or_default())
 }
 
 /// The spec of `inputs`' node, under the generation stored for it.

@@ -9,7 +9,7 @@ use tessera_core::request::{RequestState, SliceSpec};
 use tessera_core::sharing::{GpuSharing, Sharing, validate_node};
 
 use crate::app::AppState;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::{LayoutChange, LayoutProposal, Principal, Reservation, SliceRequest, StoreError, Transition};
 
 /// What an approval did.
@@ -29,7 +29,7 @@ const STALE: [&str; 3] = ["gpu_layout_version", "layout_proposals_open", "alloca
 pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option<i64>) -> Result<Approval, ApiError> {
     // Not visible: 404, as for every other action; visible but not an admin: 403.
     let request = crate::services::requests::get(state, p, id).await?;
-    crate::http::auth::require_platform_admin(p)?;
+    p.require_platform_admin()?;
     approve_as(state, &p.actor(), request, if_match).await
 }
 
@@ -240,7 +240,7 @@ pub async fn decide_layout(
     approve: bool,
     reason: &str,
 ) -> Result<LayoutProposal, ApiError> {
-    crate::http::auth::require_platform_admin(p)?;
+    p.require_platform_admin()?;
     if !approve && reason.trim().is_empty() {
         return Err(ApiError::invalid("reason_required", "rejecting a layout needs a reason"));
     }
@@ -270,7 +270,7 @@ pub async fn propose_layout(
     gpu_id: &str,
     instances: &[tessera_core::layout::InstanceSpec],
 ) -> Result<LayoutProposal, ApiError> {
-    crate::http::auth::require_platform_admin(p)?;
+    p.require_platform_admin()?;
     let nodes = state.store.nodes().await?;
     let gpu = nodes
         .iter()

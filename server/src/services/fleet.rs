@@ -6,7 +6,7 @@ use tessera_core::planner::{DemandInput, Plan, plan};
 use tessera_core::request::SliceSpec;
 
 use crate::app::AppState;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::{NewGpu, Node, Principal};
 
 /// Most GPUs one node may have.
@@ -36,7 +36,7 @@ pub fn valid_node_name(name: &str) -> bool {
 /// Checks a node's report against the catalog and the MIG rules and registers it; nothing is stored unless all of
 /// it is valid.
 pub async fn register(state: &AppState, p: &Principal, name: &str, gpus: &[GpuReport]) -> Result<Node, ApiError> {
-    crate::http::auth::require_platform_admin(p)?;
+    p.require_platform_admin()?;
     if !valid_node_name(name) {
         return Err(ApiError::invalid(
             "invalid_name",
@@ -95,7 +95,7 @@ pub fn check_gpu(model: &tessera_core::GpuModel, g: &GpuReport) -> Result<NewGpu
 pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Result<Plan, ApiError> {
     let request = crate::services::requests::get(state, p, request_id).await?;
     // The plan shows nodes, GPUs and layouts: fleet details, for platform admins only.
-    crate::http::auth::require_platform_admin(p)?;
+    p.require_platform_admin()?;
     let SliceSpec::Mig { profile, model } = &request.spec else {
         return Err(ApiError::invalid(
             "placement_not_planned",

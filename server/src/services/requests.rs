@@ -7,7 +7,7 @@ use tessera_core::request::{RequestState, SliceSpec};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::app::AppState;
-use crate::http::error::ApiError;
+use crate::error::ApiError;
 use crate::store::batch::MAX_BATCH;
 use crate::store::{Created, NewRequest, Principal, SliceRequest, Store, StoreError, Transition};
 

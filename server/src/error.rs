@@ -1,0 +1,190 @@
+//! Errors as `application/problem+json` (RFC 9457) with a stable machine `code`; one place maps every failure.
+//! Below the HTTP layer: services return these, and the HTTP layer answers with them.
+
+use axum::Json;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+
+/// A problem report.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Problem {
+    /// URI naming the kind of problem (`urn:tessera:problem:<code>`).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Short summary of the kind of problem.
+    pub title: String,
+    /// HTTP status.
+    pub status: u16,
+    /// What went wrong this time, for people.
+    pub detail: String,
+    /// Stable machine-readable code, e.g. `quota_exceeded`.
+    pub code: String,
+    /// Individual problems, when there are several (e.g. every quota limit a request exceeds).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ProblemItem>,
+}
+
+/// One of several problems.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ProblemItem {
+    /// Stable machine-readable code.
+    pub code: String,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+/// Every way a request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 401: no credentials, or credentials that are not valid.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// 403: known caller, not allowed (only for objects the caller may see).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 401 or 403 with a specific code (`invalid_token`, `csrf_failed`, `node_credential`, ...).
+    #[error("{detail}")]
+    Denied {
+        /// 401 or 403.
+        status: StatusCode,
+        /// Stable code.
+        code: &'static str,
+        /// What went wrong.
+        detail: String,
+    },
+    /// 404: no such object, or one the caller may not see.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the request conflicts with the current state.
+    #[error("{detail}")]
+    Conflict {
+        /// Stable code.
+        code: &'static str,
+        /// What conflicts.
+        detail: String,
+        /// Individual problems.
+        errors: Vec<ProblemItem>,
+    },
+    /// 400/422: the request itself is wrong.
+    #[error("{detail}")]
+    Invalid {
+        /// 400 for unreadable bodies, 422 for readable but wrong ones.
+        status: StatusCode,
+        /// Stable code.
+        code: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// 503: a dependency (the database) is not available.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500: a fault of ours; the cause is logged, not shown.
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A 401 with `code`.
+    pub fn unauthorized(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Denied { status: StatusCode::UNAUTHORIZED, code, detail: detail.into() }
+    }
+
+    /// A 403 with `code`.
+    pub fn forbidden(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Denied { status: StatusCode::FORBIDDEN, code, detail: detail.into() }
+    }
+
+    /// A 422 with `code`.
+    pub fn invalid(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Invalid { status: StatusCode::UNPROCESSABLE_ENTITY, code, detail: detail.into() }
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        match self {
+            ApiError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated", "Not authenticated"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Not allowed"),
+            ApiError::Denied { status, code, .. } if *status == StatusCode::UNAUTHORIZED => {
+                (*status, code, "Not authenticated")
+            }
+            ApiError::Denied { status, code, .. } => (*status, code, "Not allowed"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, "Conflict"),
+            ApiError::Invalid { status, code, .. } => (*status, code, "Invalid request"),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, title) = self.parts();
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(cause = %cause, "request failed");
+        }
+        let errors = match &self {
+            ApiError::Conflict { errors, .. } => errors.clone(),
+            _ => Vec::new(),
+        };
+        let problem = Problem {
+            kind: format!("urn:tessera:problem:{code}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code: code.to_string(),
+            errors,
+        };
+        let mut response = (status, Json(problem)).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/problem+json"));
+        if status == StatusCode::UNAUTHORIZED {
+            let challenge = if code == "unauthenticated" { "Bearer" } else { "Bearer error=\"invalid_token\"" };
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static(challenge));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound { what } => ApiError::NotFound(what),
+            StoreError::Conflict { constraint } if constraint == "version" => ApiError::Conflict {
+                code: "version_conflict",
+                detail: "the object changed since you read it; read it again and retry".to_string(),
+                errors: vec![],
+            },
+            StoreError::Conflict { constraint } => ApiError::Conflict {
+                code: "already_exists",
+                detail: format!("an object with the same {constraint} already exists"),
+                errors: vec![],
+            },
+            StoreError::Quota(errors) => ApiError::Conflict {
+                code: "quota_exceeded",
+                detail: errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
+                errors: errors
+                    .iter()
+                    .map(|e| ProblemItem { code: e.code().to_string(), message: e.to_string() })
+                    .collect(),
+            },
+            StoreError::Transition(t) => {
+                ApiError::Conflict { code: "request_invalid_transition", detail: t.to_string(), errors: vec![] }
+            }
+            StoreError::Other(sqlx::Error::Database(db))
+                if matches!(db.code().as_deref(), Some("40001") | Some("40P01")) =>
+            {
+                ApiError::Conflict {
+                    code: "concurrent_update",
+                    detail: "a concurrent change to the same objects won; retry".to_string(),
+                    errors: vec![],
+                }
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
