@@ -15,8 +15,35 @@ use tessera_core::sharing::{GpuSharing, Sharing};
 
 use crate::app::AppState;
 use crate::auth::secrets::token_hash;
-use crate::serve::{BOOTSTRAP_ADMIN, DEMO_NODE, demo_gpus};
+use crate::serve::BOOTSTRAP_ADMIN;
 use crate::services::requests::Ask;
+use crate::store::NewGpu;
+use tessera_core::layout::{InstanceSpec, validate};
+
+/// Name of the node `--demo` registers.
+pub const DEMO_NODE: &str = "demo-node-1";
+
+/// The demo node's GPUs: two H100s (one with instances), an A100-40GB in MIG mode and an A30 without MIG.
+pub(crate) fn demo_gpus() -> Vec<NewGpu> {
+    let catalog = tessera_core::Catalog::builtin();
+    let gpu = |index: u32, model: &str, mig: bool, layout: &str| {
+        let specs: Vec<InstanceSpec> = layout.split_whitespace().filter_map(|s| s.parse().ok()).collect();
+        let placed = catalog.model(model).and_then(|m| validate(m, &specs).ok()).unwrap_or_default();
+        NewGpu {
+            index,
+            uuid: format!("GPU-00000000-0000-4000-8000-{:012x}", 0xdead_0000 + u64::from(index)),
+            model: model.to_string(),
+            mig_enabled: mig,
+            layout: placed,
+        }
+    };
+    vec![
+        gpu(0, "H100-80GB", true, ""),
+        gpu(1, "H100-80GB", true, "3g.40gb@0 1g.10gb@6"),
+        gpu(2, "A100-40GB", true, ""),
+        gpu(3, "A30-24GB", false, ""),
+    ]
+}
 
 /// The node that joins by itself.
 pub const SECOND_NODE: &str = "demo-node-2";

@@ -9,8 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::app::{App, AppState};
 use crate::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token_secret, token_hash};
-use crate::store::{NewGpu, Store, StoreError};
-use tessera_core::layout::{InstanceSpec, validate};
+use crate::store::{Store, StoreError};
 
 /// What the server needs to start.
 #[derive(Clone, Default)]
@@ -71,31 +70,6 @@ impl Default for TelemetrySettings {
             max_series: crate::services::telemetry::DEFAULT_MAX_SERIES,
         }
     }
-}
-
-/// Name of the node `--demo` registers.
-pub const DEMO_NODE: &str = "demo-node-1";
-
-/// The demo node's GPUs: two H100s (one with instances), an A100-40GB in MIG mode and an A30 without MIG.
-pub(crate) fn demo_gpus() -> Vec<NewGpu> {
-    let catalog = tessera_core::Catalog::builtin();
-    let gpu = |index: u32, model: &str, mig: bool, layout: &str| {
-        let specs: Vec<InstanceSpec> = layout.split_whitespace().filter_map(|s| s.parse().ok()).collect();
-        let placed = catalog.model(model).and_then(|m| validate(m, &specs).ok()).unwrap_or_default();
-        NewGpu {
-            index,
-            uuid: format!("GPU-00000000-0000-4000-8000-{:012x}", 0xdead_0000 + u64::from(index)),
-            model: model.to_string(),
-            mig_enabled: mig,
-            layout: placed,
-        }
-    };
-    vec![
-        gpu(0, "H100-80GB", true, ""),
-        gpu(1, "H100-80GB", true, "3g.40gb@0 1g.10gb@6"),
-        gpu(2, "A100-40GB", true, ""),
-        gpu(3, "A30-24GB", false, ""),
-    ]
 }
 
 /// Name of the platform admin created at first start.
@@ -160,8 +134,8 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             Err(e) => return Err(e.into()),
         }
     }
-    if settings.demo && !store.nodes().await?.iter().any(|n| n.name == DEMO_NODE) {
-        store.register_node(DEMO_NODE, &demo_gpus(), "system").await?;
+    if settings.demo && !store.nodes().await?.iter().any(|n| n.name == crate::demo::DEMO_NODE) {
+        store.register_node(crate::demo::DEMO_NODE, &crate::demo::demo_gpus(), "system").await?;
     }
     let state = AppState(Arc::new(App {
         creates: crate::services::requests::CreateQueue::start(store.clone()),

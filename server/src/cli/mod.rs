@@ -172,7 +172,7 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
             writeln!(
                 out,
                 "Demo: simulated agents `{}` and `{}` are joining; tenants `vision` and `llm-serving` get slices.",
-                crate::serve::DEMO_NODE,
+                crate::demo::DEMO_NODE,
                 crate::demo::SECOND_NODE
             )?;
         }
