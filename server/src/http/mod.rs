@@ -2,6 +2,7 @@
 //! same `#[utoipa::path]` annotations), behind tracing, request ids, compression, a body limit and a timeout.
 
 pub mod agents;
+mod allocations;
 mod audit;
 pub mod auth;
 mod catalog;
@@ -119,7 +120,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(requests::reject_request))
         .routes(routes!(requests::cancel_request))
         .routes(routes!(requests::release_request))
-        .routes(routes!(nodes::request_placement))
+        .routes(routes!(allocations::request_placement))
         .routes(routes!(nodes::register_node, nodes::list_nodes))
         .routes(routes!(nodes::cordon_gpu))
         .routes(routes!(nodes::uncordon_gpu))
@@ -127,7 +128,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(layouts::list_layouts))
         .routes(routes!(layouts::get_layout))
         .routes(routes!(layouts::edit_layout))
-        .routes(routes!(nodes::list_allocations))
+        .routes(routes!(allocations::list_allocations))
         .routes(routes!(nodes::offerings))
         .routes(routes!(layouts::approve_layout))
         .routes(routes!(layouts::reject_layout))
@@ -144,9 +145,9 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(signin::local))
         .routes(routes!(signin::logout))
         .routes(routes!(signin::whoami))
-        .routes(routes!(signin::set_password))
-        .routes(routes!(signin::create_node_credential, signin::revoke_node_credentials))
-        .routes(routes!(signin::agent_node))
+        .routes(routes!(people::set_password))
+        .routes(routes!(nodes::create_node_credential, nodes::revoke_node_credentials))
+        .routes(routes!(nodes::agent_node))
         .routes(routes!(agents::create_join_token, agents::list_join_tokens))
         .routes(routes!(agents::delete_join_token))
         .routes(routes!(agents::join))

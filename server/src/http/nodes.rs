@@ -5,11 +5,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use tessera_core::layout::PlacedInstance;
-use tessera_core::planner::Plan;
 use utoipa::ToSchema;
 
-use super::auth::require_platform_admin;
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash};
+use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::services::fleet::{self, GpuReport};
 use crate::store::agents::AgentRecord;
@@ -287,97 +286,6 @@ pub async fn uncordon_gpu(
     Ok(ApiJson(state.store.set_cordoned(&id, false, &p.actor()).await?.into()))
 }
 
-/// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
-/// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before
-/// approving.
-#[utoipa::path(get, path = "/api/v1/requests/{id}/placement", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path)),
-    responses((status = 200, body = Plan), (status = 404, body = Problem), (status = 422, body = Problem)))]
-pub async fn request_placement(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> Result<ApiJson<Plan>, ApiError> {
-    Ok(ApiJson(fleet::placement(&state, &p, &id).await?))
-}
-
-/// A slice in a tenant's hands, with what a workload needs to find it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AllocationView {
-    /// Id.
-    pub id: String,
-    /// The request it serves.
-    pub request: String,
-    /// `reserved` (approved, the instance may still be waiting for its layout) or `active`.
-    pub state: String,
-    /// Node name.
-    pub node: String,
-    /// GPU UUID.
-    pub gpu_uuid: String,
-    /// GPU index on the node.
-    pub gpu_index: u32,
-    /// MIG profile, or how a whole GPU is shared (`exclusive`, `timeslice:<n>`, `mps:<n>`).
-    pub profile: String,
-    /// Start unit of the MIG instance, or the share's index on a whole GPU.
-    pub start: u8,
-    /// Kubernetes extended resource: `nvidia.com/mig-<profile>` (mixed strategy) or `nvidia.com/gpu`.
-    pub k8s_resource: String,
-    /// Whether the instance waits for a layout change to be approved and applied.
-    pub waiting_for_layout: bool,
-    /// The device serving it once active: the MIG device UUID (`MIG-...`) or the GPU UUID.
-    pub device_uuid: Option<String>,
-    /// What a workload on the node sets `CUDA_VISIBLE_DEVICES` to (once active).
-    pub cuda_visible_devices: Option<String>,
-}
-
-/// Query.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AllocationQuery {
-    /// Tenant id.
-    pub tenant: String,
-}
-
-/// A tenant's allocations (its members, or platform admins).
-#[utoipa::path(get, path = "/api/v1/allocations", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])), params(AllocationQuery),
-    responses((status = 200, body = Vec<AllocationView>), (status = 404, body = Problem)))]
-pub async fn list_allocations(
-    State(state): State<AppState>,
-    p: Principal,
-    ApiQuery(q): ApiQuery<AllocationQuery>,
-) -> Result<ApiJson<Vec<AllocationView>>, ApiError> {
-    super::auth::require_visible(&p, &q.tenant, "tenant")?;
-    let nodes = state.store.nodes().await?;
-    let allocations = state.store.tenant_allocations(&q.tenant).await?;
-    let devices = state.store.allocation_devices(&q.tenant).await?;
-    let views = allocations
-        .into_iter()
-        .filter_map(|a| {
-            let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
-            let whole = !gpu.mig_enabled;
-            Some(AllocationView {
-                k8s_resource: if whole {
-                    "nvidia.com/gpu".to_string()
-                } else {
-                    format!("nvidia.com/mig-{}", a.profile)
-                },
-                waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
-                device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                id: a.id,
-                request: a.request_id,
-                state: a.state,
-                node: node.name.clone(),
-                gpu_uuid: gpu.uuid.clone(),
-                gpu_index: gpu.index,
-                profile: a.profile,
-                start: a.start,
-            })
-        })
-        .collect();
-    Ok(ApiJson(views))
-}
-
 /// What the fleet offers, per GPU model, for a request form: any signed-in user may see it (counts only, no node
 /// names or tenants).
 #[derive(Debug, Serialize, ToSchema)]
@@ -444,4 +352,67 @@ pub async fn offerings(State(state): State<AppState>, _p: Principal) -> Result<A
         pending_requests: pending.len() as u64,
         oldest_pending_ms: pending.iter().map(|r| r.created_at_ms).min(),
     }))
+}
+
+/// A node credential. The secret is shown only in this response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NodeCredential {
+    /// Credential id.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The secret: the agent sends it as `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// Issue a credential for a node's agent (platform admins). It can call only the agent routes, for its own node.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
+    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 201, body = NodeCredential), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn create_node_credential(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, ApiJson<NodeCredential>), ApiError> {
+    require_platform_admin(&p)?;
+    let secret = new_node_secret();
+    let credential = state.store.create_node_credential(&id, &token_hash(&secret), &p.actor()).await?;
+    Ok((StatusCode::CREATED, ApiJson(NodeCredential { id: credential, node_id: id, secret })))
+}
+
+/// How many credentials were revoked.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Revoked {
+    /// Live credentials that were revoked.
+    pub revoked: u64,
+}
+
+/// Revoke every credential of a node (platform admins), e.g. when one leaked; its agent must join again.
+#[utoipa::path(delete, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
+    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 200, body = Revoked), (status = 403, body = Problem)))]
+pub async fn revoke_node_credentials(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Revoked>, ApiError> {
+    require_platform_admin(&p)?;
+    let revoked = state.store.revoke_node_credentials(&id, &p.actor()).await?;
+    state.principals.clear();
+    Ok(ApiJson(Revoked { revoked }))
+}
+
+/// The calling agent's node (node credentials).
+#[utoipa::path(get, path = "/api/v1/agent/node", tag = "fleet", security(("node" = [])),
+    responses((status = 200, body = NodeView), (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn agent_node(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+) -> Result<ApiJson<NodeView>, ApiError> {
+    let found = state.store.nodes().await?.into_iter().find(|n| n.id == node.node_id);
+    let record = state.store.agent_record(&node.node_id).await.ok();
+    let now = crate::store::now_ms();
+    found
+        .map(|n| ApiJson(NodeView::with_agent(n, record.as_ref(), &state, now)))
+        .ok_or_else(|| ApiError::NotFound("node not found".into()))
 }

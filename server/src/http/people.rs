@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::auth::{new_token_secret, require_platform_admin, require_visible, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::{MIN_PASSWORD, hash_password, verify_password};
 use crate::store::people::TokenInfo;
 use crate::store::{Principal, Role, User};
 
@@ -212,4 +213,61 @@ pub async fn list_members(
     state.store.tenant(&tenant).await?;
     let members = state.store.members(&tenant).await?;
     Ok(ApiJson(members.into_iter().map(|(u, role)| MemberView { id: u.id, name: u.name, role }).collect()))
+}
+
+/// A new local password.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewPassword {
+    /// At least 12 characters.
+    #[schema(min_length = 12)]
+    pub password: String,
+    /// The current password (when changing your own and you have one).
+    pub current_password: Option<String>,
+}
+
+/// Set a local password: your own (with the current one, if set), or anybody's (platform admins).
+#[utoipa::path(put, path = "/api/v1/users/{id}/password", tag = "people",
+    security(("token" = ["user"]), ("session" = ["user"])), params(("id" = String, Path)), request_body = NewPassword,
+    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub async fn set_password(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<NewPassword>,
+) -> Result<StatusCode, ApiError> {
+    let own = p.user.id == id;
+    if !own && !p.user.platform_admin {
+        return Err(ApiError::NotFound("user not found".into()));
+    }
+    if !state.auth.local_accounts {
+        return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
+    }
+    // A password would let a provider's user sign in past the provider (its MFA, its deprovisioning).
+    if own && !p.user.platform_admin && state.store.is_sso_user(&id).await? {
+        return Err(ApiError::forbidden("sso_user", "users who sign in with single sign-on have no local password"));
+    }
+    if body.password.chars().count() < MIN_PASSWORD {
+        return Err(ApiError::invalid("weak_password", format!("a password has at least {MIN_PASSWORD} characters")));
+    }
+    if own && let Some((_, current)) = state.store.password_hash(&p.user.name).await? {
+        let given = body.current_password.clone().unwrap_or_default();
+        let ok = tokio::task::spawn_blocking(move || verify_password(&given, &current))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if !ok {
+            return Err(ApiError::forbidden("bad_credentials", "the current password is wrong"));
+        }
+    }
+    let password = body.password;
+    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .map_err(ApiError::Internal)?;
+    state.store.set_password_hash(&id, Some(&hash), &p.actor()).await?;
+    // Every session of the user ends: whoever knew the old password is signed out.
+    state.store.delete_user_sessions(&id).await?;
+    state.principals.clear();
+    Ok(StatusCode::NO_CONTENT)
 }

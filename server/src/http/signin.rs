@@ -2,22 +2,19 @@
 //! passwords (`/auth/local`), the current session, logout (RP-initiated at the provider when it offers it), local
 //! password changes, and node credentials.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header::{AUTHORIZATION, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::{
-    CSRF_COOKIE, NodeAuth, SESSION_COOKIE, cookie, new_node_secret, require_platform_admin, set_cookie, token_hash,
-};
+use super::auth::{CSRF_COOKIE, SESSION_COOKIE, cookie, set_cookie, token_hash};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
-use super::nodes::NodeView;
 use super::people::UserView;
 use crate::app::{AppState, Resolved};
 use crate::auth::oidc::{TokenError, random_secret};
-use crate::auth::{MIN_PASSWORD, decoy_hash, hash_password, verify_password};
+use crate::auth::{decoy_hash, verify_password};
 use crate::store::auth::{LoginAttempt, SessionRecord};
 use crate::store::{Principal, Role, now_ms};
 
@@ -428,124 +425,4 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap, _p: Princ
         response.headers_mut().append(SET_COOKIE, header_value(&c)?);
     }
     Ok(response)
-}
-
-/// A new local password.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewPassword {
-    /// At least 12 characters.
-    #[schema(min_length = 12)]
-    pub password: String,
-    /// The current password (when changing your own and you have one).
-    pub current_password: Option<String>,
-}
-
-/// Set a local password: your own (with the current one, if set), or anybody's (platform admins).
-#[utoipa::path(put, path = "/api/v1/users/{id}/password", tag = "people",
-    security(("token" = ["user"]), ("session" = ["user"])), params(("id" = String, Path)), request_body = NewPassword,
-    responses((status = 204), (status = 401, body = Problem), (status = 403, body = Problem),
-        (status = 404, body = Problem), (status = 422, body = Problem)))]
-pub async fn set_password(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-    ApiJson(body): ApiJson<NewPassword>,
-) -> Result<StatusCode, ApiError> {
-    let own = p.user.id == id;
-    if !own && !p.user.platform_admin {
-        return Err(ApiError::NotFound("user not found".into()));
-    }
-    if !state.auth.local_accounts {
-        return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
-    }
-    // A password would let a provider's user sign in past the provider (its MFA, its deprovisioning).
-    if own && !p.user.platform_admin && state.store.is_sso_user(&id).await? {
-        return Err(ApiError::forbidden("sso_user", "users who sign in with single sign-on have no local password"));
-    }
-    if body.password.chars().count() < MIN_PASSWORD {
-        return Err(ApiError::invalid("weak_password", format!("a password has at least {MIN_PASSWORD} characters")));
-    }
-    if own && let Some((_, current)) = state.store.password_hash(&p.user.name).await? {
-        let given = body.current_password.clone().unwrap_or_default();
-        let ok = tokio::task::spawn_blocking(move || verify_password(&given, &current))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if !ok {
-            return Err(ApiError::forbidden("bad_credentials", "the current password is wrong"));
-        }
-    }
-    let password = body.password;
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(ApiError::Internal)?;
-    state.store.set_password_hash(&id, Some(&hash), &p.actor()).await?;
-    // Every session of the user ends: whoever knew the old password is signed out.
-    state.store.delete_user_sessions(&id).await?;
-    state.principals.clear();
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// A node credential. The secret is shown only in this response.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct NodeCredential {
-    /// Credential id.
-    pub id: String,
-    /// The node.
-    pub node_id: String,
-    /// The secret: the agent sends it as `Authorization: Bearer <secret>`.
-    pub secret: String,
-}
-
-/// Issue a credential for a node's agent (platform admins). It can call only the agent routes, for its own node.
-#[utoipa::path(post, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
-    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
-    responses((status = 201, body = NodeCredential), (status = 403, body = Problem), (status = 404, body = Problem)))]
-pub async fn create_node_credential(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, ApiJson<NodeCredential>), ApiError> {
-    require_platform_admin(&p)?;
-    let secret = new_node_secret();
-    let credential = state.store.create_node_credential(&id, &token_hash(&secret), &p.actor()).await?;
-    Ok((StatusCode::CREATED, ApiJson(NodeCredential { id: credential, node_id: id, secret })))
-}
-
-/// How many credentials were revoked.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Revoked {
-    /// Live credentials that were revoked.
-    pub revoked: u64,
-}
-
-/// Revoke every credential of a node (platform admins), e.g. when one leaked; its agent must join again.
-#[utoipa::path(delete, path = "/api/v1/nodes/{id}/credentials", tag = "fleet",
-    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
-    responses((status = 200, body = Revoked), (status = 403, body = Problem)))]
-pub async fn revoke_node_credentials(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> Result<ApiJson<Revoked>, ApiError> {
-    require_platform_admin(&p)?;
-    let revoked = state.store.revoke_node_credentials(&id, &p.actor()).await?;
-    state.principals.clear();
-    Ok(ApiJson(Revoked { revoked }))
-}
-
-/// The calling agent's node (node credentials).
-#[utoipa::path(get, path = "/api/v1/agent/node", tag = "fleet", security(("node" = [])),
-    responses((status = 200, body = NodeView), (status = 401, body = Problem), (status = 403, body = Problem)))]
-pub async fn agent_node(
-    State(state): State<AppState>,
-    NodeAuth(node): NodeAuth,
-) -> Result<ApiJson<NodeView>, ApiError> {
-    let found = state.store.nodes().await?.into_iter().find(|n| n.id == node.node_id);
-    let record = state.store.agent_record(&node.node_id).await.ok();
-    let now = crate::store::now_ms();
-    found
-        .map(|n| ApiJson(NodeView::with_agent(n, record.as_ref(), &state, now)))
-        .ok_or_else(|| ApiError::NotFound("node not found".into()))
 }
