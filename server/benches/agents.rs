@@ -204,6 +204,7 @@ async fn blast(
                     let r = r.send().await.expect("send");
                     assert!(r.status().is_success(), "{}", r.status());
                     let v: Value = r.json().await.expect("json");
+                    assert_eq!(v["rejected"].as_u64(), Some(0), "every sample is the node's own: {v}");
                     accepted.fetch_add(v["accepted"].as_u64().unwrap_or(0), Ordering::Relaxed);
                     requests.fetch_add(1, Ordering::Relaxed);
                 }
@@ -234,6 +235,33 @@ async fn ingest(quick: bool) {
             .expect("join");
         assert!(r.status().is_success(), "join: {}", r.status());
         let joined: Joined = r.json().await.expect("joined");
+        // The node reports its instances, as an agent does after applying its layout: only then are its MIG
+        // devices its own, and their telemetry taken.
+        let gpus: Vec<Value> = inv
+            .gpus
+            .iter()
+            .map(|g| {
+                let instances: Vec<Value> = devices
+                    .iter()
+                    .filter(|(_, gpu, profile)| *gpu == g.uuid && profile.is_some())
+                    .enumerate()
+                    .map(|(k, (device, _, _))| {
+                        json!({"profile": "1g.10gb", "start": k, "uuid": device, "gi_id": k + 1, "ci_id": 0,
+                               "device_name": format!("MIG 1g.10gb Device {k}")})
+                    })
+                    .collect();
+                json!({"uuid": g.uuid, "mig_enabled": true, "instances": instances})
+            })
+            .collect();
+        let r = server
+            .client
+            .put(format!("{}/api/v1/agent/status", server.base))
+            .bearer_auth(&joined.credential)
+            .json(&json!({"observed_generation": 0, "gpus": gpus}))
+            .send()
+            .await
+            .expect("status");
+        assert!(r.status().is_success(), "status: {}", r.status());
         creds.push(joined.credential);
         all_devices.push(devices);
     }
