@@ -15,22 +15,6 @@ use serde::Deserialize;
 /// Default address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
-/// A database URL without its password, for messages and `Debug`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => match url[s + 3..at].split_once(':') {
-            Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-            None => url.to_string(),
-        },
-        _ => url.to_string(),
-    }
-}
-
-/// How a secret shows in `Debug`: whether there is one, never what it is.
-pub fn redacted<T>(secret: &Option<T>) -> &'static str {
-    if secret.is_some() { "Some(<redacted>)" } else { "None" }
-}
-
 /// Settings as a TOML file gives them; every field optional.
 #[derive(Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,7 +37,7 @@ impl std::fmt::Debug for FileConfig {
         f.debug_struct("FileConfig")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &self.database_url.as_deref().map(redact_url))
+            .field("database_url", &self.database_url.as_deref().map(crate::redact::url))
             .field("demo", &self.demo)
             .field("auth", &self.auth)
             .finish()
@@ -78,7 +62,7 @@ impl std::fmt::Debug for Overrides {
         f.debug_struct("Overrides")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &self.database_url.as_deref().map(redact_url))
+            .field("database_url", &self.database_url.as_deref().map(crate::redact::url))
             .field("demo", &self.demo)
             .finish()
     }
@@ -104,7 +88,7 @@ impl std::fmt::Debug for ServeConfig {
         f.debug_struct("ServeConfig")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &redact_url(&self.database_url))
+            .field("database_url", &crate::redact::url(&self.database_url))
             .field("demo", &self.demo)
             .field("auth", &self.auth)
             .finish()

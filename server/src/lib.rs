@@ -12,6 +12,7 @@ pub mod error;
 pub mod http;
 pub mod listen;
 pub mod portal;
+pub mod redact;
 pub mod serve;
 pub mod services;
 pub mod store;

@@ -36,11 +36,11 @@ pub struct Settings {
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::config::{redact_url, redacted};
+        use crate::redact::{secret, url};
         f.debug_struct("Settings")
-            .field("database_url", &redact_url(&self.database_url))
-            .field("bootstrap_token", &redacted(&self.bootstrap_token))
-            .field("bootstrap_password", &redacted(&self.bootstrap_password))
+            .field("database_url", &url(&self.database_url))
+            .field("bootstrap_token", &secret(&self.bootstrap_token))
+            .field("bootstrap_password", &secret(&self.bootstrap_password))
             .field("bootstrap_join_tokens", &format_args!("[{} redacted]", self.bootstrap_join_tokens.len()))
             .field("demo", &self.demo)
             .field("auth", &self.auth)

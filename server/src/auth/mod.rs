@@ -99,7 +99,7 @@ impl std::fmt::Debug for OidcConfig {
         f.debug_struct("OidcConfig")
             .field("issuer", &self.issuer)
             .field("client_id", &self.client_id)
-            .field("client_secret", &crate::config::redacted(&self.client_secret))
+            .field("client_secret", &crate::redact::secret(&self.client_secret))
             .field("redirect_url", &self.redirect_url)
             .field("post_logout_redirect_url", &self.post_logout_redirect_url)
             .field("scopes", &self.scopes)

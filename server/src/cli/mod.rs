@@ -113,7 +113,7 @@ fn migrate(url: &str, out: &mut dyn Write) -> Result<u8, CliError> {
             store.migrate().await?;
             Ok::<_, crate::store::StoreError>(store.backend())
         })
-        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", crate::config::redact_url(url))))?;
+        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", crate::redact::url(url))))?;
     writeln!(out, "{backend} database is up to date")?;
     Ok(EXIT_OK)
 }
@@ -158,7 +158,7 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
     runtime.block_on(async {
         let (state, token) = crate::serve::prepare(&settings)
             .await
-            .map_err(|e| CliError::BadInput(format!("{}: {e}", crate::config::redact_url(&url))))?;
+            .map_err(|e| CliError::BadInput(format!("{}: {e}", crate::redact::url(&url))))?;
         if let Some(token) = token {
             writeln!(out, "Created platform admin `admin`. Its API token, shown only this once:\n\n    {token}\n")?;
         }
