@@ -5,7 +5,7 @@ use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::path;
 
-use crate::api::{self, Problem};
+use crate::api;
 use crate::model::{Session, Tenant};
 use crate::pages::{
     admin::{TenantAdminPage, TenantsAdminPage},
@@ -20,6 +20,7 @@ use crate::pages::{
     tokens::TokensPage,
     usage::UsagePage,
 };
+use crate::widgets::{SessionResource, TenantsResource};
 
 /// Whether the hydration scripts are served (the `tessera` binary knows whether the wasm was built into it).
 #[derive(Debug, Clone, Copy)]
@@ -48,12 +49,6 @@ pub fn shell(options: LeptosOptions, hydrates: bool) -> impl IntoView {
         </html>
     }
 }
-
-/// The session of the page's viewer (`Err` with status 401 when nobody is signed in).
-pub type SessionResource = Resource<Result<Session, Problem>>;
-
-/// The tenants the viewer may see (names for ids).
-pub type TenantsResource = Resource<Result<Vec<Tenant>, Problem>>;
 
 /// The portal.
 #[component]
@@ -210,27 +205,5 @@ fn ThemeToggle() -> impl IntoView {
         <button class="theme" on:click=on_click aria-label="Switch between light and dark theme" title="Light / dark">
             <span aria-hidden="true">"◐"</span>
         </button>
-    }
-}
-
-/// What a page shows when the API refused: a sign-in link for 401, the API's message otherwise.
-pub fn problem_view(problem: &Problem) -> AnyView {
-    if problem.needs_sign_in() {
-        view! {
-            <div class="notice" role="status">
-                <p>"Sign in to see this page."</p>
-                <A href="/signin">"Sign in"</A>
-            </div>
-        }
-        .into_any()
-    } else {
-        let code = problem.code.clone();
-        view! {
-            <div class="notice error" role="alert">
-                <p>{problem.message()}</p>
-                {(!code.is_empty()).then(|| view! { <code>{code}</code> })}
-            </div>
-        }
-        .into_any()
     }
 }

@@ -16,6 +16,7 @@ pub mod api;
 pub mod app;
 pub mod model;
 pub mod pages;
+pub mod widgets;
 
 pub use app::{App, shell};
 pub use tessera_core::layout::{LayoutError, validate};

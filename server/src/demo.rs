@@ -14,8 +14,8 @@ use tessera_core::request::SliceSpec;
 use tessera_core::sharing::{GpuSharing, Sharing};
 
 use crate::app::AppState;
+use crate::auth::BOOTSTRAP_ADMIN;
 use crate::auth::secrets::token_hash;
-use crate::serve::BOOTSTRAP_ADMIN;
 use crate::services::requests::Ask;
 use crate::store::NewGpu;
 use tessera_core::layout::{InstanceSpec, validate};

@@ -72,8 +72,7 @@ impl Default for TelemetrySettings {
     }
 }
 
-/// Name of the platform admin created at first start.
-pub const BOOTSTRAP_ADMIN: &str = "admin";
+pub use crate::auth::BOOTSTRAP_ADMIN;
 
 /// Startup failures.
 #[derive(Debug, thiserror::Error)]

@@ -9,8 +9,8 @@ use tessera_core::catalog::Catalog;
 use tessera_core::quota::Resource as QuotaResource;
 
 use crate::api;
-use crate::app::{TenantsResource, problem_view};
 use crate::model::{Member, Quotas, Tenant, User};
+use crate::widgets::{TenantsResource, problem_view};
 
 /// A quota edit checked as the server checks it: `(canonical key, limit)`, where a blank amount (`None`) removes
 /// the limit and leaves the resource unlimited, or the reason it is refused.

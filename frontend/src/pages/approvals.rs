@@ -7,11 +7,11 @@ use leptos::prelude::*;
 use tessera_core::planner::Plan;
 
 use crate::api::{self, Problem};
-use crate::app::{TenantsResource, problem_view};
 use crate::model::{Approval, FleetNode, LayoutProposal, RequestPage, SliceRequest};
 use crate::pages::slots::diff_view;
 use crate::pages::tenant::{describe, short};
 use crate::pages::{ago, now_ms};
+use crate::widgets::{TenantsResource, problem_view};
 
 /// Where a GPU is: `(node name, GPU index, model)`. `gpu` is its id, its UUID, or the planner's `node/index`.
 pub fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {

@@ -4,9 +4,9 @@
 use leptos::prelude::*;
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{AuditPage, AuditRecord};
 use crate::pages::{ago, now_ms};
+use crate::widgets::problem_view;
 
 /// Page size.
 const LIMIT: u32 = 50;

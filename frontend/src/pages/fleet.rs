@@ -5,9 +5,9 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{FleetGpu, FleetNode};
 use crate::pages::{ago, now_ms};
+use crate::widgets::problem_view;
 
 /// The fleet page.
 #[component]

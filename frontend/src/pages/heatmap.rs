@@ -14,7 +14,7 @@ use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use crate::api;
-use crate::app::problem_view;
+use crate::widgets::problem_view;
 
 /// Pixels per row.
 pub const ROW_H: u32 = 14;

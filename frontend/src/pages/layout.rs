@@ -10,10 +10,10 @@ use tessera_core::catalog::{Catalog, GpuModel};
 use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{FleetGpu, FleetNode, LayoutProposal};
 use crate::pages::approvals::LayoutCard;
 use crate::pages::slots::{diff_view, units};
+use crate::widgets::problem_view;
 
 /// An instance that cannot go, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use crate::api;
-use crate::app::{SessionResource, TenantsResource, problem_view};
 use crate::model::FleetNode;
+use crate::widgets::{SessionResource, TenantsResource, problem_view};
 
 /// Counts for the fleet summary.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

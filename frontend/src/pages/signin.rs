@@ -4,8 +4,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::SignInMethods;
+use crate::widgets::problem_view;
 
 /// `/signin?return_to=/path`.
 #[component]

@@ -11,9 +11,9 @@ use tessera_core::quota::{self, Decision, MILLI, Milli, Resource as QuotaResourc
 use tessera_core::request::{RequestState, SliceSpec};
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{Allocation, Quotas, RequestPage, SliceRequest, Tenant};
 use crate::pages::now_ms;
+use crate::widgets::problem_view;
 
 mod form;
 mod requests;

@@ -4,9 +4,9 @@
 use leptos::prelude::*;
 
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{ApiToken, CreatedToken};
 use crate::pages::{ago, now_ms};
+use crate::widgets::problem_view;
 
 /// Checks a token name as the server does (1-100 characters once trimmed).
 pub fn token_name_error(name: &str) -> Option<&'static str> {

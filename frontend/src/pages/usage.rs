@@ -6,10 +6,10 @@
 use leptos::prelude::*;
 
 use crate::api;
-use crate::app::{SessionResource, problem_view};
 use crate::model::{SliceRequest, UsageReport};
 use crate::pages::now_ms;
 use crate::pages::tenant::short;
+use crate::widgets::{SessionResource, problem_view};
 
 const HOUR_MS: i64 = 3_600_000;
 

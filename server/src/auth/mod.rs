@@ -34,6 +34,9 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use serde::Deserialize;
 
+/// Name of the platform admin created at first start.
+pub const BOOTSTRAP_ADMIN: &str = "admin";
+
 /// How long a login may stay at the provider (the sweeper forgets older logins and attempts).
 pub const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
 

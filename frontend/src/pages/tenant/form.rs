@@ -10,9 +10,9 @@ use tessera_core::request::SliceSpec;
 
 use super::{Feedback, feedback, short, state_name};
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{Offerings, Quotas, SliceRequest, Tenant};
 use crate::pages::{ago, now_ms};
+use crate::widgets::problem_view;
 
 /// The mode chosen in the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

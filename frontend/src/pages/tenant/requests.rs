@@ -10,9 +10,9 @@ use tessera_core::request::RequestState;
 
 use super::{cancellable, describe, state_name};
 use crate::api;
-use crate::app::problem_view;
 use crate::model::{AuditEntry, RequestPage, SliceRequest};
 use crate::pages::ago;
+use crate::widgets::problem_view;
 
 /// The table. Meant to sit in a `<Transition>`: it reads `requests`, and the transition holds the table while the
 /// first page loads, then keeps it in place through refreshes. `now` is when the page last refreshed.
