@@ -2,14 +2,16 @@
 //! each node's spec generation, the status its agent reports, heartbeats, and allocations turning active when the
 //! status shows their instance.
 //!
-//! The SQL is the same on both backends (these columns keep times as UTC milliseconds on both); see [`on_pool!`].
+//! One SQL body for both backends (see [`super::dialect`]).
 
 use tessera_core::api::{Inventory, NodeStatus};
 use tessera_core::layout::PlacedInstance;
 use tessera_core::request::RequestState;
 
-use super::auth::Dialect;
-use super::{Db, NewGpu, Store, StoreError, new_id, now_ms, on_constraint, state_from, to_json};
+use super::fleet::GPU_FIELDS;
+use super::layouts::ALLOCATION_FIELDS;
+use super::requests::audit_insert;
+use super::{NewGpu, Store, StoreError, new_id, now_ms, on_constraint, state_from, to_json};
 
 /// Registers the GPUs of `$gpus` a node does not have yet and updates index and MIG mode of those it has (a GPU
 /// whose MIG mode changed takes the instances it reports as its layout). A GPU UUID that belongs to another node is
@@ -150,48 +152,6 @@ pub struct Provisioning {
     pub request_state: RequestState,
 }
 
-impl Dialect {
-    /// A JSON value bound as text at `$n`.
-    fn json(self, n: usize) -> String {
-        match self {
-            Dialect::Sqlite => format!("${n}"),
-            Dialect::Postgres => format!("${n}::jsonb"),
-        }
-    }
-
-    /// GPU row fields ([`super::GpuRow`]).
-    fn gpu_fields(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => {
-                "id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version, auto_layout"
-            }
-            Dialect::Postgres => {
-                "id, node_id, idx::bigint, uuid, model, mig_enabled, cordoned, layout::text, layout_version, auto_layout"
-            }
-        }
-    }
-
-    /// Allocation row fields ([`super::AllocationRow`]), of table alias `a`.
-    fn allocation_fields(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "a.id, a.request_id, a.tenant_id, a.gpu_id, a.profile, a.start, a.state, a.proposal_id",
-            Dialect::Postgres => {
-                "a.id, a.request_id, a.tenant_id, a.gpu_id, a.profile, a.start::bigint, a.state, a.proposal_id"
-            }
-        }
-    }
-
-    /// The `INSERT` of a node `($1 id, $2 name, $3 created ms)`.
-    fn insert_node(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "INSERT INTO nodes (id, name, created_at_ms) VALUES ($1, $2, $3)",
-            Dialect::Postgres => {
-                "INSERT INTO nodes (id, name, created_at) VALUES ($1, $2, to_timestamp($3::bigint / 1000.0))"
-            }
-        }
-    }
-}
-
 impl Store {
     /// Stores a new join token.
     pub async fn create_join_token(
@@ -210,7 +170,7 @@ impl Store {
             used_at_ms: None,
             node_id: None,
         };
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO join_tokens (id, secret_sha256, node_name, created_by, created_at_ms, expires_at_ms) \
@@ -225,7 +185,7 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(|e| on_constraint(e, "join_tokens"))?;
-            audit(&mut tx, actor, "join_token.create", &format!("join-token/{}", token.id), None, Some(to_json(&token)))
+            audit_insert(&mut tx, actor, "join_token.create", &format!("join-token/{}", token.id), None, Some(to_json(&token)))
                 .await?;
             tx.commit().await?;
             Ok(token)
@@ -234,7 +194,7 @@ impl Store {
 
     /// Every join token, newest first.
     pub async fn join_tokens(&self) -> Result<Vec<JoinToken>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let rows: Vec<JoinTokenRow> =
                 sqlx::query_as(&format!("SELECT {JOIN_TOKEN_FIELDS} FROM join_tokens ORDER BY id DESC"))
                     .fetch_all(pool)
@@ -245,13 +205,13 @@ impl Store {
 
     /// Deletes an unused join token.
     pub async fn delete_join_token(&self, id: &str, actor: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("DELETE FROM join_tokens WHERE id = $1").bind(id).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("join token {id}") });
             }
-            audit(&mut tx, actor, "join_token.delete", &format!("join-token/{id}"), None, None).await?;
+            audit_insert(&mut tx, actor, "join_token.delete", &format!("join-token/{id}"), None, None).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -271,7 +231,7 @@ impl Store {
         inventory: &Inventory,
     ) -> Result<(String, String), StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let token: Option<(String, Option<String>)> = sqlx::query_as(
                 "UPDATE join_tokens SET used_at_ms = $1 \
@@ -304,7 +264,7 @@ impl Store {
                 }
                 None => {
                     let id = new_id();
-                    sqlx::query(dialect.insert_node())
+                    sqlx::query("INSERT INTO nodes (id, name, created_at_ms) VALUES ($1, $2, $3)")
                         .bind(&id)
                         .bind(&name)
                         .bind(now)
@@ -337,7 +297,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             let after = serde_json::json!({ "name": name, "join_token": token_id, "inventory": inventory });
-            audit(&mut tx, &format!("node:{name}"), action, &format!("node/{node_id}"), None, Some(after.to_string()))
+            audit_insert(&mut tx, &format!("node:{name}"), action, &format!("node/{node_id}"), None, Some(after.to_string()))
                 .await?;
             tx.commit().await?;
             if action == "node.rejoin" {
@@ -357,7 +317,7 @@ impl Store {
         inventory: &Inventory,
         actor: &str,
     ) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Option<(Option<String>,)> = sqlx::query_as("SELECT inventory FROM nodes WHERE id = $1")
                 .bind(node_id)
@@ -375,7 +335,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             if before.as_deref() != Some(after.as_str()) {
-                audit(&mut tx, actor, "node.inventory", &format!("node/{node_id}"), before, Some(after)).await?;
+                audit_insert(&mut tx, actor, "node.inventory", &format!("node/{node_id}"), before, Some(after)).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -384,7 +344,7 @@ impl Store {
 
     /// Every node's agent record.
     pub async fn agent_records(&self) -> Result<Vec<AgentRecord>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let rows: Vec<AgentRow> = sqlx::query_as(
                 "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory FROM nodes",
             )
@@ -396,7 +356,7 @@ impl Store {
 
     /// One node's agent record.
     pub async fn agent_record(&self, node_id: &str) -> Result<AgentRecord, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<AgentRow> = sqlx::query_as(
                 "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory \
                  FROM nodes WHERE id = $1",
@@ -411,7 +371,7 @@ impl Store {
     /// What a node's spec is made of: its spec generation and stored spec hash (read first), then its GPUs and the
     /// live allocations on them.
     pub async fn spec_inputs(&self, node_id: &str) -> Result<SpecInputs, StoreError> {
-        on_pool!(self, pool, dialect, _audit => {
+        on_pool!(self, pool, dialect => {
             let head: Option<(i64, String)> = sqlx::query_as("SELECT generation, spec_hash FROM nodes WHERE id = $1")
                 .bind(node_id)
                 .fetch_optional(pool)
@@ -420,17 +380,15 @@ impl Store {
                 return Err(StoreError::NotFound { what: format!("node {node_id}") });
             };
             let rows: Vec<super::GpuRow> = sqlx::query_as(&format!(
-                "SELECT {} FROM gpus WHERE node_id = $1 ORDER BY idx",
-                dialect.gpu_fields()
+                "SELECT {GPU_FIELDS} FROM gpus WHERE node_id = $1 ORDER BY idx"
             ))
             .bind(node_id)
             .fetch_all(pool)
             .await?;
             let gpus = rows.into_iter().map(super::gpu_from).collect::<Result<Vec<_>, _>>()?;
             let rows: Vec<super::AllocationRow> = sqlx::query_as(&format!(
-                "SELECT {} FROM allocations a JOIN gpus g ON g.id = a.gpu_id \
-                 WHERE g.node_id = $1 AND a.state IN ('reserved', 'active')",
-                dialect.allocation_fields()
+                "SELECT {ALLOCATION_FIELDS} FROM allocations a JOIN gpus g ON g.id = a.gpu_id \
+                 WHERE g.node_id = $1 AND a.state IN ('reserved', 'active')"
             ))
             .bind(node_id)
             .fetch_all(pool)
@@ -442,7 +400,7 @@ impl Store {
 
     /// Every node's spec generation and hash, by node id.
     pub async fn spec_heads(&self) -> Result<Vec<(String, i64, String)>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as("SELECT id, generation, spec_hash FROM nodes").fetch_all(pool).await?)
         })
     }
@@ -450,7 +408,7 @@ impl Store {
     /// Moves a node's spec to a new generation when its content (`spec_hash`) changed; returns the new generation,
     /// or `None` when the spec was already that.
     pub async fn bump_spec(&self, node_id: &str, spec_hash: &str) -> Result<Option<i64>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<(i64,)> = sqlx::query_as(
                 "UPDATE nodes SET generation = generation + 1, spec_hash = $1 \
                  WHERE id = $2 AND spec_hash <> $1 RETURNING generation",
@@ -470,7 +428,7 @@ impl Store {
     /// one (a lower `observed_generation`, e.g. a late retry) is not stored; returns whether it was.
     pub async fn record_status(&self, node_id: &str, status: &NodeStatus) -> Result<bool, StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query(
                 "UPDATE nodes SET status = $1, observed_generation = $2, status_at_ms = $3, last_seen_ms = $3 \
                  WHERE id = $4 AND observed_generation <= $2",
@@ -490,7 +448,7 @@ impl Store {
         if seen.is_empty() {
             return Ok(());
         }
-        on_pool!(self, pool, dialect, _audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for (node_id, at) in seen {
                 sqlx::query(
@@ -508,7 +466,7 @@ impl Store {
 
     /// Live allocations on `node_id`'s GPUs whose request is approved or provisioning (not active yet).
     pub async fn provisioning(&self, node_id: &str) -> Result<Vec<Provisioning>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let rows: Vec<(String, String, String, String, i64, String, String)> = sqlx::query_as(
                 "SELECT a.id, a.request_id, a.gpu_id, a.profile, CAST(a.start AS BIGINT), a.state, r.state \
                  FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN slice_requests r ON r.id = a.request_id \
@@ -538,7 +496,7 @@ impl Store {
     /// transaction; allocations no longer reserved are left alone. Returns how many changed.
     pub async fn activate_allocations(&self, found: &[(String, String)], actor: &str) -> Result<usize, StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let mut changed = 0;
             for (id, device) in found {
@@ -554,7 +512,7 @@ impl Store {
                 if done.rows_affected() == 1 {
                     changed += 1;
                     let after = serde_json::json!({ "device_uuid": device }).to_string();
-                    audit(&mut tx, actor, "allocation.active", &format!("allocation/{id}"), None, Some(after)).await?;
+                    audit_insert(&mut tx, actor, "allocation.active", &format!("allocation/{id}"), None, Some(after)).await?;
                 }
             }
             tx.commit().await?;
@@ -564,7 +522,7 @@ impl Store {
 
     /// The device UUID of every active allocation, by allocation id.
     pub async fn allocation_devices(&self, tenant_id: &str) -> Result<Vec<(String, String)>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(
                 "SELECT id, device_uuid FROM allocations \
                  WHERE tenant_id = $1 AND state = 'active' AND device_uuid IS NOT NULL",

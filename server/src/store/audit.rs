@@ -1,9 +1,8 @@
 //! The fleet-wide audit log, filtered and read a page at a time, newest first.
 //!
-//! The SQL is the same on both backends; [`Dialect::ms`] spells the entry's time (see [`on_pool!`]).
+//! One SQL body for both backends (see [`super::dialect`]).
 
-use super::auth::Dialect;
-use super::{AuditEntry, Db, Store, StoreError, audit_from};
+use super::{AuditEntry, Store, StoreError, audit_from};
 
 /// Which audit entries to read. Every condition given must hold.
 #[derive(Debug, Clone, Copy, Default)]
@@ -34,8 +33,8 @@ enum Bound<'a> {
 
 impl<'a> AuditFilter<'a> {
     /// SQL conditions and their values, numbered from `$1`.
-    fn conditions(&self, dialect: Dialect) -> (String, Vec<Bound<'a>>) {
-        let at = dialect.ms("at");
+    fn conditions(&self) -> (String, Vec<Bound<'a>>) {
+        let at = "at_ms";
         let mut sql = String::new();
         let mut values = Vec::new();
         let mut add = |condition: &dyn Fn(usize) -> String, value: Bound<'a>| {
@@ -75,13 +74,12 @@ impl Store {
     /// Audit entries matching `filter` with their ids, newest (highest id) first.
     pub async fn audit_entries(&self, filter: AuditFilter<'_>) -> Result<Vec<(i64, AuditEntry)>, StoreError> {
         type Row = (i64, i64, String, String, String, Option<String>, Option<String>);
-        on_pool!(self, pool, dialect, _audit => {
-            let (conditions, values) = filter.conditions(dialect);
+        on_pool!(self, pool, dialect => {
+            let (conditions, values) = filter.conditions();
             // The limit is bound, not spliced in, so every page size shares one prepared statement.
             let sql = format!(
-                "SELECT id, {}, actor, action, object, CAST(before_json AS TEXT), CAST(after_json AS TEXT) \
+                "SELECT id, at_ms, actor, action, object, CAST(before_json AS TEXT), CAST(after_json AS TEXT) \
                  FROM audit_log WHERE 1 = 1{conditions} ORDER BY id DESC LIMIT ${}",
-                dialect.ms("at"),
                 values.len() + 1
             );
             let mut query = sqlx::query_as::<_, Row>(&sql);

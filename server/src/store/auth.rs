@@ -1,14 +1,14 @@
 //! Sign-in records: identities from the OpenID provider and the memberships their claims map to, local password
 //! hashes, browser sessions, login attempts in flight and node credentials.
 //!
-//! The SQL is the same on both backends (sign-in tables keep times as UTC milliseconds on both); [`on_pool!`] runs
-//! one body against whichever pool the store has, and [`Dialect`] spells the few columns that differ.
+//! One SQL body for both backends (see [`super::dialect`]).
 
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::{Db, Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
+use super::requests::audit_insert;
+use super::{Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
 
 /// Every membership of a user, by tenant id.
 macro_rules! memberships_of {
@@ -20,65 +20,6 @@ macro_rules! memberships_of {
                 .await?;
         rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<Vec<_>, StoreError>>()?
     }};
-}
-
-/// Where the two schemas differ: user creation times are milliseconds on SQLite and `TIMESTAMPTZ` on PostgreSQL.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Dialect {
-    Sqlite,
-    Postgres,
-}
-
-impl Dialect {
-    /// How a writing transaction begins: SQLite takes the write lock up front, so that a transaction that reads
-    /// before it writes never fails to upgrade its lock.
-    pub(super) fn begin(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "BEGIN IMMEDIATE",
-            Dialect::Postgres => "BEGIN",
-        }
-    }
-
-    /// The users' creation time as milliseconds.
-    pub(super) fn user_created_ms(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "created_at_ms",
-            Dialect::Postgres => "(extract(epoch from created_at) * 1000)::bigint",
-        }
-    }
-
-    /// A time column as UTC milliseconds: SQLite keeps `<column>_ms` as an integer, PostgreSQL `<column>` as a
-    /// `TIMESTAMPTZ` (users, API tokens, tenants, the audit log).
-    pub(super) fn ms(self, column: &str) -> String {
-        match self {
-            Dialect::Sqlite => format!("{column}_ms"),
-            Dialect::Postgres => format!("(extract(epoch from {column}) * 1000)::bigint"),
-        }
-    }
-
-    /// What locks the rows a `SELECT` inside a writing transaction reads: PostgreSQL locks them; SQLite holds the
-    /// database's write lock already (see [`Dialect::begin`]).
-    pub(super) fn lock(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => "",
-            Dialect::Postgres => " FOR UPDATE",
-        }
-    }
-
-    /// `INSERT` columns and values for a user; `$1..$6` are id, name, platform_admin, email, issuer, subject and `$7`
-    /// the creation time in milliseconds.
-    fn insert_user(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => {
-                "INSERT INTO users (id, name, platform_admin, email, oidc_issuer, oidc_subject, created_at_ms) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)"
-            }
-            Dialect::Postgres => {
-                "INSERT INTO users (id, name, platform_admin, email, oidc_issuer, oidc_subject, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::bigint / 1000.0))"
-            }
-        }
-    }
 }
 
 /// Who the provider says signed in, with the provider's claims already mapped to Tessera.
@@ -200,11 +141,11 @@ impl Store {
                 *entry = *role;
             }
         }
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<UserRow> = sqlx::query_as(&format!(
                 "SELECT id, name, platform_admin, {} FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2",
-                dialect.user_created_ms()
+                "created_at_ms"
             ))
             .bind(&who.issuer)
             .bind(&who.subject)
@@ -228,7 +169,7 @@ impl Store {
                         let object = format!("user/{}", user.id);
                         let before = serde_json::json!({ "platform_admin": user.platform_admin }).to_string();
                         let after = serde_json::json!({ "platform_admin": admin }).to_string();
-                        audit(&mut tx, &actor, "user.platform-admin", &object, Some(before), Some(after)).await?;
+                        audit_insert(&mut tx, &actor, "user.platform-admin", &object, Some(before), Some(after)).await?;
                     }
                     (User { platform_admin: admin, ..user }, false)
                 }
@@ -252,7 +193,10 @@ impl Store {
                         platform_admin: who.platform_admin.unwrap_or(false),
                         created_at_ms: now_ms(),
                     };
-                    sqlx::query(dialect.insert_user())
+                    sqlx::query(
+                        "INSERT INTO users (id, name, platform_admin, email, oidc_issuer, oidc_subject, created_at_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    )
                         .bind(&user.id)
                         .bind(&user.name)
                         .bind(user.platform_admin)
@@ -264,7 +208,7 @@ impl Store {
                         .await
                         .map_err(|e| on_constraint(e, "users"))?;
                     let after = serde_json::to_string(&user).ok();
-                    audit(&mut tx, &actor, "user.create", &format!("user/{}", user.id), None, after).await?;
+                    audit_insert(&mut tx, &actor, "user.create", &format!("user/{}", user.id), None, after).await?;
                     (user, true)
                 }
             };
@@ -298,7 +242,7 @@ impl Store {
                         .await?;
                     let before = serde_json::json!({ "role": role.as_str(), "source": "sso" }).to_string();
                     let object = format!("tenant/{tenant}/member/{}", user.id);
-                    audit(&mut tx, &actor, "membership.remove", &object, Some(before), None).await?;
+                    audit_insert(&mut tx, &actor, "membership.remove", &object, Some(before), None).await?;
                 }
             }
             for (tenant, role) in mapped.iter().filter(|_| who.memberships.is_some()) {
@@ -322,7 +266,7 @@ impl Store {
                 let before = before.map(|(r, _)| serde_json::json!({ "role": r.as_str(), "source": "sso" }).to_string());
                 let after = serde_json::json!({ "role": role.as_str(), "source": "sso" }).to_string();
                 let object = format!("tenant/{tenant}/member/{}", user.id);
-                audit(&mut tx, &actor, "membership.set", &object, before, Some(after)).await?;
+                audit_insert(&mut tx, &actor, "membership.set", &object, before, Some(after)).await?;
             }
             let memberships = memberships_of!(&mut *tx, &user.id);
             tx.commit().await?;
@@ -332,11 +276,11 @@ impl Store {
 
     /// A user with all their memberships.
     pub async fn principal(&self, user_id: &str) -> Result<Principal, StoreError> {
-        on_pool!(self, pool, dialect, _audit => {
+        on_pool!(self, pool, dialect => {
             let mut conn = pool.acquire().await?;
             let row: Option<UserRow> = sqlx::query_as(&format!(
                 "SELECT id, name, platform_admin, {} FROM users WHERE id = $1",
-                dialect.user_created_ms()
+                "created_at_ms"
             ))
             .bind(user_id)
             .fetch_optional(&mut *conn)
@@ -349,7 +293,7 @@ impl Store {
 
     /// Sets (or, with `None`, removes) a user's local password hash.
     pub async fn set_password_hash(&self, user_id: &str, hash: Option<&str>, actor: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
                 .bind(hash)
@@ -360,7 +304,7 @@ impl Store {
                 return Err(StoreError::NotFound { what: format!("user {user_id}") });
             }
             let action = if hash.is_some() { "user.password.set" } else { "user.password.remove" };
-            audit(&mut tx, actor, action, &format!("user/{user_id}"), None, None).await?;
+            audit_insert(&mut tx, actor, action, &format!("user/{user_id}"), None, None).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -368,7 +312,7 @@ impl Store {
 
     /// A local user's id and password hash, by name (`None` when there is no such user or no password).
     pub async fn password_hash(&self, name: &str) -> Result<Option<(String, String)>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<(String, Option<String>)> =
                 sqlx::query_as("SELECT id, password_hash FROM users WHERE name = $1")
                     .bind(name)
@@ -380,7 +324,7 @@ impl Store {
 
     /// Whether a user signs in through the identity provider.
     pub async fn is_sso_user(&self, user_id: &str) -> Result<bool, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<(Option<String>,)> = sqlx::query_as("SELECT oidc_subject FROM users WHERE id = $1")
                 .bind(user_id)
                 .fetch_optional(pool)
@@ -391,7 +335,7 @@ impl Store {
 
     /// Ends every session of a user; returns how many.
     pub async fn delete_user_sessions(&self, user_id: &str) -> Result<u64, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1").bind(user_id).execute(pool).await?;
             Ok(done.rows_affected())
         })
@@ -399,7 +343,7 @@ impl Store {
 
     /// Records a new session.
     pub async fn create_session(&self, id_sha256: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             sqlx::query(&format!(
                 "INSERT INTO sessions (id_sha256, {SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
             ))
@@ -419,7 +363,7 @@ impl Store {
 
     /// A session by the SHA-256 of its id, however old (the caller judges expiry).
     pub async fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<SessionRow> =
                 sqlx::query_as(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id_sha256 = $1"))
                     .bind(id_sha256)
@@ -431,7 +375,7 @@ impl Store {
 
     /// Notes that a session was used at `at_ms`.
     pub async fn touch_session(&self, id_sha256: &str, at_ms: i64) -> Result<(), StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             sqlx::query("UPDATE sessions SET last_seen_at_ms = $1 WHERE id_sha256 = $2 AND last_seen_at_ms < $1")
                 .bind(at_ms)
                 .bind(id_sha256)
@@ -443,7 +387,7 @@ impl Store {
 
     /// Ends a session; returns it if it existed.
     pub async fn delete_session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<SessionRow> =
                 sqlx::query_as(&format!("DELETE FROM sessions WHERE id_sha256 = $1 RETURNING {SESSION_COLUMNS}"))
                     .bind(id_sha256)
@@ -461,7 +405,7 @@ impl Store {
         idle_before_ms: i64,
         attempts_before_ms: i64,
     ) -> Result<u64, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let gone = sqlx::query("DELETE FROM sessions WHERE expires_at_ms <= $1 OR last_seen_at_ms < $2")
                 .bind(now_ms)
                 .bind(idle_before_ms)
@@ -478,7 +422,7 @@ impl Store {
 
     /// Records a login on its way to the provider.
     pub async fn create_login_attempt(&self, attempt: &LoginAttempt) -> Result<(), StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO login_attempts (state_sha256, browser_sha256, nonce, pkce_verifier, return_to, \
                  created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -503,7 +447,7 @@ impl Store {
         state_sha256: &str,
         browser_sha256: &str,
     ) -> Result<Option<LoginAttempt>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<(String, String, String, String, String, i64)> = sqlx::query_as(
                 "DELETE FROM login_attempts WHERE state_sha256 = $1 AND browser_sha256 = $2 \
                  RETURNING state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms",
@@ -531,7 +475,7 @@ impl Store {
         actor: &str,
     ) -> Result<String, StoreError> {
         let id = new_id();
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let node: Option<(String,)> = sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
                 .bind(node_id)
@@ -551,7 +495,7 @@ impl Store {
             .await
             .map_err(|e| on_constraint(e, "node_credentials"))?;
             let object = format!("node/{node_id}/credential/{id}");
-            audit(&mut tx, actor, "node.credential.create", &object, None, None).await?;
+            audit_insert(&mut tx, actor, "node.credential.create", &object, None, None).await?;
             tx.commit().await?;
             Ok(id)
         })
@@ -559,7 +503,7 @@ impl Store {
 
     /// Revokes every credential of a node; returns how many were live.
     pub async fn revoke_node_credentials(&self, node_id: &str, actor: &str) -> Result<u64, StoreError> {
-        on_pool!(self, pool, dialect, audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let n = sqlx::query(
                 "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",
@@ -569,7 +513,7 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
-            audit(&mut tx, actor, "node.credential.revoke", &format!("node/{node_id}"), None, None).await?;
+            audit_insert(&mut tx, actor, "node.credential.revoke", &format!("node/{node_id}"), None, None).await?;
             tx.commit().await?;
             self.changes.node_credentials_revoked(node_id);
             Ok(n)
@@ -578,7 +522,7 @@ impl Store {
 
     /// The node a live credential belongs to.
     pub async fn node_by_credential(&self, secret_sha256: &str) -> Result<Option<NodePrincipal>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let row: Option<(String, String)> = sqlx::query_as(
                 "SELECT n.id, n.name FROM node_credentials c JOIN nodes n ON n.id = c.node_id \
                  WHERE c.secret_sha256 = $1 AND c.revoked_at_ms IS NULL",

@@ -4,11 +4,15 @@
 //! what was accepted with one multi-row statement per table. A batch costs about ten statements however many
 //! requests it holds, where one request alone costs about twelve.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use sqlx::QueryBuilder;
 use tessera_core::quota::{Usage, accumulate, check};
 
-use super::{NewRequest, SliceRequest, StoreError, Tenant};
+use super::requests::{REQUEST_COLUMNS, TENANT_COLUMNS};
+use super::{
+    NewRequest, SliceRequest, Store, StoreError, Tenant, TenantRow, now_ms, on_constraint, tenant_from, to_json,
+};
 
 /// Most requests in one batch (each row binds at most 11 values; SQLite allows 32,766 per statement).
 pub const MAX_BATCH: usize = 256;
@@ -132,4 +136,176 @@ pub(super) fn usage_by_tenant(rows: Vec<(String, String, i64)>) -> Result<HashMa
         grouped.entry(tenant).or_default().push((resource, milli));
     }
     grouped.into_iter().map(|(t, rows)| Ok((t, super::usage_from_rows(rows)?))).collect()
+}
+
+/// Closes a list of bound values opened by the caller's `... IN (`.
+fn push_list<'a, DB: sqlx::Database>(q: &mut QueryBuilder<'a, DB>, values: &BTreeSet<&'a str>)
+where
+    &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut list = q.separated(", ");
+    for v in values {
+        list.push_bind(*v);
+    }
+    q.push(")");
+}
+
+impl Store {
+    /// Creates many requests in one transaction (group commit): each is decided in order exactly as
+    /// [`Store::create_request`] would decide it, and gets its own outcome. More than [`MAX_BATCH`] go in several
+    /// transactions. Where a batch fails as a whole because of another writer (a concurrent writer took one of its
+    /// idempotency keys, a deadlock or serialization failure), its requests are created one at a time instead, so
+    /// one request never fails another; any other failure (the database is unreachable, the commit was lost) is
+    /// every request's outcome, never retried, because the commit may have happened.
+    pub async fn create_requests(&self, batch: &[NewRequest<'_>]) -> Vec<Result<Created, StoreError>> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(MAX_BATCH) {
+            outcomes.extend(self.create_batch(chunk).await);
+        }
+        outcomes
+    }
+
+    async fn create_batch(&self, batch: &[NewRequest<'_>]) -> Vec<Result<Created, StoreError>> {
+        let now = now_ms();
+        let items: Vec<(SliceRequest, NewRequest<'_>)> = batch.iter().map(|n| (n.to_request(now), *n)).collect();
+        let done = {
+            let _changing = self.changing();
+            self.write_batch(&items).await
+        };
+        match done {
+            Ok(outcomes) => outcomes,
+            Err(e) if batch.len() == 1 => vec![Err(e)],
+            Err(e) if lost_to_another_writer(&e) => {
+                tracing::debug!(error = %e, size = batch.len(), "batch lost to another writer; creating one at a time");
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for new in batch {
+                    outcomes.push(self.create_one(*new).await);
+                }
+                outcomes
+            }
+            Err(e) => {
+                let failed = e.to_string();
+                let mut outcomes = vec![Err(e)];
+                outcomes.extend((1..batch.len()).map(|_| Err(StoreError::Failed(failed.clone()))));
+                outcomes
+            }
+        }
+    }
+
+    async fn create_one(&self, new: NewRequest<'_>) -> Result<Created, StoreError> {
+        let (request, created) = self.create_request(new).await?;
+        let tenant = self.tenant(new.tenant_id).await?;
+        Ok(Created { request, created, tenant })
+    }
+
+    /// Locks and reads what the batch needs (the batch's tenants in id order, so it serialises with every other
+    /// writer for them and two batches cannot deadlock; on SQLite the transaction holds the write lock), plans it,
+    /// and writes what was accepted with one statement per table.
+    async fn write_batch(
+        &self,
+        items: &[(SliceRequest, NewRequest<'_>)],
+    ) -> Result<Vec<Result<Created, StoreError>>, StoreError> {
+        let tenant_ids: BTreeSet<&str> = items.iter().map(|(r, _)| r.tenant_id.as_str()).collect();
+        let keys: BTreeSet<(&str, &str)> = items.iter().filter_map(|(_, n)| n.idempotency).collect();
+        on_pool!(self, pool, dialect, DB => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let mut loaded = Loaded::default();
+            let mut q = QueryBuilder::<DB>::new(format!("SELECT {TENANT_COLUMNS} WHERE id IN ("));
+            push_list(&mut q, &tenant_ids);
+            q.push(format!(" ORDER BY id{}", dialect.lock()));
+            for row in q.build_query_as::<TenantRow>().fetch_all(&mut *tx).await? {
+                let tenant = tenant_from(row);
+                loaded.tenants.insert(tenant.id.clone(), tenant);
+            }
+            let mut q =
+                QueryBuilder::<DB>::new("SELECT tenant_id, resource, limit_milli FROM quotas WHERE tenant_id IN (");
+            push_list(&mut q, &tenant_ids);
+            loaded.limits = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
+            let mut q = QueryBuilder::<DB>::new(
+                "SELECT tenant_id, resource, held_milli FROM tenant_usage WHERE held_milli > 0 AND tenant_id IN (",
+            );
+            push_list(&mut q, &tenant_ids);
+            loaded.held = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
+            if !keys.is_empty() {
+                let mut q = QueryBuilder::<DB>::new(format!(
+                    "SELECT k.user_id, k.key, {REQUEST_COLUMNS} JOIN idempotency_keys k \
+                     ON k.request_id = slice_requests.id WHERE (k.user_id, k.key) IN (VALUES "
+                ));
+                let mut list = q.separated(", ");
+                for (u, k) in &keys {
+                    list.push("(").push_bind_unseparated(*u).push_unseparated(", ").push_bind_unseparated(*k);
+                    list.push_unseparated(")");
+                }
+                q.push(")");
+                keyed_requests(q.build_query_as::<KeyedRequestRow>().fetch_all(&mut *tx).await?, &mut loaded)?;
+            }
+
+            let plan = plan(items, loaded);
+            let inserted: Vec<&(SliceRequest, NewRequest<'_>)> = plan.inserts.iter().map(|&i| &items[i]).collect();
+            if inserted.is_empty() {
+                tx.commit().await?;
+                return Ok(plan.outcomes);
+            }
+            let mut q = QueryBuilder::<DB>::new(
+                "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
+                 updated_at_ms, duration_s) ",
+            );
+            q.push_values(&inserted, |mut b, (r, _)| {
+                b.push_bind(&r.id).push_bind(&r.tenant_id).push_bind(to_json(&r.spec));
+                b.push_unseparated(dialect.json_cast())
+                    .push_bind(i64::from(r.count))
+                    .push_bind(r.state.as_str())
+                    .push_bind(&r.reason)
+                    .push_bind(r.version)
+                    .push_bind(r.created_at_ms)
+                    .push_bind(r.updated_at_ms)
+                    .push_bind(r.duration_s.and_then(|d| i64::try_from(d).ok()));
+            });
+            q.build().execute(&mut *tx).await?;
+            let charges = charge_rows(&inserted);
+            if !charges.is_empty() {
+                let mut q = QueryBuilder::<DB>::new("INSERT INTO request_charges (request_id, resource, amount_milli) ");
+                q.push_values(&charges, |mut b, (id, res, m)| {
+                    b.push_bind(*id).push_bind(res).push_bind(*m);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            if !plan.usage.is_empty() {
+                let mut q = QueryBuilder::<DB>::new("INSERT INTO tenant_usage (tenant_id, resource, held_milli) ");
+                q.push_values(&plan.usage, |mut b, ((t, res), m)| {
+                    b.push_bind(t).push_bind(res).push_bind(*m);
+                });
+                q.push(
+                    " ON CONFLICT (tenant_id, resource) DO UPDATE \
+                     SET held_milli = tenant_usage.held_milli + excluded.held_milli",
+                );
+                q.build().execute(&mut *tx).await?;
+            }
+            let keyed = key_rows(&inserted);
+            if !keyed.is_empty() {
+                let mut q = QueryBuilder::<DB>::new("INSERT INTO idempotency_keys (user_id, key, request_id) ");
+                q.push_values(&keyed, |mut b, (u, k, id)| {
+                    b.push_bind(*u).push_bind(*k).push_bind(*id);
+                });
+                q.build().execute(&mut *tx).await.map_err(|e| on_constraint(e, "idempotency_keys"))?;
+            }
+            let at = now_ms();
+            let mut q = QueryBuilder::<DB>::new(
+                "INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) ",
+            );
+            q.push_values(&inserted, |mut b, (r, n)| {
+                b.push_bind(at)
+                    .push_bind(n.actor)
+                    .push_bind("request.create")
+                    .push_bind(format!("request/{}", r.id))
+                    .push_bind(None::<String>)
+                    .push_unseparated(dialect.json_cast())
+                    .push_bind(to_json(r))
+                    .push_unseparated(dialect.json_cast());
+            });
+            q.build().execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(plan.outcomes)
+        })
+    }
 }

@@ -2,8 +2,7 @@
 //!
 //! The SQL is the same on both backends; see [`on_pool!`].
 
-use super::auth::Dialect;
-use super::{Db, Store, StoreError};
+use super::{Store, StoreError};
 
 /// One device's minute.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,7 +115,7 @@ impl Store {
         if rows.is_empty() {
             return Ok(());
         }
-        on_pool!(self, pool, dialect, _audit => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for chunk in rows.chunks(CHUNK) {
                 let values: Vec<String> = (0..chunk.len())
@@ -157,7 +156,7 @@ impl Store {
 
     /// Minute rows with `from_ms <= minute_ms < to_ms`, of one node or all, by device then time.
     pub async fn minutes(&self, node_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<MinuteRow>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let rows: Vec<Row> = sqlx::query_as(
                 "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT), CAST(samples AS BIGINT), \
                  util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max FROM telemetry_minutes \
@@ -176,7 +175,7 @@ impl Store {
     /// Per device, the utilisation of minute rows with `from_ms <= minute_ms < to_ms` as `(device, sum of
     /// util_avg × samples, samples)`: what a sample-weighted mean needs, without reading every row.
     pub async fn util_sums(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64, i64)>, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(
                 "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION), CAST(SUM(samples) AS BIGINT) \
                  FROM telemetry_minutes WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
@@ -190,7 +189,7 @@ impl Store {
 
     /// Deletes minute rows older than `before_ms`; returns how many.
     pub async fn prune_minutes(&self, before_ms: i64) -> Result<u64, StoreError> {
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query("DELETE FROM telemetry_minutes WHERE minute_ms < $1").bind(before_ms).execute(pool).await?;
             Ok(done.rows_affected())
         })
@@ -215,7 +214,7 @@ impl Store {
             Option<i64>,
             Option<String>,
         );
-        on_pool!(self, pool, _dialect, _audit => {
+        on_pool!(self, pool, _dialect => {
             let rows: Vec<MRow> = sqlx::query_as(
                 "SELECT a.id, a.request_id, a.tenant_id, t.name, n.name, g.uuid, g.model, a.profile, \
                  CAST(a.start AS BIGINT), g.mig_enabled, a.state, a.activated_at_ms, a.released_at_ms, a.device_uuid \

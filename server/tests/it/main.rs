@@ -10,3 +10,4 @@ mod logging;
 mod sso;
 mod store;
 mod telemetry;
+mod upgrade;

@@ -1,0 +1,436 @@
+//! Tenants, their quotas and running usage, slice requests and their life, and the audit entries every change
+//! writes in its own transaction. One SQL body for both backends (see [`super::dialect`]).
+//!
+//! Creating a request checks the tenant's quota and inserts it in one transaction that serialises with every other
+//! writer for that tenant: SQLite takes the database write lock up front (`BEGIN IMMEDIATE`), PostgreSQL locks the
+//! tenant's row (`SELECT ... FOR UPDATE`).
+
+use tessera_core::quota::{ApprovalPolicy, Usage};
+use tessera_core::request::RequestState;
+
+use super::dialect::Conn;
+use super::{
+    AuditEntry, AuditRow, NewRequest, RequestFilter, RequestRow, SliceRequest, Store, StoreError, Tenant, TenantRow,
+    Transition, audit_from, expiry, new_id, now_ms, on_constraint, request_from, tenant_from, to_json, usage_from_rows,
+};
+
+/// The columns of a [`RequestRow`], and the table.
+pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), count, state, reason, version, \
+                                          created_at_ms, updated_at_ms, duration_s, expires_at_ms FROM slice_requests";
+
+/// The columns of a [`TenantRow`], and the table.
+pub(super) const TENANT_COLUMNS: &str =
+    "id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms FROM tenants";
+
+/// Writes an audit entry, in the caller's transaction.
+pub(super) async fn audit_insert<'c>(
+    conn: impl Into<Conn<'c>>,
+    actor: &str,
+    action: &str,
+    object: &str,
+    before: Option<String>,
+    after: Option<String>,
+) -> Result<(), StoreError> {
+    on_conn!(conn.into(), conn, dialect => {
+        sqlx::query(&format!(
+            "INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
+             VALUES ($1, $2, $3, $4, {}, {})",
+            dialect.json(5),
+            dialect.json(6)
+        ))
+        .bind(now_ms())
+        .bind(actor)
+        .bind(action)
+        .bind(object)
+        .bind(before)
+        .bind(after)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+/// A tenant's limits.
+async fn quotas_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage, StoreError> {
+    let sql = "SELECT resource, limit_milli FROM quotas WHERE tenant_id = $1";
+    let rows: Vec<(String, i64)> = on_conn!(conn.into(), conn, _dialect => {
+        sqlx::query_as(sql).bind(tenant_id).fetch_all(&mut *conn).await?
+    });
+    usage_from_rows(rows)
+}
+
+/// What a tenant's live requests hold.
+async fn held_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage, StoreError> {
+    let sql = "SELECT resource, held_milli FROM tenant_usage WHERE tenant_id = $1 AND held_milli > 0";
+    let rows: Vec<(String, i64)> = on_conn!(conn.into(), conn, _dialect => {
+        sqlx::query_as(sql).bind(tenant_id).fetch_all(&mut *conn).await?
+    });
+    usage_from_rows(rows)
+}
+
+/// Adds (`sign` 1) or takes back (`sign` -1) a request's charges in its tenant's running usage.
+pub(super) async fn adjust_usage<'c>(
+    conn: impl Into<Conn<'c>>,
+    tenant_id: &str,
+    request_id: &str,
+    sign: i64,
+) -> Result<(), StoreError> {
+    on_conn!(conn.into(), conn, dialect => {
+        // In byte order of resource, as batches write them, so two writers never take a tenant's usage rows in
+        // opposite orders (a deadlock).
+        let charges: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT resource, amount_milli FROM request_charges WHERE request_id = $1 ORDER BY resource{}",
+            dialect.bytewise()
+        ))
+        .bind(request_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        for (resource, amount) in charges {
+            sqlx::query(
+                "INSERT INTO tenant_usage (tenant_id, resource, held_milli) VALUES ($1, $2, $3) ON CONFLICT \
+                 (tenant_id, resource) DO UPDATE SET held_milli = tenant_usage.held_milli + excluded.held_milli",
+            )
+            .bind(tenant_id)
+            .bind(resource)
+            .bind(sign * amount)
+            .execute(&mut *conn)
+            .await?;
+        }
+    });
+    Ok(())
+}
+
+/// A request by id; `lock` locks its row on PostgreSQL (inside a writing transaction).
+pub(super) async fn request_in<'c>(
+    conn: impl Into<Conn<'c>>,
+    id: &str,
+    lock: bool,
+) -> Result<SliceRequest, StoreError> {
+    let row: Option<RequestRow> = on_conn!(conn.into(), conn, dialect => {
+        let lock = if lock { dialect.lock() } else { "" };
+        sqlx::query_as(&format!("SELECT {REQUEST_COLUMNS} WHERE id = $1{lock}"))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+    });
+    request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
+}
+
+/// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
+pub(super) async fn release_allocations<'c>(conn: impl Into<Conn<'c>>, request_id: &str) -> Result<(), StoreError> {
+    on_conn!(conn.into(), conn, _dialect => {
+        sqlx::query(
+            "UPDATE allocations SET state = 'released', released_at_ms = $2 \
+             WHERE request_id = $1 AND state IN ('reserved', 'active')",
+        )
+        .bind(request_id)
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+impl Store {
+    /// Creates a tenant; a taken name is a conflict on `tenants.name`.
+    pub async fn create_tenant(&self, name: &str, policy: ApprovalPolicy, actor: &str) -> Result<Tenant, StoreError> {
+        let t = Tenant { id: new_id(), name: name.to_string(), policy, created_at_ms: now_ms() };
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query(
+                "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&t.id)
+            .bind(&t.name)
+            .bind(t.policy.auto_approve)
+            .bind(i64::from(t.policy.auto_approve_max_compute_slices))
+            .bind(t.created_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| on_constraint(e, "tenants.name"))?;
+            audit_insert(&mut tx, actor, "tenant.create", &format!("tenant/{}", t.id), None, Some(to_json(&t))).await?;
+            tx.commit().await?;
+        });
+        Ok(t)
+    }
+
+    /// Every tenant, by name.
+    pub async fn tenants(&self) -> Result<Vec<Tenant>, StoreError> {
+        let sql = format!("SELECT {TENANT_COLUMNS} ORDER BY name");
+        let rows: Vec<TenantRow> = on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(tenant_from).collect())
+    }
+
+    /// A tenant by id.
+    pub async fn tenant(&self, id: &str) -> Result<Tenant, StoreError> {
+        let sql = format!("SELECT {TENANT_COLUMNS} WHERE id = $1");
+        let row: Option<TenantRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        row.map(tenant_from).ok_or_else(|| StoreError::NotFound { what: format!("tenant {id}") })
+    }
+
+    /// Sets (or replaces) a tenant's limit on one resource, in thousandths.
+    pub async fn set_quota(
+        &self,
+        tenant_id: &str,
+        resource: &tessera_core::quota::Resource,
+        limit_milli: u64,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        self.set_quotas(tenant_id, &[(resource.clone(), Some(limit_milli))], actor).await
+    }
+
+    /// Sets several limits in one transaction: all of them or none. `None` removes a limit (the resource is then
+    /// unlimited); each change is audited with the limit before it.
+    pub async fn set_quotas(
+        &self,
+        tenant_id: &str,
+        limits: &[(tessera_core::quota::Resource, Option<u64>)],
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        let limits: Vec<(String, Option<i64>)> =
+            limits.iter().map(|(r, m)| (r.to_string(), m.map(|m| i64::try_from(m).unwrap_or(i64::MAX)))).collect();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for (resource, limit) in &limits {
+                let before: Option<i64> = sqlx::query_scalar(&format!(
+                    "SELECT limit_milli FROM quotas WHERE tenant_id = $1 AND resource = $2{}",
+                    dialect.lock()
+                ))
+                .bind(tenant_id)
+                .bind(resource)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let object = format!("tenant/{tenant_id}/quota/{resource}");
+                let before_json = before.map(|b| format!("{{\"limit_milli\":{b}}}"));
+                match limit {
+                    Some(limit) => {
+                        sqlx::query(
+                            "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
+                             ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
+                        )
+                        .bind(tenant_id)
+                        .bind(resource)
+                        .bind(limit)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| on_constraint(e, "quotas"))?;
+                        let after = Some(format!("{{\"limit_milli\":{limit}}}"));
+                        audit_insert(&mut tx, actor, "quota.set", &object, before_json, after).await?;
+                    }
+                    // Removing a limit that is not there is a no-op, and not audited.
+                    None if before.is_none() => {}
+                    None => {
+                        sqlx::query("DELETE FROM quotas WHERE tenant_id = $1 AND resource = $2")
+                            .bind(tenant_id)
+                            .bind(resource)
+                            .execute(&mut *tx)
+                            .await?;
+                        audit_insert(&mut tx, actor, "quota.remove", &object, before_json, None).await?;
+                    }
+                }
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// A tenant's limits.
+    pub async fn quotas(&self, tenant_id: &str) -> Result<Usage, StoreError> {
+        on_pool!(self, pool, _dialect => quotas_in(&mut *pool.acquire().await?, tenant_id).await)
+    }
+
+    /// What a tenant's live requests (pending, approved, provisioning, active) hold.
+    pub async fn held(&self, tenant_id: &str) -> Result<Usage, StoreError> {
+        on_pool!(self, pool, _dialect => held_in(&mut *pool.acquire().await?, tenant_id).await)
+    }
+
+    /// Creates a request if it fits the tenant's quota, atomically with respect to every other request of the
+    /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed. With an idempotency key already
+    /// used by the same user, returns the request it created and `false`.
+    pub async fn create_request(&self, new: NewRequest<'_>) -> Result<(SliceRequest, bool), StoreError> {
+        let r = new.to_request(now_ms());
+        let _changing = self.changing();
+        let replayed: Option<SliceRequest> = on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let tenant: Option<(String,)> =
+                sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
+                    .bind(&r.tenant_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if tenant.is_none() {
+                return Err(StoreError::NotFound { what: format!("tenant {}", r.tenant_id) });
+            }
+            // Under the tenant's lock, so two retries with one key cannot both create.
+            let first: Option<(String,)> = match new.idempotency {
+                Some((user, key)) => {
+                    sqlx::query_as("SELECT request_id FROM idempotency_keys WHERE user_id = $1 AND key = $2")
+                        .bind(user)
+                        .bind(key)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                }
+                None => None,
+            };
+            match first {
+                Some((id,)) => Some(request_in(&mut tx, &id, false).await?),
+                None => {
+                    if r.state.holds_quota() {
+                        let limits = quotas_in(&mut tx, &r.tenant_id).await?;
+                        let held = held_in(&mut tx, &r.tenant_id).await?;
+                        tessera_core::quota::check(&limits, &held, new.charge).map_err(StoreError::Quota)?;
+                    }
+                    sqlx::query(&format!(
+                        "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, \
+                         created_at_ms, updated_at_ms, duration_s) VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10)",
+                        dialect.json(3)
+                    ))
+                    .bind(&r.id)
+                    .bind(&r.tenant_id)
+                    .bind(to_json(&r.spec))
+                    .bind(i64::from(r.count))
+                    .bind(r.state.as_str())
+                    .bind(&r.reason)
+                    .bind(r.version)
+                    .bind(r.created_at_ms)
+                    .bind(r.updated_at_ms)
+                    .bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
+                    .execute(&mut *tx)
+                    .await?;
+                    for (resource, amount) in new.charge {
+                        sqlx::query("INSERT INTO request_charges (request_id, resource, amount_milli) VALUES ($1, $2, $3)")
+                            .bind(&r.id)
+                            .bind(resource.to_string())
+                            .bind(i64::try_from(*amount).unwrap_or(i64::MAX))
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    if r.state.holds_quota() {
+                        adjust_usage(&mut tx, &r.tenant_id, &r.id, 1).await?;
+                    }
+                    if let Some((user, key)) = new.idempotency {
+                        sqlx::query("INSERT INTO idempotency_keys (user_id, key, request_id) VALUES ($1, $2, $3)")
+                            .bind(user)
+                            .bind(key)
+                            .bind(&r.id)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(|e| on_constraint(e, "idempotency_keys"))?;
+                    }
+                    let object = format!("request/{}", r.id);
+                    audit_insert(&mut tx, new.actor, "request.create", &object, None, Some(to_json(&r))).await?;
+                    tx.commit().await?;
+                    None
+                }
+            }
+        });
+        match replayed {
+            Some(first) => Ok((first, false)),
+            None => Ok((r, true)),
+        }
+    }
+
+    /// A request by id.
+    pub async fn request(&self, id: &str) -> Result<SliceRequest, StoreError> {
+        on_pool!(self, pool, _dialect => request_in(&mut *pool.acquire().await?, id, false).await)
+    }
+
+    /// Moves a request to another state if its life allows it and nobody changed it since `expected_version`.
+    pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
+        let _changing = self.changing();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let before = request_in(&mut tx, t.id, true).await?;
+            if t.expected_version.is_some_and(|v| v != before.version) {
+                return Err(StoreError::Conflict { constraint: "version".to_string() });
+            }
+            let state = before.state.transition(t.to)?;
+            let now = now_ms();
+            let after = SliceRequest {
+                state,
+                reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
+                version: before.version + 1,
+                updated_at_ms: now,
+                expires_at_ms: expiry(state, before.duration_s, now, before.expires_at_ms),
+                ..before.clone()
+            };
+            let done = sqlx::query(
+                "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4, \
+                 expires_at_ms = $7 WHERE id = $5 AND version = $6",
+            )
+            .bind(after.state.as_str())
+            .bind(&after.reason)
+            .bind(after.version)
+            .bind(after.updated_at_ms)
+            .bind(&after.id)
+            .bind(before.version)
+            .bind(after.expires_at_ms)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                return Err(StoreError::Conflict { constraint: "version".to_string() });
+            }
+            if after.state.is_terminal() {
+                release_allocations(&mut tx, &after.id).await?;
+                if before.state.holds_quota() {
+                    adjust_usage(&mut tx, &after.tenant_id, &after.id, -1).await?;
+                }
+            }
+            let action = format!("request.{}", after.state);
+            let object = format!("request/{}", after.id);
+            audit_insert(&mut tx, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
+            tx.commit().await?;
+            Ok(after)
+        })
+    }
+
+    /// Requests matching `filter`, by id (creation order).
+    pub async fn list_requests(&self, filter: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
+        let (conditions, values) = filter.conditions();
+        // The limit is bound, not spliced in, so every page size shares one prepared statement.
+        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE 1 = 1{conditions} ORDER BY id LIMIT ${}", values.len() + 1);
+        let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => {
+            let mut query = sqlx::query_as(&sql);
+            for v in &values {
+                query = query.bind(v);
+            }
+            query.bind(i64::from(filter.limit)).fetch_all(pool).await?
+        });
+        rows.into_iter().map(request_from).collect()
+    }
+
+    /// Moves every active request whose duration has run out at `now` to expired (which frees its instances).
+    /// Returns how many expired.
+    pub async fn expire_due(&self, now: i64) -> Result<usize, StoreError> {
+        let sql = "SELECT id, version FROM slice_requests WHERE state = 'active' AND expires_at_ms <= $1";
+        let due: Vec<(String, i64)> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(now).fetch_all(pool).await?);
+        let mut expired = 0;
+        for (id, version) in due {
+            let t = Transition {
+                id: &id,
+                expected_version: Some(version),
+                to: RequestState::Expired,
+                reason: None,
+                actor: "system:expiry",
+            };
+            match self.transition(t).await {
+                Ok(_) => expired += 1,
+                // Changed meanwhile (released, failed): the next sweep sees its new state.
+                Err(StoreError::Conflict { .. } | StoreError::Transition(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(expired)
+    }
+
+    /// Audit entries about `object`, oldest first.
+    pub async fn audit(&self, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
+        let sql = "SELECT at_ms, actor, action, object, CAST(before_json AS TEXT), CAST(after_json AS TEXT) \
+                   FROM audit_log WHERE object = $1 ORDER BY id";
+        let rows: Vec<AuditRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(object).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(audit_from).collect())
+    }
+}

@@ -1,0 +1,187 @@
+//! Upgrading a database made by an earlier release keeps its data, on both backends.
+//!
+//! Each test builds the schema as the release before one convention for times shipped it (PostgreSQL's migrations
+//! up to 0013, with `timestamptz` columns and 32-bit integers; SQLite's up to 0012), writes rows the way that
+//! release wrote them, then opens the database with today's store, which migrates it, and reads every row back
+//! through the store: every time to the millisecond, every index and start, every JSON document.
+
+use std::path::{Path, PathBuf};
+
+use sqlx::migrate::Migrator;
+use tessera_server::store::Store;
+
+use crate::store::ScratchDb;
+
+/// Times that do not fall on a whole second, as a release wrote them.
+const CREATED: i64 = 1_700_000_000_123;
+const UPDATED: i64 = 1_700_000_060_457;
+const EXPIRES: i64 = 1_700_003_600_999;
+const REVOKED: i64 = 1_700_000_120_001;
+
+/// A folder holding the backend's migrations numbered up to `last`, as an earlier release shipped them.
+fn migrations_up_to(backend: &str, last: u32) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(backend);
+    let to = std::env::temp_dir().join(format!("tessera-migrations-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&to).expect("temp dir");
+    let mut copied = 0;
+    for entry in std::fs::read_dir(&from).expect("migrations") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let number: u32 = name.split('_').next().and_then(|n| n.parse().ok()).unwrap_or(u32::MAX);
+        if number <= last {
+            std::fs::copy(&path, to.join(&name)).expect("copy migration");
+            copied += 1;
+        }
+    }
+    assert!(copied >= 11, "found only {copied} migrations in {}", from.display());
+    to
+}
+
+/// The rows an earlier release wrote, with its column names and types; `$n` bind order as listed in each call.
+const OLD_POSTGRES_ROWS: &[&str] = &[
+    "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at) \
+     VALUES ('t1', 'vision', TRUE, 7, to_timestamp(1700000000123::double precision / 1000.0))",
+    "INSERT INTO users (id, name, platform_admin, created_at) \
+     VALUES ('u1', 'alice', FALSE, to_timestamp(1700000000123::double precision / 1000.0))",
+    "INSERT INTO api_tokens (id, user_id, name, secret_sha256, created_at, revoked_at) \
+     VALUES ('k1', 'u1', 'laptop', 'sha', to_timestamp(1700000000123::double precision / 1000.0), \
+     to_timestamp(1700000120001::double precision / 1000.0))",
+    "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at, updated_at, \
+     duration_s, expires_at) VALUES ('r1', 't1', '{\"mode\":\"mig\",\"profile\":\"1g.10gb\"}', 2, 'active', \
+     'training', 3, to_timestamp(1700000000123::double precision / 1000.0), \
+     to_timestamp(1700000060457::double precision / 1000.0), 3600, \
+     to_timestamp(1700003600999::double precision / 1000.0))",
+    "INSERT INTO audit_log (at, actor, action, object, before_json, after_json) \
+     VALUES (to_timestamp(1700000060457::double precision / 1000.0), 'user:alice', 'request.create', 'request/r1', \
+     NULL, '{\"id\":\"r1\"}'::jsonb)",
+    "INSERT INTO nodes (id, name, created_at) \
+     VALUES ('n1', 'gpu-01', to_timestamp(1700000000123::double precision / 1000.0))",
+    "INSERT INTO gpus (id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version) \
+     VALUES ('g1', 'n1', 3, 'GPU-1', 'A100-SXM4-80GB', TRUE, FALSE, \
+     '[{\"profile\":\"1g.10gb\",\"start\":6}]'::jsonb, 2)",
+    "INSERT INTO layout_proposals (id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, \
+     decided_by, created_at, decided_at) VALUES ('p1', 'g1', 1, '[{\"profile\":\"1g.10gb\",\"start\":6}]'::jsonb, \
+     '[{\"profile\":\"1g.10gb\",\"start\":6}]'::jsonb, '[]'::jsonb, 'approved', '', 'user:admin', 'auto-layout', \
+     to_timestamp(1700000000123::double precision / 1000.0), \
+     to_timestamp(1700000060457::double precision / 1000.0))",
+    "INSERT INTO allocations (id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id, created_at) \
+     VALUES ('a1', 'r1', 't1', 'g1', '1g.10gb', 6, 'active', 'p1', \
+     to_timestamp(1700000060457::double precision / 1000.0))",
+];
+
+/// The same rows as the SQLite schema of that release holds them.
+const OLD_SQLITE_ROWS: &[&str] = &[
+    "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms) \
+     VALUES ('t1', 'vision', 1, 7, 1700000000123)",
+    "INSERT INTO users (id, name, platform_admin, created_at_ms) VALUES ('u1', 'alice', 0, 1700000000123)",
+    "INSERT INTO api_tokens (id, user_id, name, secret_sha256, created_at_ms, revoked_at_ms) \
+     VALUES ('k1', 'u1', 'laptop', 'sha', 1700000000123, 1700000120001)",
+    "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, \
+     duration_s, expires_at_ms) VALUES ('r1', 't1', '{\"mode\":\"mig\",\"profile\":\"1g.10gb\"}', 2, 'active', \
+     'training', 3, 1700000000123, 1700000060457, 3600, 1700003600999)",
+    "INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
+     VALUES (1700000060457, 'user:alice', 'request.create', 'request/r1', NULL, '{\"id\":\"r1\"}')",
+    "INSERT INTO nodes (id, name, created_at_ms) VALUES ('n1', 'gpu-01', 1700000000123)",
+    "INSERT INTO gpus (id, node_id, idx, uuid, model, mig_enabled, cordoned, layout, layout_version) \
+     VALUES ('g1', 'n1', 3, 'GPU-1', 'A100-SXM4-80GB', 1, 0, '[{\"profile\":\"1g.10gb\",\"start\":6}]', 2)",
+    "INSERT INTO layout_proposals (id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, \
+     decided_by, created_at_ms, decided_at_ms) VALUES ('p1', 'g1', 1, '[{\"profile\":\"1g.10gb\",\"start\":6}]', \
+     '[{\"profile\":\"1g.10gb\",\"start\":6}]', '[]', 'approved', '', 'user:admin', 'auto-layout', \
+     1700000000123, 1700000060457)",
+    "INSERT INTO allocations (id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id, created_at_ms) \
+     VALUES ('a1', 'r1', 't1', 'g1', '1g.10gb', 6, 'active', 'p1', 1700000060457)",
+];
+
+/// Reads every row back through today's store.
+async fn assert_carried_over(store: &Store) {
+    let tenant = store.tenant("t1").await.expect("tenant");
+    assert_eq!((tenant.name.as_str(), tenant.created_at_ms), ("vision", CREATED));
+    assert!(tenant.policy.auto_approve);
+    assert_eq!(tenant.policy.auto_approve_max_compute_slices, 7);
+
+    let users = store.users().await.expect("users");
+    assert_eq!(users.len(), 1);
+    assert_eq!((users[0].name.as_str(), users[0].created_at_ms), ("alice", CREATED));
+    let tokens = store.tokens("u1").await.expect("tokens");
+    assert_eq!(tokens.len(), 1);
+    assert_eq!((tokens[0].created_at_ms, tokens[0].revoked_at_ms), (CREATED, Some(REVOKED)));
+
+    let r = store.request("r1").await.expect("request");
+    assert_eq!((r.created_at_ms, r.updated_at_ms, r.expires_at_ms), (CREATED, UPDATED, Some(EXPIRES)));
+    assert_eq!((r.count, r.version, r.duration_s, r.reason.as_str()), (2, 3, Some(3600), "training"));
+    assert_eq!(serde_json::to_value(&r.spec).expect("spec")["profile"], "1g.10gb");
+
+    let audit = store.audit("request/r1").await.expect("audit");
+    assert_eq!(audit.len(), 1);
+    assert_eq!((audit[0].at_ms, audit[0].action.as_str()), (UPDATED, "request.create"));
+    let after: serde_json::Value = serde_json::from_str(audit[0].after.as_deref().expect("after")).expect("json");
+    assert_eq!(after["id"], "r1");
+
+    let nodes = store.nodes().await.expect("nodes");
+    assert_eq!(nodes.len(), 1);
+    assert_eq!((nodes[0].name.as_str(), nodes[0].created_at_ms), ("gpu-01", CREATED));
+    let gpu = &nodes[0].gpus[0];
+    assert_eq!((gpu.index, gpu.layout_version, gpu.layout.len(), gpu.layout[0].start), (3, 2, 1, 6));
+
+    let proposals = store.proposals(None).await.expect("proposals");
+    assert_eq!(proposals.len(), 1);
+    assert_eq!((proposals[0].created_at_ms, proposals[0].decided_at_ms), (CREATED, Some(UPDATED)));
+    assert_eq!(proposals[0].created[0].start, 6);
+
+    let live = store.live_allocations().await.expect("allocations");
+    assert_eq!(live.len(), 1);
+    assert_eq!((live[0].start, live[0].profile.as_str(), live[0].state.as_str()), (6, "1g.10gb", "active"));
+
+    // The upgraded database takes new writes in today's convention beside the old rows.
+    let t2 = store
+        .create_tenant(
+            "nlp",
+            tessera_core::quota::ApprovalPolicy { auto_approve: false, auto_approve_max_compute_slices: 0 },
+            "test",
+        )
+        .await
+        .expect("a new tenant");
+    assert_eq!(store.tenant(&t2.id).await.expect("read back").created_at_ms, t2.created_at_ms);
+    assert_eq!(store.tenants().await.expect("tenants").len(), 2);
+}
+
+#[tokio::test]
+async fn a_postgres_database_from_the_release_before_keeps_its_times_and_numbers() {
+    let Some(db) = ScratchDb::create("the PostgreSQL upgrade test").await else { return };
+    let old = migrations_up_to("postgres", 13);
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("connect");
+    Migrator::new(old.as_path()).await.expect("old migrations").run(&pool).await.expect("old schema");
+    for sql in OLD_POSTGRES_ROWS {
+        sqlx::query(sql).execute(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    pool.close().await;
+
+    let store = Store::connect(&db.url).await.expect("store");
+    store.migrate().await.expect("upgrade");
+    assert_carried_over(&store).await;
+    store.close().await;
+    db.drop().await;
+    let _ = std::fs::remove_dir_all(old);
+}
+
+#[tokio::test]
+async fn a_sqlite_database_from_the_release_before_keeps_its_times_and_numbers() {
+    let file = std::env::temp_dir().join(format!("tessera-upgrade-{}.db", uuid::Uuid::now_v7().simple()));
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let old = migrations_up_to("sqlite", 12);
+    let pool = sqlx::SqlitePool::connect(&url).await.expect("connect");
+    Migrator::new(old.as_path()).await.expect("old migrations").run(&pool).await.expect("old schema");
+    for sql in OLD_SQLITE_ROWS {
+        sqlx::query(sql).execute(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    pool.close().await;
+
+    let store = Store::connect(&url).await.expect("store");
+    store.migrate().await.expect("upgrade");
+    assert_carried_over(&store).await;
+    store.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    let _ = std::fs::remove_dir_all(old);
+}
