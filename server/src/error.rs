@@ -4,38 +4,9 @@
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::store::StoreError;
-
-/// A problem report.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Problem {
-    /// URI naming the kind of problem (`urn:tessera:problem:<code>`).
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Short summary of the kind of problem.
-    pub title: String,
-    /// HTTP status.
-    pub status: u16,
-    /// What went wrong this time, for people.
-    pub detail: String,
-    /// Stable machine-readable code, e.g. `quota_exceeded`.
-    pub code: String,
-    /// Individual problems, when there are several (e.g. every quota limit a request exceeds).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<ProblemItem>,
-}
-
-/// One of several problems.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ProblemItem {
-    /// Stable machine-readable code.
-    pub code: String,
-    /// What is wrong, for people.
-    pub message: String,
-}
+pub use tessera_api::problem::{Problem, ProblemItem};
 
 /// Every way a request can fail.
 #[derive(Debug, thiserror::Error)]

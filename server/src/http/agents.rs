@@ -7,9 +7,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
-use utoipa::ToSchema;
 
 use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
@@ -20,45 +18,11 @@ use crate::store::auth::NodePrincipal;
 use crate::store::{Principal, StoreError};
 
 pub use crate::auth::secrets::JOIN_TOKEN_PREFIX;
+pub use tessera_api::agents::{NewJoinToken, JoinTokenView, SpecQuery};
 /// Longest a join token may live.
 const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 /// Longest a long-poll waits for a new spec.
 const LONG_POLL_MAX_S: u64 = 20;
-
-/// A join token to create.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewJoinToken {
-    /// The name the joining node takes; by default its host name.
-    #[serde(default)]
-    pub node_name: Option<String>,
-    /// Seconds until it expires (default one hour, at most 7 days).
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 604_800)]
-    pub ttl_s: Option<u64>,
-}
-
-/// A join token.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct JoinTokenView {
-    /// Id.
-    pub id: String,
-    /// The secret (`tsj_...`), only in the answer to its creation.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-    /// The name the joining node takes.
-    pub node_name: Option<String>,
-    /// Who created it.
-    pub created_by: String,
-    /// UTC milliseconds.
-    pub created_at_ms: i64,
-    /// UTC milliseconds.
-    pub expires_at_ms: i64,
-    /// When a node joined with it (a token is good for one join).
-    pub used_at_ms: Option<i64>,
-    /// The node that joined with it.
-    pub node_id: Option<String>,
-}
 
 impl From<crate::store::agents::JoinToken> for JoinTokenView {
     fn from(t: crate::store::agents::JoinToken) -> Self {
@@ -208,18 +172,6 @@ pub async fn put_inventory(
     state.hub.seen(&node.node_id);
     svc::refresh(&state, Some(std::slice::from_ref(&node.node_id))).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Long-poll query.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct SpecQuery {
-    /// The generation the agent has; the answer waits for a newer one.
-    #[serde(default)]
-    pub after: Option<i64>,
-    /// Seconds to wait for a newer generation (0 to 20, default 20).
-    #[serde(default)]
-    pub wait_s: Option<u64>,
 }
 
 /// The node's spec: at once without `after`, else as soon as its generation passes `after` (204 when none

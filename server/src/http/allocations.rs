@@ -2,8 +2,6 @@
 //! what a workload needs to find them.
 
 use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use tessera_core::planner::Plan;
 
@@ -11,6 +9,7 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::fleet;
 use crate::store::Principal;
+pub use tessera_api::allocations::{AllocationView, AllocationQuery};
 
 /// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
 /// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before
@@ -24,43 +23,6 @@ pub async fn request_placement(
     Path(id): Path<String>,
 ) -> Result<ApiJson<Plan>, ApiError> {
     Ok(ApiJson(fleet::placement(&state, &p, &id).await?))
-}
-
-/// A slice in a tenant's hands, with what a workload needs to find it.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AllocationView {
-    /// Id.
-    pub id: String,
-    /// The request it serves.
-    pub request: String,
-    /// `reserved` (approved, the instance may still be waiting for its layout) or `active`.
-    pub state: String,
-    /// Node name.
-    pub node: String,
-    /// GPU UUID.
-    pub gpu_uuid: String,
-    /// GPU index on the node.
-    pub gpu_index: u32,
-    /// MIG profile, or how a whole GPU is shared (`exclusive`, `timeslice:<n>`, `mps:<n>`).
-    pub profile: String,
-    /// Start unit of the MIG instance, or the share's index on a whole GPU.
-    pub start: u8,
-    /// Kubernetes extended resource: `nvidia.com/mig-<profile>` (mixed strategy) or `nvidia.com/gpu`.
-    pub k8s_resource: String,
-    /// Whether the instance waits for a layout change to be approved and applied.
-    pub waiting_for_layout: bool,
-    /// The device serving it once active: the MIG device UUID (`MIG-...`) or the GPU UUID.
-    pub device_uuid: Option<String>,
-    /// What a workload on the node sets `CUDA_VISIBLE_DEVICES` to (once active).
-    pub cuda_visible_devices: Option<String>,
-}
-
-/// Query.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AllocationQuery {
-    /// Tenant id.
-    pub tenant: String,
 }
 
 /// A tenant's allocations (its members, or platform admins).

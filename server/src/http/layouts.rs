@@ -2,9 +2,6 @@
 //! auto-layout.
 
 use axum::extract::{Path, State};
-use serde::{Deserialize, Serialize};
-use tessera_core::layout::PlacedInstance;
-use utoipa::{IntoParams, ToSchema};
 
 use super::auth::require_platform_admin;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
@@ -12,35 +9,7 @@ use super::nodes::GpuView;
 use crate::app::AppState;
 use crate::services::approvals;
 use crate::store::{LayoutProposal, Principal};
-
-/// A layout proposal.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LayoutView {
-    /// Id.
-    pub id: String,
-    /// GPU id.
-    pub gpu: String,
-    /// The GPU layout version it applies to.
-    pub base_version: i64,
-    /// The complete new layout.
-    pub layout: Vec<PlacedInstance>,
-    /// Instances it creates.
-    pub created: Vec<PlacedInstance>,
-    /// Instances it destroys (never one in use).
-    pub destroyed: Vec<PlacedInstance>,
-    /// `proposed`, `approved` or `rejected`.
-    pub state: String,
-    /// Why it was rejected.
-    pub reason: String,
-    /// Who caused it.
-    pub created_by: String,
-    /// Who decided it (`auto-layout` when applied automatically).
-    pub decided_by: Option<String>,
-    /// UTC milliseconds.
-    pub created_at_ms: i64,
-    /// When it was decided, UTC milliseconds.
-    pub decided_at_ms: Option<i64>,
-}
+pub use tessera_api::layouts::{LayoutView, LayoutQuery, RejectLayout, AutoLayout, LayoutEdit};
 
 impl From<LayoutProposal> for LayoutView {
     fn from(p: LayoutProposal) -> Self {
@@ -59,31 +28,6 @@ impl From<LayoutProposal> for LayoutView {
             decided_at_ms: p.decided_at_ms,
         }
     }
-}
-
-/// Filter.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct LayoutQuery {
-    /// `proposed`, `approved` or `rejected`.
-    pub state: Option<String>,
-}
-
-/// A rejection.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RejectLayout {
-    /// Why (required).
-    #[schema(max_length = 2000)]
-    pub reason: String,
-}
-
-/// Turning auto-layout on or off.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AutoLayout {
-    /// Apply layout changes for this GPU without an admin's approval.
-    pub enabled: bool,
 }
 
 /// Layout proposals, newest first (platform admins).
@@ -142,14 +86,6 @@ pub async fn set_auto_layout(
 ) -> Result<ApiJson<GpuView>, ApiError> {
     require_platform_admin(&p)?;
     Ok(ApiJson(state.store.set_auto_layout(&id, body.enabled, &p.actor()).await?.into()))
-}
-
-/// A hand-edited layout.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LayoutEdit {
-    /// The complete new layout; instances without a start are placed.
-    pub instances: Vec<tessera_core::layout::InstanceSpec>,
 }
 
 /// Propose a new layout for a GPU by hand (platform admins). It is checked against the MIG rules and must keep

@@ -3,8 +3,6 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use super::auth::{new_token_secret, require_platform_admin, require_visible, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
@@ -12,63 +10,12 @@ use crate::app::AppState;
 use crate::auth::{MIN_PASSWORD, hash_password, verify_password};
 use crate::store::people::TokenInfo;
 use crate::store::{Principal, Role, User};
-
-/// A user to create.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewUser {
-    /// Unique name (login or e-mail), 1-254 characters with no control, invisible or text-direction characters;
-    /// names differing only in letter case are the same name (409).
-    #[schema(min_length = 1, max_length = 254)]
-    pub name: String,
-    /// Platform admins manage every tenant, quota, approval and layout.
-    #[serde(default)]
-    pub platform_admin: bool,
-}
-
-/// A user.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct UserView {
-    /// Id.
-    pub id: String,
-    /// Name.
-    pub name: String,
-    /// Platform admin.
-    pub platform_admin: bool,
-}
+pub use tessera_api::people::{NewUser, UserView, Membership, NewToken, CreatedToken, TokenView, MemberView, NewPassword};
 
 impl From<User> for UserView {
     fn from(u: User) -> Self {
         UserView { id: u.id, name: u.name, platform_admin: u.platform_admin }
     }
-}
-
-/// A membership.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Membership {
-    /// `member` or `tenant-admin`.
-    pub role: Role,
-}
-
-/// A token to create for yourself.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewToken {
-    /// What it is for, e.g. `ci` (1-100 characters).
-    #[schema(min_length = 1, max_length = 100)]
-    pub name: String,
-}
-
-/// A created token. The secret is shown only in this response.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CreatedToken {
-    /// Token id (for revoking).
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// The secret: send it as `Authorization: Bearer <secret>`.
-    pub secret: String,
 }
 
 /// Create a user (platform admins).
@@ -133,19 +80,6 @@ pub async fn remove_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// One of your API tokens (never its secret).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TokenView {
-    /// Token id (for revoking).
-    pub id: String,
-    /// What it is for.
-    pub name: String,
-    /// Creation time, UTC milliseconds.
-    pub created_at_ms: i64,
-    /// When it was revoked, UTC milliseconds; `null` while it is valid.
-    pub revoked_at_ms: Option<i64>,
-}
-
 impl From<TokenInfo> for TokenView {
     fn from(t: TokenInfo) -> Self {
         TokenView { id: t.id, name: t.name, created_at_ms: t.created_at_ms, revoked_at_ms: t.revoked_at_ms }
@@ -190,17 +124,6 @@ pub async fn revoke_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A member of a tenant.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MemberView {
-    /// User id.
-    pub id: String,
-    /// User name.
-    pub name: String,
-    /// Role in the tenant.
-    pub role: Role,
-}
-
 /// A tenant's members (its members, or platform admins).
 #[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "people", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = Vec<MemberView>), (status = 404, body = Problem)))]
@@ -213,17 +136,6 @@ pub async fn list_members(
     state.store.tenant(&tenant).await?;
     let members = state.store.members(&tenant).await?;
     Ok(ApiJson(members.into_iter().map(|(u, role)| MemberView { id: u.id, name: u.name, role }).collect()))
-}
-
-/// A new local password.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewPassword {
-    /// At least 12 characters.
-    #[schema(min_length = 12)]
-    pub password: String,
-    /// The current password (when changing your own and you have one).
-    pub current_password: Option<String>,
 }
 
 /// Set a local password: your own (with the current one, if set), or anybody's (platform admins).

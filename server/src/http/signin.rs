@@ -6,32 +6,19 @@ use axum::extract::State;
 use axum::http::header::{AUTHORIZATION, LOCATION, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{CSRF_COOKIE, SESSION_COOKIE, cookie, set_cookie, token_hash};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
-use super::people::UserView;
 use crate::app::{AppState, Resolved};
 use crate::auth::oidc::{TokenError, random_secret};
 use crate::auth::{decoy_hash, verify_password};
 use crate::store::auth::{LoginAttempt, SessionRecord};
-use crate::store::{Principal, Role, now_ms};
+use crate::store::{Principal, now_ms};
 
 /// The cookie binding a login in flight to the browser that started it.
 pub const LOGIN_COOKIE: &str = "tessera_login";
 pub use crate::auth::LOGIN_TTL_MS;
-
-/// How one may sign in here.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignInMethods {
-    /// Single sign-on is configured: send the browser to `/auth/login`.
-    pub sso: bool,
-    /// The name to show on the single sign-on button.
-    pub sso_name: Option<String>,
-    /// Local user names and passwords are accepted at `/auth/local`.
-    pub local: bool,
-}
+pub use tessera_api::signin::{SignInMethods, LoginQuery, CallbackQuery, LocalSignIn, SessionView, MembershipView, SignedOut};
 
 /// How one may sign in here.
 #[utoipa::path(get, path = "/auth/methods", tag = "auth", security(()),
@@ -42,14 +29,6 @@ pub async fn methods(State(state): State<AppState>) -> ApiJson<SignInMethods> {
         sso_name: state.auth.sso.as_ref().map(|s| s.display_name.clone()),
         local: state.auth.local_accounts,
     })
-}
-
-/// Where to go after signing in.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct LoginQuery {
-    /// A path on this server (default `/`).
-    pub return_to: Option<String>,
 }
 
 #[cfg(test)]
@@ -136,22 +115,6 @@ pub async fn login(
 
 fn header_value(text: &str) -> Result<HeaderValue, ApiError> {
     HeaderValue::from_str(text).map_err(|e| ApiError::Internal(format!("header value: {e}")))
-}
-
-/// What the provider sends back.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct CallbackQuery {
-    /// The authorization code.
-    pub code: Option<String>,
-    /// The login's `state`.
-    pub state: Option<String>,
-    /// The provider's error, when it refused.
-    pub error: Option<String>,
-    /// Its description.
-    pub error_description: Option<String>,
-    /// The issuer (RFC 9207), when the provider sends it.
-    pub iss: Option<String>,
 }
 
 fn bad_login(code: &'static str, detail: impl Into<String>) -> ApiError {
@@ -281,40 +244,6 @@ async fn start_session(
     Ok((cookies, record))
 }
 
-/// A local sign-in.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LocalSignIn {
-    /// User name.
-    pub name: String,
-    /// Password.
-    pub password: String,
-}
-
-/// Who is signed in, and how.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionView {
-    /// The user.
-    pub user: UserView,
-    /// Tenant memberships.
-    pub memberships: Vec<MembershipView>,
-    /// `session` (cookie) or `token` (bearer).
-    pub method: String,
-    /// With a session: echo it in `X-CSRF-Token` on state changes.
-    pub csrf_token: Option<String>,
-    /// With a session: when it ends at the latest (UTC milliseconds).
-    pub expires_at_ms: Option<i64>,
-}
-
-/// One membership.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct MembershipView {
-    /// Tenant id.
-    pub tenant: String,
-    /// Role.
-    pub role: Role,
-}
-
 fn session_view(p: Principal, session: Option<&SessionRecord>) -> SessionView {
     SessionView {
         memberships: p.memberships.iter().map(|(t, r)| MembershipView { tenant: t.clone(), role: *r }).collect(),
@@ -394,13 +323,6 @@ pub async fn whoami(
 ) -> Result<ApiJson<SessionView>, ApiError> {
     let session = session_of(&state, &headers).await?;
     Ok(ApiJson(session_view(p, session.as_ref().map(|(_, r)| r))))
-}
-
-/// Where the browser goes after logout.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SignedOut {
-    /// The provider's end-session URL (RP-initiated logout) when it offers one, else `/`.
-    pub redirect_to: String,
 }
 
 /// Sign out: ends the session (a cookie-authenticated state change: send `X-CSRF-Token`) and, when the identity

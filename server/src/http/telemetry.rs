@@ -14,9 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
-use utoipa::{IntoParams, ToSchema};
 
 use super::auth::NodeAuth;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
@@ -24,6 +22,7 @@ use crate::app::AppState;
 use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
+pub use tessera_api::telemetry::{HeatmapQuery, Heatmap, HeatmapRow, RowAllocation, LiveQuery};
 
 /// Most cells (rows × columns) in one heatmap answer (about 10 MB of JSON).
 const MAX_CELLS: usize = 1_500_000;
@@ -97,83 +96,6 @@ async fn owned_devices(state: &AppState, node_id: &str) -> Result<crate::app::Gp
     let owned = std::sync::Arc::new(Owned::of(inputs.gpus.iter().map(|g| g.uuid.as_str()), status.as_ref()));
     state.node_gpus.put(node_id, owned.clone());
     Ok(owned)
-}
-
-/// Which heatmap.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct HeatmapQuery {
-    /// A node (id or name); all nodes when absent.
-    pub node: Option<String>,
-    /// Start, UTC ms (default: 15 minutes before `to`).
-    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
-    pub from: Option<i64>,
-    /// End, UTC ms (default: now).
-    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
-    pub to: Option<i64>,
-    /// Column width in seconds (at most a year). Within the live window (the last 15 minutes) any whole number of
-    /// seconds; before it, whole minutes (rounded up). Default: the range in at most 900 columns.
-    #[param(minimum = 1, maximum = 31_536_000)]
-    pub step: Option<i64>,
-    /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
-    pub metric: Option<Metric>,
-}
-
-/// A heatmap: one row per GPU and per MIG instance, one column per step.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Heatmap {
-    /// What the cells are.
-    pub metric: Metric,
-    /// Their unit.
-    pub unit: String,
-    /// Start of the first column, UTC ms.
-    pub from_ms: i64,
-    /// End of the last column, UTC ms.
-    pub to_ms: i64,
-    /// Column width, ms.
-    pub step_ms: i64,
-    /// Number of columns.
-    pub columns: usize,
-    /// `live` (the in-memory window, 1 s resolution) or `minutes` (the persisted one-minute series).
-    pub source: String,
-    /// Rows: by node name, GPU index, then the GPU's instances by start unit.
-    pub rows: Vec<HeatmapRow>,
-}
-
-/// One device's row.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct HeatmapRow {
-    /// Node id.
-    pub node_id: String,
-    /// Node name.
-    pub node: String,
-    /// The GPU's UUID.
-    pub gpu_uuid: String,
-    /// The GPU's index on its node.
-    pub gpu_index: Option<u32>,
-    /// Catalog model key.
-    pub model: Option<String>,
-    /// `GPU-...` or `MIG-...`.
-    pub device: String,
-    /// `gpu` or `mig`.
-    pub kind: String,
-    /// MIG profile.
-    pub profile: Option<String>,
-    /// MIG start unit.
-    pub start: Option<u8>,
-    /// Live allocations on the device now.
-    pub allocations: Vec<RowAllocation>,
-    /// One value per column (`null`: no sample in it).
-    pub values: Vec<Option<f32>>,
-}
-
-/// An allocation on a heatmap row.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RowAllocation {
-    /// Allocation id.
-    pub allocation: String,
-    /// Tenant name.
-    pub tenant: String,
 }
 
 /// What `p` may see: `None` for everything (platform admin), else the devices their tenants held allocations on at
@@ -328,14 +250,6 @@ fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, va
         start: k.start,
         values,
     }
-}
-
-/// Which live stream.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct LiveQuery {
-    /// A node (id or name); all nodes when absent.
-    pub node: Option<String>,
 }
 
 /// Server-sent events: every second, a `samples` event with the newest sample of each device that has a new one

@@ -1,44 +1,15 @@
 //! Tenants, their approval policies and their quotas.
 
-use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
-use utoipa::ToSchema;
 
 use super::auth::{require_platform_admin, require_visible};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::store::{Principal, Tenant};
-
-/// A tenant to create.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewTenant {
-    /// Unique name: 1-63 characters of `a-z`, `0-9` and `-`, not starting with `-`.
-    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
-    pub name: String,
-    /// Approve requests within quota without an admin.
-    #[serde(default)]
-    pub auto_approve: bool,
-    /// Largest request (weighted compute slices) approved automatically.
-    #[serde(default)]
-    pub auto_approve_max_compute_slices: u32,
-}
-
-/// A tenant's approval policy, replaced whole (absent fields take the same defaults as at creation).
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyUpdate {
-    /// Approve requests within quota without an admin.
-    #[serde(default)]
-    pub auto_approve: bool,
-    /// Largest request (weighted compute slices) approved automatically.
-    #[serde(default)]
-    pub auto_approve_max_compute_slices: u32,
-}
+pub use tessera_api::tenants::{NewTenant, PolicyUpdate, TenantView, QuotaUpdate, QuotaView, QuotaLine};
 
 /// Most weighted compute slices an approval policy may name (the PostgreSQL column is a 32-bit integer).
 const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
@@ -54,21 +25,6 @@ fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32) -> 
     Ok(ApprovalPolicy { auto_approve, auto_approve_max_compute_slices })
 }
 
-/// A tenant.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TenantView {
-    /// Id (UUIDv7).
-    pub id: String,
-    /// Unique name.
-    pub name: String,
-    /// Whether requests within quota are approved automatically.
-    pub auto_approve: bool,
-    /// Largest request approved automatically, in weighted compute slices.
-    pub auto_approve_max_compute_slices: u32,
-    /// Creation time, UTC milliseconds.
-    pub created_at_ms: i64,
-}
-
 impl From<Tenant> for TenantView {
     fn from(t: Tenant) -> Self {
         TenantView {
@@ -79,36 +35,6 @@ impl From<Tenant> for TenantView {
             created_at_ms: t.created_at_ms,
         }
     }
-}
-
-/// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
-/// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`). `null` removes a limit, leaving the
-/// resource unlimited; limits not named are left as they are.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct QuotaUpdate {
-    /// Resource -> limit, or `null` to remove it.
-    pub limits: BTreeMap<String, Option<f64>>,
-}
-
-/// A tenant's quota: every limited or held resource.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QuotaView {
-    /// Tenant id.
-    pub tenant: String,
-    /// One line per resource.
-    pub resources: Vec<QuotaLine>,
-}
-
-/// One resource of a quota.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QuotaLine {
-    /// Resource key.
-    pub resource: String,
-    /// Limit, if any (unlimited otherwise).
-    pub limit: Option<f64>,
-    /// Held by pending, approved, provisioning and active requests.
-    pub held: f64,
 }
 
 fn valid_name(name: &str) -> bool {

@@ -4,8 +4,6 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use utoipa::IntoParams;
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
@@ -13,29 +11,7 @@ use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, 
 use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Principal, now_ms};
-
-/// Which usage, and how.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct UsageQuery {
-    /// Start, UTC ms (default: 30 days before `to`).
-    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
-    pub from: Option<i64>,
-    /// End, UTC ms (default: now).
-    #[param(minimum = 0, maximum = 253_402_300_799_999_i64)]
-    pub to: Option<i64>,
-    /// One tenant (id); default: every tenant the caller may see.
-    pub tenant: Option<String>,
-    /// An active allocation whose device was used less than this on average (%, 0-100, default 5) over the last
-    /// `idle_hours` is idle.
-    pub idle_below: Option<f64>,
-    /// How far back idleness is judged, hours before now (0.005-720, default 2); an allocation active for less
-    /// is never idle.
-    pub idle_hours: Option<f64>,
-    /// `json` (default) or `csv` (one line per allocation, as a file to download).
-    #[param(pattern = "^(json|csv)$")]
-    pub format: Option<String>,
-}
+pub use tessera_api::usage::{UsageQuery};
 
 /// The columns of the CSV report, one line per allocation.
 pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,\

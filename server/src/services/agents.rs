@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::store::agents::SpecInputs;
 use crate::store::auth::NodePrincipal;
 use crate::store::{Allocation, Gpu, NewGpu, StoreError, Transition};
+pub use tessera_api::agents::{StatusOutcome};
 
 /// How often agents send a heartbeat.
 pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -285,17 +286,6 @@ pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<New
         out.push(crate::services::fleet::check_gpu(model, &report)?);
     }
     Ok(out)
-}
-
-/// What a status report changed.
-#[derive(Debug, Default, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
-pub struct StatusOutcome {
-    /// Whether the status was newer than the stored one (an older one is ignored).
-    pub stored: bool,
-    /// Allocations that turned active.
-    pub activated: usize,
-    /// Requests that turned active.
-    pub requests_active: usize,
 }
 
 /// Stores a node's status and activates the allocations whose instance it shows: a MIG allocation when its GPU

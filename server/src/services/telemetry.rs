@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
 use tessera_core::api::{Sample, TelemetryAccepted, TelemetryBatch};
-use utoipa::ToSchema;
 
 use crate::store::StoreError;
 use crate::store::telemetry::MinuteRow;
+pub use tessera_api::telemetry::{Metric, Latest};
 
 /// How long minute aggregates are kept by default.
 pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
@@ -115,41 +114,14 @@ impl Point {
     }
 }
 
-/// What a heatmap shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Metric {
-    /// Utilisation, %.
-    Util,
-    /// Memory used, MiB.
-    MemUsed,
-    /// Memory used, % of the device's memory.
-    MemPct,
-    /// Power draw, W (GPUs only).
-    Power,
-    /// Temperature, °C (GPUs only; the minute series keeps the maximum).
-    Temp,
-}
-
-impl Metric {
-    /// Its unit.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Metric::Util | Metric::MemPct => "%",
-            Metric::MemUsed => "MiB",
-            Metric::Power => "W",
-            Metric::Temp => "°C",
-        }
-    }
-
-    fn of_minute(self, r: &MinuteRow) -> Option<f64> {
-        match self {
-            Metric::Util => Some(r.util_avg),
-            Metric::MemUsed => Some(r.mem_used_avg),
-            Metric::MemPct => (r.mem_total > 0.0).then(|| r.mem_used_avg * 100.0 / r.mem_total),
-            Metric::Power => r.power_avg,
-            Metric::Temp => r.temp_max,
-        }
+/// A metric's value in a stored minute.
+fn of_minute(metric: Metric, r: &MinuteRow) -> Option<f64> {
+    match metric {
+        Metric::Util => Some(r.util_avg),
+        Metric::MemUsed => Some(r.mem_used_avg),
+        Metric::MemPct => (r.mem_total > 0.0).then(|| r.mem_used_avg * 100.0 / r.mem_total),
+        Metric::Power => r.power_avg,
+        Metric::Temp => r.temp_max,
     }
 }
 
@@ -229,24 +201,6 @@ struct Series {
     mem_total: f32,
     latest: Option<Sample>,
     minute: Option<MinuteAcc>,
-}
-
-/// The latest sample of a device.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Latest {
-    /// The node's id.
-    pub node_id: String,
-    /// `GPU-...` or `MIG-...`.
-    pub device: String,
-    /// The GPU's UUID.
-    pub gpu: String,
-    /// MIG profile, for an instance.
-    pub profile: Option<String>,
-    /// MIG start unit, for an instance.
-    pub start: Option<u8>,
-    /// The sample.
-    #[schema(value_type = Object)]
-    pub sample: Sample,
 }
 
 #[derive(Debug, Default)]
@@ -577,7 +531,7 @@ pub fn minute_rows(
     type Cells = (DeviceKey, Vec<(f64, f64)>);
     let mut by_device: HashMap<&str, Cells> = HashMap::new();
     for r in rows {
-        let Some(v) = metric.of_minute(r) else { continue };
+        let Some(v) = of_minute(metric, r) else { continue };
         if r.minute_ms < from_ms {
             continue;
         }

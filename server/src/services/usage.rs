@@ -5,103 +5,11 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
 use tessera_core::Catalog;
-use utoipa::ToSchema;
 
 use crate::services::idle::{is_idle, lookback_start};
 use crate::store::telemetry::Metered;
-
-/// One allocation's use in the period.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct AllocationUsage {
-    /// Allocation id.
-    pub allocation: String,
-    /// Its request.
-    pub request: String,
-    /// Tenant id.
-    pub tenant_id: String,
-    /// Tenant name.
-    pub tenant: String,
-    /// Node name.
-    pub node: String,
-    /// GPU UUID.
-    pub gpu_uuid: String,
-    /// MIG device or GPU UUID.
-    pub device_uuid: Option<String>,
-    /// Catalog model key.
-    pub model: String,
-    /// MIG profile, or the sharing of a whole-GPU share (`exclusive`, `timeslice:4`, `mps:2`).
-    pub profile: String,
-    /// Compute slices the allocation weighs.
-    pub weight: f64,
-    /// `active` or `released`.
-    pub state: String,
-    /// Start of its use within the period, UTC ms.
-    pub from_ms: i64,
-    /// End of its use within the period, UTC ms (the period's end, or now, while it is still active).
-    pub to_ms: i64,
-    /// Seconds in use within the period.
-    pub seconds: f64,
-    /// `seconds × weight`.
-    pub slice_seconds: f64,
-    /// `slice_seconds` as hours of a whole GPU of its model.
-    pub gpu_hours: f64,
-    /// Mean utilisation of its device over the last `idle_hours`, %; only for allocations still active with a
-    /// device, and `null` when no sample of it was seen.
-    pub util_mean: Option<f64>,
-    /// Active for at least `idle_hours` and `util_mean` below `idle_below`.
-    pub idle: bool,
-}
-
-/// A tenant's use in the period.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct TenantUsage {
-    /// Tenant id.
-    pub tenant_id: String,
-    /// Tenant name.
-    pub tenant: String,
-    /// Allocations in use at some time in the period.
-    pub allocations: usize,
-    /// Sum of their slice-seconds.
-    pub slice_seconds: f64,
-    /// Sum of their whole-GPU hours.
-    pub gpu_hours: f64,
-}
-
-/// The use of one profile of one model in the period, over every tenant in the report.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct ProfileUsage {
-    /// Catalog model key.
-    pub model: String,
-    /// MIG profile, or the sharing of a whole-GPU share (`exclusive`, `timeslice:4`, `mps:2`).
-    pub profile: String,
-    /// Allocations in use at some time in the period.
-    pub allocations: usize,
-    /// Sum of their slice-seconds.
-    pub slice_seconds: f64,
-    /// Sum of their whole-GPU hours.
-    pub gpu_hours: f64,
-}
-
-/// Usage in a period.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct UsageReport {
-    /// Start, UTC ms.
-    pub from_ms: i64,
-    /// End, UTC ms.
-    pub to_ms: i64,
-    /// Utilisation (%) below which an allocation counts as idle.
-    pub idle_below: f64,
-    /// How far back idleness was judged, hours before now.
-    pub idle_hours: f64,
-    /// Per tenant, by name.
-    pub tenants: Vec<TenantUsage>,
-    /// Per model and profile, by model then profile.
-    pub profiles: Vec<ProfileUsage>,
-    /// Per allocation, by tenant then allocation.
-    pub allocations: Vec<AllocationUsage>,
-}
+pub use tessera_api::usage::{AllocationUsage, TenantUsage, ProfileUsage, UsageReport};
 
 /// How idle allocations are told apart.
 #[derive(Debug, Clone, Copy)]

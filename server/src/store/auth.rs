@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::requests::audit_insert;
-use super::{Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
+use super::{role_from, Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
 
 /// Every membership of a user, by tenant id.
 macro_rules! memberships_of {
@@ -18,7 +18,7 @@ macro_rules! memberships_of {
                 .bind($user_id)
                 .fetch_all($conn)
                 .await?;
-        rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<Vec<_>, StoreError>>()?
+        rows.into_iter().map(|(t, r)| Ok((t, role_from(&r)?))).collect::<Result<Vec<_>, StoreError>>()?
     }};
 }
 
@@ -231,7 +231,7 @@ impl Store {
                     .await?;
             let mut existing: BTreeMap<String, (Role, String)> = BTreeMap::new();
             for (tenant, role, source) in rows {
-                existing.insert(tenant, (Role::parse(&role)?, source));
+                existing.insert(tenant, (role_from(&role)?, source));
             }
             for (tenant, (role, source)) in &existing {
                 if who.memberships.is_some() && source == "sso" && !mapped.contains_key(tenant) {

@@ -29,6 +29,7 @@ mod records;
 
 pub use batch::Created;
 pub use records::*;
+pub use tessera_api::Role;
 use serde::Serialize;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, QuotaError, Usage};

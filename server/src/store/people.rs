@@ -6,7 +6,7 @@
 use tessera_core::quota::ApprovalPolicy;
 
 use super::requests::{TENANT_COLUMNS, audit_insert};
-use super::{
+use super::{role_from, 
     Principal, Role, Store, StoreError, Tenant, TenantRow, User, UserRow, new_id, now_ms, on_constraint, tenant_from,
     to_json, user_from,
 };
@@ -70,7 +70,7 @@ impl Store {
                 .bind(tenant_id)
                 .execute(&mut *tx)
                 .await?;
-            let before = serde_json::json!({ "role": Role::parse(&role)?.as_str(), "source": source }).to_string();
+            let before = serde_json::json!({ "role": role_from(&role)?.as_str(), "source": source }).to_string();
             let object = format!("tenant/{tenant_id}/member/{user_id}");
             audit_insert(&mut tx, actor, "membership.remove", &object, Some(before), None).await?;
             tx.commit().await?;
@@ -166,7 +166,7 @@ impl Store {
         let rows: Vec<(String, String, bool, i64, String)> =
             on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(tenant_id).fetch_all(pool).await?);
         rows.into_iter()
-            .map(|(id, name, admin, at, role)| Ok((user_from((id, name, admin, at)), Role::parse(&role)?)))
+            .map(|(id, name, admin, at, role)| Ok((user_from((id, name, admin, at)), role_from(&role)?)))
             .collect()
     }
 
@@ -234,7 +234,7 @@ impl Store {
         });
         let Some(user) = row.map(user_from) else { return Ok(None) };
         let memberships =
-            rows.into_iter().map(|(t, r)| Ok((t, Role::parse(&r)?))).collect::<Result<_, StoreError>>()?;
+            rows.into_iter().map(|(t, r)| Ok((t, role_from(&r)?))).collect::<Result<_, StoreError>>()?;
         Ok(Some(Principal { user, memberships }))
     }
 }

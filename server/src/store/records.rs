@@ -1,6 +1,7 @@
 //! What the store reads and writes: tenants, requests, users and principals, nodes and GPUs, allocations, layout
 //! proposals, audit entries, and the inputs of the writing methods.
 
+use tessera_api::Role;
 use serde::{Deserialize, Serialize};
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, Usage};
@@ -91,32 +92,9 @@ pub struct User {
     pub created_at_ms: i64,
 }
 
-/// A role inside a tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Role {
-    /// Requests slices, sees the tenant's objects.
-    Member,
-    /// Also manages the tenant's members and tokens.
-    TenantAdmin,
-}
-
-impl Role {
-    /// Wire and storage name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Member => "member",
-            Role::TenantAdmin => "tenant-admin",
-        }
-    }
-
-    pub(crate) fn parse(text: &str) -> Result<Role, StoreError> {
-        match text {
-            "member" => Ok(Role::Member),
-            "tenant-admin" => Ok(Role::TenantAdmin),
-            other => Err(StoreError::Corrupt(format!("role `{other}`"))),
-        }
-    }
+/// A stored role name as a [`Role`].
+pub(crate) fn role_from(text: &str) -> Result<Role, StoreError> {
+    text.parse().map_err(|_| StoreError::Corrupt(format!("role `{text}`")))
 }
 
 /// Who is acting: a user, with the tenants they belong to.

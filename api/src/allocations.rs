@@ -1,0 +1,42 @@
+//! Allocations: the instances requests hold.
+
+use serde::{Deserialize, Serialize};
+
+/// A slice in a tenant's hands, with what a workload needs to find it.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AllocationView {
+    /// Id.
+    pub id: String,
+    /// The request it serves.
+    pub request: String,
+    /// `reserved` (approved, the instance may still be waiting for its layout) or `active`.
+    pub state: String,
+    /// Node name.
+    pub node: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// GPU index on the node.
+    pub gpu_index: u32,
+    /// MIG profile, or how a whole GPU is shared (`exclusive`, `timeslice:<n>`, `mps:<n>`).
+    pub profile: String,
+    /// Start unit of the MIG instance, or the share's index on a whole GPU.
+    pub start: u8,
+    /// Kubernetes extended resource: `nvidia.com/mig-<profile>` (mixed strategy) or `nvidia.com/gpu`.
+    pub k8s_resource: String,
+    /// Whether the instance waits for a layout change to be approved and applied.
+    pub waiting_for_layout: bool,
+    /// The device serving it once active: the MIG device UUID (`MIG-...`) or the GPU UUID.
+    pub device_uuid: Option<String>,
+    /// What a workload on the node sets `CUDA_VISIBLE_DEVICES` to (once active).
+    pub cuda_visible_devices: Option<String>,
+}
+
+/// Query.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct AllocationQuery {
+    /// Tenant id.
+    pub tenant: String,
+}

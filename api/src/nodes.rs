@@ -1,0 +1,171 @@
+//! Nodes and GPUs, what their agents report, offerings, node credentials.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::api::{ObservedInstance, StepError};
+use tessera_core::layout::PlacedInstance;
+
+/// A node to register.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewNode {
+    /// Unique name (host name).
+    pub name: String,
+    /// Its GPUs.
+    pub gpus: Vec<NewGpuBody>,
+}
+
+/// A GPU of a node to register.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewGpuBody {
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID (`GPU-...`).
+    pub uuid: String,
+    /// Model key, product name as NVML reports it, or PCI device id.
+    pub model: String,
+    /// Whether MIG mode is on.
+    pub mig_enabled: bool,
+    /// Current MIG instances.
+    #[serde(default)]
+    pub instances: Vec<PlacedInstance>,
+}
+
+/// A node and its GPUs.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeView {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// GPUs, by index.
+    pub gpus: Vec<GpuView>,
+    /// `ready` (heard from, spec applied without errors), `applying` (a newer spec than the applied one),
+    /// `failed` (applied with errors, e.g. `instance_busy`), `not-ready` (no heartbeat for 20 s) or `not-joined`
+    /// (no agent ever reported).
+    pub state: String,
+    /// Spec generation: bumped at every change of the node's desired layouts or sharing.
+    pub generation: i64,
+    /// The generation the agent last finished applying.
+    pub observed_generation: i64,
+    /// When the agent was last heard from, UTC milliseconds.
+    pub last_seen_ms: Option<i64>,
+    /// Agent version, backend and driver, from the agent's inventory.
+    pub agent: Option<AgentInfo>,
+    /// Errors of the last apply not tied to one GPU.
+    pub errors: Vec<StepError>,
+}
+
+/// The agent of a node.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentInfo {
+    /// Agent version.
+    pub version: String,
+    /// `nvml`, `sim` or `kube`.
+    pub backend: String,
+    /// NVIDIA driver version.
+    pub driver_version: Option<String>,
+}
+
+/// A GPU.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuView {
+    /// Id.
+    pub id: String,
+    /// Index on the node.
+    pub index: u32,
+    /// NVML UUID.
+    pub uuid: String,
+    /// Catalog model key.
+    pub model: String,
+    /// MIG mode.
+    pub mig_enabled: bool,
+    /// Gets nothing new while cordoned.
+    pub cordoned: bool,
+    /// Current MIG instances.
+    pub layout: Vec<PlacedInstance>,
+    /// Bumped on every layout change.
+    pub layout_version: i64,
+    /// Layout changes apply without an admin's approval.
+    pub auto_layout: bool,
+    /// The MIG instances the agent last reported, with their UUIDs and processes (`None` before any report).
+    pub applied: Option<Vec<ObservedInstance>>,
+    /// Steps of the last apply on this GPU that failed or wait.
+    pub errors: Vec<StepError>,
+    /// Instances (or shares) held by allocations, reserved or active: a layout change must keep them.
+    pub in_use: Vec<InUse>,
+}
+
+/// An instance an allocation holds.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InUse {
+    /// MIG profile, or the sharing key of a whole-GPU share.
+    pub profile: String,
+    /// Start unit, or the share index.
+    pub start: u8,
+    /// The allocation's request.
+    pub request: String,
+    /// The tenant's id.
+    pub tenant: String,
+    /// `reserved` or `active`.
+    pub state: String,
+}
+
+/// What the fleet offers, per GPU model, for a request form: any signed-in user may see it (counts only, no node
+/// names or tenants).
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Offerings {
+    /// Per GPU model present in the fleet, by key.
+    pub models: Vec<ModelOffer>,
+    /// Requests waiting for an admin now, across the platform.
+    pub pending_requests: u64,
+    /// When the oldest of them was made, UTC ms.
+    pub oldest_pending_ms: Option<i64>,
+}
+
+/// One GPU model in the fleet.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelOffer {
+    /// Catalog model key.
+    pub model: String,
+    /// Product name.
+    pub product: String,
+    /// GPUs of the model that take new work (not cordoned).
+    pub gpus: u32,
+    /// Of those, GPUs in MIG mode (MIG requests).
+    pub mig_gpus: u32,
+    /// Of those, GPUs not in MIG mode (whole GPUs, time-slicing, MPS).
+    pub whole_gpus: u32,
+    /// MIG profiles of the model, smallest first (offered when `mig_gpus` > 0).
+    pub profiles: Vec<String>,
+}
+
+/// A node credential. The secret is shown only in this response.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeCredential {
+    /// Credential id.
+    pub id: String,
+    /// The node.
+    pub node_id: String,
+    /// The secret: the agent sends it as `Authorization: Bearer <secret>`.
+    pub secret: String,
+}
+
+/// How many credentials were revoked.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Revoked {
+    /// Live credentials that were revoked.
+    pub revoked: u64,
+}

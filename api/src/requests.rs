@@ -1,0 +1,128 @@
+//! Slice requests: creating, listing, approving, rejecting, cancelling, releasing.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::request::{RequestState, SliceSpec};
+
+/// A request to create.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewRequestBody {
+    /// Tenant id.
+    pub tenant: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices (1-1000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
+    pub count: u32,
+    /// Why (shown to approvers).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
+    pub reason: String,
+    /// How long the slices are wanted once active, in seconds (60 to 90 days); absent: until released.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 7_776_000))]
+    pub duration_s: Option<u64>,
+}
+
+/// A slice request.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RequestView {
+    /// Id (UUIDv7).
+    pub id: String,
+    /// Tenant id.
+    pub tenant: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Where it is in its life.
+    pub state: RequestState,
+    /// Why it was asked for, or why it was rejected.
+    pub reason: String,
+    /// Version; also the `ETag`.
+    pub version: i64,
+    /// UTC milliseconds.
+    pub created_at_ms: i64,
+    /// UTC milliseconds.
+    pub updated_at_ms: i64,
+    /// How long the slices are wanted once active, in seconds.
+    pub duration_s: Option<u64>,
+    /// When it expires (set once active with a duration), UTC milliseconds.
+    pub expires_at_ms: Option<i64>,
+}
+
+/// A page of requests.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RequestPage {
+    /// Requests, oldest first.
+    pub items: Vec<RequestView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// List filters.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct ListQuery {
+    /// Tenant id (required for users who are not platform admins and belong to several tenants).
+    pub tenant: Option<String>,
+    /// Only requests in this state.
+    pub state: Option<RequestState>,
+    /// From the previous page's `next_cursor`.
+    pub cursor: Option<String>,
+    /// Page size, 1-500 (default 100).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 500))]
+    pub limit: Option<u32>,
+}
+
+/// A rejection.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RejectBody {
+    /// Why (required; shown to the tenant).
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
+    pub reason: String,
+}
+
+/// Why an active request is released (optional for the tenant's members; required of a platform admin
+/// reclaiming another tenant's request).
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// Why; when given it replaces the request's `reason` (shown to the tenant).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
+    pub reason: Option<String>,
+}
+
+/// What an approval did.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ApprovalView {
+    /// The request, now approved.
+    pub request: RequestView,
+    /// The exact instances reserved for its slices.
+    pub reservations: Vec<ReservationView>,
+    /// Layout changes it needs: `proposed` (waiting for an admin) or `approved` (GPUs with auto-layout).
+    pub layout_proposals: Vec<super::layouts::LayoutView>,
+}
+
+/// An instance reserved for one slice.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReservationView {
+    /// GPU id.
+    pub gpu: String,
+    /// Profile name.
+    pub profile: String,
+    /// Start unit.
+    pub start: u8,
+    /// Whether the instance is created by a layout change (else it exists and was free).
+    pub new: bool,
+}

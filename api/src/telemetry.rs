@@ -1,0 +1,142 @@
+//! Telemetry views: heatmaps, the live view and the latest samples.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::api::Sample;
+
+/// Which heatmap.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct HeatmapQuery {
+    /// A node (id or name); all nodes when absent.
+    pub node: Option<String>,
+    /// Start, UTC ms (default: 15 minutes before `to`).
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
+    pub from: Option<i64>,
+    /// End, UTC ms (default: now).
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
+    pub to: Option<i64>,
+    /// Column width in seconds (at most a year). Within the live window (the last 15 minutes) any whole number of
+    /// seconds; before it, whole minutes (rounded up). Default: the range in at most 900 columns.
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 31_536_000))]
+    pub step: Option<i64>,
+    /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
+    pub metric: Option<Metric>,
+}
+
+/// A heatmap: one row per GPU and per MIG instance, one column per step.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Heatmap {
+    /// What the cells are.
+    pub metric: Metric,
+    /// Their unit.
+    pub unit: String,
+    /// Start of the first column, UTC ms.
+    pub from_ms: i64,
+    /// End of the last column, UTC ms.
+    pub to_ms: i64,
+    /// Column width, ms.
+    pub step_ms: i64,
+    /// Number of columns.
+    pub columns: usize,
+    /// `live` (the in-memory window, 1 s resolution) or `minutes` (the persisted one-minute series).
+    pub source: String,
+    /// Rows: by node name, GPU index, then the GPU's instances by start unit.
+    pub rows: Vec<HeatmapRow>,
+}
+
+/// One device's row.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeatmapRow {
+    /// Node id.
+    pub node_id: String,
+    /// Node name.
+    pub node: String,
+    /// The GPU's UUID.
+    pub gpu_uuid: String,
+    /// The GPU's index on its node.
+    pub gpu_index: Option<u32>,
+    /// Catalog model key.
+    pub model: Option<String>,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// `gpu` or `mig`.
+    pub kind: String,
+    /// MIG profile.
+    pub profile: Option<String>,
+    /// MIG start unit.
+    pub start: Option<u8>,
+    /// Live allocations on the device now.
+    pub allocations: Vec<RowAllocation>,
+    /// One value per column (`null`: no sample in it).
+    pub values: Vec<Option<f32>>,
+}
+
+/// An allocation on a heatmap row.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RowAllocation {
+    /// Allocation id.
+    pub allocation: String,
+    /// Tenant name.
+    pub tenant: String,
+}
+
+/// Which live stream.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct LiveQuery {
+    /// A node (id or name); all nodes when absent.
+    pub node: Option<String>,
+}
+
+/// What a heatmap shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Utilisation, %.
+    Util,
+    /// Memory used, MiB.
+    MemUsed,
+    /// Memory used, % of the device's memory.
+    MemPct,
+    /// Power draw, W (GPUs only).
+    Power,
+    /// Temperature, °C (GPUs only; the minute series keeps the maximum).
+    Temp,
+}
+
+impl Metric {
+    /// Its unit.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Util | Metric::MemPct => "%",
+            Metric::MemUsed => "MiB",
+            Metric::Power => "W",
+            Metric::Temp => "°C",
+        }
+    }
+}
+
+/// The latest sample of a device.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Latest {
+    /// The node's id.
+    pub node_id: String,
+    /// `GPU-...` or `MIG-...`.
+    pub device: String,
+    /// The GPU's UUID.
+    pub gpu: String,
+    /// MIG profile, for an instance.
+    pub profile: Option<String>,
+    /// MIG start unit, for an instance.
+    pub start: Option<u8>,
+    /// The sample.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub sample: Sample,
+}

@@ -1,0 +1,82 @@
+//! Tenants, their approval policies and quotas.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A tenant to create.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    /// Unique name: 1-63 characters of `a-z`, `0-9` and `-`, not starting with `-`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$"))]
+    pub name: String,
+    /// Approve requests within quota without an admin.
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Largest request (weighted compute slices) approved automatically.
+    #[serde(default)]
+    pub auto_approve_max_compute_slices: u32,
+}
+
+/// A tenant's approval policy, replaced whole (absent fields take the same defaults as at creation).
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct PolicyUpdate {
+    /// Approve requests within quota without an admin.
+    #[serde(default)]
+    pub auto_approve: bool,
+    /// Largest request (weighted compute slices) approved automatically.
+    #[serde(default)]
+    pub auto_approve_max_compute_slices: u32,
+}
+
+/// A tenant.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantView {
+    /// Id (UUIDv7).
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// Whether requests within quota are approved automatically.
+    pub auto_approve: bool,
+    /// Largest request approved automatically, in weighted compute slices.
+    pub auto_approve_max_compute_slices: u32,
+    /// Creation time, UTC milliseconds.
+    pub created_at_ms: i64,
+}
+
+/// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
+/// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`). `null` removes a limit, leaving the
+/// resource unlimited; limits not named are left as they are.
+#[derive(Debug, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct QuotaUpdate {
+    /// Resource -> limit, or `null` to remove it.
+    pub limits: BTreeMap<String, Option<f64>>,
+}
+
+/// A tenant's quota: every limited or held resource.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotaView {
+    /// Tenant id.
+    pub tenant: String,
+    /// One line per resource.
+    pub resources: Vec<QuotaLine>,
+}
+
+/// One resource of a quota.
+#[derive(Debug, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotaLine {
+    /// Resource key.
+    pub resource: String,
+    /// Limit, if any (unlimited otherwise).
+    pub limit: Option<f64>,
+    /// Held by pending, approved, provisioning and active requests.
+    pub held: f64,
+}
