@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A join token to create.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewJoinToken {
@@ -17,7 +17,7 @@ pub struct NewJoinToken {
 }
 
 /// A join token.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JoinTokenView {
     /// Id.
@@ -40,7 +40,7 @@ pub struct JoinTokenView {
 }
 
 /// Long-poll query.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct SpecQuery {
@@ -53,7 +53,7 @@ pub struct SpecQuery {
 }
 
 /// What a status report changed.
-#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Copy, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatusOutcome {
     /// Whether the status was newer than the stored one (an older one is ignored).

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A slice in a tenant's hands, with what a workload needs to find it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocationView {
     /// Id.
@@ -33,7 +33,7 @@ pub struct AllocationView {
 }
 
 /// Query.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct AllocationQuery {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Which object's history.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct AuditQuery {
@@ -12,7 +12,7 @@ pub struct AuditQuery {
 }
 
 /// One audit entry.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditView {
     /// UTC milliseconds.
@@ -30,7 +30,7 @@ pub struct AuditView {
 }
 
 /// Which entries of the fleet-wide log. Every filter given must hold.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct AuditEntriesQuery {
@@ -56,7 +56,7 @@ pub struct AuditEntriesQuery {
 }
 
 /// A page of the audit log.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditPage {
     /// Entries, newest first.

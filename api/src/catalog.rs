@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// A GPU model and its MIG profiles.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelView {
     /// Catalog key, e.g. `H100-80GB`.
@@ -31,7 +31,7 @@ pub struct ModelView {
 }
 
 /// A MIG profile of a model.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProfileView {
     /// Name, e.g. `3g.40gb`.
@@ -57,7 +57,7 @@ pub struct ProfileView {
 }
 
 /// A layout to check.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LayoutCheck {
@@ -66,7 +66,7 @@ pub struct LayoutCheck {
 }
 
 /// The verdict on a layout.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LayoutVerdict {
     /// Whether the driver would accept it.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::layout::PlacedInstance;
 
 /// A layout proposal.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LayoutView {
     /// Id.
@@ -34,7 +34,7 @@ pub struct LayoutView {
 }
 
 /// Filter.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct LayoutQuery {
@@ -43,7 +43,7 @@ pub struct LayoutQuery {
 }
 
 /// A rejection.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RejectLayout {
@@ -53,7 +53,7 @@ pub struct RejectLayout {
 }
 
 /// Turning auto-layout on or off.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct AutoLayout {
@@ -62,7 +62,7 @@ pub struct AutoLayout {
 }
 
 /// A hand-edited layout.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LayoutEdit {

@@ -5,7 +5,7 @@ use tessera_core::api::{ObservedInstance, StepError};
 use tessera_core::layout::PlacedInstance;
 
 /// A node to register.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewNode {
@@ -16,7 +16,7 @@ pub struct NewNode {
 }
 
 /// A GPU of a node to register.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewGpuBody {
@@ -34,7 +34,7 @@ pub struct NewGpuBody {
 }
 
 /// A node and its GPUs.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeView {
     /// Id.
@@ -62,7 +62,7 @@ pub struct NodeView {
 }
 
 /// The agent of a node.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentInfo {
     /// Agent version.
@@ -74,7 +74,7 @@ pub struct AgentInfo {
 }
 
 /// A GPU.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuView {
     /// Id.
@@ -104,7 +104,7 @@ pub struct GpuView {
 }
 
 /// An instance an allocation holds.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InUse {
     /// MIG profile, or the sharing key of a whole-GPU share.
@@ -121,7 +121,7 @@ pub struct InUse {
 
 /// What the fleet offers, per GPU model, for a request form: any signed-in user may see it (counts only, no node
 /// names or tenants).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Offerings {
     /// Per GPU model present in the fleet, by key.
@@ -133,7 +133,7 @@ pub struct Offerings {
 }
 
 /// One GPU model in the fleet.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelOffer {
     /// Catalog model key.
@@ -151,7 +151,7 @@ pub struct ModelOffer {
 }
 
 /// A node credential. The secret is shown only in this response.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeCredential {
     /// Credential id.
@@ -163,7 +163,7 @@ pub struct NodeCredential {
 }
 
 /// How many credentials were revoked.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Revoked {
     /// Live credentials that were revoked.

@@ -36,7 +36,7 @@ impl std::str::FromStr for Role {
 }
 
 /// A user to create.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewUser {
@@ -50,7 +50,7 @@ pub struct NewUser {
 }
 
 /// A user.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UserView {
     /// Id.
@@ -62,7 +62,7 @@ pub struct UserView {
 }
 
 /// A membership.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Membership {
@@ -71,7 +71,7 @@ pub struct Membership {
 }
 
 /// A token to create for yourself.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
@@ -81,7 +81,7 @@ pub struct NewToken {
 }
 
 /// A created token. The secret is shown only in this response.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedToken {
     /// Token id (for revoking).
@@ -93,7 +93,7 @@ pub struct CreatedToken {
 }
 
 /// One of your API tokens (never its secret).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenView {
     /// Token id (for revoking).
@@ -107,7 +107,7 @@ pub struct TokenView {
 }
 
 /// A member of a tenant.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberView {
     /// User id.
@@ -119,7 +119,7 @@ pub struct MemberView {
 }
 
 /// A new local password.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewPassword {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A problem report.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// URI naming the kind of problem (`urn:tessera:problem:<code>`).
@@ -23,7 +23,7 @@ pub struct Problem {
 }
 
 /// One of several problems.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProblemItem {
     /// Stable machine-readable code.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::request::{RequestState, SliceSpec};
 
 /// A request to create.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewRequestBody {
@@ -26,7 +26,7 @@ pub struct NewRequestBody {
 }
 
 /// A slice request.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestView {
     /// Id (UUIDv7).
@@ -54,7 +54,7 @@ pub struct RequestView {
 }
 
 /// A page of requests.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestPage {
     /// Requests, oldest first.
@@ -64,7 +64,7 @@ pub struct RequestPage {
 }
 
 /// List filters.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct ListQuery {
@@ -80,7 +80,7 @@ pub struct ListQuery {
 }
 
 /// A rejection.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RejectBody {
@@ -91,7 +91,7 @@ pub struct RejectBody {
 
 /// Why an active request is released (optional for the tenant's members; required of a platform admin
 /// reclaiming another tenant's request).
-#[derive(Debug, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
@@ -102,7 +102,7 @@ pub struct ReleaseBody {
 }
 
 /// What an approval did.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApprovalView {
     /// The request, now approved.
@@ -114,7 +114,7 @@ pub struct ApprovalView {
 }
 
 /// An instance reserved for one slice.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReservationView {
     /// GPU id.

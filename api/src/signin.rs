@@ -4,7 +4,7 @@ use crate::people::{Role, UserView};
 use serde::{Deserialize, Serialize};
 
 /// How one may sign in here.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignInMethods {
     /// Single sign-on is configured: send the browser to `/auth/login`.
@@ -16,7 +16,7 @@ pub struct SignInMethods {
 }
 
 /// Where to go after signing in.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct LoginQuery {
@@ -25,7 +25,7 @@ pub struct LoginQuery {
 }
 
 /// What the provider sends back.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct CallbackQuery {
@@ -42,7 +42,7 @@ pub struct CallbackQuery {
 }
 
 /// A local sign-in.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LocalSignIn {
@@ -53,7 +53,7 @@ pub struct LocalSignIn {
 }
 
 /// Who is signed in, and how.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionView {
     /// The user.
@@ -69,7 +69,7 @@ pub struct SessionView {
 }
 
 /// One membership.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MembershipView {
     /// Tenant id.
@@ -79,7 +79,7 @@ pub struct MembershipView {
 }
 
 /// Where the browser goes after logout.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignedOut {
     /// The provider's end-session URL (RP-initiated logout) when it offers one, else `/`.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::api::Sample;
 
 /// Which heatmap.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct HeatmapQuery {
@@ -25,7 +25,7 @@ pub struct HeatmapQuery {
 }
 
 /// A heatmap: one row per GPU and per MIG instance, one column per step.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heatmap {
     /// What the cells are.
@@ -47,7 +47,7 @@ pub struct Heatmap {
 }
 
 /// One device's row.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeatmapRow {
     /// Node id.
@@ -75,7 +75,7 @@ pub struct HeatmapRow {
 }
 
 /// An allocation on a heatmap row.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RowAllocation {
     /// Allocation id.
@@ -85,7 +85,7 @@ pub struct RowAllocation {
 }
 
 /// Which live stream.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct LiveQuery {
@@ -123,7 +123,7 @@ impl Metric {
 }
 
 /// The latest sample of a device.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Latest {
     /// The node's id.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A tenant to create.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
@@ -20,7 +20,7 @@ pub struct NewTenant {
 }
 
 /// A tenant's approval policy, replaced whole (absent fields take the same defaults as at creation).
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PolicyUpdate {
@@ -33,7 +33,7 @@ pub struct PolicyUpdate {
 }
 
 /// A tenant.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TenantView {
     /// Id (UUIDv7).
@@ -51,7 +51,7 @@ pub struct TenantView {
 /// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
 /// `compute_slices`, `memory_gib`); amounts may be fractional (`1.75`). `null` removes a limit, leaving the
 /// resource unlimited; limits not named are left as they are.
-#[derive(Debug, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QuotaUpdate {
@@ -60,7 +60,7 @@ pub struct QuotaUpdate {
 }
 
 /// A tenant's quota: every limited or held resource.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuotaView {
     /// Tenant id.
@@ -70,7 +70,7 @@ pub struct QuotaView {
 }
 
 /// One resource of a quota.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuotaLine {
     /// Resource key.
