@@ -18,7 +18,7 @@ pub struct Problem {
     /// Stable machine-readable code, e.g. `quota_exceeded`.
     pub code: String,
     /// Individual problems, when there are several (e.g. every quota limit a request exceeds).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<ProblemItem>,
 }
 

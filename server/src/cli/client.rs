@@ -3,7 +3,14 @@
 use std::io::Write;
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use reqwest::Method;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tessera_api::Problem;
+use tessera_api::agents::{JoinTokenView, NewJoinToken};
+use tessera_api::nodes::NodeView;
+use tessera_api::requests::{ApprovalView, NewRequestBody, RejectBody, RequestPage, RequestView};
+use tessera_core::request::{RequestState, SliceSpec};
 
 use super::{CliError, EXIT_NO, EXIT_OK};
 
@@ -55,9 +62,9 @@ pub enum RequestCommand {
         /// Tenant id.
         #[arg(long)]
         tenant: Option<String>,
-        /// Only in this state.
+        /// Only in this state (`pending`, `approved`, `provisioning`, `active`, ...).
         #[arg(long)]
-        state: Option<String>,
+        state: Option<RequestState>,
     },
     /// Show a request.
     Get {
@@ -84,17 +91,20 @@ pub enum RequestCommand {
     },
 }
 
-fn spec(mode: &str, profile: Option<String>, model: Option<String>, replicas: Option<u32>) -> Result<Value, CliError> {
+fn spec(
+    mode: &str,
+    profile: Option<String>,
+    model: Option<String>,
+    replicas: Option<u32>,
+) -> Result<SliceSpec, CliError> {
     let need =
         |v: Option<String>, what: &str| v.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --{what}")));
+    let replicas = || replicas.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --replicas")));
     Ok(match mode {
-        "mig" => json!({"mode": "mig", "profile": need(profile, "profile")?, "model": model}),
-        "exclusive" => json!({"mode": "exclusive", "model": need(model, "model")?}),
-        "timeslice" | "mps" => json!({
-            "mode": mode,
-            "model": need(model, "model")?,
-            "replicas": replicas.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --replicas")))?,
-        }),
+        "mig" => SliceSpec::Mig { profile: need(profile, "profile")?, model },
+        "exclusive" => SliceSpec::Exclusive { model: need(model, "model")? },
+        "timeslice" => SliceSpec::Timeslice { model: need(model, "model")?, replicas: replicas()? },
+        "mps" => SliceSpec::Mps { model: need(model, "model")?, replicas: replicas()? },
         other => {
             return Err(CliError::BadInput(format!("unknown mode `{other}`: use mig, timeslice, mps or exclusive")));
         }
@@ -126,42 +136,75 @@ pub enum ApiCommand {
     Node(NodeCommand),
 }
 
-pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8, CliError> {
-    let token = conn.token.ok_or_else(|| CliError::BadInput("give --token or set TESSERA_TOKEN".to_string()))?;
-    let base = conn.server.trim_end_matches('/').to_string();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let client = reqwest::Client::new();
-    let call = |method: reqwest::Method, path: String, body: Option<Value>, key: Option<String>| {
-        let mut r = client.request(method, format!("{base}{path}")).bearer_auth(&token);
+/// What the server answered: the typed view, or its problem report.
+enum Answer<T> {
+    Ok(T),
+    Refused(Problem),
+}
+
+/// The REST API, typed with the server's own wire types (`tessera-api`).
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Api {
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        key: Option<&str>,
+    ) -> Result<Answer<T>, CliError> {
+        let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.token);
         if let Some(b) = body {
-            r = r.json(&b);
+            r = r.json(b);
         }
         if let Some(k) = key {
             r = r.header("Idempotency-Key", k);
         }
-        let server = base.clone();
-        async move {
-            let resp = r.send().await.map_err(|e| CliError::BadInput(format!("cannot reach {server}: {e}")))?;
-            let ok = resp.status().is_success();
-            let value: Value = resp.json().await.unwrap_or(Value::Null);
-            Ok::<_, CliError>((ok, value))
+        let resp = r.send().await.map_err(|e| CliError::BadInput(format!("cannot reach {}: {e}", self.base)))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| CliError::BadInput(format!("reading the answer: {e}")))?;
+        if status.is_success() {
+            return serde_json::from_str(&text).map(Answer::Ok).map_err(|e| {
+                CliError::BadInput(format!("the server's answer to {path} is not what this client knows: {e}"))
+            });
         }
-    };
-    use reqwest::Method;
+        Ok(Answer::Refused(serde_json::from_str(&text).unwrap_or_else(|_| Problem {
+            kind: "about:blank".to_string(),
+            title: status.canonical_reason().unwrap_or("error").to_string(),
+            status: status.as_u16(),
+            detail: "the server refused the request".to_string(),
+            code: "error".to_string(),
+            errors: Vec::new(),
+        })))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CliError> {
+        self.call(Method::GET, path, None::<&()>, None).await
+    }
+}
+
+pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8, CliError> {
+    let token = conn.token.ok_or_else(|| CliError::BadInput("give --token or set TESSERA_TOKEN".to_string()))?;
+    let api = Api { client: reqwest::Client::new(), base: conn.server.trim_end_matches('/').to_string(), token };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let cmd = match cmd {
             ApiCommand::Request(cmd) => cmd,
             ApiCommand::Node(NodeCommand::JoinToken { name, ttl }) => {
-                let body = json!({"node_name": name, "ttl_s": ttl});
-                let (ok, value) = call(Method::POST, "/api/v1/join-tokens".into(), Some(body), None).await?;
-                return print(out, ok, &value);
+                let body = NewJoinToken { node_name: name, ttl_s: Some(ttl) };
+                let answer: Answer<JoinTokenView> =
+                    api.call(Method::POST, "/api/v1/join-tokens", Some(&body), None).await?;
+                return print(out, answer);
             }
             ApiCommand::Node(NodeCommand::List) => {
-                let (ok, value) = call(Method::GET, "/api/v1/nodes".into(), None, None).await?;
-                return print(out, ok, &value);
+                return print(out, api.get::<Vec<NodeView>>("/api/v1/nodes").await?);
             }
         };
-        let (ok, value) = match cmd {
+        match cmd {
             RequestCommand::Create {
                 tenant,
                 mode,
@@ -173,58 +216,68 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 duration,
                 idempotency_key,
             } => {
-                let body = json!({"tenant": tenant, "spec": spec(&mode, profile, model, replicas)?, "count": count,
-                    "reason": reason, "duration_s": duration});
-                call(Method::POST, "/api/v1/requests".into(), Some(body), idempotency_key).await?
+                let body = NewRequestBody {
+                    tenant,
+                    spec: spec(&mode, profile, model, replicas)?,
+                    count,
+                    reason,
+                    duration_s: duration,
+                };
+                let key = idempotency_key.as_deref();
+                print(out, api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?)
             }
             RequestCommand::List { tenant, state } => {
-                let mut items = Vec::new();
+                let mut items: Vec<RequestView> = Vec::new();
                 let mut cursor: Option<String> = None;
                 loop {
                     let mut q = vec!["limit=500".to_string()];
                     q.extend(tenant.iter().map(|t| format!("tenant={t}")));
                     q.extend(state.iter().map(|s| format!("state={s}")));
                     q.extend(cursor.iter().map(|c| format!("cursor={c}")));
-                    let (ok, page) = call(Method::GET, format!("/api/v1/requests?{}", q.join("&")), None, None).await?;
-                    if !ok {
-                        break (false, page);
-                    }
-                    items.extend(page["items"].as_array().cloned().unwrap_or_default());
-                    match page["next_cursor"].as_str() {
-                        Some(c) => cursor = Some(c.to_string()),
-                        None => break (true, Value::Array(items)),
+                    match api.get::<RequestPage>(&format!("/api/v1/requests?{}", q.join("&"))).await? {
+                        Answer::Refused(p) => return print::<()>(out, Answer::Refused(p)),
+                        Answer::Ok(page) => {
+                            items.extend(page.items);
+                            match page.next_cursor {
+                                Some(c) => cursor = Some(c),
+                                None => return print(out, Answer::Ok(items)),
+                            }
+                        }
                     }
                 }
             }
-            RequestCommand::Get { id } => call(Method::GET, format!("/api/v1/requests/{id}"), None, None).await?,
+            RequestCommand::Get { id } => print(out, api.get::<RequestView>(&format!("/api/v1/requests/{id}")).await?),
             RequestCommand::Approve { id } => {
-                call(Method::POST, format!("/api/v1/requests/{id}/approve"), None, None).await?
+                let path = format!("/api/v1/requests/{id}/approve");
+                print(out, api.call::<(), ApprovalView>(Method::POST, &path, None, None).await?)
             }
             RequestCommand::Reject { id, reason } => {
-                call(Method::POST, format!("/api/v1/requests/{id}/reject"), Some(json!({"reason": reason})), None)
-                    .await?
+                let path = format!("/api/v1/requests/{id}/reject");
+                let body = RejectBody { reason };
+                print(out, api.call::<_, RequestView>(Method::POST, &path, Some(&body), None).await?)
             }
             RequestCommand::Cancel { id } => {
-                call(Method::POST, format!("/api/v1/requests/{id}/cancel"), None, None).await?
+                let path = format!("/api/v1/requests/{id}/cancel");
+                print(out, api.call::<(), RequestView>(Method::POST, &path, None, None).await?)
             }
-        };
-        print(out, ok, &value)
+        }
     })
 }
 
-/// Prints an answer: the JSON on success, else the problem's code, detail and errors.
-fn print(out: &mut dyn Write, ok: bool, value: &Value) -> Result<u8, CliError> {
-    if ok {
-        serde_json::to_writer_pretty(&mut *out, value).map_err(std::io::Error::from)?;
-        writeln!(out)?;
-        Ok(EXIT_OK)
-    } else {
-        let code = value["code"].as_str().unwrap_or("error");
-        let detail = value["detail"].as_str().unwrap_or("the server refused the request");
-        writeln!(out, "error[{code}]: {detail}")?;
-        for e in value["errors"].as_array().into_iter().flatten() {
-            writeln!(out, "  - {}", e["message"].as_str().unwrap_or(""))?;
+/// Prints an answer: the view as JSON on success, else the problem's code, detail and errors.
+fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Result<u8, CliError> {
+    match answer {
+        Answer::Ok(value) => {
+            serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
+            writeln!(out)?;
+            Ok(EXIT_OK)
         }
-        Ok(EXIT_NO)
+        Answer::Refused(problem) => {
+            writeln!(out, "error[{}]: {}", problem.code, problem.detail)?;
+            for e in &problem.errors {
+                writeln!(out, "  - {}", e.message)?;
+            }
+            Ok(EXIT_NO)
+        }
     }
 }
