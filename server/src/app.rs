@@ -30,11 +30,11 @@ pub struct App {
     /// Serialised request reads, by the store generation they were read at.
     pub reads: ReadCache,
     /// Request creations, written in batches.
-    pub creates: crate::services::requests::CreateQueue,
+    pub creates: crate::services::queue::CreateQueue,
     /// Connected agents and node heartbeats.
-    pub hub: Arc<crate::services::agents::Hub>,
+    pub hub: Arc<crate::services::hub::Hub>,
     /// Agents' telemetry: the live window and minutes not yet written.
-    pub telemetry: crate::services::telemetry::Telemetry,
+    pub telemetry: Arc<crate::services::telemetry::Telemetry>,
     /// How long minute telemetry is kept, ms.
     pub telemetry_retention_ms: i64,
     /// The devices each node owns (its GPUs and the MIG instances its status reports), for checking telemetry.

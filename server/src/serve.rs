@@ -137,17 +137,17 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         store.register_node(crate::demo::DEMO_NODE, &crate::demo::demo_gpus(), "system").await?;
     }
     let state = AppState(Arc::new(App {
-        creates: crate::services::requests::CreateQueue::start(store.clone()),
+        creates: crate::services::queue::CreateQueue::start(store.clone()),
         store,
         catalog: tessera_core::Catalog::builtin(),
         auth,
         principals: Default::default(),
         reads: Default::default(),
         hub: Default::default(),
-        telemetry: crate::services::telemetry::Telemetry::new(
+        telemetry: Arc::new(crate::services::telemetry::Telemetry::new(
             settings.telemetry.window_s,
             settings.telemetry.max_series,
-        ),
+        )),
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
         max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
@@ -170,7 +170,12 @@ pub async fn serve(
     let store = state.store.clone();
     let idle = state.auth.session_idle;
     let agents = crate::services::agents::start_background(&state);
-    let telemetry = crate::services::telemetry::start_background(&state, TELEMETRY_FLUSH);
+    let telemetry = crate::services::telemetry::start_background(
+        state.store.clone(),
+        state.telemetry.clone(),
+        state.telemetry_retention_ms,
+        TELEMETRY_FLUSH,
+    );
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
@@ -199,7 +204,9 @@ pub async fn serve(
     sweeper.abort();
     agents.abort();
     telemetry.abort();
-    if let Err(e) = crate::services::telemetry::flush(&state_for_flush, i64::MAX / 2).await {
+    if let Err(e) =
+        crate::services::telemetry::flush(&state_for_flush.store, &state_for_flush.telemetry, i64::MAX / 2).await
+    {
         tracing::warn!(error = %e, "cannot write the last telemetry minutes");
     }
     served?;

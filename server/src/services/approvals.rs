@@ -4,7 +4,7 @@
 //! an admin unless the GPU has auto-layout. If the fleet changed between planning and committing, nothing is written
 //! and the caller is told to approve again.
 
-use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
+use tessera_core::planner::{DemandInput, plan};
 use tessera_core::request::{RequestState, SliceSpec};
 use tessera_core::sharing::{GpuSharing, Sharing, validate_node};
 
@@ -28,7 +28,7 @@ const STALE: [&str; 3] = ["gpu_layout_version", "layout_proposals_open", "alloca
 /// Approves a pending request (platform admins), placing MIG slices through the planner.
 pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option<i64>) -> Result<Approval, ApiError> {
     // Not visible: 404, as for every other action; visible but not an admin: 403.
-    let request = crate::services::requests::get(state, p, id).await?;
+    let request = super::lookup::get(state, p, id).await?;
     p.require_platform_admin()?;
     approve_as(state, &p.actor(), request, if_match).await
 }
@@ -53,7 +53,7 @@ pub async fn approve_as(
     let open = state.store.proposals(Some("proposed")).await?;
     let gpus: Vec<_> = nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
     let demand = DemandInput { profile: profile.clone(), count: request.count, model: model.clone() };
-    let input = planner_input(&nodes, &live, &open, demand, |_, g| g.id.clone());
+    let input = super::fleet::planner_input(&nodes, &live, &open, demand, |_, g| g.id.clone());
     let planned = plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
     if !planned.unplaced.is_empty() {
         let detail = planned.unplaced.iter().map(|u| u.reason.clone()).collect::<Vec<_>>().join("; ");
@@ -107,38 +107,6 @@ async fn commit(
         }),
         Err(e) => Err(e.into()),
     }
-}
-
-/// The planner's view of the fleet for one MIG demand, the same for previews and approvals: instances with a live
-/// allocation are in use, and GPUs with an undecided layout proposal take no new instances. `label` names each GPU
-/// in the plan.
-pub fn planner_input(
-    nodes: &[crate::store::Node],
-    live: &[crate::store::Allocation],
-    open: &[LayoutProposal],
-    demand: DemandInput,
-    label: impl Fn(&crate::store::Node, &crate::store::Gpu) -> String,
-) -> PlanInput {
-    let gpus = nodes
-        .iter()
-        .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
-        .filter(|(_, g)| g.mig_enabled)
-        .map(|(n, g)| GpuInput {
-            id: label(n, g),
-            model: g.model.clone(),
-            instances: g
-                .layout
-                .iter()
-                .map(|i| InstanceInput {
-                    profile: i.profile.clone(),
-                    start: i.start,
-                    in_use: live.iter().any(|a| a.gpu_id == g.id && a.start == i.start),
-                })
-                .collect(),
-            cordoned: g.cordoned || open.iter().any(|o| o.gpu_id == g.id),
-        })
-        .collect();
-    PlanInput { gpus, demand: vec![demand] }
 }
 
 /// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.

@@ -2,12 +2,12 @@
 //! asking the planner where a request would go.
 
 use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
-use tessera_core::planner::{DemandInput, Plan, plan};
+use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, Plan, PlanInput, plan};
 use tessera_core::request::SliceSpec;
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::store::{NewGpu, Node, Principal};
+use crate::store::{LayoutProposal, NewGpu, Node, Principal};
 
 /// Most GPUs one node may have.
 pub const MAX_GPUS_PER_NODE: usize = 64;
@@ -93,7 +93,7 @@ pub fn check_gpu(model: &tessera_core::GpuModel, g: &GpuReport) -> Result<NewGpu
 /// Where the planner would put a request's slices on the fleet as it is now, exactly as approval would plan them
 /// (nothing is changed).
 pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Result<Plan, ApiError> {
-    let request = crate::services::requests::get(state, p, request_id).await?;
+    let request = super::lookup::get(state, p, request_id).await?;
     // The plan shows nodes, GPUs and layouts: fleet details, for platform admins only.
     p.require_platform_admin()?;
     let SliceSpec::Mig { profile, model } = &request.spec else {
@@ -106,8 +106,38 @@ pub async fn placement(state: &AppState, p: &Principal, request_id: &str) -> Res
     let live = state.store.live_allocations().await?;
     let open = state.store.proposals(Some("proposed")).await?;
     let demand = DemandInput { profile: profile.clone(), count: request.count, model: model.clone() };
-    let input = crate::services::approvals::planner_input(&nodes, &live, &open, demand, |n, g| {
-        format!("{}/{}", n.name, g.index)
-    });
+    let input = planner_input(&nodes, &live, &open, demand, |n, g| format!("{}/{}", n.name, g.index));
     plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))
+}
+
+/// The planner's view of the fleet for one MIG demand, the same for previews and approvals: instances with a live
+/// allocation are in use, and GPUs with an undecided layout proposal take no new instances. `label` names each GPU
+/// in the plan.
+pub fn planner_input(
+    nodes: &[crate::store::Node],
+    live: &[crate::store::Allocation],
+    open: &[LayoutProposal],
+    demand: DemandInput,
+    label: impl Fn(&crate::store::Node, &crate::store::Gpu) -> String,
+) -> PlanInput {
+    let gpus = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
+        .filter(|(_, g)| g.mig_enabled)
+        .map(|(n, g)| GpuInput {
+            id: label(n, g),
+            model: g.model.clone(),
+            instances: g
+                .layout
+                .iter()
+                .map(|i| InstanceInput {
+                    profile: i.profile.clone(),
+                    start: i.start,
+                    in_use: live.iter().any(|a| a.gpu_id == g.id && a.start == i.start),
+                })
+                .collect(),
+            cordoned: g.cordoned || open.iter().any(|o| o.gpu_id == g.id),
+        })
+        .collect();
+    PlanInput { gpus, demand: vec![demand] }
 }

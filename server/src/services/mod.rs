@@ -1,10 +1,16 @@
 //! Business logic between the HTTP handlers and the store: each service runs the core's rules and the store's
 //! transactions for one kind of object.
+//!
+//! The state a service keeps between requests ([`hub::Hub`], [`queue::CreateQueue`], [`telemetry::Telemetry`])
+//! lives in modules that do not know `AppState`, so `app.rs` holds them without an import circle.
 
 pub mod agents;
 pub mod approvals;
 pub mod fleet;
+pub mod hub;
 pub mod idle;
+pub mod lookup;
+pub mod queue;
 pub mod requests;
 pub mod telemetry;
 pub mod usage;

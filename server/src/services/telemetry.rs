@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tessera_core::api::{Sample, TelemetryAccepted, TelemetryBatch};
 
-use crate::store::StoreError;
 use crate::store::telemetry::MinuteRow;
-pub use tessera_api::telemetry::{Metric, Latest};
+use crate::store::{Store, StoreError};
+pub use tessera_api::telemetry::{Latest, Metric};
 
 /// How long minute aggregates are kept by default.
 pub const RETENTION_MS: i64 = 30 * 24 * 3600 * 1000;
@@ -576,8 +576,12 @@ pub fn minute_rows(
 
 /// Writes finished minutes every `every` and prunes what is older than the retention once an hour, until the
 /// store is dropped.
-pub fn start_background(state: &crate::app::AppState, every: std::time::Duration) -> tokio::task::JoinHandle<()> {
-    let state = state.clone();
+pub fn start_background(
+    store: Store,
+    telemetry: Arc<Telemetry>,
+    retention_ms: i64,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -585,12 +589,12 @@ pub fn start_background(state: &crate::app::AppState, every: std::time::Duration
         loop {
             tick.tick().await;
             let now = crate::store::now_ms();
-            if let Err(e) = flush(&state, now).await {
+            if let Err(e) = flush(&store, &telemetry, now).await {
                 tracing::warn!(error = %e, "cannot write telemetry minutes; kept for the next try");
             }
             if now - last_prune > 3_600_000 {
                 last_prune = now;
-                match state.store.prune_minutes(now - state.telemetry_retention_ms).await {
+                match store.prune_minutes(now - retention_ms).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(rows = n, "pruned telemetry minutes past the retention"),
                     Err(e) => tracing::warn!(error = %e, "cannot prune telemetry minutes"),
@@ -601,11 +605,11 @@ pub fn start_background(state: &crate::app::AppState, every: std::time::Duration
 }
 
 /// Writes the minutes finished by `now_ms` (a 5 s grace lets late batches in); on failure they are queued again.
-pub async fn flush(state: &crate::app::AppState, now_ms: i64) -> Result<usize, StoreError> {
-    let rows = state.telemetry.take_finished(now_ms, 5_000);
+pub async fn flush(store: &Store, telemetry: &Telemetry, now_ms: i64) -> Result<usize, StoreError> {
+    let rows = telemetry.take_finished(now_ms, 5_000);
     let n = rows.len();
-    if let Err(e) = state.store.write_minutes(&rows).await {
-        state.telemetry.requeue(rows);
+    if let Err(e) = store.write_minutes(&rows).await {
+        telemetry.requeue(rows);
         return Err(e);
     }
     Ok(n)

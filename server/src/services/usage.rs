@@ -9,7 +9,7 @@ use tessera_core::Catalog;
 
 use crate::services::idle::{is_idle, lookback_start};
 use crate::store::telemetry::Metered;
-pub use tessera_api::usage::{AllocationUsage, TenantUsage, ProfileUsage, UsageReport};
+pub use tessera_api::usage::{AllocationUsage, ProfileUsage, TenantUsage, UsageReport};
 
 /// How idle allocations are told apart.
 #[derive(Debug, Clone, Copy)]
