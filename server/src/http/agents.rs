@@ -18,7 +18,7 @@ use crate::store::auth::NodePrincipal;
 use crate::store::{Principal, StoreError};
 
 pub use crate::auth::secrets::JOIN_TOKEN_PREFIX;
-pub use tessera_api::agents::{NewJoinToken, JoinTokenView, SpecQuery};
+pub use tessera_api::agents::{JoinTokenView, NewJoinToken, SpecQuery};
 /// Longest a join token may live.
 const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 /// Longest a long-poll waits for a new spec.

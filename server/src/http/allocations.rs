@@ -9,7 +9,7 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::fleet;
 use crate::store::Principal;
-pub use tessera_api::allocations::{AllocationView, AllocationQuery};
+pub use tessera_api::allocations::{AllocationQuery, AllocationView};
 
 /// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
 /// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before

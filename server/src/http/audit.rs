@@ -10,7 +10,7 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::store::audit::AuditFilter;
 use crate::store::{AuditEntry, Principal};
-pub use tessera_api::audit::{AuditQuery, AuditView, AuditEntriesQuery, AuditPage};
+pub use tessera_api::audit::{AuditEntriesQuery, AuditPage, AuditQuery, AuditView};
 
 impl From<AuditEntry> for AuditView {
     fn from(e: AuditEntry) -> Self {

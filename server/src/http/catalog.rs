@@ -1,12 +1,11 @@
 //! The GPU catalog over HTTP: models, profiles, placements and how sure the data is.
 
-
 use axum::extract::{Path, State};
 
 use super::error::{ApiError, ApiJson};
 use crate::app::AppState;
 use crate::store::Principal;
-pub use tessera_api::catalog::{ModelView, ProfileView, LayoutCheck, LayoutVerdict};
+pub use tessera_api::catalog::{LayoutCheck, LayoutVerdict, ModelView, ProfileView};
 
 fn view(m: &tessera_core::GpuModel) -> ModelView {
     ModelView {

@@ -9,7 +9,7 @@ use super::nodes::GpuView;
 use crate::app::AppState;
 use crate::services::approvals;
 use crate::store::{LayoutProposal, Principal};
-pub use tessera_api::layouts::{LayoutView, LayoutQuery, RejectLayout, AutoLayout, LayoutEdit};
+pub use tessera_api::layouts::{AutoLayout, LayoutEdit, LayoutQuery, LayoutView, RejectLayout};
 
 impl From<LayoutProposal> for LayoutView {
     fn from(p: LayoutProposal) -> Self {

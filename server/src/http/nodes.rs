@@ -10,8 +10,10 @@ use crate::app::AppState;
 use crate::services::fleet::{self, GpuReport};
 use crate::store::agents::AgentRecord;
 use crate::store::{Gpu, Node, Principal};
+pub use tessera_api::nodes::{
+    AgentInfo, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
+};
 use tessera_core::api::{Inventory, NodeStatus};
-pub use tessera_api::nodes::{NewNode, NodeView, AgentInfo, GpuView, InUse, Offerings, ModelOffer, NodeCredential, Revoked};
 
 impl From<Gpu> for GpuView {
     fn from(g: Gpu) -> Self {
@@ -59,11 +61,8 @@ pub fn node_view(node: Node, record: Option<&AgentRecord>, state: &AppState, now
     view.generation = record.generation;
     view.observed_generation = record.observed_generation;
     view.last_seen_ms = last_seen;
-    view.agent = inventory.map(|i| AgentInfo {
-        version: i.agent_version,
-        backend: i.backend,
-        driver_version: i.driver_version,
-    });
+    view.agent =
+        inventory.map(|i| AgentInfo { version: i.agent_version, backend: i.backend, driver_version: i.driver_version });
     if let Some(status) = &status {
         view.errors = status.errors.clone();
         for gpu in &mut view.gpus {

@@ -10,7 +10,9 @@ use crate::app::AppState;
 use crate::auth::{MIN_PASSWORD, hash_password, verify_password};
 use crate::store::people::TokenInfo;
 use crate::store::{Principal, Role, User};
-pub use tessera_api::people::{NewUser, UserView, Membership, NewToken, CreatedToken, TokenView, MemberView, NewPassword};
+pub use tessera_api::people::{
+    CreatedToken, MemberView, Membership, NewPassword, NewToken, NewUser, TokenView, UserView,
+};
 
 impl From<User> for UserView {
     fn from(u: User) -> Self {

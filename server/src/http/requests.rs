@@ -11,7 +11,9 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::requests::{self, Action};
 use crate::store::{Principal, RequestFilter, SliceRequest};
-pub use tessera_api::requests::{NewRequestBody, RequestView, RequestPage, ListQuery, RejectBody, ReleaseBody, ApprovalView, ReservationView};
+pub use tessera_api::requests::{
+    ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestView, ReservationView,
+};
 
 impl From<SliceRequest> for RequestView {
     fn from(r: SliceRequest) -> Self {

@@ -18,7 +18,9 @@ use crate::store::{Principal, now_ms};
 /// The cookie binding a login in flight to the browser that started it.
 pub const LOGIN_COOKIE: &str = "tessera_login";
 pub use crate::auth::LOGIN_TTL_MS;
-pub use tessera_api::signin::{SignInMethods, LoginQuery, CallbackQuery, LocalSignIn, SessionView, MembershipView, SignedOut};
+pub use tessera_api::signin::{
+    CallbackQuery, LocalSignIn, LoginQuery, MembershipView, SessionView, SignInMethods, SignedOut,
+};
 
 /// How one may sign in here.
 #[utoipa::path(get, path = "/auth/methods", tag = "auth", security(()),

@@ -22,7 +22,7 @@ use crate::app::AppState;
 use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
-pub use tessera_api::telemetry::{HeatmapQuery, Heatmap, HeatmapRow, RowAllocation, LiveQuery};
+pub use tessera_api::telemetry::{Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
 
 /// Most cells (rows × columns) in one heatmap answer (about 10 MB of JSON).
 const MAX_CELLS: usize = 1_500_000;

@@ -1,6 +1,5 @@
 //! Tenants, their approval policies and their quotas.
 
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
@@ -9,9 +8,10 @@ use super::auth::{require_platform_admin, require_visible};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::store::{Principal, Tenant};
-pub use tessera_api::tenants::{NewTenant, PolicyUpdate, TenantView, QuotaUpdate, QuotaView, QuotaLine};
+pub use tessera_api::tenants::{NewTenant, PolicyUpdate, QuotaLine, QuotaUpdate, QuotaView, TenantView};
 
-/// Most weighted compute slices an approval policy may name (the PostgreSQL column is a 32-bit integer).
+/// Most weighted compute slices an approval policy may name (what a 32-bit integer holds, as every release has
+/// accepted).
 const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
 
 /// The policy of a new tenant or a policy update, checked.

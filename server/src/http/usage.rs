@@ -11,7 +11,7 @@ use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, 
 use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Principal, now_ms};
-pub use tessera_api::usage::{UsageQuery};
+pub use tessera_api::usage::UsageQuery;
 
 /// The columns of the CSV report, one line per allocation.
 pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,\

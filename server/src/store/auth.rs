@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::requests::audit_insert;
-use super::{role_from, Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, user_from};
+use super::{Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, role_from, user_from};
 
 /// Every membership of a user, by tenant id.
 macro_rules! memberships_of {

@@ -29,8 +29,8 @@ mod records;
 
 pub use batch::Created;
 pub use records::*;
-pub use tessera_api::Role;
 use serde::Serialize;
+pub use tessera_api::Role;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, QuotaError, Usage};
 use tessera_core::request::{RequestState, SliceSpec, TransitionError};

@@ -6,9 +6,9 @@
 use tessera_core::quota::ApprovalPolicy;
 
 use super::requests::{TENANT_COLUMNS, audit_insert};
-use super::{role_from, 
-    Principal, Role, Store, StoreError, Tenant, TenantRow, User, UserRow, new_id, now_ms, on_constraint, tenant_from,
-    to_json, user_from,
+use super::{
+    Principal, Role, Store, StoreError, Tenant, TenantRow, User, UserRow, new_id, now_ms, on_constraint, role_from,
+    tenant_from, to_json, user_from,
 };
 
 /// An API token as its owner may see it: never its secret or the secret's hash.
@@ -233,8 +233,7 @@ impl Store {
             (row.clone(), sqlx::query_as(memberships).bind(&user.0).fetch_all(pool).await?)
         });
         let Some(user) = row.map(user_from) else { return Ok(None) };
-        let memberships =
-            rows.into_iter().map(|(t, r)| Ok((t, role_from(&r)?))).collect::<Result<_, StoreError>>()?;
+        let memberships = rows.into_iter().map(|(t, r)| Ok((t, role_from(&r)?))).collect::<Result<_, StoreError>>()?;
         Ok(Some(Principal { user, memberships }))
     }
 }

@@ -1,8 +1,8 @@
 //! What the store reads and writes: tenants, requests, users and principals, nodes and GPUs, allocations, layout
 //! proposals, audit entries, and the inputs of the writing methods.
 
-use tessera_api::Role;
 use serde::{Deserialize, Serialize};
+use tessera_api::Role;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
