@@ -15,4 +15,15 @@ impl Principal {
     pub fn require_visible(&self, tenant_id: &str, what: &str) -> Result<(), ApiError> {
         if self.can_see(tenant_id) { Ok(()) } else { Err(ApiError::NotFound(format!("{what} not found"))) }
     }
+
+    /// Requires a platform admin or an admin of `tenant_id` (after [`Principal::require_visible`]): other members
+    /// get 403.
+    pub fn require_tenant_admin(&self, tenant_id: &str) -> Result<(), ApiError> {
+        self.require_visible(tenant_id, "tenant")?;
+        if self.user.platform_admin || self.role_in(tenant_id) == Some(crate::store::Role::TenantAdmin) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()))
+        }
+    }
 }

@@ -4,12 +4,11 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
-use super::auth::{new_token_secret, require_platform_admin, require_visible, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
-use crate::auth::{MIN_PASSWORD, hash_password, verify_password};
+use crate::services::people;
 use crate::store::people::TokenInfo;
-use crate::store::{Principal, Role, User};
+use crate::store::{Principal, User};
 pub use tessera_api::people::{
     CreatedToken, MemberView, Membership, NewPassword, NewToken, NewUser, TokenView, UserView,
 };
@@ -29,10 +28,7 @@ pub async fn create_user(
     p: Principal,
     ApiJson(body): ApiJson<NewUser>,
 ) -> Result<(StatusCode, ApiJson<UserView>), ApiError> {
-    require_platform_admin(&p)?;
-    let name = body.name.trim();
-    tessera_core::text::check_user_name(name).map_err(|e| ApiError::invalid("invalid_name", e.to_string()))?;
-    let user = state.store.create_user(name, body.platform_admin, &p.actor()).await?;
+    let user = people::create_user(&state, &p, &body.name, body.platform_admin).await?;
     Ok((StatusCode::CREATED, ApiJson(user.into())))
 }
 
@@ -40,8 +36,7 @@ pub async fn create_user(
 #[utoipa::path(get, path = "/api/v1/users", tag = "people", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     responses((status = 200, body = Vec<UserView>), (status = 403, body = Problem)))]
 pub async fn list_users(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<UserView>>, ApiError> {
-    require_platform_admin(&p)?;
-    Ok(ApiJson(state.store.users().await?.into_iter().map(Into::into).collect()))
+    Ok(ApiJson(people::users(&state, &p).await?.into_iter().map(Into::into).collect()))
 }
 
 /// Add a user to a tenant or change their role (platform admins, or the tenant's own admins).
@@ -54,12 +49,7 @@ pub async fn set_member(
     Path((tenant, user)): Path<(String, String)>,
     ApiJson(body): ApiJson<Membership>,
 ) -> Result<StatusCode, ApiError> {
-    require_visible(&p, &tenant, "tenant")?;
-    if !p.user.platform_admin && p.role_in(&tenant) != Some(Role::TenantAdmin) {
-        return Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()));
-    }
-    state.store.set_membership(&user, &tenant, body.role, &p.actor()).await?;
-    state.principals.clear();
+    people::set_member(&state, &p, &tenant, &user, body.role).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -73,12 +63,7 @@ pub async fn remove_member(
     p: Principal,
     Path((tenant, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    require_visible(&p, &tenant, "tenant")?;
-    if !p.user.platform_admin && p.role_in(&tenant) != Some(Role::TenantAdmin) {
-        return Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()));
-    }
-    state.store.remove_membership(&user, &tenant, &p.actor()).await?;
-    state.principals.clear();
+    people::remove_member(&state, &p, &tenant, &user).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -92,7 +77,7 @@ impl From<TokenInfo> for TokenView {
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "people", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, body = Vec<TokenView>)))]
 pub async fn list_tokens(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<TokenView>>, ApiError> {
-    Ok(ApiJson(state.store.tokens(&p.user.id).await?.into_iter().map(Into::into).collect()))
+    Ok(ApiJson(people::tokens(&state, &p).await?.into_iter().map(Into::into).collect()))
 }
 
 /// Create an API token for yourself; the secret is in the response and nowhere else.
@@ -103,13 +88,8 @@ pub async fn create_token(
     p: Principal,
     ApiJson(body): ApiJson<NewToken>,
 ) -> Result<(StatusCode, ApiJson<CreatedToken>), ApiError> {
-    let name = body.name.trim();
-    if name.is_empty() || name.len() > 100 {
-        return Err(ApiError::invalid("invalid_name", "a token name is 1-100 characters"));
-    }
-    let secret = new_token_secret();
-    let id = state.store.create_token(&p.user.id, name, &token_hash(&secret), &p.actor()).await?;
-    Ok((StatusCode::CREATED, ApiJson(CreatedToken { id, name: name.to_string(), secret })))
+    let (id, name, secret) = people::create_token(&state, &p, &body.name).await?;
+    Ok((StatusCode::CREATED, ApiJson(CreatedToken { id, name, secret })))
 }
 
 /// Revoke a token: your own, or anyone's as a platform admin.
@@ -120,9 +100,7 @@ pub async fn revoke_token(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let owner = if p.user.platform_admin { None } else { Some(p.user.id.as_str()) };
-    state.store.revoke_token(&id, owner, &p.actor()).await?;
-    state.principals.clear();
+    people::revoke_token(&state, &p, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -134,9 +112,7 @@ pub async fn list_members(
     p: Principal,
     Path(tenant): Path<String>,
 ) -> Result<ApiJson<Vec<MemberView>>, ApiError> {
-    require_visible(&p, &tenant, "tenant")?;
-    state.store.tenant(&tenant).await?;
-    let members = state.store.members(&tenant).await?;
+    let members = people::members(&state, &p, &tenant).await?;
     Ok(ApiJson(members.into_iter().map(|(u, role)| MemberView { id: u.id, name: u.name, role }).collect()))
 }
 
@@ -151,37 +127,6 @@ pub async fn set_password(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<NewPassword>,
 ) -> Result<StatusCode, ApiError> {
-    let own = p.user.id == id;
-    if !own && !p.user.platform_admin {
-        return Err(ApiError::NotFound("user not found".into()));
-    }
-    if !state.auth.local_accounts {
-        return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
-    }
-    // A password would let a provider's user sign in past the provider (its MFA, its deprovisioning).
-    if own && !p.user.platform_admin && state.store.is_sso_user(&id).await? {
-        return Err(ApiError::forbidden("sso_user", "users who sign in with single sign-on have no local password"));
-    }
-    if body.password.chars().count() < MIN_PASSWORD {
-        return Err(ApiError::invalid("weak_password", format!("a password has at least {MIN_PASSWORD} characters")));
-    }
-    if own && let Some((_, current)) = state.store.password_hash(&p.user.name).await? {
-        let given = body.current_password.clone().unwrap_or_default();
-        let ok = tokio::task::spawn_blocking(move || verify_password(&given, &current))
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
-        if !ok {
-            return Err(ApiError::forbidden("bad_credentials", "the current password is wrong"));
-        }
-    }
-    let password = body.password;
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?
-        .map_err(ApiError::Internal)?;
-    state.store.set_password_hash(&id, Some(&hash), &p.actor()).await?;
-    // Every session of the user ends: whoever knew the old password is signed out.
-    state.store.delete_user_sessions(&id).await?;
-    state.principals.clear();
+    people::set_password(&state, &p, &id, body.password, body.current_password).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2,28 +2,12 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
 
-use super::auth::{require_platform_admin, require_visible};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::services::tenants;
 use crate::store::{Principal, Tenant};
-pub use tessera_api::tenants::{NewTenant, PolicyUpdate, QuotaLine, QuotaUpdate, QuotaView, TenantView};
-
-/// Most weighted compute slices an approval policy may name (what a 32-bit integer holds, as every release has
-/// accepted).
-const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
-
-/// The policy of a new tenant or a policy update, checked.
-fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32) -> Result<ApprovalPolicy, ApiError> {
-    if auto_approve_max_compute_slices > MAX_AUTO_APPROVE_SLICES {
-        return Err(ApiError::invalid(
-            "invalid_policy",
-            format!("auto_approve_max_compute_slices is at most {MAX_AUTO_APPROVE_SLICES}"),
-        ));
-    }
-    Ok(ApprovalPolicy { auto_approve, auto_approve_max_compute_slices })
-}
+pub use tessera_api::tenants::{NewTenant, PolicyUpdate, QuotaUpdate, QuotaView, TenantView};
 
 impl From<Tenant> for TenantView {
     fn from(t: Tenant) -> Self {
@@ -37,12 +21,6 @@ impl From<Tenant> for TenantView {
     }
 }
 
-fn valid_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-}
-
 /// Create a tenant (platform admins).
 #[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewTenant,
     responses((status = 201, body = TenantView), (status = 403, body = Problem), (status = 409, body = Problem),
@@ -52,12 +30,8 @@ pub async fn create_tenant(
     p: Principal,
     ApiJson(body): ApiJson<NewTenant>,
 ) -> Result<(StatusCode, ApiJson<TenantView>), ApiError> {
-    require_platform_admin(&p)?;
-    if !valid_name(&body.name) {
-        return Err(ApiError::invalid("invalid_name", "a tenant name is 1-63 characters of a-z, 0-9 and -"));
-    }
-    let policy = approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
-    let tenant = state.store.create_tenant(&body.name, policy, &p.actor()).await?;
+    let policy = tenants::approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
+    let tenant = tenants::create(&state, &p, &body.name, policy).await?;
     Ok((StatusCode::CREATED, ApiJson(tenant.into())))
 }
 
@@ -69,8 +43,7 @@ pub async fn get_tenant(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
-    require_visible(&p, &id, "tenant")?;
-    Ok(ApiJson(state.store.tenant(&id).await?.into()))
+    Ok(ApiJson(tenants::get(&state, &p, &id).await?.into()))
 }
 
 /// Replace a tenant's approval policy (platform admins): requests created from now on are decided by it.
@@ -84,27 +57,8 @@ pub async fn set_policy(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<PolicyUpdate>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
-    require_platform_admin(&p)?;
-    let policy = approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
-    Ok(ApiJson(state.store.set_policy(&id, policy, &p.actor()).await?.into()))
-}
-
-async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiError> {
-    let limits = state.store.quotas(tenant).await?;
-    let held = state.store.held(tenant).await?;
-    let mut keys: Vec<&Resource> = limits.keys().chain(held.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let amount = |m: u64| m as f64 / MILLI as f64;
-    let resources = keys
-        .into_iter()
-        .map(|r| QuotaLine {
-            resource: r.to_string(),
-            limit: limits.get(r).map(|&m| amount(m)),
-            held: amount(held.get(r).copied().unwrap_or(0)),
-        })
-        .collect();
-    Ok(QuotaView { tenant: tenant.to_string(), resources })
+    let policy = tenants::approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
+    Ok(ApiJson(tenants::set_policy(&state, &p, &id, policy).await?.into()))
 }
 
 /// A tenant's limits and what its live requests hold.
@@ -115,9 +69,7 @@ pub async fn get_quotas(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
-    require_visible(&p, &id, "tenant")?;
-    state.store.tenant(&id).await?;
-    Ok(ApiJson(quota_view(&state, &id).await?))
+    Ok(ApiJson(tenants::quotas(&state, &p, &id).await?))
 }
 
 /// Set or remove limits (platform admins). Every resource key and amount is checked before any is written.
@@ -131,29 +83,12 @@ pub async fn set_quotas(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<QuotaUpdate>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
-    require_platform_admin(&p)?;
-    state.store.tenant(&id).await?;
-    let mut parsed = Vec::with_capacity(body.limits.len());
-    for (key, limit) in &body.limits {
-        let resource =
-            Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
-        let Some(limit) = *limit else {
-            parsed.push((resource, None));
-            continue;
-        };
-        if !limit.is_finite() || !(0.0..=1e12).contains(&limit) {
-            return Err(ApiError::invalid("quota_bad_limit", format!("{key}: a limit is a number from 0 to 1e12")));
-        }
-        parsed.push((resource, Some((limit * MILLI as f64).round() as u64)));
-    }
-    state.store.set_quotas(&id, &parsed, &p.actor()).await?;
-    Ok(ApiJson(quota_view(&state, &id).await?))
+    Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body.limits).await?))
 }
 
 /// Tenants you may see: all of them for platform admins, your own otherwise.
 #[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, body = Vec<TenantView>)))]
 pub async fn list_tenants(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<TenantView>>, ApiError> {
-    let tenants = state.store.tenants().await?;
-    Ok(ApiJson(tenants.into_iter().filter(|t| p.can_see(&t.id)).map(Into::into).collect()))
+    Ok(ApiJson(tenants::list(&state, &p).await?.into_iter().map(Into::into).collect()))
 }

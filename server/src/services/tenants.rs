@@ -1,0 +1,111 @@
+//! Tenants, their approval policies and their quotas: who may see and change them, and the checks a name, a
+//! policy and a limit must pass before anything is written.
+
+use std::collections::BTreeMap;
+
+use tessera_api::tenants::{QuotaLine, QuotaView};
+use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::store::{Principal, Tenant};
+
+/// Most weighted compute slices an approval policy may name (what a 32-bit integer holds, as every release has
+/// accepted).
+const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
+
+/// Largest limit, in whole units.
+const MAX_LIMIT: f64 = 1e12;
+
+/// The policy of a new tenant or a policy update, checked.
+pub fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32) -> Result<ApprovalPolicy, ApiError> {
+    if auto_approve_max_compute_slices > MAX_AUTO_APPROVE_SLICES {
+        return Err(ApiError::invalid(
+            "invalid_policy",
+            format!("auto_approve_max_compute_slices is at most {MAX_AUTO_APPROVE_SLICES}"),
+        ));
+    }
+    Ok(ApprovalPolicy { auto_approve, auto_approve_max_compute_slices })
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+/// Creates a tenant (platform admins).
+pub async fn create(state: &AppState, p: &Principal, name: &str, policy: ApprovalPolicy) -> Result<Tenant, ApiError> {
+    p.require_platform_admin()?;
+    if !valid_name(name) {
+        return Err(ApiError::invalid("invalid_name", "a tenant name is 1-63 characters of a-z, 0-9 and -"));
+    }
+    Ok(state.store.create_tenant(name, policy, &p.actor()).await?)
+}
+
+/// A tenant the caller may see.
+pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<Tenant, ApiError> {
+    p.require_visible(id, "tenant")?;
+    Ok(state.store.tenant(id).await?)
+}
+
+/// Tenants the caller may see: all of them for platform admins, their own otherwise.
+pub async fn list(state: &AppState, p: &Principal) -> Result<Vec<Tenant>, ApiError> {
+    Ok(state.store.tenants().await?.into_iter().filter(|t| p.can_see(&t.id)).collect())
+}
+
+/// Replaces a tenant's approval policy (platform admins).
+pub async fn set_policy(state: &AppState, p: &Principal, id: &str, policy: ApprovalPolicy) -> Result<Tenant, ApiError> {
+    p.require_platform_admin()?;
+    Ok(state.store.set_policy(id, policy, &p.actor()).await?)
+}
+
+/// A tenant's limits and what its live requests hold, for those who may see it.
+pub async fn quotas(state: &AppState, p: &Principal, id: &str) -> Result<QuotaView, ApiError> {
+    get(state, p, id).await?;
+    quota_view(state, id).await
+}
+
+/// Sets or removes limits (platform admins): every resource key and amount is checked before any is written.
+pub async fn set_quotas(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    limits: &BTreeMap<String, Option<f64>>,
+) -> Result<QuotaView, ApiError> {
+    p.require_platform_admin()?;
+    state.store.tenant(id).await?;
+    let mut parsed = Vec::with_capacity(limits.len());
+    for (key, limit) in limits {
+        let resource =
+            Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
+        let Some(limit) = *limit else {
+            parsed.push((resource, None));
+            continue;
+        };
+        if !limit.is_finite() || !(0.0..=MAX_LIMIT).contains(&limit) {
+            return Err(ApiError::invalid("quota_bad_limit", format!("{key}: a limit is a number from 0 to 1e12")));
+        }
+        parsed.push((resource, Some((limit * MILLI as f64).round() as u64)));
+    }
+    state.store.set_quotas(id, &parsed, &p.actor()).await?;
+    quota_view(state, id).await
+}
+
+async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiError> {
+    let limits = state.store.quotas(tenant).await?;
+    let held = state.store.held(tenant).await?;
+    let mut keys: Vec<&Resource> = limits.keys().chain(held.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let amount = |m: u64| m as f64 / MILLI as f64;
+    let resources = keys
+        .into_iter()
+        .map(|r| QuotaLine {
+            resource: r.to_string(),
+            limit: limits.get(r).map(|&m| amount(m)),
+            held: amount(held.get(r).copied().unwrap_or(0)),
+        })
+        .collect();
+    Ok(QuotaView { tenant: tenant.to_string(), resources })
+}
