@@ -7,6 +7,7 @@ mod cli_mig;
 mod hostile;
 mod isolation;
 mod logging;
+mod prometheus;
 mod sso;
 mod store;
 mod telemetry;
