@@ -12,3 +12,4 @@ mod sso;
 mod store;
 mod telemetry;
 mod upgrade;
+mod wire;

@@ -1,0 +1,286 @@
+//! The wire types are the contract: every JSON answer of the `tessera` binary decodes into the `tessera-api` (or
+//! `tessera-core`) type that the OpenAPI document names for that operation and status, and encodes back to the
+//! very same JSON, so a field the type does not know, a renamed field or a changed shape fails here. The test
+//! walks the API as people use it (a tenant with quota, a member, a request approved onto a simulated agent's MIG
+//! GPU, its layout change, allocations, audit, usage, telemetry) and at the end checks that every JSON operation of
+//! the document was decoded at least once, but for the agent's own routes (their types are `tessera-core`'s,
+//! shared by the agent) and the streams.
+
+use std::collections::BTreeSet;
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tessera_server::http::auth::new_token_secret;
+
+use crate::agents::{Server, SimAgent, first_allocation_active, free_port, sqlite_url};
+
+/// Decodes `v` as `T` and checks that encoding it again gives `v` back.
+fn roundtrip<T: DeserializeOwned + Serialize>(what: &str, v: &Value) {
+    let typed: T = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{what}: does not decode: {e}\n{v}"));
+    let again = serde_json::to_value(&typed).expect("encode");
+    assert_eq!(&again, v, "{what}: the type does not carry every field of the answer");
+}
+
+/// Decodes `v` with the type the document calls `schema` (`Vec<...>` for arrays).
+fn decode(what: &str, schema: &str, v: &Value) {
+    use tessera_api::{agents, allocations, audit, catalog, layouts, nodes, people, requests, signin, telemetry};
+    use tessera_api::{tenants, usage};
+    macro_rules! as_type {
+        ($($name:literal => $t:ty),* $(,)?) => {
+            match schema {
+                $($name => roundtrip::<$t>(what, v),)*
+                $(concat!("[", $name, "]") => roundtrip::<Vec<$t>>(what, v),)*
+                other => panic!("{what}: no wire type is mapped to the schema `{other}`"),
+            }
+        };
+    }
+    as_type!(
+        "AllocationView" => allocations::AllocationView,
+        "ApprovalView" => requests::ApprovalView,
+        "AuditPage" => audit::AuditPage,
+        "AuditView" => audit::AuditView,
+        "CreatedToken" => people::CreatedToken,
+        "GpuView" => nodes::GpuView,
+        "Heatmap" => telemetry::Heatmap,
+        "JoinTokenView" => agents::JoinTokenView,
+        "LayoutVerdict" => catalog::LayoutVerdict,
+        "LayoutView" => layouts::LayoutView,
+        "MemberView" => people::MemberView,
+        "ModelView" => catalog::ModelView,
+        "NodeCredential" => nodes::NodeCredential,
+        "NodeView" => nodes::NodeView,
+        "Offerings" => nodes::Offerings,
+        "Plan" => tessera_core::planner::Plan,
+        "Problem" => tessera_api::Problem,
+        "QuotaView" => tenants::QuotaView,
+        "RequestPage" => requests::RequestPage,
+        "RequestView" => requests::RequestView,
+        "Revoked" => nodes::Revoked,
+        "SessionView" => signin::SessionView,
+        "SignInMethods" => signin::SignInMethods,
+        "TenantView" => tenants::TenantView,
+        "TokenView" => people::TokenView,
+        "UsageReport" => usage::UsageReport,
+        "UserView" => people::UserView,
+    )
+}
+
+/// The schema the document names for `method path` answering `status` with JSON: `Name` or `[Name]`.
+fn documented(doc: &Value, method: &Method, path: &str, status: StatusCode) -> String {
+    let op = &doc["paths"][path][method.as_str().to_lowercase()];
+    assert!(op.is_object(), "{method} {path} is not in the OpenAPI document");
+    let content = &op["responses"][status.as_str()]["content"];
+    let json = if status.is_success() { "application/json" } else { "application/problem+json" };
+    let schema = &content[json]["schema"];
+    let name = |r: &Value| r["$ref"].as_str().and_then(|r| r.rsplit('/').next()).map(str::to_string);
+    if let Some(n) = name(schema) {
+        return n;
+    }
+    if schema["type"] == "array"
+        && let Some(n) = name(&schema["items"])
+    {
+        return format!("[{n}]");
+    }
+    panic!("{method} {path} {status}: the document names no JSON schema: {schema}")
+}
+
+/// Calls the server and decodes its answer.
+struct Walk {
+    server: Server,
+    doc: Value,
+    covered: BTreeSet<(String, String, u16)>,
+}
+
+impl Walk {
+    /// `template` is the document's path; `path` the concrete one (with a query, if any).
+    async fn call(
+        &mut self,
+        token: &str,
+        method: Method,
+        template: &str,
+        path: &str,
+        body: Option<Value>,
+        status: StatusCode,
+    ) -> Value {
+        self.call_keyed(token, method, template, path, body, None, status).await
+    }
+
+    /// [`Walk::call`] with an `Idempotency-Key`.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_keyed(
+        &mut self,
+        token: &str,
+        method: Method,
+        template: &str,
+        path: &str,
+        body: Option<Value>,
+        key: Option<&str>,
+        status: StatusCode,
+    ) -> Value {
+        let mut r =
+            self.server.client.request(method.clone(), format!("{}{path}", self.server.base)).bearer_auth(token);
+        if let Some(k) = key {
+            r = r.header("Idempotency-Key", k);
+        }
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.expect("send");
+        let got = r.status();
+        let text = r.text().await.expect("body");
+        assert_eq!(got, status, "{method} {path}: {text}");
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {text}"));
+        let schema = documented(&self.doc, &method, template, status);
+        decode(&format!("{method} {path} {status}"), &schema, &v);
+        self.covered.insert((method.as_str().to_string(), template.to_string(), status.as_u16()));
+        v
+    }
+}
+
+fn id(v: &Value) -> String {
+    v["id"].as_str().unwrap_or_else(|| panic!("no id in {v}")).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
+    let doc: Value = serde_json::from_str(include_str!("../../../openapi/openapi.json")).expect("openapi.json");
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut agent = SimAgent::new(&server.base, "wire", "H100-80GB:1", server.join_token(None).await);
+    agent.start();
+    server.settled("wire").await;
+    let admin = server.admin.clone();
+    let mut w = Walk { server, doc, covered: BTreeSet::new() };
+    use Method as M;
+    use StatusCode as S;
+
+    w.call(&admin, M::GET, "/auth/methods", "/auth/methods", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/session", "/api/v1/session", None, S::OK).await;
+    let tenant =
+        w.call(&admin, M::POST, "/api/v1/tenants", "/api/v1/tenants", Some(json!({"name": "wire"})), S::CREATED).await;
+    let t = id(&tenant);
+    w.call(&admin, M::GET, "/api/v1/tenants", "/api/v1/tenants", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}", &format!("/api/v1/tenants/{t}"), None, S::OK).await;
+    let policy = json!({"auto_approve": false, "auto_approve_max_compute_slices": 0});
+    w.call(&admin, M::PUT, "/api/v1/tenants/{id}/policy", &format!("/api/v1/tenants/{t}/policy"), Some(policy), S::OK)
+        .await;
+    let limits = json!({"limits": {"compute_slices": 14, "mig/H100-80GB/1g.10gb": 4}});
+    w.call(&admin, M::PUT, "/api/v1/tenants/{id}/quotas", &format!("/api/v1/tenants/{t}/quotas"), Some(limits), S::OK)
+        .await;
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/quotas", &format!("/api/v1/tenants/{t}/quotas"), None, S::OK).await;
+
+    let alice =
+        w.call(&admin, M::POST, "/api/v1/users", "/api/v1/users", Some(json!({"name": "alice"})), S::CREATED).await;
+    w.call(&admin, M::GET, "/api/v1/users", "/api/v1/users", None, S::OK).await;
+    let member = format!("{}/api/v1/tenants/{t}/members/{}", w.server.base, id(&alice));
+    let r = w.server.client.put(member).bearer_auth(&admin).json(&json!({"role": "member"})).send().await;
+    assert_eq!(r.expect("send").status(), S::NO_CONTENT);
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/members", &format!("/api/v1/tenants/{t}/members"), None, S::OK).await;
+    w.call(&admin, M::POST, "/api/v1/tokens", "/api/v1/tokens", Some(json!({"name": "laptop"})), S::CREATED).await;
+    w.call(&admin, M::GET, "/api/v1/tokens", "/api/v1/tokens", None, S::OK).await;
+
+    w.call(&admin, M::GET, "/api/v1/catalog/models", "/api/v1/catalog/models", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/catalog/models/{model}", "/api/v1/catalog/models/H100-80GB", None, S::OK).await;
+    let layout = json!({"instances": [{"profile": "1g.10gb", "start": 0}]});
+    let path = "/api/v1/catalog/models/H100-80GB/validate";
+    w.call(&admin, M::POST, "/api/v1/catalog/models/{model}/validate", path, Some(layout), S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/join-tokens", "/api/v1/join-tokens", None, S::OK).await;
+    w.call(&admin, M::POST, "/api/v1/join-tokens", "/api/v1/join-tokens", Some(json!({})), S::CREATED).await;
+    let nodes = w.call(&admin, M::GET, "/api/v1/nodes", "/api/v1/nodes", None, S::OK).await;
+    let node = nodes.as_array().and_then(|n| n.iter().find(|n| n["name"] == "wire")).expect("the agent's node").clone();
+    let gpu = node["gpus"][0]["id"].as_str().expect("gpu").to_string();
+    w.call(&admin, M::GET, "/api/v1/offerings", "/api/v1/offerings", None, S::OK).await;
+
+    // A request made, placed, approved onto a layout change, and running on the agent.
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1});
+    let request = w.call(&admin, M::POST, "/api/v1/requests", "/api/v1/requests", Some(ask), S::CREATED).await;
+    let r = id(&request);
+    w.call(&admin, M::GET, "/api/v1/requests", &format!("/api/v1/requests?tenant={t}"), None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/requests/{id}", &format!("/api/v1/requests/{r}"), None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/requests/{id}/placement", &format!("/api/v1/requests/{r}/placement"), None, S::OK)
+        .await;
+    let approval = w
+        .call(&admin, M::POST, "/api/v1/requests/{id}/approve", &format!("/api/v1/requests/{r}/approve"), None, S::OK)
+        .await;
+    w.call(&admin, M::GET, "/api/v1/layouts", "/api/v1/layouts", None, S::OK).await;
+    for proposal in approval["layout_proposals"].as_array().into_iter().flatten() {
+        let p = id(proposal);
+        w.call(&admin, M::GET, "/api/v1/layouts/{id}", &format!("/api/v1/layouts/{p}"), None, S::OK).await;
+        if proposal["state"] == "proposed" {
+            let path = format!("/api/v1/layouts/{p}/approve");
+            w.call(&admin, M::POST, "/api/v1/layouts/{id}/approve", &path, None, S::OK).await;
+        }
+    }
+    first_allocation_active(&w.server, &t).await;
+    w.call(&admin, M::GET, "/api/v1/allocations", &format!("/api/v1/allocations?tenant={t}"), None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/nodes", "/api/v1/nodes", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/audit", &format!("/api/v1/audit?object=request/{r}"), None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/audit/entries", "/api/v1/audit/entries?limit=5", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/usage", "/api/v1/usage", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/telemetry/heatmap", "/api/v1/telemetry/heatmap?node=wire", None, S::OK).await;
+    let path = format!("/api/v1/requests/{r}/release");
+    w.call(&admin, M::POST, "/api/v1/requests/{id}/release", &path, Some(json!({"reason": "done"})), S::OK).await;
+
+    // A second request: rejected; a third: cancelled.
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb"}, "count": 1});
+    let second =
+        id(&w.call(&admin, M::POST, "/api/v1/requests", "/api/v1/requests", Some(ask.clone()), S::CREATED).await);
+    let path = format!("/api/v1/requests/{second}/reject");
+    w.call(&admin, M::POST, "/api/v1/requests/{id}/reject", &path, Some(json!({"reason": "no"})), S::OK).await;
+    let key = Some("wire-1");
+    let (m, p) = ("/api/v1/requests", "/api/v1/requests");
+    let third = id(&w.call_keyed(&admin, M::POST, m, p, Some(ask.clone()), key, S::CREATED).await);
+    let replay = w.call_keyed(&admin, M::POST, m, p, Some(ask), key, S::OK).await;
+    assert_eq!(id(&replay), third, "a replay answers with the request the key created");
+    let path = format!("/api/v1/requests/{third}/cancel");
+    w.call(&admin, M::POST, "/api/v1/requests/{id}/cancel", &path, None, S::OK).await;
+
+    // Fleet changes by hand.
+    w.call(&admin, M::POST, "/api/v1/gpus/{id}/cordon", &format!("/api/v1/gpus/{gpu}/cordon"), None, S::OK).await;
+    w.call(&admin, M::POST, "/api/v1/gpus/{id}/uncordon", &format!("/api/v1/gpus/{gpu}/uncordon"), None, S::OK).await;
+    let path = format!("/api/v1/gpus/{gpu}/auto-layout");
+    w.call(&admin, M::PUT, "/api/v1/gpus/{id}/auto-layout", &path, Some(json!({"enabled": false})), S::OK).await;
+    let nodes = w.call(&admin, M::GET, "/api/v1/nodes", "/api/v1/nodes", None, S::OK).await;
+    let now = nodes.as_array().and_then(|n| n.iter().find(|n| n["name"] == "wire")).expect("node")["gpus"][0].clone();
+    assert_eq!(now["layout"][0]["profile"], "1g.10gb", "{now}");
+    let edit = json!({"instances": [{"profile": "7g.80gb", "start": 0}]});
+    let proposal = w
+        .call(&admin, M::PUT, "/api/v1/gpus/{id}/layout", &format!("/api/v1/gpus/{gpu}/layout"), Some(edit), S::CREATED)
+        .await;
+    let path = format!("/api/v1/layouts/{}/reject", id(&proposal));
+    w.call(&admin, M::POST, "/api/v1/layouts/{id}/reject", &path, Some(json!({"reason": "not now"})), S::OK).await;
+    let spare = w
+        .call(&admin, M::POST, "/api/v1/nodes", "/api/v1/nodes", Some(json!({"name": "spare", "gpus": []})), S::CREATED)
+        .await;
+    let n = id(&spare);
+    let path = format!("/api/v1/nodes/{n}/credentials");
+    w.call(&admin, M::POST, "/api/v1/nodes/{id}/credentials", &path, None, S::CREATED).await;
+    w.call(&admin, M::DELETE, "/api/v1/nodes/{id}/credentials", &path, None, S::OK).await;
+
+    // Refusals are problem reports of the documented shape.
+    w.call(&admin, M::GET, "/api/v1/requests/{id}", "/api/v1/requests/nope", None, S::NOT_FOUND).await;
+    let bad = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb"}, "count": 99});
+    let refused = w.call(&admin, M::POST, "/api/v1/requests", "/api/v1/requests", Some(bad), S::CONFLICT).await;
+    assert_eq!(refused["code"], "quota_exceeded", "{refused}");
+    assert!(refused["errors"].as_array().is_some_and(|e| !e.is_empty()), "every limit is listed: {refused}");
+
+    // Every JSON success answer of the document was decoded, but the agent's (core types, shared with the agent)
+    // and sign-in by password (the browser's; its answer is the session view decoded above).
+    let mut missing = Vec::new();
+    for (path, ops) in w.doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("operations") {
+            for status in ["200", "201"] {
+                let json = op["responses"][status]["content"]["application/json"].is_object();
+                let skipped = path.starts_with("/api/v1/agent/") || path == "/auth/local" || path == "/auth/logout";
+                let done = w.covered.contains(&(method.to_uppercase(), path.clone(), status.parse().expect("status")));
+                if json && !skipped && !done {
+                    missing.push(format!("{} {path} {status}", method.to_uppercase()));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "JSON answers never decoded through the wire types: {missing:#?}");
+    drop(agent);
+}
