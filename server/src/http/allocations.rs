@@ -33,34 +33,5 @@ pub async fn list_allocations(
     p: Principal,
     ApiQuery(q): ApiQuery<AllocationQuery>,
 ) -> Result<ApiJson<Vec<AllocationView>>, ApiError> {
-    super::auth::require_visible(&p, &q.tenant, "tenant")?;
-    let nodes = state.store.nodes().await?;
-    let allocations = state.store.tenant_allocations(&q.tenant).await?;
-    let devices = state.store.allocation_devices(&q.tenant).await?;
-    let views = allocations
-        .into_iter()
-        .filter_map(|a| {
-            let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
-            let whole = !gpu.mig_enabled;
-            Some(AllocationView {
-                k8s_resource: if whole {
-                    "nvidia.com/gpu".to_string()
-                } else {
-                    format!("nvidia.com/mig-{}", a.profile)
-                },
-                waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
-                device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                id: a.id,
-                request: a.request_id,
-                state: a.state,
-                node: node.name.clone(),
-                gpu_uuid: gpu.uuid.clone(),
-                gpu_index: gpu.index,
-                profile: a.profile,
-                start: a.start,
-            })
-        })
-        .collect();
-    Ok(ApiJson(views))
+    Ok(ApiJson(fleet::allocations(&state, &p, &q.tenant).await?))
 }

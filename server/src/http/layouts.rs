@@ -3,7 +3,6 @@
 
 use axum::extract::{Path, State};
 
-use super::auth::require_platform_admin;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use super::nodes::GpuView;
 use crate::app::AppState;
@@ -38,13 +37,7 @@ pub async fn list_layouts(
     p: Principal,
     ApiQuery(q): ApiQuery<LayoutQuery>,
 ) -> Result<ApiJson<Vec<LayoutView>>, ApiError> {
-    require_platform_admin(&p)?;
-    if let Some(s) = &q.state
-        && !["proposed", "approved", "rejected"].contains(&s.as_str())
-    {
-        return Err(ApiError::invalid("invalid_state", "state is proposed, approved or rejected"));
-    }
-    Ok(ApiJson(state.store.proposals(q.state.as_deref()).await?.into_iter().map(Into::into).collect()))
+    Ok(ApiJson(approvals::layouts(&state, &p, q.state.as_deref()).await?.into_iter().map(Into::into).collect()))
 }
 
 /// Approve a layout proposal: the GPU's layout changes (platform admins).
@@ -84,8 +77,7 @@ pub async fn set_auto_layout(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<AutoLayout>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    require_platform_admin(&p)?;
-    Ok(ApiJson(state.store.set_auto_layout(&id, body.enabled, &p.actor()).await?.into()))
+    Ok(ApiJson(approvals::set_auto_layout(&state, &p, &id, body.enabled).await?.into()))
 }
 
 /// Propose a new layout for a GPU by hand (platform admins). It is checked against the MIG rules and must keep
@@ -116,7 +108,5 @@ pub async fn get_layout(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
-    require_platform_admin(&p)?;
-    let found = state.store.proposals(None).await?.into_iter().find(|l| l.id == id);
-    found.map(|l| ApiJson(l.into())).ok_or_else(|| ApiError::NotFound(format!("layout proposal {id} not found")))
+    Ok(ApiJson(approvals::layout(&state, &p, &id).await?.into()))
 }

@@ -293,3 +293,32 @@ pub async fn propose_layout(
         Err(e) => Err(e.into()),
     }
 }
+
+/// Layout proposals, newest first, optionally only in one state (platform admins).
+pub async fn layouts(state: &AppState, p: &Principal, only: Option<&str>) -> Result<Vec<LayoutProposal>, ApiError> {
+    p.require_platform_admin()?;
+    if let Some(s) = only
+        && !["proposed", "approved", "rejected"].contains(&s)
+    {
+        return Err(ApiError::invalid("invalid_state", "state is proposed, approved or rejected"));
+    }
+    Ok(state.store.proposals(only).await?)
+}
+
+/// One layout proposal (platform admins).
+pub async fn layout(state: &AppState, p: &Principal, id: &str) -> Result<LayoutProposal, ApiError> {
+    p.require_platform_admin()?;
+    let found = state.store.proposals(None).await?.into_iter().find(|l| l.id == id);
+    found.ok_or_else(|| ApiError::NotFound(format!("layout proposal {id} not found")))
+}
+
+/// Turns auto-layout on or off for a GPU (platform admins).
+pub async fn set_auto_layout(
+    state: &AppState,
+    p: &Principal,
+    gpu_id: &str,
+    enabled: bool,
+) -> Result<crate::store::Gpu, ApiError> {
+    p.require_platform_admin()?;
+    Ok(state.store.set_auto_layout(gpu_id, enabled, &p.actor()).await?)
+}

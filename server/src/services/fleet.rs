@@ -141,3 +141,42 @@ pub fn planner_input(
         .collect();
     PlanInput { gpus, demand: vec![demand] }
 }
+
+/// A tenant's allocations with what a workload needs to find them (its members, or platform admins).
+pub async fn allocations(
+    state: &AppState,
+    p: &Principal,
+    tenant: &str,
+) -> Result<Vec<tessera_api::allocations::AllocationView>, ApiError> {
+    use tessera_api::allocations::AllocationView;
+    p.require_visible(tenant, "tenant")?;
+    let nodes = state.store.nodes().await?;
+    let allocations = state.store.tenant_allocations(tenant).await?;
+    let devices = state.store.allocation_devices(tenant).await?;
+    let views = allocations
+        .into_iter()
+        .filter_map(|a| {
+            let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
+            let whole = !gpu.mig_enabled;
+            Some(AllocationView {
+                k8s_resource: if whole {
+                    "nvidia.com/gpu".to_string()
+                } else {
+                    format!("nvidia.com/mig-{}", a.profile)
+                },
+                waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
+                device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
+                cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
+                id: a.id,
+                request: a.request_id,
+                state: a.state,
+                node: node.name.clone(),
+                gpu_uuid: gpu.uuid.clone(),
+                gpu_index: gpu.index,
+                profile: a.profile,
+                start: a.start,
+            })
+        })
+        .collect();
+    Ok(views)
+}
