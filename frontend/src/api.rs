@@ -5,47 +5,29 @@
 //! - In the browser (`hydrate`), `fetch` with the session cookie; state changes echo the CSRF cookie in
 //!   `X-CSRF-Token`, as the API requires of cookie sessions.
 //!
-//! Either way the answer is the API's JSON, or its problem+json error turned into a [`Problem`].
+//! Either way the answer is the API's JSON decoded into its `tessera_api` type, or its problem+json error as a
+//! [`Problem`]. Bodies sent are `tessera_api` types too.
 
 use std::future::Future;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+pub use tessera_api::Problem;
 
-/// An API error, as problem+json carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// HTTP status (0: the request did not get an answer).
-    #[serde(default)]
-    pub status: u16,
-    /// Stable code, e.g. `unauthenticated`, `quota_exceeded`.
-    #[serde(default)]
-    pub code: String,
-    /// Short summary.
-    #[serde(default)]
-    pub title: String,
-    /// What went wrong.
-    #[serde(default)]
-    pub detail: String,
+/// What the portal reads off a problem report.
+pub trait ProblemExt {
+    /// Whether the caller must sign in first.
+    fn needs_sign_in(&self) -> bool;
+    /// One line for people.
+    fn message(&self) -> String;
 }
 
-impl Problem {
-    fn transport(detail: impl Into<String>) -> Problem {
-        Problem {
-            status: 0,
-            code: "unreachable".into(),
-            title: "The server did not answer".into(),
-            detail: detail.into(),
-        }
-    }
-
-    /// Whether the caller must sign in first.
-    pub fn needs_sign_in(&self) -> bool {
+impl ProblemExt for Problem {
+    fn needs_sign_in(&self) -> bool {
         self.status == 401
     }
 
-    /// One line for people.
-    pub fn message(&self) -> String {
+    fn message(&self) -> String {
         match (self.detail.is_empty(), self.title.is_empty()) {
             (false, _) => self.detail.clone(),
             (true, false) => self.title.clone(),
@@ -54,21 +36,37 @@ impl Problem {
     }
 }
 
+/// A problem the portal itself reports: status 0 when the request did not get an answer, else the answer's status.
+fn local_problem(status: u16, code: &str, title: &str, detail: impl Into<String>) -> Problem {
+    Problem {
+        kind: "about:blank".into(),
+        title: title.into(),
+        status,
+        detail: detail.into(),
+        code: code.into(),
+        errors: Vec::new(),
+    }
+}
+
+fn transport(detail: impl Into<String>) -> Problem {
+    local_problem(0, "unreachable", "The server did not answer", detail)
+}
+
+/// The answer as `T`, or as the problem it reports. An empty answer (204) decodes as `()`.
+#[allow(
+    clippy::result_large_err,
+    reason = "pages keep the problem itself in their resources, so a box would be undone at once (and on wasm32 it \
+              is small enough)"
+)]
 fn decode<T: DeserializeOwned>(status: u16, body: &str) -> Result<T, Problem> {
     if (200..300).contains(&status) {
-        return serde_json::from_str(body).map_err(|e| Problem {
-            status,
-            code: "bad_response".into(),
-            title: "Unexpected answer".into(),
-            detail: e.to_string(),
-        });
+        let body = if body.trim().is_empty() { "null" } else { body };
+        return serde_json::from_str(body)
+            .map_err(|e| local_problem(status, "bad_response", "Unexpected answer", e.to_string()));
     }
-    let mut problem: Problem = serde_json::from_str(body).unwrap_or_else(|_| Problem {
-        status,
-        code: String::new(),
-        title: String::new(),
-        detail: body.chars().take(200).collect(),
-    });
+    // Anything but a problem report (a proxy's error page, say) shows as its first characters.
+    let mut problem: Problem = serde_json::from_str(body)
+        .unwrap_or_else(|_| local_problem(status, "", "", body.chars().take(200).collect::<String>()));
     problem.status = status;
     Err(problem)
 }
@@ -100,16 +98,31 @@ pub fn get_json<T: DeserializeOwned + 'static>(path: String) -> impl Future<Outp
     }
 }
 
-/// A state change (`POST`, `PUT`, `DELETE`) with a JSON body, decoded.
+/// A state change (`POST`, `PUT`, `DELETE`) with a JSON body (one of the `tessera_api` bodies), decoded. An
+/// empty answer (204) decodes as `()`.
 pub fn send_json<T: DeserializeOwned + 'static>(
     method: &'static str,
     path: String,
-    body: Option<serde_json::Value>,
+    body: impl Serialize,
 ) -> impl Future<Output = Result<T, Problem>> + Send {
-    let call = send(method, path, body.map(|b| b.to_string()));
+    // Nothing is sent when the body does not encode: the request only goes out when `call` is awaited.
+    let call = serde_json::to_string(&body)
+        .map(|body| send(method, path, Some(body)))
+        .map_err(|e| local_problem(0, "bad_body", "The body could not be written", e.to_string()));
+    async move {
+        let (status, body) = call?.await?;
+        decode(status, &body)
+    }
+}
+
+/// A state change without a body (approve, cancel, revoke...), decoded. An empty answer (204) decodes as `()`.
+pub fn send_empty<T: DeserializeOwned + 'static>(
+    method: &'static str,
+    path: String,
+) -> impl Future<Output = Result<T, Problem>> + Send {
+    let call = send(method, path, None);
     async move {
         let (status, body) = call.await?;
-        let body = if body.trim().is_empty() { "null".to_string() } else { body };
         decode(status, &body)
     }
 }
@@ -124,7 +137,7 @@ fn send(
     let api = use_context::<InProcessApi>();
     let parts = use_context::<http::request::Parts>();
     async move {
-        let api = api.ok_or_else(|| Problem::transport("no API in this context"))?;
+        let api = api.ok_or_else(|| transport("no API in this context"))?;
         let mut request = http::Request::builder().method(method).uri(&path).header("accept", "application/json");
         if let Some(parts) = &parts {
             for name in ["cookie", "authorization", "x-csrf-token"] {
@@ -136,7 +149,7 @@ fn send(
         if body.is_some() {
             request = request.header("content-type", "application/json");
         }
-        let request = request.body(body.unwrap_or_default()).map_err(|e| Problem::transport(e.to_string()))?;
+        let request = request.body(body.unwrap_or_default()).map_err(|e| transport(e.to_string()))?;
         Ok((api.0)(request).await)
     }
 }
@@ -151,12 +164,8 @@ fn send(
 }
 
 #[cfg(not(any(feature = "ssr", feature = "hydrate")))]
-fn send(
-    _method: &'static str,
-    path: String,
-    _body: Option<String>,
-) -> impl Future<Output = Result<(u16, String), Problem>> + Send {
-    async move { Err(Problem::transport(format!("{path}: built without `ssr` or `hydrate`"))) }
+async fn send(_method: &'static str, path: String, _body: Option<String>) -> Result<(u16, String), Problem> {
+    Err(transport(format!("{path}: built without `ssr` or `hydrate`")))
 }
 
 /// Browser-only helpers.
@@ -165,7 +174,7 @@ pub mod browser {
     use wasm_bindgen::JsCast;
     use wasm_bindgen_futures::JsFuture;
 
-    use super::Problem;
+    use super::{Problem, transport};
 
     /// The session's CSRF token (readable cookie `tessera_csrf`).
     pub fn csrf_token() -> Option<String> {
@@ -176,8 +185,8 @@ pub mod browser {
 
     /// `fetch`, same-origin credentials, CSRF header on state changes.
     pub async fn fetch(method: &str, path: &str, body: Option<String>) -> Result<(u16, String), Problem> {
-        let err = |e: wasm_bindgen::JsValue| Problem::transport(format!("{e:?}"));
-        let window = web_sys::window().ok_or_else(|| Problem::transport("no window"))?;
+        let err = |e: wasm_bindgen::JsValue| transport(format!("{e:?}"));
+        let window = web_sys::window().ok_or_else(|| transport("no window"))?;
         let init = web_sys::RequestInit::new();
         init.set_method(method);
         init.set_credentials(web_sys::RequestCredentials::SameOrigin);
@@ -214,5 +223,8 @@ mod tests {
         assert_eq!((err.status, err.message()), (502, "Bad Gateway".to_string()));
         assert!(decode::<serde_json::Value>(401, "{}").expect_err("401").needs_sign_in());
         assert_eq!(decode::<Vec<u8>>(200, "[1,2]"), Ok(vec![1, 2]));
+        assert_eq!(decode::<()>(204, ""), Ok(()), "an empty answer is `()`");
+        let err = decode::<()>(200, r#"{"id":1}"#).expect_err("not the documented type");
+        assert_eq!((err.status, err.code.as_str()), (200, "bad_response"));
     }
 }

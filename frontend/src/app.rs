@@ -5,8 +5,10 @@ use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::path;
 
+use tessera_api::signin::SessionView;
+use tessera_api::tenants::TenantView;
+
 use crate::api;
-use crate::model::{Session, Tenant};
 use crate::pages::{
     admin::{TenantAdminPage, TenantsAdminPage},
     approvals::ApprovalsPage,
@@ -54,9 +56,9 @@ pub fn shell(options: LeptosOptions, hydrates: bool) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    let session: SessionResource = Resource::new(|| (), |_| api::get_json::<Session>("/api/v1/session".into()));
+    let session: SessionResource = Resource::new(|| (), |_| api::get_json::<SessionView>("/api/v1/session".into()));
     provide_context(session);
-    let tenants: TenantsResource = Resource::new(|| (), |_| api::get_json::<Vec<Tenant>>("/api/v1/tenants".into()));
+    let tenants: TenantsResource = Resource::new(|| (), |_| api::get_json::<Vec<TenantView>>("/api/v1/tenants".into()));
     provide_context(tenants);
     view! {
         <Title text="Tessera" />
@@ -134,7 +136,7 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
 
 /// The viewer's tenants: a link for one, a switcher for several.
 #[component]
-fn TenantSwitch(session: Session, tenants: Vec<Tenant>) -> impl IntoView {
+fn TenantSwitch(session: SessionView, tenants: Vec<TenantView>) -> impl IntoView {
     let name = move |id: &str| tenants.iter().find(|t| t.id == id).map_or_else(|| id.to_string(), |t| t.name.clone());
     let mine: Vec<(String, String)> = session.memberships.iter().map(|m| (m.tenant.clone(), name(&m.tenant))).collect();
     match mine.len() {

@@ -4,7 +4,8 @@
 //! before any script runs) and hydrate in the browser (feature `hydrate`, built for wasm32 by `cargo xtask site`).
 //! Pages read the REST API and nothing else: on the server through an in-process call of the API router with the
 //! request's own cookie (the same authorisation as any client, no network hop), in the browser with `fetch`. See
-//! [`api`].
+//! [`api`]. What they read and send are the server's own wire types from `tessera-api`, never copies of them: a
+//! field renamed on the server is a compile error here.
 //!
 //! Rules are not copied here: layout validation and quota arithmetic come from `tessera-core`, which the server
 //! runs too.
@@ -14,9 +15,9 @@
 
 pub mod api;
 pub mod app;
-pub mod model;
 pub mod pages;
 pub mod widgets;
+pub mod wire;
 
 pub use app::{App, shell};
 pub use tessera_core::layout::{LayoutError, validate};

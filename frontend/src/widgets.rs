@@ -4,14 +4,16 @@
 use leptos::prelude::*;
 use leptos_router::components::A;
 
-use crate::api::Problem;
-use crate::model::{Session, Tenant};
+use tessera_api::signin::SessionView;
+use tessera_api::tenants::TenantView;
+
+use crate::api::{Problem, ProblemExt};
 
 /// The session of the page's viewer (`Err` with status 401 when nobody is signed in).
-pub type SessionResource = Resource<Result<Session, Problem>>;
+pub type SessionResource = Resource<Result<SessionView, Problem>>;
 
 /// The tenants the viewer may see (names for ids).
-pub type TenantsResource = Resource<Result<Vec<Tenant>, Problem>>;
+pub type TenantsResource = Resource<Result<Vec<TenantView>, Problem>>;
 
 /// What a page shows when the API refused: a sign-in link for 401, the API's message otherwise.
 pub fn problem_view(problem: &Problem) -> AnyView {

@@ -5,12 +5,15 @@
 use leptos::prelude::*;
 use leptos_router::components::A;
 use leptos_router::hooks::use_params_map;
+use tessera_api::Role;
+use tessera_api::people::{MemberView, Membership, NewUser, UserView};
+use tessera_api::tenants::{NewTenant, PolicyUpdate, QuotaUpdate, QuotaView, TenantView};
 use tessera_core::catalog::Catalog;
 use tessera_core::quota::Resource as QuotaResource;
 
-use crate::api;
-use crate::model::{Member, Quotas, Tenant, User};
+use crate::api::{self, ProblemExt};
 use crate::widgets::{TenantsResource, problem_view};
+use crate::wire::role_label;
 
 /// A quota edit checked as the server checks it: `(canonical key, limit)`, where a blank amount (`None`) removes
 /// the limit and leaves the resource unlimited, or the reason it is refused.
@@ -64,8 +67,8 @@ pub fn TenantsAdminPage() -> impl IntoView {
             return;
         };
         leptos::task::spawn_local(async move {
-            let body = serde_json::json!({ "name": n, "auto_approve": auto.get_untracked(), "auto_approve_max_compute_slices": m });
-            match api::send_json::<Tenant>("POST", "/api/v1/tenants".into(), Some(body)).await {
+            let body = NewTenant { name: n, auto_approve: auto.get_untracked(), auto_approve_max_compute_slices: m };
+            match api::send_json::<TenantView>("POST", "/api/v1/tenants".into(), body).await {
                 Ok(t) => {
                     message.set(Some((true, format!("Created {}.", t.name))));
                     name.set(String::new());
@@ -114,7 +117,7 @@ pub fn TenantsAdminPage() -> impl IntoView {
     }
 }
 
-fn policy_text(t: &Tenant) -> String {
+fn policy_text(t: &TenantView) -> String {
     if t.auto_approve {
         format!("automatic up to {} compute slices", t.auto_approve_max_compute_slices)
     } else {
@@ -127,7 +130,7 @@ fn policy_text(t: &Tenant) -> String {
 pub fn TenantAdminPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
-    let tenant = Resource::new(id, |id| api::get_json::<Tenant>(format!("/api/v1/tenants/{id}")));
+    let tenant = Resource::new(id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
     view! {
         <section class="page">
             <p><A href="/admin/tenants">"← Tenants"</A></p>
@@ -151,7 +154,7 @@ pub fn TenantAdminPage() -> impl IntoView {
 }
 
 #[component]
-fn PolicyCard(t: Tenant) -> impl IntoView {
+fn PolicyCard(t: TenantView) -> impl IntoView {
     let auto = RwSignal::new(t.auto_approve);
     let max = RwSignal::new(t.auto_approve_max_compute_slices.to_string());
     let message = RwSignal::new(None::<(bool, String)>);
@@ -162,10 +165,9 @@ fn PolicyCard(t: Tenant) -> impl IntoView {
             message.set(Some((false, "The auto-approval size is a whole number of compute slices.".into())));
             return;
         };
-        let body = serde_json::json!({ "auto_approve": auto.get_untracked(), "auto_approve_max_compute_slices": m });
+        let body = PolicyUpdate { auto_approve: auto.get_untracked(), auto_approve_max_compute_slices: m };
         leptos::task::spawn_local(async move {
-            match api::send_json::<Tenant>("PUT", format!("/api/v1/tenants/{}/policy", id.get_value()), Some(body))
-                .await
+            match api::send_json::<TenantView>("PUT", format!("/api/v1/tenants/{}/policy", id.get_value()), body).await
             {
                 // The card keeps its own state: reloading the tenant would render a new card and lose the message.
                 Ok(t) => message.set(Some((true, format!("Saved: {}.", policy_text(&t))))),
@@ -188,7 +190,7 @@ fn PolicyCard(t: Tenant) -> impl IntoView {
 fn QuotaCard(tenant: String) -> impl IntoView {
     let id = StoredValue::new(tenant);
     let quotas =
-        Resource::new(move || id.get_value(), |t| api::get_json::<Quotas>(format!("/api/v1/tenants/{t}/quotas")));
+        Resource::new(move || id.get_value(), |t| api::get_json::<QuotaView>(format!("/api/v1/tenants/{t}/quotas")));
     let edits = RwSignal::new(Vec::<(String, String)>::new()); // (key, amount) typed
     let new_key = RwSignal::new(String::new());
     let new_amount = RwSignal::new(String::new());
@@ -220,13 +222,9 @@ fn QuotaCard(tenant: String) -> impl IntoView {
             messages.set(vec![(false, "Nothing changed.".into())]);
             return;
         }
-        let limits: serde_json::Map<String, serde_json::Value> =
-            checked.into_iter().flatten().map(|(k, v)| (k, serde_json::json!(v))).collect();
+        let body = QuotaUpdate { limits: checked.into_iter().flatten().collect() };
         leptos::task::spawn_local(async move {
-            let body = serde_json::json!({ "limits": limits });
-            match api::send_json::<Quotas>("PUT", format!("/api/v1/tenants/{}/quotas", id.get_value()), Some(body))
-                .await
-            {
+            match api::send_json::<QuotaView>("PUT", format!("/api/v1/tenants/{}/quotas", id.get_value()), body).await {
                 Ok(_) => {
                     messages.set(vec![(true, "Quotas saved.".into())]);
                     edits.set(Vec::new());
@@ -299,22 +297,27 @@ fn QuotaCard(tenant: String) -> impl IntoView {
     }
 }
 
+/// The roles a member may have, in the order the selects offer them.
+const ROLES: [Role; 2] = [Role::Member, Role::TenantAdmin];
+
 #[component]
 fn MembersCard(tenant: String) -> impl IntoView {
     let id = StoredValue::new(tenant);
-    let members =
-        Resource::new(move || id.get_value(), |t| api::get_json::<Vec<Member>>(format!("/api/v1/tenants/{t}/members")));
-    let users = Resource::new(|| (), |_| api::get_json::<Vec<User>>("/api/v1/users".into()));
+    let members = Resource::new(
+        move || id.get_value(),
+        |t| api::get_json::<Vec<MemberView>>(format!("/api/v1/tenants/{t}/members")),
+    );
+    let users = Resource::new(|| (), |_| api::get_json::<Vec<UserView>>("/api/v1/users".into()));
     let add_user = RwSignal::new(String::new());
-    let add_role = RwSignal::new(String::from("member"));
+    let add_role = RwSignal::new(Role::Member);
     let new_user = RwSignal::new(String::new());
     let message = RwSignal::new(None::<(bool, String)>);
-    let set_role = move |user: String, role: String| {
+    let set_role = move |user: String, role: Role| {
         leptos::task::spawn_local(async move {
             let path = format!("/api/v1/tenants/{}/members/{user}", id.get_value());
-            match api::send_json::<serde_json::Value>("PUT", path, Some(serde_json::json!({ "role": role }))).await {
-                Ok(_) => {
-                    message.set(Some((true, format!("Role set to {role}."))));
+            match api::send_json::<()>("PUT", path, Membership { role }).await {
+                Ok(()) => {
+                    message.set(Some((true, format!("Role set to {}.", role_label(role)))));
                     members.refetch();
                 }
                 Err(p) => message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
@@ -324,8 +327,8 @@ fn MembersCard(tenant: String) -> impl IntoView {
     let remove = move |user: String, name: String| {
         leptos::task::spawn_local(async move {
             let path = format!("/api/v1/tenants/{}/members/{user}", id.get_value());
-            match api::send_json::<serde_json::Value>("DELETE", path, None).await {
-                Ok(_) => {
+            match api::send_empty::<()>("DELETE", path).await {
+                Ok(()) => {
                     message.set(Some((true, format!("Removed {name}."))));
                     members.refetch();
                 }
@@ -339,8 +342,8 @@ fn MembersCard(tenant: String) -> impl IntoView {
         leptos::task::spawn_local(async move {
             // A new name creates the user first (they sign in through the identity provider later).
             let user = if !create.trim().is_empty() {
-                let body = serde_json::json!({ "name": create.trim() });
-                match api::send_json::<User>("POST", "/api/v1/users".into(), Some(body)).await {
+                let body = NewUser { name: create.trim().to_string(), platform_admin: false };
+                match api::send_json::<UserView>("POST", "/api/v1/users".into(), body).await {
                     Ok(u) => {
                         users.refetch();
                         new_user.set(String::new());
@@ -366,7 +369,7 @@ fn MembersCard(tenant: String) -> impl IntoView {
                     match members.await {
                         Err(p) => problem_view(&p),
                         Ok(list) => {
-                            let others: Vec<User> = all.into_iter().filter(|u| !list.iter().any(|m| m.id == u.id)).collect();
+                            let others: Vec<UserView> = all.into_iter().filter(|u| !list.iter().any(|m| m.id == u.id)).collect();
                             view! {
                                 <table data-testid="member-list">
                                     <tbody>
@@ -376,9 +379,10 @@ fn MembersCard(tenant: String) -> impl IntoView {
                                                 <tr data-member=m.name.clone()>
                                                     <td>{m.name.clone()}</td>
                                                     <td>
-                                                        <select aria-label=format!("Role of {}", m.name) on:change=move |ev| set_role(a.clone(), event_target_value(&ev))>
-                                                            <option value="member" selected=m.role == "member">"member"</option>
-                                                            <option value="tenant-admin" selected=m.role == "tenant-admin">"tenant admin"</option>
+                                                        <select aria-label=format!("Role of {}", m.name) on:change=move |ev| {
+                                                            if let Ok(role) = event_target_value(&ev).parse::<Role>() { set_role(a.clone(), role) }
+                                                        }>
+                                                            {ROLES.map(|r| view! { <option value=r.as_str() selected=m.role == r>{role_label(r)}</option> })}
                                                         </select>
                                                     </td>
                                                     <td><button class="button small danger" on:click=move |_| remove(b.clone(), name.clone())>"Remove"</button></td>
@@ -396,9 +400,10 @@ fn MembersCard(tenant: String) -> impl IntoView {
                                     </label>
                                     <label>"or new"<input type="text" name="new-user" placeholder="name or e-mail" bind:value=new_user /></label>
                                     <label>"Role"
-                                        <select name="role" on:change=move |ev| add_role.set(event_target_value(&ev))>
-                                            <option value="member">"member"</option>
-                                            <option value="tenant-admin">"tenant admin"</option>
+                                        <select name="role" on:change=move |ev| {
+                                            if let Ok(role) = event_target_value(&ev).parse::<Role>() { add_role.set(role) }
+                                        }>
+                                            {ROLES.map(|r| view! { <option value=r.as_str()>{role_label(r)}</option> })}
                                         </select>
                                     </label>
                                     <button class="button primary" type="submit">"Add"</button>

@@ -4,17 +4,19 @@
 use std::collections::BTreeSet;
 
 use leptos::prelude::*;
+use tessera_api::layouts::{LayoutView, RejectLayout};
+use tessera_api::nodes::NodeView;
+use tessera_api::requests::{ApprovalView, RejectBody, RequestPage, RequestView};
 use tessera_core::planner::Plan;
 
-use crate::api::{self, Problem};
-use crate::model::{Approval, FleetNode, LayoutProposal, RequestPage, SliceRequest};
+use crate::api::{self, Problem, ProblemExt};
 use crate::pages::slots::diff_view;
 use crate::pages::tenant::{describe, short};
 use crate::pages::{ago, now_ms};
 use crate::widgets::{TenantsResource, problem_view};
 
 /// Where a GPU is: `(node name, GPU index, model)`. `gpu` is its id, its UUID, or the planner's `node/index`.
-pub fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {
+pub fn locate(nodes: &[NodeView], gpu: &str) -> Option<(String, u32, String)> {
     let by_index = gpu.rsplit_once('/').and_then(|(node, i)| Some((node, i.parse::<u32>().ok()?)));
     nodes.iter().find_map(|n| {
         n.gpus
@@ -25,7 +27,7 @@ pub fn locate(nodes: &[FleetNode], gpu: &str) -> Option<(String, u32, String)> {
 }
 
 /// Whether a request matches the filter text (tenant name, what it asks, reason).
-pub fn matches(r: &SliceRequest, tenant: &str, needle: &str) -> bool {
+pub fn matches(r: &RequestView, tenant: &str, needle: &str) -> bool {
     let needle = needle.trim().to_lowercase();
     needle.is_empty()
         || tenant.to_lowercase().contains(&needle)
@@ -39,9 +41,8 @@ pub fn ApprovalsPage() -> impl IntoView {
     let tenants = expect_context::<TenantsResource>();
     let pending =
         Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
-    let layouts =
-        Resource::new(|| (), |_| api::get_json::<Vec<LayoutProposal>>("/api/v1/layouts?state=proposed".into()));
-    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    let layouts = Resource::new(|| (), |_| api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()));
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
     let refresh = move || {
         pending.refetch();
         layouts.refetch();
@@ -62,7 +63,7 @@ pub fn ApprovalsPage() -> impl IntoView {
     // One decision; `Err` carries the API's message.
     let decide = move |id: String, approve: bool| async move {
         if approve {
-            api::send_json::<Approval>("POST", format!("/api/v1/requests/{id}/approve"), None).await.map(|a| {
+            api::send_empty::<ApprovalView>("POST", format!("/api/v1/requests/{id}/approve")).await.map(|a| {
                 let waiting = a.layout_proposals.iter().filter(|l| l.state == "proposed").count();
                 if waiting > 0 {
                     format!("Approved {}; {waiting} layout change(s) wait for approval below.", short(&id))
@@ -71,8 +72,8 @@ pub fn ApprovalsPage() -> impl IntoView {
                 }
             })
         } else {
-            let body = serde_json::json!({ "reason": reason.get_untracked() });
-            api::send_json::<SliceRequest>("POST", format!("/api/v1/requests/{id}/reject"), Some(body))
+            let body = RejectBody { reason: reason.get_untracked() };
+            api::send_json::<RequestView>("POST", format!("/api/v1/requests/{id}/reject"), body)
                 .await
                 .map(|_| format!("Rejected {}.", short(&id)))
         }
@@ -179,7 +180,7 @@ pub fn ApprovalsPage() -> impl IntoView {
 
 /// The planner's answer for one request, as it would place it now.
 #[component]
-fn PlacementCell(id: String, nodes: Resource<Result<Vec<FleetNode>, Problem>>) -> impl IntoView {
+fn PlacementCell(id: String, nodes: Resource<Result<Vec<NodeView>, Problem>>) -> impl IntoView {
     let plan =
         Resource::new(move || id.clone(), |id| api::get_json::<Plan>(format!("/api/v1/requests/{id}/placement")));
     view! {
@@ -208,8 +209,8 @@ fn PlacementCell(id: String, nodes: Resource<Result<Vec<FleetNode>, Problem>>) -
 /// A layout proposal as a diff, with Approve and Reject (a reason is needed to reject).
 #[component]
 pub fn LayoutCard(
-    l: LayoutProposal,
-    fleet: Vec<FleetNode>,
+    l: LayoutView,
+    fleet: Vec<NodeView>,
     reason: RwSignal<String>,
     on_done: Callback<(bool, String)>,
 ) -> impl IntoView {
@@ -226,13 +227,13 @@ pub fn LayoutCard(
             return;
         }
         leptos::task::spawn_local(async move {
-            let (path, body) = if approve {
-                (format!("/api/v1/layouts/{id}/approve"), None)
+            let (what, answer) = if approve {
+                ("approved", api::send_empty::<LayoutView>("POST", format!("/api/v1/layouts/{id}/approve")).await)
             } else {
-                (format!("/api/v1/layouts/{id}/reject"), Some(serde_json::json!({ "reason": why })))
+                let body = RejectLayout { reason: why };
+                ("rejected", api::send_json::<LayoutView>("POST", format!("/api/v1/layouts/{id}/reject"), body).await)
             };
-            let what = if approve { "approved" } else { "rejected" };
-            match api::send_json::<serde_json::Value>("POST", path, body).await {
+            match answer {
                 Ok(_) => on_done.run((true, format!("Layout change {} {what}.", short(&id)))),
                 Err(p) => on_done.run((false, format!("{}: {} ({})", short(&id), p.message(), p.code))),
             }
@@ -258,15 +259,13 @@ pub fn LayoutCard(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::node_with_gpu;
+    use crate::wire::tests::gpu;
     use tessera_core::request::{RequestState, SliceSpec};
 
     #[test]
     fn gpus_are_found_by_id_uuid_or_the_planners_reference() {
-        let gpu: crate::model::FleetGpu = serde_json::from_value(serde_json::json!({
-            "id": "g7", "index": 1, "uuid": "GPU-7", "model": "H100-80GB", "mig_enabled": true
-        }))
-        .expect("gpu");
-        let nodes = vec![FleetNode::with_gpu("demo-node-2".into(), gpu)];
+        let nodes = vec![node_with_gpu("demo-node-2".into(), gpu("g7", 1, "GPU-7"))];
         let at = Some(("demo-node-2".to_string(), 1, "H100-80GB".to_string()));
         assert_eq!(locate(&nodes, "g7"), at);
         assert_eq!(locate(&nodes, "GPU-7"), at);
@@ -276,7 +275,7 @@ mod tests {
 
     #[test]
     fn the_filter_looks_at_tenant_slice_and_reason() {
-        let r = SliceRequest {
+        let r = RequestView {
             id: "r".into(),
             tenant: "t".into(),
             spec: SliceSpec::Mig { profile: "3g.40gb".into(), model: None },

@@ -2,9 +2,9 @@
 //! a page at a time; each entry opens to show the object before and after.
 
 use leptos::prelude::*;
+use tessera_api::audit::{AuditPage, AuditView};
 
-use crate::api;
-use crate::model::{AuditPage, AuditRecord};
+use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 
@@ -58,7 +58,7 @@ pub fn AuditLogPage() -> impl IntoView {
     // The filter applied (on submit), and the pages loaded for it.
     let applied = RwSignal::new(audit_query("", "", "", None));
     let first = Resource::new(move || applied.get(), api::get_json::<AuditPage>);
-    let more = RwSignal::new(Vec::<AuditRecord>::new());
+    let more = RwSignal::new(Vec::<AuditView>::new());
     let next = RwSignal::new(None::<String>);
     let error = RwSignal::new(None::<String>);
     let search = move |ev: leptos::ev::SubmitEvent| {
@@ -121,7 +121,7 @@ pub fn AuditLogPage() -> impl IntoView {
     }
 }
 
-fn row(e: AuditRecord, now: i64) -> impl IntoView {
+fn row(e: AuditView, now: i64) -> impl IntoView {
     let change = (e.before.is_some() || e.after.is_some()).then(|| {
         view! {
             <details>

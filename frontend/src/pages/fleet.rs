@@ -4,15 +4,17 @@
 use leptos::prelude::*;
 use leptos_router::components::A;
 
+use tessera_api::nodes::{GpuView, NodeView};
+
 use crate::api;
-use crate::model::{FleetGpu, FleetNode};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
+use crate::wire::gpu_state;
 
 /// The fleet page.
 #[component]
 pub fn FleetPage() -> impl IntoView {
-    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
     #[cfg(feature = "hydrate")]
     {
         if let Ok(handle) = set_interval_with_handle(move || nodes.refetch(), std::time::Duration::from_secs(5)) {
@@ -56,14 +58,14 @@ pub fn FleetPage() -> impl IntoView {
     }
 }
 
-fn matches(node: &FleetNode, needle: &str) -> bool {
+fn matches(node: &NodeView, needle: &str) -> bool {
     node.name.to_lowercase().contains(needle)
         || node.state.contains(needle)
         || node.gpus.iter().any(|g| g.model.to_lowercase().contains(needle))
 }
 
 #[component]
-fn NodeCard(node: FleetNode, now: i64) -> impl IntoView {
+fn NodeCard(node: NodeView, now: i64) -> impl IntoView {
     let agent = node.agent.as_ref().map(|a| {
         format!(
             "agent {} · {}{}",
@@ -99,8 +101,8 @@ fn NodeCard(node: FleetNode, now: i64) -> impl IntoView {
 }
 
 #[component]
-fn GpuRow(gpu: FleetGpu, node_state: String) -> impl IntoView {
-    let state = gpu.state(&node_state);
+fn GpuRow(gpu: GpuView, node_state: String) -> impl IntoView {
+    let state = gpu_state(&gpu, &node_state);
     let applied = gpu.applied.clone().unwrap_or_default();
     let instances = if gpu.mig_enabled {
         gpu.layout

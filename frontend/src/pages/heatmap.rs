@@ -11,7 +11,8 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
-use serde::{Deserialize, Serialize};
+use tessera_api::telemetry::{Heatmap, HeatmapRow, Latest, Metric};
+use tessera_core::api::Sample;
 
 use crate::api;
 use crate::widgets::problem_view;
@@ -19,111 +20,47 @@ use crate::widgets::problem_view;
 /// Pixels per row.
 pub const ROW_H: u32 = 14;
 
-/// `GET /api/v1/telemetry/heatmap`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Heatmap {
-    /// `util`, `mem_pct`, ...
-    pub metric: String,
-    /// `%`, `MiB`, ...
-    pub unit: String,
-    /// First column's start, UTC ms.
-    pub from_ms: i64,
-    /// Column width, ms.
-    pub step_ms: i64,
-    /// Columns.
-    pub columns: usize,
-    /// `live` or `minutes`.
-    pub source: String,
-    /// Rows.
-    pub rows: Vec<Row>,
+/// The metric's name in a query (`util`, `mem_pct`, ...), as the API writes it.
+pub fn metric_name(metric: Metric) -> String {
+    serde_json::to_value(metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
-/// One device's row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Row {
-    /// Node id.
-    pub node_id: String,
-    /// Node name.
-    pub node: String,
-    /// GPU UUID.
-    pub gpu_uuid: String,
-    /// GPU index.
-    #[serde(default)]
-    pub gpu_index: Option<u32>,
-    /// Model.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// `GPU-...` or `MIG-...`.
-    pub device: String,
-    /// `gpu` or `mig`.
-    pub kind: String,
-    /// MIG profile.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// MIG start.
-    #[serde(default)]
-    pub start: Option<u8>,
-    /// Live allocations on it.
-    #[serde(default)]
-    pub allocations: Vec<RowAllocation>,
-    /// One value per column.
-    pub values: Vec<Option<f32>>,
-}
-
-/// An allocation on a row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RowAllocation {
-    /// Allocation id.
-    pub allocation: String,
-    /// Tenant name.
-    pub tenant: String,
-}
-
-/// One device's newest sample, from the live stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LiveSample {
-    /// Node id.
-    pub node_id: String,
-    /// Device UUID.
-    pub device: String,
-    /// GPU UUID.
-    pub gpu: String,
-    /// MIG profile.
-    #[serde(default)]
-    pub profile: Option<String>,
-    /// MIG start.
-    #[serde(default)]
-    pub start: Option<u8>,
-    /// The sample.
-    pub sample: tessera_core::api::Sample,
-}
-
-impl Row {
-    /// `demo-node-1 · GPU 0` or `1g.10gb@6`.
-    pub fn label(&self) -> String {
-        match (&self.profile, self.start) {
-            (Some(p), Some(s)) => format!("{p}@{s}"),
-            _ => format!("{} · GPU {}", self.node, self.gpu_index.map_or_else(|| "?".into(), |i| i.to_string())),
-        }
+/// `demo-node-1 · GPU 0` or `1g.10gb@6`.
+pub fn label(row: &HeatmapRow) -> String {
+    match (&row.profile, row.start) {
+        (Some(p), Some(s)) => format!("{p}@{s}"),
+        _ => format!("{} · GPU {}", row.node, row.gpu_index.map_or_else(|| "?".into(), |i| i.to_string())),
     }
 }
 
-impl Heatmap {
+/// What the live view does with a heatmap from the API: take in the samples of the event stream, and adopt a
+/// fresh fetch for rows the stream added.
+pub trait LiveHeatmap {
     /// The value a live sample gives for this heatmap's metric.
-    pub fn value_of(&self, s: &tessera_core::api::Sample) -> Option<f32> {
-        match self.metric.as_str() {
-            "util" => Some(s.util),
-            "mem_pct" => (s.mem_total_mib > 0.0).then(|| s.mem_used_mib / s.mem_total_mib * 100.0),
-            "mem_used" => Some(s.mem_used_mib),
-            "power" => s.power_w,
-            "temp" => s.temp_c,
-            _ => None,
-        }
-    }
+    fn value_of(&self, s: &Sample) -> Option<f32>;
 
     /// Fills in what rows added from the stream lack (node name, GPU index, model, who holds them) from a fresh
     /// fetch of the same heatmap, keeping the values. Returns whether anything changed.
-    pub fn adopt(&mut self, fresh: &Heatmap) -> bool {
+    fn adopt(&mut self, fresh: &Heatmap) -> bool;
+
+    /// Takes in live samples: the window moves on to the newest sample's column (older columns fall off the
+    /// left), and each sample lands in its column. Unknown devices get a row after their GPU's. Returns whether
+    /// anything changed.
+    fn apply(&mut self, samples: &[Latest]) -> bool;
+}
+
+impl LiveHeatmap for Heatmap {
+    fn value_of(&self, s: &Sample) -> Option<f32> {
+        match self.metric {
+            Metric::Util => Some(s.util),
+            Metric::MemPct => (s.mem_total_mib > 0.0).then(|| s.mem_used_mib / s.mem_total_mib * 100.0),
+            Metric::MemUsed => Some(s.mem_used_mib),
+            Metric::Power => s.power_w,
+            Metric::Temp => s.temp_c,
+        }
+    }
+
+    fn adopt(&mut self, fresh: &Heatmap) -> bool {
         let mut changed = false;
         for row in &mut self.rows {
             let Some(f) = fresh.rows.iter().find(|f| f.device == row.device) else { continue };
@@ -138,10 +75,7 @@ impl Heatmap {
         changed
     }
 
-    /// Takes in live samples: the window moves on to the newest sample's column (older columns fall off the left),
-    /// and each sample lands in its column. Unknown devices get a row after their GPU's. Returns whether anything
-    /// changed.
-    pub fn apply(&mut self, samples: &[LiveSample]) -> bool {
+    fn apply(&mut self, samples: &[Latest]) -> bool {
         let mut changed = false;
         let step = self.step_ms.max(1);
         if let Some(newest) = samples.iter().map(|s| s.sample.t).max() {
@@ -149,6 +83,7 @@ impl Heatmap {
             if newest >= end {
                 let shift = ((newest - end) / step + 1) as usize;
                 self.from_ms += step * shift as i64;
+                self.to_ms = self.from_ms + step * self.columns as i64;
                 for row in &mut self.rows {
                     let k = shift.min(row.values.len());
                     row.values.drain(..k);
@@ -170,7 +105,7 @@ impl Heatmap {
                 None => {
                     let after = self.rows.iter().rposition(|r| r.gpu_uuid == s.gpu);
                     let like = after.map(|i| self.rows[i].clone());
-                    let row = Row {
+                    let row = HeatmapRow {
                         node_id: s.node_id.clone(),
                         node: like.as_ref().map_or_else(|| s.node_id.clone(), |r| r.node.clone()),
                         gpu_uuid: s.gpu.clone(),
@@ -220,7 +155,7 @@ pub fn colour(v: Option<f32>, max: f32, empty: [u8; 3]) -> [u8; 3] {
 }
 
 /// The scale's top for a metric: 100 for percentages, else the largest value seen.
-pub fn scale_max(h: &Heatmap, rows: &[&Row]) -> f32 {
+pub fn scale_max(h: &Heatmap, rows: &[&HeatmapRow]) -> f32 {
     match h.unit.as_str() {
         "%" => 100.0,
         _ => rows.iter().flat_map(|r| r.values.iter().flatten()).fold(1.0_f32, |m, v| m.max(*v)),
@@ -228,7 +163,7 @@ pub fn scale_max(h: &Heatmap, rows: &[&Row]) -> f32 {
 }
 
 /// The rows shown: every GPU, and the instances of GPUs not folded.
-pub fn visible<'a>(h: &'a Heatmap, folded: &std::collections::HashSet<String>) -> Vec<&'a Row> {
+pub fn visible<'a>(h: &'a Heatmap, folded: &std::collections::HashSet<String>) -> Vec<&'a HeatmapRow> {
     h.rows.iter().filter(|r| r.kind == "gpu" || !folded.contains(&r.gpu_uuid)).collect()
 }
 
@@ -244,14 +179,14 @@ fn ramp() -> &'static [[u8; 4]; 256] {
 }
 
 /// RGBA pixels, one per cell, `columns` wide and `rows.len()` high.
-pub fn pixels(rows: &[&Row], columns: usize, max: f32, empty: [u8; 3]) -> Vec<u8> {
+pub fn pixels(rows: &[&HeatmapRow], columns: usize, max: f32, empty: [u8; 3]) -> Vec<u8> {
     let mut out = vec![0u8; rows.len() * columns * 4];
     pixels_into(&mut out, rows, columns, max, empty);
     out
 }
 
 /// [`pixels`] into a buffer of the right size.
-pub fn pixels_into(out: &mut [u8], rows: &[&Row], columns: usize, max: f32, empty: [u8; 3]) {
+pub fn pixels_into(out: &mut [u8], rows: &[&HeatmapRow], columns: usize, max: f32, empty: [u8; 3]) {
     let ramp = ramp();
     let gap = [empty[0], empty[1], empty[2], 255];
     let k = 255.0 / max.max(f32::EPSILON);
@@ -348,7 +283,7 @@ pub fn HeatmapPage() -> impl IntoView {
                                     {if has_instances {
                                         view! { <button class="fold" aria-expanded=open.to_string() on:click=move |_| folded.update(|s| { if !s.remove(&gpu) { s.insert(gpu.clone()); } })>{if open { "▾" } else { "▸" }}</button> }.into_any()
                                     } else { view! { <span class="fold"></span> }.into_any() }}
-                                    <span class="name">{r.label()}</span>
+                                    <span class="name">{label(r)}</span>
                                     {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
                                 </li>
                             }
@@ -407,14 +342,15 @@ pub fn synthetic(spec: &str) -> Heatmap {
         (seed % 1000) as f32 / 10.0
     };
     Heatmap {
-        metric: "util".into(),
-        unit: "%".into(),
+        metric: Metric::Util,
+        unit: Metric::Util.unit().into(),
         from_ms: 0,
+        to_ms: 1000 * columns as i64,
         step_ms: 1000,
         columns,
         source: "live".into(),
         rows: (0..rows)
-            .map(|i| Row {
+            .map(|i| HeatmapRow {
                 node_id: format!("n{}", i / 8),
                 node: format!("bench-node-{}", i / 8),
                 gpu_uuid: format!("GPU-{i}"),
@@ -442,7 +378,7 @@ mod draw {
     use wasm_bindgen::{Clamped, JsCast};
     use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
 
-    use super::{Heatmap, LiveSample, ROW_H, scale_max, visible};
+    use super::{Heatmap, Latest, LiveHeatmap, ROW_H, scale_max, visible};
 
     thread_local! {
         /// The cells' image (one pixel a cell) and its pixel buffer, kept from frame to frame.
@@ -577,11 +513,11 @@ mod draw {
         for f in 0..40 {
             let t0 = now();
             let t = h.from_ms + h.step_ms * h.columns as i64;
-            let samples: Vec<LiveSample> = h
+            let samples: Vec<Latest> = h
                 .rows
                 .iter()
                 .enumerate()
-                .map(|(i, r)| LiveSample {
+                .map(|(i, r)| Latest {
                     node_id: r.node_id.clone(),
                     device: r.device.clone(),
                     gpu: r.gpu_uuid.clone(),
@@ -668,7 +604,7 @@ mod draw {
             let Ok(es) = web_sys::EventSource::new("/api/v1/telemetry/live") else { return };
             let on_samples = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
                 let Some(text) = ev.data().as_string() else { return };
-                let Ok(samples) = serde_json::from_str::<Vec<LiveSample>>(&text) else { return };
+                let Ok(samples) = serde_json::from_str::<Vec<Latest>>(&text) else { return };
                 let mut grew = false;
                 live.update(|h| {
                     if let Some(h) = h.as_mut().filter(|h| h.source == "live") {
@@ -679,7 +615,8 @@ mod draw {
                 });
                 // Rows first seen in the stream: who holds them comes from the heatmap API.
                 if grew {
-                    let metric = live.with_untracked(|h| h.as_ref().map(|h| h.metric.clone())).unwrap_or_default();
+                    let metric =
+                        live.with_untracked(|h| h.as_ref().map(|h| super::metric_name(h.metric))).unwrap_or_default();
                     leptos::task::spawn_local(async move {
                         let path = format!("/api/v1/telemetry/heatmap?metric={metric}");
                         if let Ok(fresh) = crate::api::get_json::<Heatmap>(path).await {
@@ -724,7 +661,7 @@ mod draw {
                         .collect::<Vec<_>>();
                     Some(format!(
                         "{} · {} · {} · {}{}",
-                        row.label(),
+                        super::label(row),
                         row.device,
                         String::from(when),
                         value.map_or_else(|| "no sample".into(), |v| format!("{v:.1} {}", h.unit)),
@@ -745,13 +682,14 @@ mod draw {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_api::telemetry::RowAllocation;
 
     fn sample(t: i64, util: f32) -> tessera_core::api::Sample {
         tessera_core::api::Sample { t, util, mem_used_mib: 10.0, mem_total_mib: 40.0, power_w: None, temp_c: None }
     }
 
-    fn live(device: &str, gpu: &str, t: i64, util: f32) -> LiveSample {
-        LiveSample {
+    fn live(device: &str, gpu: &str, t: i64, util: f32) -> Latest {
+        Latest {
             node_id: "n".into(),
             device: device.into(),
             gpu: gpu.into(),
@@ -767,14 +705,14 @@ mod tests {
         h.rows[0].gpu_uuid = "GPU-0".into();
         // Columns cover [0, 4000); a sample at 5500 moves the window by two columns.
         assert!(h.apply(&[live("GPU-0", "GPU-0", 5500, 42.0)]));
-        assert_eq!(h.from_ms, 2000);
+        assert_eq!((h.from_ms, h.to_ms), (2000, 6000));
         assert_eq!(h.rows[0].values.len(), 4);
         assert_eq!(h.rows[0].values[3], Some(42.0));
         assert_eq!(h.rows[1].values[3], None);
         // A new MIG instance gets its row right after its GPU's.
         h.apply(&[live("MIG-a", "GPU-0", 5600, 7.0)]);
         assert_eq!(h.rows[1].device, "MIG-a");
-        assert_eq!(h.rows[1].label(), "1g.10gb@6");
+        assert_eq!(label(&h.rows[1]), "1g.10gb@6");
         assert_eq!(h.rows[1].values[3], Some(7.0));
         // A sample older than the window is dropped.
         assert!(!h.apply(&[live("GPU-0", "GPU-0", 100, 1.0)]));
@@ -791,8 +729,9 @@ mod tests {
     #[test]
     fn memory_is_shown_as_a_share_and_folded_gpus_hide_their_instances() {
         let mut h = synthetic("1x2");
-        h.metric = "mem_pct".into();
+        h.metric = Metric::MemPct;
         assert_eq!(h.value_of(&sample(0, 5.0)), Some(25.0));
+        assert_eq!(metric_name(h.metric), "mem_pct");
         h.apply(&[live("MIG-a", "GPU-0", 1500, 7.0)]);
         let folded = std::collections::HashSet::from(["GPU-0".to_string()]);
         assert_eq!(visible(&h, &folded).len(), 1);
@@ -806,7 +745,7 @@ mod tests {
         assert_eq!(colour(Some(250.0), 100.0, [1, 2, 3]), [253, 231, 37]);
         assert_eq!(colour(None, 100.0, [1, 2, 3]), [1, 2, 3]);
         let rows = synthetic("3x5");
-        let refs: Vec<&Row> = rows.rows.iter().collect();
+        let refs: Vec<&HeatmapRow> = rows.rows.iter().collect();
         assert_eq!(pixels(&refs, 5, 100.0, [0, 0, 0]).len(), 3 * 5 * 4);
     }
 }

@@ -6,14 +6,16 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+use tessera_api::layouts::{LayoutEdit, LayoutView};
+use tessera_api::nodes::{GpuView, NodeView};
 use tessera_core::catalog::{Catalog, GpuModel};
 use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
 
-use crate::api;
-use crate::model::{FleetGpu, FleetNode, LayoutProposal};
+use crate::api::{self, ProblemExt};
 use crate::pages::approvals::LayoutCard;
 use crate::pages::slots::{diff_view, units};
 use crate::widgets::problem_view;
+use crate::wire::node_with_gpu;
 
 /// An instance that cannot go, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +28,7 @@ pub struct Lock {
 
 /// The GPU's instances that a new layout must keep: those held by an allocation (reserved or active) and those
 /// the agent reports processes in.
-pub fn locks(gpu: &FleetGpu) -> Vec<Lock> {
+pub fn locks(gpu: &GpuView) -> Vec<Lock> {
     let mut out: Vec<Lock> = gpu
         .in_use
         .iter()
@@ -101,7 +103,7 @@ pub fn placement_rows(model: &GpuModel, profile: &str) -> Vec<(u8, u8, u8)> {
     out
 }
 
-fn locate(nodes: &[FleetNode], id: &str) -> Option<(String, FleetGpu)> {
+fn locate(nodes: &[NodeView], id: &str) -> Option<(String, GpuView)> {
     nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == id || g.uuid == id).map(|g| (n.name.clone(), g.clone())))
 }
 
@@ -110,7 +112,7 @@ fn locate(nodes: &[FleetNode], id: &str) -> Option<(String, FleetGpu)> {
 pub fn LayoutEditorPage() -> impl IntoView {
     let params = use_params_map();
     let gpu_id = move || params.read().get("id").unwrap_or_default();
-    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
     view! {
         <section class="page">
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
@@ -134,7 +136,7 @@ pub fn LayoutEditorPage() -> impl IntoView {
 }
 
 #[component]
-fn Editor(node: String, gpu: FleetGpu, on_applied: Callback<()>) -> impl IntoView {
+fn Editor(node: String, gpu: GpuView, on_applied: Callback<()>) -> impl IntoView {
     let Some((model, _)) = Catalog::builtin().resolve(&gpu.model) else {
         return view! { <p class="notice error">{format!("{} is not in the catalog.", gpu.model)}</p> }.into_any();
     };
@@ -144,8 +146,7 @@ fn Editor(node: String, gpu: FleetGpu, on_applied: Callback<()>) -> impl IntoVie
     let profile = RwSignal::new(model.profiles.first().map(|p| p.name.clone()).unwrap_or_default());
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
     let say = move |ok: bool, m: String| messages.set(vec![(ok, m)]);
-    let proposals =
-        Resource::new(|| (), |_| api::get_json::<Vec<LayoutProposal>>("/api/v1/layouts?state=proposed".into()));
+    let proposals = Resource::new(|| (), |_| api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()));
     let gpu_id = StoredValue::new(gpu.id.clone());
     let n = units(&gpu.model);
     let model_key = StoredValue::new(model.key.clone());
@@ -170,10 +171,10 @@ fn Editor(node: String, gpu: FleetGpu, on_applied: Callback<()>) -> impl IntoVie
         Err(m) => say(false, m),
     };
     let propose = move |_| {
-        let body = serde_json::json!({ "instances": specs(&draft.get_untracked()) });
+        let body = LayoutEdit { instances: specs(&draft.get_untracked()) };
         let id = gpu_id.get_value();
         leptos::task::spawn_local(async move {
-            match api::send_json::<LayoutProposal>("PUT", format!("/api/v1/gpus/{id}/layout"), Some(body)).await {
+            match api::send_json::<LayoutView>("PUT", format!("/api/v1/gpus/{id}/layout"), body).await {
                 Ok(_) => {
                     say(true, "Proposed: approve it below to apply it.".into());
                     proposals.refetch();
@@ -274,11 +275,11 @@ fn Editor(node: String, gpu: FleetGpu, on_applied: Callback<()>) -> impl IntoVie
                     Err(p) => problem_view(&p),
                     Ok(list) => {
                         let id = gpu_id.get_value();
-                        let mine: Vec<LayoutProposal> = list.into_iter().filter(|l| l.gpu == id).collect();
+                        let mine: Vec<LayoutView> = list.into_iter().filter(|l| l.gpu == id).collect();
                         if mine.is_empty() {
                             return view! { <p class="muted" data-testid="no-layouts">"Nothing waits for approval on this GPU."</p> }.into_any();
                         }
-                        let fleet = vec![FleetNode::with_gpu(node_name.get_value(), fleet_gpu.get_value())];
+                        let fleet = vec![node_with_gpu(node_name.get_value(), fleet_gpu.get_value())];
                         let reason = RwSignal::new("rejected in the layout editor".to_string());
                         mine.into_iter().map(|l| view! {
                             <LayoutCard l fleet=fleet.clone() reason on_done=Callback::new(move |m: (bool, String)| {
@@ -298,7 +299,9 @@ fn Editor(node: String, gpu: FleetGpu, on_applied: Callback<()>) -> impl IntoVie
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::InUse;
+    use crate::wire::tests::gpu;
+    use tessera_api::nodes::InUse;
+    use tessera_core::api::ObservedInstance;
 
     fn i(p: &str, s: u8) -> PlacedInstance {
         PlacedInstance { profile: p.into(), start: s }
@@ -327,13 +330,17 @@ mod tests {
 
     #[test]
     fn instances_in_use_are_locked() {
-        let gpu: FleetGpu = serde_json::from_value(serde_json::json!({
-            "id": "g", "index": 0, "uuid": "GPU-1", "model": "H100-80GB", "mig_enabled": true,
-            "layout": [{"profile": "3g.40gb", "start": 4}, {"profile": "1g.10gb", "start": 0}, {"profile": "1g.10gb", "start": 1}],
-            "applied": [{"profile": "1g.10gb", "start": 1, "uuid": "MIG-2", "gi_id": 2, "ci_id": 0, "device_name": "d", "processes": [42]}],
-        }))
-        .expect("gpu");
-        let gpu = FleetGpu {
+        let gpu = GpuView {
+            layout: vec![i("3g.40gb", 4), i("1g.10gb", 0), i("1g.10gb", 1)],
+            applied: Some(vec![ObservedInstance {
+                profile: "1g.10gb".into(),
+                start: 1,
+                uuid: "MIG-2".into(),
+                gi_id: 2,
+                ci_id: 0,
+                device_name: "d".into(),
+                processes: vec![42],
+            }]),
             in_use: vec![InUse {
                 profile: "3g.40gb".into(),
                 start: 4,
@@ -341,7 +348,7 @@ mod tests {
                 tenant: "t".into(),
                 state: "active".into(),
             }],
-            ..gpu
+            ..gpu("g", 0, "GPU-1")
         };
         let locks = locks(&gpu);
         assert_eq!(locks.len(), 2);

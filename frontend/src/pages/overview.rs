@@ -3,9 +3,11 @@
 use leptos::prelude::*;
 use leptos_router::components::A;
 
+use tessera_api::nodes::NodeView;
+
 use crate::api;
-use crate::model::FleetNode;
 use crate::widgets::{SessionResource, TenantsResource, problem_view};
+use crate::wire::role_label;
 
 /// Counts for the fleet summary.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,7 +26,7 @@ pub struct FleetSummary {
 
 impl FleetSummary {
     /// Counts `nodes`.
-    pub fn of(nodes: &[FleetNode]) -> FleetSummary {
+    pub fn of(nodes: &[NodeView]) -> FleetSummary {
         FleetSummary {
             nodes: nodes.len(),
             ready: nodes.iter().filter(|n| n.state == "ready").count(),
@@ -40,7 +42,7 @@ impl FleetSummary {
 pub fn OverviewPage() -> impl IntoView {
     let session = expect_context::<SessionResource>();
     let tenants = expect_context::<TenantsResource>();
-    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<FleetNode>>("/api/v1/nodes".into()));
+    let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
     view! {
         <section class="page">
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -52,12 +54,12 @@ pub fn OverviewPage() -> impl IntoView {
                     // The fleet is the platform admins' to see.
                     let names = tenants.await.unwrap_or_default();
                     // Members see their tenants with their role; platform admins every tenant.
-                    let listed: Vec<(String, String, String)> = if s.user.platform_admin {
-                        names.iter().map(|t| (t.id.clone(), t.name.clone(), String::new())).collect()
+                    let listed: Vec<(String, String, &'static str)> = if s.user.platform_admin {
+                        names.iter().map(|t| (t.id.clone(), t.name.clone(), "")).collect()
                     } else {
                         s.memberships.iter().map(|m| {
                             let name = names.iter().find(|t| t.id == m.tenant).map_or_else(|| m.tenant.clone(), |t| t.name.clone());
-                            (m.tenant.clone(), name, m.role.clone())
+                            (m.tenant.clone(), name, role_label(m.role))
                         }).collect()
                     };
                     let summary = if s.user.platform_admin { Some(nodes.await.map(|n| FleetSummary::of(&n))) } else { None };

@@ -3,8 +3,9 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
-use crate::api;
-use crate::model::SignInMethods;
+use tessera_api::signin::{LocalSignIn, SessionView, SignInMethods};
+
+use crate::api::{self, ProblemExt};
 use crate::widgets::problem_view;
 
 /// `/signin?return_to=/path`.
@@ -65,9 +66,9 @@ fn LocalForm(return_to: String) -> impl IntoView {
     let on_submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         busy.set(true);
-        let body = serde_json::json!({ "name": name.get_untracked(), "password": password.get_untracked() });
+        let body = LocalSignIn { name: name.get_untracked(), password: password.get_untracked() };
         let target = return_to.clone();
-        let call = api::send_json::<serde_json::Value>("POST", "/auth/local".into(), Some(body));
+        let call = api::send_json::<SessionView>("POST", "/auth/local".into(), body);
         leptos::task::spawn_local(async move {
             match call.await {
                 Ok(_) => {

@@ -6,12 +6,15 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
+use tessera_api::allocations::AllocationView;
+use tessera_api::requests::{RequestPage, RequestView};
+use tessera_api::tenants::{QuotaView, TenantView};
+use tessera_api::usage::UsageReport;
 use tessera_core::catalog::Catalog;
 use tessera_core::quota::{self, Decision, MILLI, Milli, Resource as QuotaResource, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
 
 use crate::api;
-use crate::model::{Allocation, Quotas, RequestPage, SliceRequest, Tenant};
 use crate::pages::now_ms;
 use crate::widgets::problem_view;
 
@@ -49,7 +52,7 @@ fn milli(v: f64) -> Milli {
 }
 
 /// The tenant's limits and holdings as the core counts them, from the quota view.
-pub fn limits_and_held(q: &Quotas) -> (Usage, Usage) {
+pub fn limits_and_held(q: &QuotaView) -> (Usage, Usage) {
     let catalog = Catalog::builtin();
     let (mut limits, mut held) = (Usage::new(), Usage::new());
     for line in &q.resources {
@@ -63,7 +66,7 @@ pub fn limits_and_held(q: &Quotas) -> (Usage, Usage) {
 }
 
 /// What the tenant's pending requests hold, per resource (the core's `charge` of each).
-pub fn pending_usage(requests: &[SliceRequest]) -> Usage {
+pub fn pending_usage(requests: &[RequestView]) -> Usage {
     let mut usage = Usage::new();
     for r in requests.iter().filter(|r| r.state == RequestState::Pending) {
         if let Ok(c) = quota::charge(Catalog::builtin(), &r.spec, r.count) {
@@ -74,7 +77,7 @@ pub fn pending_usage(requests: &[SliceRequest]) -> Usage {
 }
 
 /// The bars: every resource with a limit or holdings, used and pending apart.
-pub fn quota_bars(q: &Quotas, requests: &[SliceRequest]) -> Vec<QuotaBar> {
+pub fn quota_bars(q: &QuotaView, requests: &[RequestView]) -> Vec<QuotaBar> {
     let (limits, held) = limits_and_held(q);
     let pending = pending_usage(requests);
     let mut keys: Vec<&QuotaResource> = limits.keys().chain(held.keys()).collect();
@@ -107,7 +110,7 @@ pub struct Feedback {
 pub fn feedback(
     spec: &SliceSpec,
     count: u32,
-    quotas: &Quotas,
+    quotas: &QuotaView,
     policy: tessera_core::quota::ApprovalPolicy,
 ) -> Feedback {
     let requested = match quota::charge(Catalog::builtin(), spec, count) {
@@ -162,12 +165,12 @@ fn cancellable(s: RequestState) -> bool {
 pub fn TenantPage() -> impl IntoView {
     let params = use_params_map();
     let tenant_id = move || params.read().get("tenant").unwrap_or_default();
-    let tenant = Resource::new(tenant_id, |id| api::get_json::<Tenant>(format!("/api/v1/tenants/{id}")));
-    let quotas = Resource::new(tenant_id, |id| api::get_json::<Quotas>(format!("/api/v1/tenants/{id}/quotas")));
+    let tenant = Resource::new(tenant_id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
+    let quotas = Resource::new(tenant_id, |id| api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")));
     let requests =
         Resource::new(tenant_id, |id| api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&limit=500")));
     let allocations =
-        Resource::new(tenant_id, |id| api::get_json::<Vec<Allocation>>(format!("/api/v1/allocations?tenant={id}")));
+        Resource::new(tenant_id, |id| api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")));
     // When the data was last asked for: the ages shown count from it.
     let now = RwSignal::new(now_ms());
     let refresh = move || {
@@ -185,7 +188,7 @@ pub fn TenantPage() -> impl IntoView {
     // The form reads the quota through a signal rather than the resource: a resource read inside the form's own
     // <Suspense> would suspend it, and so rebuild it, at every refresh. Set only when it changes, so that the
     // feedback (a live region) is not redrawn for nothing.
-    let latest_quotas = RwSignal::new(None::<Result<Quotas, api::Problem>>);
+    let latest_quotas = RwSignal::new(None::<Result<QuotaView, api::Problem>>);
     Effect::new(move |_| {
         let Some(fresh) = quotas.get() else { return };
         if latest_quotas.with_untracked(|q| q.as_ref() != Some(&fresh)) {
@@ -278,7 +281,7 @@ fn quota_view(bars: Vec<QuotaBar>) -> AnyView {
     .into_any()
 }
 
-fn allocations_view(list: Vec<Allocation>) -> AnyView {
+fn allocations_view(list: Vec<AllocationView>) -> AnyView {
     if list.is_empty() {
         return view! { <p class="muted">"Nothing allocated yet."</p> }.into_any();
     }
@@ -314,10 +317,8 @@ pub fn short(id: &str) -> String {
 
 #[component]
 fn UsageCard(tenant: String) -> impl IntoView {
-    let usage = Resource::new(
-        move || tenant.clone(),
-        |t| api::get_json::<crate::model::UsageReport>(format!("/api/v1/usage?tenant={t}")),
-    );
+    let usage =
+        Resource::new(move || tenant.clone(), |t| api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={t}")));
     view! {
         <div class="card">
             <h2>"Usage, last 30 days"</h2>
@@ -344,17 +345,17 @@ fn UsageCard(tenant: String) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::QuotaLine;
+    use tessera_api::tenants::QuotaLine;
 
-    fn quotas(held: f64, limit: f64) -> Quotas {
-        Quotas {
+    fn quotas(held: f64, limit: f64) -> QuotaView {
+        QuotaView {
             tenant: "t".into(),
             resources: vec![QuotaLine { resource: "compute_slices".into(), held, limit: Some(limit) }],
         }
     }
 
-    fn request(state: RequestState, profile: &str, count: u32) -> SliceRequest {
-        SliceRequest {
+    fn request(state: RequestState, profile: &str, count: u32) -> RequestView {
+        RequestView {
             id: "r".into(),
             tenant: "t".into(),
             spec: SliceSpec::Mig { profile: profile.into(), model: Some("H100-80GB".into()) },

@@ -3,8 +3,9 @@
 
 use leptos::prelude::*;
 
-use crate::api;
-use crate::model::{ApiToken, CreatedToken};
+use tessera_api::people::{CreatedToken, NewToken, TokenView};
+
+use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 
@@ -23,7 +24,7 @@ pub fn token_name_error(name: &str) -> Option<&'static str> {
 /// The tokens page.
 #[component]
 pub fn TokensPage() -> impl IntoView {
-    let tokens = Resource::new(|| (), |_| api::get_json::<Vec<ApiToken>>("/api/v1/tokens".into()));
+    let tokens = Resource::new(|| (), |_| api::get_json::<Vec<TokenView>>("/api/v1/tokens".into()));
     let name = RwSignal::new(String::new());
     let created = RwSignal::new(None::<CreatedToken>);
     let error = RwSignal::new(None::<String>);
@@ -35,8 +36,8 @@ pub fn TokensPage() -> impl IntoView {
             return;
         }
         leptos::task::spawn_local(async move {
-            let body = serde_json::json!({ "name": n.trim() });
-            match api::send_json::<CreatedToken>("POST", "/api/v1/tokens".into(), Some(body)).await {
+            let body = NewToken { name: n.trim().to_string() };
+            match api::send_json::<CreatedToken>("POST", "/api/v1/tokens".into(), body).await {
                 Ok(t) => {
                     created.set(Some(t));
                     error.set(None);
@@ -49,7 +50,7 @@ pub fn TokensPage() -> impl IntoView {
     };
     let revoke = move |id: String| {
         leptos::task::spawn_local(async move {
-            match api::send_json::<serde_json::Value>("POST", format!("/api/v1/tokens/{id}/revoke"), None).await {
+            match api::send_empty::<()>("POST", format!("/api/v1/tokens/{id}/revoke")).await {
                 Ok(_) => {
                     error.set(None);
                     tokens.refetch();

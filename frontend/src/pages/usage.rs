@@ -4,9 +4,10 @@
 //! releases the request with a reason the tenant sees. Members see their tenants only.
 
 use leptos::prelude::*;
+use tessera_api::requests::{ReleaseBody, RequestView};
+use tessera_api::usage::UsageReport;
 
-use crate::api;
-use crate::model::{SliceRequest, UsageReport};
+use crate::api::{self, ProblemExt};
 use crate::pages::now_ms;
 use crate::pages::tenant::short;
 use crate::widgets::{SessionResource, problem_view};
@@ -100,10 +101,8 @@ pub fn UsagePage() -> impl IntoView {
             return;
         }
         leptos::task::spawn_local(async move {
-            let body = serde_json::json!({ "reason": why.trim() });
-            match api::send_json::<SliceRequest>("POST", format!("/api/v1/requests/{request}/release"), Some(body))
-                .await
-            {
+            let body = ReleaseBody { reason: Some(why.trim().to_string()) };
+            match api::send_json::<RequestView>("POST", format!("/api/v1/requests/{request}/release"), body).await {
                 Ok(r) => {
                     messages.set(vec![(true, format!("Reclaimed {}: the request is {}.", short(&r.id), r.state))]);
                     report.refetch();
@@ -225,7 +224,7 @@ pub fn UsagePage() -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ProfileUsage, TenantUsage};
+    use tessera_api::usage::{ProfileUsage, TenantUsage};
 
     #[test]
     fn the_query_is_stable_within_a_minute() {

@@ -5,14 +5,17 @@
 //! update the feedback: what is being typed, the focus and the answer to the last request stay as they are.
 
 use leptos::prelude::*;
+use tessera_api::nodes::Offerings;
+use tessera_api::requests::{NewRequestBody, RequestView};
+use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_core::quota::Decision;
 use tessera_core::request::SliceSpec;
 
 use super::{Feedback, feedback, short, state_name};
-use crate::api;
-use crate::model::{Offerings, Quotas, SliceRequest, Tenant};
+use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
+use crate::wire::approval_policy;
 
 /// The mode chosen in the form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +40,8 @@ impl Mode {
 /// The form. `quotas` is the dashboard's latest quota view (`None` until it has loaded).
 #[component]
 pub(super) fn RequestForm(
-    tenant: Tenant,
-    quotas: Signal<Option<Result<Quotas, api::Problem>>>,
+    tenant: TenantView,
+    quotas: Signal<Option<Result<QuotaView, api::Problem>>>,
     on_done: Callback<()>,
 ) -> impl IntoView {
     let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
@@ -66,7 +69,7 @@ pub(super) fn RequestForm(
         }
     };
     let count_n = move || count.get().trim().parse::<u32>().ok().filter(|n| *n >= 1);
-    let policy = tenant.policy();
+    let policy = approval_policy(&tenant);
     // Right after a switch of tenant the page still holds the previous tenant's quota until this one's loads.
     let quota = {
         let id = tenant.id.clone();
@@ -76,13 +79,11 @@ pub(super) fn RequestForm(
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let (Some(spec), Some(n)) = (spec(), count_n()) else { return };
-        let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as i64);
-        let body = serde_json::json!({
-            "tenant": tenant_id, "spec": spec, "count": n, "reason": reason.get(), "duration_s": duration_s,
-        });
+        let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as u64);
+        let body = NewRequestBody { tenant: tenant_id.clone(), spec, count: n, reason: reason.get(), duration_s };
         sending.set(true);
         leptos::task::spawn_local(async move {
-            let answer = api::send_json::<SliceRequest>("POST", "/api/v1/requests".into(), Some(body)).await;
+            let answer = api::send_json::<RequestView>("POST", "/api/v1/requests".into(), body).await;
             sending.set(false);
             result.set(Some(answer.map(|r| format!("Request {} is {}.", short(&r.id), state_name(r.state)))));
             on_done.run(());

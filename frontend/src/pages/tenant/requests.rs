@@ -6,11 +6,12 @@
 
 use leptos::html;
 use leptos::prelude::*;
+use tessera_api::audit::AuditView;
+use tessera_api::requests::{RequestPage, RequestView};
 use tessera_core::request::RequestState;
 
 use super::{cancellable, describe, state_name};
-use crate::api;
-use crate::model::{AuditEntry, RequestPage, SliceRequest};
+use crate::api::{self, ProblemExt};
 use crate::pages::ago;
 use crate::widgets::problem_view;
 
@@ -23,7 +24,7 @@ pub(super) fn RequestsTable(
     on_done: Callback<()>,
 ) -> impl IntoView {
     // The last list that loaded, newest first: a refresh that fails keeps it, and says why above it.
-    let latest = Memo::new(move |prev: Option<&Vec<SliceRequest>>| {
+    let latest = Memo::new(move |prev: Option<&Vec<RequestView>>| {
         requests.with(|r| match r {
             Some(Ok(page)) => page.items.iter().rev().cloned().collect(),
             _ => prev.cloned().unwrap_or_default(),
@@ -53,12 +54,12 @@ pub(super) fn RequestsTable(
 }
 
 #[component]
-fn RequestRow(id: String, latest: Memo<Vec<SliceRequest>>, now: Signal<i64>, on_done: Callback<()>) -> impl IntoView {
+fn RequestRow(id: String, latest: Memo<Vec<RequestView>>, now: Signal<i64>, on_done: Callback<()>) -> impl IntoView {
     let row = Memo::new({
         let id = id.clone();
         move |_| latest.with(|l| l.iter().find(|r| r.id == id).cloned())
     });
-    let text = move |f: fn(&SliceRequest) -> String| move || row.with(|r| r.as_ref().map(f).unwrap_or_default());
+    let text = move |f: fn(&RequestView) -> String| move || row.with(|r| r.as_ref().map(f).unwrap_or_default());
     let state = Memo::new(move |_| row.with(|r| r.as_ref().map(|r| r.state)));
     let state_text = move || state.get().map(state_name).unwrap_or_default();
     // Memos, so that the buttons are only rebuilt (and lose the focus) when what they offer changes.
@@ -73,8 +74,8 @@ fn RequestRow(id: String, latest: Memo<Vec<SliceRequest>>, now: Signal<i64>, on_
         let id = id.get_value();
         busy.set(true);
         leptos::task::spawn_local(async move {
-            let answer =
-                api::send_json::<serde_json::Value>("POST", format!("/api/v1/requests/{id}/{action}"), None).await;
+            // Neither needs a body: a release without one gives no reason.
+            let answer = api::send_empty::<RequestView>("POST", format!("/api/v1/requests/{id}/{action}")).await;
             busy.set(false);
             match answer {
                 Ok(_) => {
@@ -88,7 +89,7 @@ fn RequestRow(id: String, latest: Memo<Vec<SliceRequest>>, now: Signal<i64>, on_
     };
 
     let open = RwSignal::new(false);
-    let history = RwSignal::new(None::<Result<Vec<AuditEntry>, api::Problem>>);
+    let history = RwSignal::new(None::<Result<Vec<AuditView>, api::Problem>>);
     let load_history = move || {
         let id = id.get_value();
         leptos::task::spawn_local(async move {
