@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::backend::GpuBackend;
+use crate::backend::{Backend, GpuBackend, with_backend};
 use crate::reconcile;
 
 /// How the agent receives specs.
@@ -98,9 +98,6 @@ struct Credential {
     node_name: String,
     credential: String,
 }
-
-/// The backend, shared by the agent's tasks.
-pub type Backend = Arc<Mutex<Box<dyn GpuBackend>>>;
 
 /// Runs the agent until it fails (it does not return otherwise).
 pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), AgentError> {
@@ -206,22 +203,6 @@ async fn send_telemetry(
     }
     let again = status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429);
     Err((again, format!("HTTP {status}")))
-}
-
-/// Runs `f` on the backend on a blocking thread.
-pub async fn with_backend<T: Send + 'static>(
-    backend: &Backend,
-    f: impl FnOnce(&mut dyn GpuBackend) -> T + Send + 'static,
-) -> T {
-    let backend = backend.clone();
-    let run = move || {
-        let mut guard = backend.lock().unwrap_or_else(|e| e.into_inner());
-        f(guard.as_mut())
-    };
-    match tokio::task::spawn_blocking(run).await {
-        Ok(t) => t,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    }
 }
 
 fn credential_path(dir: &Path) -> PathBuf {

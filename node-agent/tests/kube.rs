@@ -15,9 +15,8 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tessera_agent::agent::Backend;
-use tessera_agent::backend::GpuBackend;
 use tessera_agent::backend::sim::{SimBackend, SimNode};
+use tessera_agent::backend::{Backend, GpuBackend};
 use tessera_agent::kube::{
     KubeApplier, KubeSettings, MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL, PLUGIN_CONFIG_LABEL,
 };

@@ -6,6 +6,8 @@
 pub mod nvml;
 pub mod sim;
 
+use std::sync::{Arc, Mutex};
+
 use tessera_core::api::{GpuSpec, Inventory, ObservedInstance, Sample};
 
 /// What a backend call failed with: a stable code (as reported in status) and a message.
@@ -63,4 +65,23 @@ pub struct Reading {
     pub start: Option<u8>,
     /// The values.
     pub sample: Sample,
+}
+
+/// The backend, shared by the agent's tasks.
+pub type Backend = Arc<Mutex<Box<dyn GpuBackend>>>;
+
+/// Runs `f` on the backend on a blocking thread.
+pub async fn with_backend<T: Send + 'static>(
+    backend: &Backend,
+    f: impl FnOnce(&mut dyn GpuBackend) -> T + Send + 'static,
+) -> T {
+    let backend = backend.clone();
+    let run = move || {
+        let mut guard = backend.lock().unwrap_or_else(|e| e.into_inner());
+        f(guard.as_mut())
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(t) => t,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
 }
