@@ -7,42 +7,13 @@
 
 use std::sync::Mutex;
 
-use reqwest::{Client, Method, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use tessera_server::app::AppState;
-use tessera_server::http::auth::{new_node_secret, new_token_secret, token_hash};
-use tessera_server::serve::{Settings, prepare, serve};
+use tessera_server::http::auth::{new_node_secret, token_hash};
 use tessera_server::store::telemetry::MinuteRow;
 use tessera_server::store::{Role, now_ms};
 
-use crate::store::TestDb;
-
-/// Runs each named test against a fresh SQLite database and a fresh PostgreSQL one, as the store suite does.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod on_sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let db = crate::store::sqlite().await;
-                    super::$name(&db).await;
-                    db.close().await;
-                }
-            )*
-        }
-        mod on_postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(db) = crate::store::postgres().await {
-                        super::$name(&db).await;
-                        db.close().await;
-                    }
-                }
-            )*
-        }
-    };
-}
+use crate::harness::{TestApp, TestDb, on_both_backends};
 
 on_both_backends!(
     the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admins,
@@ -58,88 +29,34 @@ on_both_backends!(
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
 struct App {
-    base: String,
-    admin: String,
-    state: AppState,
-    client: Client,
+    app: TestApp,
     node_id: String,
     node_secret: String,
     /// `(gpu uuid, instance)` of every instance reported so far (each status report lists them all).
     reported: Mutex<Vec<(String, Value)>>,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl std::ops::Deref for App {
+    type Target = TestApp;
+    fn deref(&self) -> &TestApp {
+        &self.app
+    }
 }
 
 async fn spawn(db: &TestDb) -> App {
-    let admin = new_token_secret();
-    let settings = Settings {
-        database_url: db.url.clone(),
-        bootstrap_token: Some(admin.clone()),
-        demo: true,
-        ..Settings::default()
-    };
-    let (state, _) = prepare(&settings).await.expect("prepare");
-    let node = state.store.nodes().await.expect("nodes").into_iter().next().expect("the demo node");
-    for gpu in node.gpus.iter().filter(|g| g.mig_enabled) {
-        state.store.set_auto_layout(&gpu.id, true, "test").await.expect("auto-layout");
-    }
+    let app = TestApp::on(db).auto_layout().start().await;
+    let node = app.store.nodes().await.expect("nodes").into_iter().next().expect("the demo node");
     let node_secret = new_node_secret();
-    state.store.create_node_credential(&node.id, &token_hash(&node_secret), "test").await.expect("credential");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(state.clone(), listener, async {
-        let _ = rx.await;
-    }));
-    App {
-        base,
-        admin,
-        state,
-        client: Client::new(),
-        node_id: node.id,
-        node_secret,
-        reported: Mutex::new(Vec::new()),
-        _shutdown: tx,
-    }
+    app.store.create_node_credential(&node.id, &token_hash(&node_secret), "test").await.expect("credential");
+    App { app, node_id: node.id, node_secret, reported: Mutex::new(Vec::new()) }
 }
 
 impl App {
-    /// Calls the API as `token` (with a JSON body when given); the status and the body (JSON, or its text).
-    async fn call(&self, method: Method, path: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(token);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let r = r.send().await.expect("send");
-        let status = r.status();
-        let text = r.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
-    }
-
-    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
-        self.call(Method::GET, path, token, None).await
-    }
-
-    /// A user with an API token and these memberships; returns (user id, token secret).
-    async fn user(&self, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
-        let u = self.state.store.create_user(name, false, "test").await.expect("user");
-        for (tenant, role) in memberships {
-            self.state.store.set_membership(&u.id, tenant, *role, "test").await.expect("member");
-        }
-        let secret = new_token_secret();
-        self.state.store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
-        (u.id, secret)
-    }
-
     /// A tenant (created by the admin, with `extra` fields) with a compute-slice limit.
-    async fn tenant(&self, name: &str, extra: Value, compute_slices: u32) -> String {
-        let mut body = json!({ "name": name });
-        body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
-        let (s, t) = self.call(Method::POST, "/api/v1/tenants", &self.admin, Some(body)).await;
-        assert_eq!(s, StatusCode::CREATED, "{t}");
-        let id = t["id"].as_str().expect("id").to_string();
-        let limits = json!({ "limits": { "compute_slices": compute_slices } });
-        let (s, v) = self.call(Method::PUT, &format!("/api/v1/tenants/{id}/quotas"), &self.admin, Some(limits)).await;
-        assert_eq!(s, StatusCode::OK, "{v}");
+    async fn limited_tenant(&self, name: &str, extra: Value, compute_slices: u32) -> String {
+        let id = self.tenant(name, extra).await;
+        let r = self.quota(&id, json!({ "compute_slices": compute_slices })).await;
+        assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap_or_default());
         id
     }
 
@@ -147,7 +64,7 @@ impl App {
     async fn ask(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (StatusCode, Value) {
         let body = json!({"tenant": tenant, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"},
             "count": count, "reason": "training"});
-        self.call(Method::POST, "/api/v1/requests", token, Some(body)).await
+        self.send(Method::POST, "/api/v1/requests", token, Some(body)).await
     }
 
     /// Asks, has the admin approve, and reports the reserved instances as the node's agent would: the request is
@@ -157,7 +74,7 @@ impl App {
         assert_eq!(s, StatusCode::CREATED, "{request}");
         let id = request["id"].as_str().expect("id").to_string();
         if request["state"] == "pending" {
-            let (s, v) = self.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), &self.admin, None).await;
+            let (s, v) = self.send(Method::POST, &format!("/api/v1/requests/{id}/approve"), &self.admin, None).await;
             assert_eq!(s, StatusCode::OK, "{v}");
         }
         let mine = |list: &Value| -> Vec<Value> {
@@ -228,7 +145,7 @@ fn code(v: &Value) -> &str {
 
 async fn the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admins(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("audited", json!({}), 10).await;
+    let t = app.limited_tenant("audited", json!({}), 10).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let mut requests = Vec::new();
     for _ in 0..3 {
@@ -237,11 +154,11 @@ async fn the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admi
         requests.push(r["id"].as_str().expect("id").to_string());
     }
     for id in &requests[..2] {
-        let (s, v) = app.call(Method::POST, &format!("/api/v1/requests/{id}/cancel"), &alice, None).await;
+        let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{id}/cancel"), &alice, None).await;
         assert_eq!(s, StatusCode::OK, "{v}");
     }
     let limits = json!({"limits": {"memory_gib": 100}});
-    let (s, _) = app.call(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limits)).await;
+    let (s, _) = app.send(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limits)).await;
     assert_eq!(s, StatusCode::OK);
 
     // Everything, newest first: the last change leads.
@@ -326,7 +243,7 @@ async fn the_fleet_audit_log_filters_pages_newest_first_and_is_for_platform_admi
     // Members read their own requests' history (the dashboard's "History"), nothing else of the log.
     let (s, mine) = app.get(&format!("/api/v1/audit?object=request/{}", requests[0]), &alice).await;
     assert_eq!((s, mine), (StatusCode::OK, v));
-    let other = app.tenant("other", json!({}), 10).await;
+    let other = app.limited_tenant("other", json!({}), 10).await;
     let (_, bob) = app.user("bob", &[(&other, Role::Member)]).await;
     let (s, v) = app.get(&format!("/api/v1/audit?object=request/{}", requests[0]), &bob).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "{v}");
@@ -338,7 +255,7 @@ async fn tokens_are_listed_to_their_owner_without_secrets(db: &TestDb) {
     let app = spawn(db).await;
     let (_, alice) = app.user("alice", &[]).await;
     let (_, bob) = app.user("bob", &[]).await;
-    let (s, created) = app.call(Method::POST, "/api/v1/tokens", &alice, Some(json!({"name": "ci"}))).await;
+    let (s, created) = app.send(Method::POST, "/api/v1/tokens", &alice, Some(json!({"name": "ci"}))).await;
     assert_eq!(s, StatusCode::CREATED, "{created}");
     let id = created["id"].as_str().expect("id").to_string();
     let secret = created["secret"].as_str().expect("secret").to_string();
@@ -357,7 +274,7 @@ async fn tokens_are_listed_to_their_owner_without_secrets(db: &TestDb) {
     assert_eq!(keys, ["created_at_ms", "id", "name", "revoked_at_ms"]);
     assert!(ci["created_at_ms"].as_i64().is_some_and(|t| t > 0) && ci["revoked_at_ms"].is_null());
 
-    let (s, _) = app.call(Method::POST, &format!("/api/v1/tokens/{id}/revoke"), &alice, None).await;
+    let (s, _) = app.send(Method::POST, &format!("/api/v1/tokens/{id}/revoke"), &alice, None).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (_, list) = app.get("/api/v1/tokens", &alice).await;
     let ci = list.as_array().expect("list").iter().find(|t| t["id"] == id.as_str()).expect("still listed").clone();
@@ -375,7 +292,7 @@ async fn tokens_are_listed_to_their_owner_without_secrets(db: &TestDb) {
 
 async fn users_are_listed_to_platform_admins_only(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("people", json!({}), 1).await;
+    let t = app.limited_tenant("people", json!({}), 1).await;
     let (_, zoe) = app.user("zoe", &[(&t, Role::TenantAdmin)]).await;
     app.user("bea", &[]).await;
     let (s, users) = app.get("/api/v1/users", &app.admin).await;
@@ -391,7 +308,7 @@ async fn users_are_listed_to_platform_admins_only(db: &TestDb) {
 
 async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("team", json!({}), 1).await;
+    let t = app.limited_tenant("team", json!({}), 1).await;
     let (alice_id, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let (_, carol) = app.user("carol", &[(&t, Role::TenantAdmin)]).await;
     let (dave_id, dave) = app.user("dave", &[(&t, Role::Member)]).await;
@@ -399,9 +316,9 @@ async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &Tes
     assert_eq!(s, StatusCode::OK);
     let member = |user: &str| format!("/api/v1/tenants/{t}/members/{user}");
 
-    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &dave, None).await;
+    let (s, v) = app.send(Method::DELETE, &member(&alice_id), &dave, None).await;
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"), "a plain member may not");
-    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &carol, None).await;
+    let (s, v) = app.send(Method::DELETE, &member(&alice_id), &carol, None).await;
     assert_eq!(s, StatusCode::NO_CONTENT, "{v}");
     // At once (the credential cache is cleared): alice no longer sees the tenant.
     let (s, v) = app.get(&format!("/api/v1/tenants/{t}"), &alice).await;
@@ -410,11 +327,11 @@ async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &Tes
     assert_eq!(tenants, json!([]));
     let (s, v) = app.ask(&alice, &t, "1g.10gb", 1).await;
     assert_eq!(s, StatusCode::NOT_FOUND, "{v}");
-    let (s, v) = app.call(Method::DELETE, &member(&alice_id), &carol, None).await;
+    let (s, v) = app.send(Method::DELETE, &member(&alice_id), &carol, None).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "not a member any more");
 
     // A platform admin may too; the audit log says who did it.
-    let (s, _) = app.call(Method::DELETE, &member(&dave_id), &app.admin, None).await;
+    let (s, _) = app.send(Method::DELETE, &member(&dave_id), &app.admin, None).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (_, members) = app.get(&format!("/api/v1/tenants/{t}/members"), &carol).await;
     let names: Vec<&str> = members.as_array().expect("members").iter().filter_map(|m| m["name"].as_str()).collect();
@@ -427,13 +344,13 @@ async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &Tes
 
 async fn a_new_policy_decides_the_next_request(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("policed", json!({"auto_approve": false}), 20).await;
+    let t = app.limited_tenant("policed", json!({"auto_approve": false}), 20).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let (s, r) = app.ask(&alice, &t, "1g.10gb", 1).await;
     assert_eq!((s, r["state"].as_str()), (StatusCode::CREATED, Some("pending")));
 
     let path = format!("/api/v1/tenants/{t}/policy");
-    let policy = |body: Value| app.call(Method::PUT, &path, &app.admin, Some(body));
+    let policy = |body: Value| app.send(Method::PUT, &path, &app.admin, Some(body));
     let (s, view) = policy(json!({"auto_approve": true, "auto_approve_max_compute_slices": 2})).await;
     assert_eq!(s, StatusCode::OK, "{view}");
     assert_eq!((view["id"].as_str(), view["name"].as_str()), (Some(t.as_str()), Some("policed")));
@@ -453,9 +370,9 @@ async fn a_new_policy_decides_the_next_request(db: &TestDb) {
     assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_policy"));
     let (s, v) = policy(json!({"auto_approve": true, "approver": "me"})).await;
     assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"));
-    let (s, v) = app.call(Method::PUT, "/api/v1/tenants/nope/policy", &app.admin, Some(json!({}))).await;
+    let (s, v) = app.send(Method::PUT, "/api/v1/tenants/nope/policy", &app.admin, Some(json!({}))).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"));
-    let (s, v) = app.call(Method::PUT, &format!("/api/v1/tenants/{t}/policy"), &alice, Some(json!({}))).await;
+    let (s, v) = app.send(Method::PUT, &format!("/api/v1/tenants/{t}/policy"), &alice, Some(json!({}))).await;
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
     // Absent fields take the creation defaults: auto-approval off.
     let (s, view) = policy(json!({})).await;
@@ -472,10 +389,11 @@ async fn a_new_policy_decides_the_next_request(db: &TestDb) {
 
 async fn a_removed_limit_leaves_the_resource_unlimited_and_is_audited(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("limited", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7}), 20).await;
+    let t =
+        app.limited_tenant("limited", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7}), 20).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let path = format!("/api/v1/tenants/{t}/quotas");
-    let put = |limits: Value| app.call(Method::PUT, &path, &app.admin, Some(json!({ "limits": limits })));
+    let put = |limits: Value| app.send(Method::PUT, &path, &app.admin, Some(json!({ "limits": limits })));
     let key = "mig/H100-80GB/1g.10gb";
     let (s, v) = put(json!({ key: 1 })).await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -525,13 +443,13 @@ async fn a_removed_limit_leaves_the_resource_unlimited_and_is_audited(db: &TestD
     );
     let (_, none) = app.get(&format!("/api/v1/audit?object=tenant/{t}/quota/mig/H100-80GB/2g.20gb"), &app.admin).await;
     assert_eq!(none, json!([]));
-    let (s, v) = app.call(Method::PUT, &path, &alice, Some(json!({"limits": { key: null }}))).await;
+    let (s, v) = app.send(Method::PUT, &path, &alice, Some(json!({"limits": { key: null }}))).await;
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
 }
 
 async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("releasing", json!({}), 2).await;
+    let t = app.limited_tenant("releasing", json!({}), 2).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let (active, allocations) = app.active(&alice, &t, "1g.10gb", 1).await;
     let allocation = allocations[0]["id"].as_str().expect("id").to_string();
@@ -543,7 +461,7 @@ async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason
     let release = |id: &str| format!("/api/v1/requests/{id}/release");
 
     // Only an active request is released.
-    let (s, v) = app.call(Method::POST, &release(&pending), &alice, None).await;
+    let (s, v) = app.send(Method::POST, &release(&pending), &alice, None).await;
     assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "request_invalid_transition"), "{v}");
     // If-Match like every other action.
     let r =
@@ -551,7 +469,7 @@ async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason
     let r = r.send().await.expect("send");
     assert_eq!(r.status(), StatusCode::CONFLICT);
     assert_eq!(code(&r.json().await.expect("json")), "version_conflict");
-    let (s, v) = app.call(Method::POST, &release(&active), &alice, Some(json!({"because": "done"}))).await;
+    let (s, v) = app.send(Method::POST, &release(&active), &alice, Some(json!({"because": "done"}))).await;
     assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"));
     let (s, current) = app.get(&format!("/api/v1/requests/{active}"), &alice).await;
     assert_eq!((s, current["state"].as_str()), (StatusCode::OK, Some("active")));
@@ -591,21 +509,21 @@ async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason
     assert_eq!(held.expect("compute_slices")["held"], 1.0, "{quota}");
     let (s, v) = app.ask(&alice, &t, "1g.10gb", 1).await;
     assert_eq!(s, StatusCode::CREATED, "the freed slice fits again: {v}");
-    let (s, v) = app.call(Method::POST, &release(&active), &alice, None).await;
+    let (s, v) = app.send(Method::POST, &release(&active), &alice, None).await;
     assert_eq!((s, code(&v)), (StatusCode::CONFLICT, "request_invalid_transition"), "released once");
 
     // A platform admin reclaims another tenant's request: with a reason only.
-    let u = app.tenant("reclaimed", json!({}), 7).await;
+    let u = app.limited_tenant("reclaimed", json!({}), 7).await;
     let (_, bob) = app.user("bob", &[(&u, Role::Member)]).await;
     let (idle, _) = app.active(&bob, &u, "1g.10gb", 1).await;
-    let (s, v) = app.call(Method::POST, &release(&idle), &alice, Some(json!({"reason": "mine now"}))).await;
+    let (s, v) = app.send(Method::POST, &release(&idle), &alice, Some(json!({"reason": "mine now"}))).await;
     assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "another tenant's member");
     for body in [None, Some(json!({})), Some(json!({"reason": "  "}))] {
-        let (s, v) = app.call(Method::POST, &release(&idle), &app.admin, body.clone()).await;
+        let (s, v) = app.send(Method::POST, &release(&idle), &app.admin, body.clone()).await;
         assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "reason_required"), "{body:?}: {v}");
     }
     let why = json!({"reason": "idle for 3 days"});
-    let (s, v) = app.call(Method::POST, &release(&idle), &app.admin, Some(why)).await;
+    let (s, v) = app.send(Method::POST, &release(&idle), &app.admin, Some(why)).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!((v["state"].as_str(), v["reason"].as_str()), (Some("released"), Some("idle for 3 days")));
     let (_, history) = app.get(&format!("/api/v1/audit?object=request/{idle}"), &app.admin).await;
@@ -638,7 +556,7 @@ fn minute(app: &App, device: &str, gpu: &str, minute_ms: i64, util: f64) -> Minu
 
 async fn usage_flags_idle_allocations_from_stored_minutes_and_the_live_window(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("idlers", json!({}), 7).await;
+    let t = app.limited_tenant("idlers", json!({}), 7).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     let mut allocations = Vec::new();
     for _ in 0..3 {
@@ -697,7 +615,7 @@ async fn usage_flags_idle_allocations_from_stored_minutes_and_the_live_window(db
     let (_, [q, _, _]) = usage("&idle_hours=4").await;
     assert!(mean(&q) < 5.0 && q["idle"] == false, "{q}");
     // A member of another tenant sees none of it.
-    let other = app.tenant("others", json!({}), 1).await;
+    let other = app.limited_tenant("others", json!({}), 1).await;
     let (_, olga) = app.user("olga", &[(&other, Role::Member)]).await;
     let (s, v) = app.get("/api/v1/usage", &olga).await;
     assert_eq!((s, v["allocations"].clone()), (StatusCode::OK, json!([])));
@@ -716,7 +634,7 @@ async fn usage_of(app: &App, token: &str, tenant: &str, query: &str, allocations
 
 async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
     let app = spawn(db).await;
-    let t = app.tenant("sums", json!({}), 7).await;
+    let t = app.limited_tenant("sums", json!({}), 7).await;
     let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
     app.active(&alice, &t, "1g.10gb", 2).await;
     app.active(&alice, &t, "2g.20gb", 1).await;

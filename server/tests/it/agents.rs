@@ -93,10 +93,7 @@ impl Server {
         if let Some(b) = body {
             r = r.json(&b);
         }
-        let r = r.send().await.expect("send");
-        let status = r.status();
-        let text = r.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        crate::harness::answer(r).await
     }
 
     pub(crate) async fn join_token(&self, name: Option<&str>) -> String {
@@ -426,7 +423,7 @@ async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the_agent_is_on() {
-    let Some(db) = super::store::ScratchDb::create("the two-replica test").await else { return };
+    let Some(db) = crate::harness::ScratchDb::create("the two-replica test").await else { return };
     let url = db.url.clone();
     let admin = new_token_secret();
     let mut one = Server::start(&url, free_port(), &admin).await;

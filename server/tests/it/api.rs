@@ -1,76 +1,47 @@
-//! The REST API over real HTTP: a server on port 0 with a fresh SQLite database per test.
+//! The REST API over real HTTP: a server on port 0, each test on a fresh SQLite database and a fresh PostgreSQL one
+//! (when `TESSERA_TEST_POSTGRES_URL` is set).
 
-use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
+use reqwest::{Method, Response, StatusCode};
 use serde_json::{Value, json};
-use tessera_server::http::auth::{new_token_secret, token_hash};
-use tessera_server::serve::{Settings, prepare, serve};
-use tessera_server::store::{Role, Store};
+use tessera_server::http::auth::new_token_secret;
+use tessera_server::store::Role;
 
-struct TestApp {
-    base: String,
-    admin: String,
-    store: Store,
-    client: Client,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+use crate::harness::{TestApp, TestDb, on_both_backends};
+
+on_both_backends!(
+    health_readiness_and_request_ids,
+    every_api_route_needs_a_valid_token,
+    tenants_are_created_by_admins_and_hidden_from_others,
+    quota_updates_are_checked_whole_before_anything_is_written,
+    requests_are_held_against_the_quota_and_refused_beyond_it,
+    sixty_four_clients_racing_over_http_for_the_last_five_units_get_exactly_five,
+    a_retried_post_with_the_same_idempotency_key_creates_one_request,
+    small_requests_are_auto_approved_under_the_tenant_policy,
+    approvals_use_if_match_so_one_of_two_admins_wins,
+    requests_are_listed_a_page_at_a_time,
+    listed_pages_show_every_change_at_once,
+    malformed_and_oversized_bodies_are_problems_not_panics,
+    nodes_are_checked_against_the_catalog_and_the_mig_rules,
+    approvers_see_where_the_planner_would_place_a_request,
+    approval_places_slices_and_layout_changes_wait_for_an_admin,
+    users_members_and_tokens_are_managed_with_their_roles,
+    layouts_are_validated_with_the_core_rules,
+    hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocations,
+    whole_gpu_slices_are_placed_on_gpus_shared_the_same_way,
+    the_request_commands_drive_the_api_from_scripts,
+    time_slicing_and_mps_never_share_a_node,
+    the_api_reference_is_served_without_any_outside_asset,
+    portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see,
+    offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue,
+    the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them,
+);
+
+/// Asks for `count` H100 1g.10gb slices as `token`.
+trait Ask {
+    async fn ask(&self, token: &str, tenant: &str, count: u32) -> Response;
 }
 
-async fn spawn_app() -> TestApp {
-    let file = std::env::temp_dir().join(format!("tessera-api-{}.db", uuid::Uuid::now_v7().simple()));
-    let admin = new_token_secret();
-    let settings = Settings {
-        database_url: format!("sqlite://{}", file.display()),
-        bootstrap_token: Some(admin.clone()),
-        demo: true,
-        ..Settings::default()
-    };
-    let (state, generated) = prepare(&settings).await.expect("prepare");
-    assert!(generated.is_none(), "the given bootstrap token is used, not a new one");
-    let store = state.store.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(state, listener, async {
-        let _ = rx.await;
-    }));
-    TestApp { base, admin, store, client: Client::new(), _shutdown: tx }
-}
-
-impl TestApp {
-    fn call(&self, method: Method, path: &str, token: Option<&str>) -> RequestBuilder {
-        let r = self.client.request(method, format!("{}{path}", self.base));
-        match token {
-            Some(t) => r.bearer_auth(t),
-            None => r,
-        }
-    }
-
-    /// A user with a token, member of `tenant` (or of nothing).
-    async fn user(&self, name: &str, tenant: Option<&str>) -> String {
-        let u = self.store.create_user(name, false, "test").await.expect("user");
-        if let Some(t) = tenant {
-            self.store.set_membership(&u.id, t, Role::Member, "test").await.expect("member");
-        }
-        let secret = new_token_secret();
-        self.store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
-        secret
-    }
-
-    async fn tenant(&self, name: &str, extra: Value) -> String {
-        let mut body = json!({"name": name});
-        body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
-        let r = self.call(Method::POST, "/api/v1/tenants", Some(&self.admin)).json(&body).send().await.expect("send");
-        assert_eq!(r.status(), StatusCode::CREATED);
-        r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string()
-    }
-
-    async fn quota(&self, tenant: &str, limits: Value) -> Response {
-        self.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(&self.admin))
-            .json(&json!({ "limits": limits }))
-            .send()
-            .await
-            .expect("send")
-    }
-
+impl Ask for TestApp {
     async fn ask(&self, token: &str, tenant: &str, count: u32) -> Response {
         self.call(Method::POST, "/api/v1/requests", Some(token))
             .json(&json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": count, "reason": "eval"}))
@@ -90,9 +61,8 @@ async fn problem(r: Response, status: StatusCode, code: &str) -> Value {
     body
 }
 
-#[tokio::test]
-async fn health_readiness_and_request_ids() {
-    let app = spawn_app().await;
+async fn health_readiness_and_request_ids(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let r = app.call(Method::GET, "/healthz", None).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers().contains_key("x-request-id"));
@@ -100,9 +70,8 @@ async fn health_readiness_and_request_ids() {
     assert_eq!((r.status(), r.headers()["x-request-id"].to_str().expect("id")), (StatusCode::OK, "abc-123"));
 }
 
-#[tokio::test]
-async fn every_api_route_needs_a_valid_token() {
-    let app = spawn_app().await;
+async fn every_api_route_needs_a_valid_token(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     problem(
         app.call(Method::GET, "/api/v1/catalog/models", None).send().await.expect("send"),
         StatusCode::UNAUTHORIZED,
@@ -127,12 +96,11 @@ async fn every_api_route_needs_a_valid_token() {
     assert_eq!(model["profiles"][4]["placements"], json!([[0, 4], [4, 4]]));
 }
 
-#[tokio::test]
-async fn tenants_are_created_by_admins_and_hidden_from_others() {
-    let app = spawn_app().await;
+async fn tenants_are_created_by_admins_and_hidden_from_others(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let a = app.tenant("team-a", json!({})).await;
     let b = app.tenant("team-b", json!({})).await;
-    let alice = app.user("alice", Some(&a)).await;
+    let alice = app.member("alice", &a).await;
     problem(
         app.call(Method::POST, "/api/v1/tenants", Some(&alice))
             .json(&json!({"name": "mine"}))
@@ -179,9 +147,8 @@ async fn tenants_are_created_by_admins_and_hidden_from_others() {
     .await;
 }
 
-#[tokio::test]
-async fn quota_updates_are_checked_whole_before_anything_is_written() {
-    let app = spawn_app().await;
+async fn quota_updates_are_checked_whole_before_anything_is_written(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("quota-team", json!({})).await;
     problem(
         app.quota(&t, json!({"compute_slices": 10, "mig/H100-80GB/9g.9gb": 1})).await,
@@ -205,12 +172,11 @@ async fn quota_updates_are_checked_whole_before_anything_is_written() {
     );
 }
 
-#[tokio::test]
-async fn requests_are_held_against_the_quota_and_refused_beyond_it() {
-    let app = spawn_app().await;
+async fn requests_are_held_against_the_quota_and_refused_beyond_it(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("req-team", json!({})).await;
     app.quota(&t, json!({"mig/H100-80GB/1g.10gb": 3})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let r = app.ask(&alice, &t, 2).await;
     assert_eq!(r.status(), StatusCode::CREATED);
     assert_eq!(r.headers()["etag"], "\"v1\"");
@@ -250,12 +216,11 @@ async fn requests_are_held_against_the_quota_and_refused_beyond_it() {
     problem(app.ask(&alice, &other, 1).await, StatusCode::NOT_FOUND, "not_found").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixty_four_clients_racing_over_http_for_the_last_five_units_get_exactly_five() {
-    let app = spawn_app().await;
+async fn sixty_four_clients_racing_over_http_for_the_last_five_units_get_exactly_five(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("race-http", json!({})).await;
     app.quota(&t, json!({"mig/H100-80GB/1g.10gb": 5})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let app = std::sync::Arc::new(app);
     let clients: Vec<_> = (0..64)
         .map(|_| {
@@ -272,11 +237,10 @@ async fn sixty_four_clients_racing_over_http_for_the_last_five_units_get_exactly
     assert_eq!((created, refused), (5, 59), "{statuses:?}");
 }
 
-#[tokio::test]
-async fn a_retried_post_with_the_same_idempotency_key_creates_one_request() {
-    let app = spawn_app().await;
+async fn a_retried_post_with_the_same_idempotency_key_creates_one_request(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("idem-team", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let body = json!({"tenant": t, "spec": {"mode": "exclusive", "model": "A100-80GB"}, "count": 1, "reason": "x"});
     let send = || {
         app.call(Method::POST, "/api/v1/requests", Some(&alice)).header("Idempotency-Key", "job-42").json(&body).send()
@@ -299,11 +263,10 @@ async fn a_retried_post_with_the_same_idempotency_key_creates_one_request() {
     problem(r, StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused").await;
 }
 
-#[tokio::test]
-async fn small_requests_are_auto_approved_under_the_tenant_policy() {
-    let app = spawn_app().await;
+async fn small_requests_are_auto_approved_under_the_tenant_policy(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("auto", json!({"auto_approve": true, "auto_approve_max_compute_slices": 2})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let small: Value = app.ask(&alice, &t, 2).await.json().await.expect("json");
     assert_eq!(small["state"], "approved");
     let big: Value = app.ask(&alice, &t, 3).await.json().await.expect("json");
@@ -336,7 +299,7 @@ async fn small_requests_are_auto_approved_under_the_tenant_policy() {
     assert_eq!(held.as_array().map(Vec::len), Some(2), "two instances reserved");
     // Within the policy but beyond the fleet: it waits for an admin instead of being approved unplaced.
     let roomy = app.tenant("auto-roomy", json!({"auto_approve": true, "auto_approve_max_compute_slices": 100})).await;
-    let bob = app.user("bob", Some(&roomy)).await;
+    let bob = app.member("bob", &roomy).await;
     let body =
         json!({"tenant": roomy, "spec": {"mode": "mig", "profile": "7g.80gb", "model": "H100-80GB"}, "count": 3});
     let r: Value = app
@@ -367,11 +330,10 @@ async fn small_requests_are_auto_approved_under_the_tenant_policy() {
     assert_eq!(all.as_array().map(Vec::len), Some(2));
 }
 
-#[tokio::test]
-async fn approvals_use_if_match_so_one_of_two_admins_wins() {
-    let app = spawn_app().await;
+async fn approvals_use_if_match_so_one_of_two_admins_wins(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("approve-team", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let req: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
     let id = req["id"].as_str().expect("id").to_string();
     problem(
@@ -407,7 +369,7 @@ async fn approvals_use_if_match_so_one_of_two_admins_wins() {
     let r =
         app.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), Some(&app.admin)).send().await.expect("send");
     problem(r, StatusCode::CONFLICT, "request_invalid_transition").await;
-    let mallory = app.user("mallory", None).await;
+    let mallory = app.user("mallory", &[]).await.1;
     problem(
         app.call(Method::GET, &format!("/api/v1/requests/{id}"), Some(&mallory)).send().await.expect("send"),
         StatusCode::NOT_FOUND,
@@ -416,11 +378,10 @@ async fn approvals_use_if_match_so_one_of_two_admins_wins() {
     .await;
 }
 
-#[tokio::test]
-async fn requests_are_listed_a_page_at_a_time() {
-    let app = spawn_app().await;
+async fn requests_are_listed_a_page_at_a_time(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("pages", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let mut ids = Vec::new();
     for _ in 0..5 {
         let r: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
@@ -461,13 +422,12 @@ async fn requests_are_listed_a_page_at_a_time() {
 
 /// Lists are served from a cache between writes; every change to a request shows in the next read, and one
 /// tenant's page never reaches another's members.
-#[tokio::test]
-async fn listed_pages_show_every_change_at_once() {
-    let app = spawn_app().await;
+async fn listed_pages_show_every_change_at_once(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("fresh", json!({})).await;
     let other = app.tenant("other", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
-    let bob = app.user("bob", Some(&other)).await;
+    let alice = app.member("alice", &t).await;
+    let bob = app.member("bob", &other).await;
     let list = |token: String, query: String| {
         let call = app.call(Method::GET, &format!("/api/v1/requests?{query}"), Some(&token));
         async move {
@@ -495,9 +455,8 @@ async fn listed_pages_show_every_change_at_once() {
     assert!(list(bob, String::new()).await.is_empty());
 }
 
-#[tokio::test]
-async fn malformed_and_oversized_bodies_are_problems_not_panics() {
-    let app = spawn_app().await;
+async fn malformed_and_oversized_bodies_are_problems_not_panics(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let post = |body: String| {
         app.call(Method::POST, "/api/v1/tenants", Some(&app.admin))
             .header("content-type", "application/json")
@@ -511,13 +470,34 @@ async fn malformed_and_oversized_bodies_are_problems_not_panics() {
         "invalid_body",
     )
     .await;
-    let huge = format!(r#"{{"name": "{}"}}"#, "a".repeat(2 * 1024 * 1024));
-    assert_eq!(post(huge).await.expect("send").status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Refused by its Content-Length before any of it is read: the answer comes while the body is still unsent
+    // (a client that goes on writing may see the connection reset instead, which is why none is sent here).
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(app.base.trim_start_matches("http://")).await.expect("connect");
+    let head = format!(
+        "POST /api/v1/tenants HTTP/1.1\r\nhost: tessera\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        app.admin,
+        2 * 1024 * 1024
+    );
+    socket.write_all(head.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let read = async {
+        let mut chunk = [0u8; 4096];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = socket.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "closed without an answer");
+            answer.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), read).await.expect("an answer before the body");
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 413"), "{answer}");
+    assert!(answer.contains("content-type: application/problem+json"), "{answer}");
 }
 
-#[tokio::test]
-async fn nodes_are_checked_against_the_catalog_and_the_mig_rules() {
-    let app = spawn_app().await;
+async fn nodes_are_checked_against_the_catalog_and_the_mig_rules(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let nodes: Value = app
         .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
         .send()
@@ -563,7 +543,7 @@ async fn nodes_are_checked_against_the_catalog_and_the_mig_rules() {
         (node["gpus"][0]["model"].as_str(), node["gpus"][0]["layout"][0]["start"].as_u64()),
         (Some("H100-80GB"), Some(6))
     );
-    let alice = app.user("alice", None).await;
+    let alice = app.user("alice", &[]).await.1;
     problem(
         app.call(Method::GET, "/api/v1/nodes", Some(&alice)).send().await.expect("send"),
         StatusCode::FORBIDDEN,
@@ -572,11 +552,10 @@ async fn nodes_are_checked_against_the_catalog_and_the_mig_rules() {
     .await;
 }
 
-#[tokio::test]
-async fn approvers_see_where_the_planner_would_place_a_request() {
-    let app = spawn_app().await;
+async fn approvers_see_where_the_planner_would_place_a_request(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("plan-team", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let req: Value = app.ask(&alice, &t, 2).await.json().await.expect("json");
     let path = format!("/api/v1/requests/{}/placement", req["id"].as_str().expect("id"));
     let plan: Value =
@@ -636,12 +615,11 @@ async fn approvers_see_where_the_planner_would_place_a_request() {
     problem(r, StatusCode::UNPROCESSABLE_ENTITY, "placement_not_planned").await;
 }
 
-#[tokio::test]
-async fn approval_places_slices_and_layout_changes_wait_for_an_admin() {
-    let app = spawn_app().await;
+async fn approval_places_slices_and_layout_changes_wait_for_an_admin(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("flow", json!({})).await;
     app.quota(&t, json!({"compute_slices": 100})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let ask = |profile: &str, model: &str, count: u32| {
         let body = json!({"tenant": t, "spec": {"mode": "mig", "profile": profile, "model": model}, "count": count});
         app.call(Method::POST, "/api/v1/requests", Some(&alice)).json(&body).send()
@@ -767,9 +745,8 @@ async fn approval_places_slices_and_layout_changes_wait_for_an_admin() {
     assert_eq!(still["state"], "pending");
 }
 
-#[tokio::test]
-async fn users_members_and_tokens_are_managed_with_their_roles() {
-    let app = spawn_app().await;
+async fn users_members_and_tokens_are_managed_with_their_roles(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("people", json!({})).await;
     let r = app
         .call(Method::POST, "/api/v1/users", Some(&app.admin))
@@ -791,14 +768,14 @@ async fn users_members_and_tokens_are_managed_with_their_roles() {
     )
     .await;
     // A plain member cannot add members; a tenant admin can, for their own tenant only.
-    let member = app.user("mo", Some(&t)).await;
+    let member = app.member("mo", &t).await;
     let put = |token: &str, tenant: &str, role: &str| {
         app.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/members/{carol_id}"), Some(token))
             .json(&json!({"role": role}))
             .send()
     };
     problem(put(&member, &t, "member").await.expect("send"), StatusCode::FORBIDDEN, "forbidden").await;
-    let lead = app.user("lead", None).await;
+    let lead = app.user("lead", &[]).await.1;
     let lead_id = app.store.user_by_name("lead").await.expect("lead").id;
     app.store.set_membership(&lead_id, &t, Role::TenantAdmin, "test").await.expect("promote");
     assert_eq!(put(&lead, &t, "member").await.expect("send").status(), StatusCode::NO_CONTENT);
@@ -867,9 +844,8 @@ async fn users_members_and_tokens_are_managed_with_their_roles() {
     .await;
 }
 
-#[tokio::test]
-async fn layouts_are_validated_with_the_core_rules() {
-    let app = spawn_app().await;
+async fn layouts_are_validated_with_the_core_rules(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let check = |model: &str, instances: Value| {
         app.call(Method::POST, &format!("/api/v1/catalog/models/{model}/validate"), Some(&app.admin))
             .json(&json!({"instances": instances}))
@@ -895,11 +871,10 @@ async fn layouts_are_validated_with_the_core_rules() {
     problem(check("T4", json!([])).await.expect("send"), StatusCode::NOT_FOUND, "not_found").await;
 }
 
-#[tokio::test]
-async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocations() {
-    let app = spawn_app().await;
+async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocations(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("edit", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     // The request takes demo-node-1/1's free 1g.10gb at unit 6.
     let req: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
     let r = app
@@ -920,7 +895,7 @@ async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocat
     assert_eq!((allocations[0]["gpu_index"].as_u64(), allocations[0]["start"].as_u64()), (Some(1), Some(6)));
     assert_eq!(allocations[0]["k8s_resource"], "nvidia.com/mig-1g.10gb");
     assert_eq!(allocations[0]["waiting_for_layout"], false);
-    let mallory = app.user("mallory", None).await;
+    let mallory = app.user("mallory", &[]).await.1;
     problem(
         app.call(Method::GET, &format!("/api/v1/allocations?tenant={t}"), Some(&mallory)).send().await.expect("send"),
         StatusCode::NOT_FOUND,
@@ -988,11 +963,10 @@ async fn hand_edited_layouts_keep_instances_in_use_and_tenants_see_their_allocat
     assert_eq!(got["id"], proposal["id"]);
 }
 
-#[tokio::test]
-async fn whole_gpu_slices_are_placed_on_gpus_shared_the_same_way() {
-    let app = spawn_app().await;
+async fn whole_gpu_slices_are_placed_on_gpus_shared_the_same_way(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("whole", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let ask = |spec: Value, count: u32| {
         app.call(Method::POST, "/api/v1/requests", Some(&alice))
             .json(&json!({"tenant": t, "spec": spec, "count": count}))
@@ -1060,11 +1034,10 @@ async fn whole_gpu_slices_are_placed_on_gpus_shared_the_same_way() {
     assert_eq!(approve(&id(&again)).await.expect("send").status(), StatusCode::OK);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_request_commands_drive_the_api_from_scripts() {
-    let app = spawn_app().await;
+async fn the_request_commands_drive_the_api_from_scripts(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let t = app.tenant("cli", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let run = |token: String, args: Vec<String>| {
         let base = app.base.clone();
         tokio::task::spawn_blocking(move || {
@@ -1114,9 +1087,8 @@ async fn the_request_commands_drive_the_api_from_scripts() {
     assert_eq!(code, Some(2), "{out}");
 }
 
-#[tokio::test]
-async fn time_slicing_and_mps_never_share_a_node() {
-    let app = spawn_app().await;
+async fn time_slicing_and_mps_never_share_a_node(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let nodes: Value = app
         .call(Method::GET, "/api/v1/nodes", Some(&app.admin))
         .send()
@@ -1141,7 +1113,7 @@ async fn time_slicing_and_mps_never_share_a_node() {
         .expect("send");
     assert_eq!(r.status(), StatusCode::CREATED);
     let t = app.tenant("mixers", json!({})).await;
-    let alice = app.user("alice", Some(&t)).await;
+    let alice = app.member("alice", &t).await;
     let ask = |spec: Value| {
         app.call(Method::POST, "/api/v1/requests", Some(&alice))
             .json(&json!({"tenant": t, "spec": spec, "count": 1}))
@@ -1175,9 +1147,8 @@ async fn time_slicing_and_mps_never_share_a_node() {
     assert_eq!(approve(whole["id"].as_str().expect("id").to_string()).await.expect("send").status(), StatusCode::OK);
 }
 
-#[tokio::test]
-async fn the_api_reference_is_served_without_any_outside_asset() {
-    let app = spawn_app().await;
+async fn the_api_reference_is_served_without_any_outside_asset(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let r = app.call(Method::GET, "/api/docs", None).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.headers()["content-type"].to_str().expect("type").starts_with("text/html"));
@@ -1208,9 +1179,8 @@ fn the_checked_in_openapi_matches_the_code() {
     );
 }
 
-#[tokio::test]
-async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see() {
-    let app = spawn_app().await;
+async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let page = |token: Option<&str>, path: &'static str| {
         let r = app.call(Method::GET, path, token);
         async move {
@@ -1226,7 +1196,7 @@ async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see() 
     assert!(html.contains("H100-80GB") && html.contains("generation 0 / "), "{html}");
     assert!(html.contains("/pkg/tessera.css"), "stylesheet linked");
     // A user in no tenant sees no nodes; nobody signed in is asked to sign in.
-    let outsider = app.user("outsider", None).await;
+    let outsider = app.user("outsider", &[]).await.1;
     let html = page(Some(&outsider), "/fleet").await;
     assert!(!html.contains("demo-node-1"), "{html}");
     let html = page(None, "/fleet").await;
@@ -1241,11 +1211,10 @@ async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see() 
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
 
-#[tokio::test]
-async fn offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue() {
-    let app = spawn_app().await;
+async fn offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let tenant = app.tenant("offer-team", json!({})).await;
-    let member = app.user("offer-member", Some(&tenant)).await;
+    let member = app.member("offer-member", &tenant).await;
     let r = app.call(Method::GET, "/api/v1/offerings", Some(&member)).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::OK);
     let body: Value = r.json().await.expect("json");
@@ -1280,12 +1249,11 @@ async fn offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue() {
     .await;
 }
 
-#[tokio::test]
-async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them() {
-    let app = spawn_app().await;
+async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
     let tenant = app.tenant("dash-team", json!({})).await;
     assert_eq!(app.quota(&tenant, json!({"compute_slices": 14})).await.status(), StatusCode::OK);
-    let member = app.user("dash-member", Some(&tenant)).await;
+    let member = app.member("dash-member", &tenant).await;
     assert_eq!(app.ask(&member, &tenant, 2).await.status(), StatusCode::CREATED);
     let html = |token: String, path: String| {
         let r = app.call(Method::GET, &path, Some(&token));
@@ -1299,7 +1267,7 @@ async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them() 
     assert!(page.contains("data-testid=\"request-form\""), "{page}");
     // Another tenant's member gets the API's 404 in the page, not the data.
     let other = app.tenant("dash-other", json!({})).await;
-    let outsider = app.user("dash-outsider", Some(&other)).await;
+    let outsider = app.member("dash-outsider", &other).await;
     let page = html(outsider.clone(), format!("/t/{tenant}")).await;
     assert!(!page.contains("dash-team") && page.contains("not_found"), "{page}");
     // Approvals: the admin sees the request with the planner's placement; a member is refused.

@@ -324,7 +324,7 @@ async fn revoking_a_node_credential_closes_its_sockets_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn revoking_on_one_replica_closes_the_socket_on_another() {
-    let Some(db) = crate::store::ScratchDb::create("the two-replica revocation test").await else { return };
+    let Some(db) = crate::harness::ScratchDb::create("the two-replica revocation test").await else { return };
     let url = db.url.clone();
     let admin = new_token_secret();
     let mut one = Server::start(&url, free_port(), &admin).await;

@@ -10,8 +10,9 @@
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tessera_server::http::auth::{new_node_secret, new_token_secret, token_hash};
-use tessera_server::serve::{Settings, prepare, serve};
 use tessera_server::store::{Role, Store};
+
+use crate::harness::TestApp;
 
 struct World {
     base: String,
@@ -31,38 +32,20 @@ struct World {
     node_id: String,
     join_token_id: String,
     layout: String,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+    _app: TestApp,
 }
 
 /// Names that must never show up in an answer to a caller outside tenant B.
 const B_NAME: &str = "tenant-b-secret";
 const B_USER: &str = "bea-of-b";
 
-async fn user(store: &Store, name: &str, tenant: &str, role: Role) -> (String, String) {
-    let u = store.create_user(name, false, "test").await.expect("user");
-    store.set_membership(&u.id, tenant, role, "test").await.expect("member");
-    let secret = new_token_secret();
-    store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
-    (u.id, secret)
+async fn user(app: &TestApp, name: &str, tenant: &str, role: Role) -> (String, String) {
+    app.user(name, &[(tenant, role)]).await
 }
 
 async fn world() -> World {
-    let file = std::env::temp_dir().join(format!("tessera-iso-{}.db", uuid::Uuid::now_v7().simple()));
-    let admin = new_token_secret();
-    let settings = Settings {
-        database_url: format!("sqlite://{}", file.display()),
-        bootstrap_token: Some(admin.clone()),
-        demo: true,
-        ..Settings::default()
-    };
-    let (state, _) = prepare(&settings).await.expect("prepare");
-    let store = state.store.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(state, listener, async {
-        let _ = rx.await;
-    }));
+    let app = TestApp::sqlite().start().await;
+    let (base, admin, store) = (app.base.clone(), app.admin.clone(), app.store.clone());
     let client = Client::new();
     let call = |method: Method, path: &str, body: Value| {
         client.request(method, format!("{base}{path}")).bearer_auth(&admin).json(&body).send()
@@ -79,12 +62,12 @@ async fn world() -> World {
         tenants.push(id);
     }
     let (a, b) = (tenants[0].clone(), tenants[1].clone());
-    let (_, a_member) = user(&store, "al-of-a", &a, Role::Member).await;
-    let (_, a_admin) = user(&store, "ace-of-a", &a, Role::TenantAdmin).await;
-    let (b_user, b_member) = user(&store, B_USER, &b, Role::Member).await;
-    let (_, b_admin) = user(&store, "boss-of-b", &b, Role::TenantAdmin).await;
+    let (_, a_member) = user(&app, "al-of-a", &a, Role::Member).await;
+    let (_, a_admin) = user(&app, "ace-of-a", &a, Role::TenantAdmin).await;
+    let (b_user, b_member) = user(&app, B_USER, &b, Role::Member).await;
+    let (_, b_admin) = user(&app, "boss-of-b", &b, Role::TenantAdmin).await;
     // Removed from B by the matrix (removing `b_user` would take B's member out of every later call).
-    let (b_spare, _) = user(&store, "spare-of-b", &b, Role::Member).await;
+    let (b_spare, _) = user(&app, "spare-of-b", &b, Role::Member).await;
     let mut b_token_ids = Vec::new();
     for i in 0..8 {
         b_token_ids.push(
@@ -150,7 +133,7 @@ async fn world() -> World {
         node_id,
         join_token_id,
         layout,
-        _shutdown: tx,
+        _app: app,
     }
 }
 

@@ -4,6 +4,7 @@ mod admin;
 mod agents;
 mod api;
 mod cli_mig;
+mod harness;
 mod hostile;
 mod isolation;
 mod logging;

@@ -11,9 +11,9 @@ use reqwest::header::{LOCATION, SET_COOKIE};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tessera_server::auth::{AuthConfig, OidcConfig};
-use tessera_server::http::auth::new_token_secret;
-use tessera_server::serve::{Settings, prepare, serve};
 use tokio::io::AsyncBufReadExt;
+
+use crate::harness::TestApp;
 
 /// The test provider, running until dropped.
 pub struct Idp {
@@ -117,18 +117,22 @@ fn chrono_now() -> i64 {
 }
 
 /// A server configured against the provider.
-pub struct SsoApp {
-    pub base: String,
-    pub admin: String,
-    pub store: tessera_server::store::Store,
+pub(crate) struct SsoApp {
+    app: TestApp,
     pub idp: Idp,
-    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl std::ops::Deref for SsoApp {
+    type Target = TestApp;
+    fn deref(&self) -> &TestApp {
+        &self.app
+    }
 }
 
 pub const BOOTSTRAP_PASSWORD: &str = "correct horse battery staple";
 
 /// Starts the provider and a server signed up with it; `tune` adjusts the sign-in settings.
-pub async fn spawn_sso_app(tune: impl FnOnce(&mut AuthConfig)) -> SsoApp {
+pub(crate) async fn spawn_sso_app(tune: impl FnOnce(&mut AuthConfig)) -> SsoApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let idp = start_idp(&base).await;
@@ -147,25 +151,10 @@ pub async fn spawn_sso_app(tune: impl FnOnce(&mut AuthConfig)) -> SsoApp {
         ..AuthConfig::default()
     };
     tune(&mut auth);
-    let file = std::env::temp_dir().join(format!("tessera-sso-{}.db", uuid::Uuid::now_v7().simple()));
-    let admin = new_token_secret();
-    let settings = Settings {
-        database_url: format!("sqlite://{}", file.display()),
-        bootstrap_token: Some(admin.clone()),
-        bootstrap_password: Some(BOOTSTRAP_PASSWORD.into()),
-        demo: true,
-        auth,
-        ..Settings::default()
-    };
-    let (state, _) = prepare(&settings).await.expect("prepare");
-    let store = state.store.clone();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(state, listener, async {
-        let _ = rx.await;
-    }));
-    let app = SsoApp { base, admin, store, idp, _shutdown: tx };
+    let app = TestApp::sqlite().auth(auth).bootstrap_password(BOOTSTRAP_PASSWORD).listener(listener).start().await;
+    let app = SsoApp { app, idp };
     for name in ["team-a", "team-b"] {
-        let r = app.api(Method::POST, "/api/v1/tenants", Some(&app.admin)).json(&json!({"name": name})).send().await;
+        let r = app.call(Method::POST, "/api/v1/tenants", Some(&app.admin)).json(&json!({"name": name})).send().await;
         assert_eq!(r.expect("send").status(), StatusCode::CREATED);
     }
     app
@@ -182,17 +171,9 @@ fn location(r: &reqwest::Response, base: &str) -> String {
 }
 
 impl SsoApp {
-    pub fn api(&self, method: Method, path: &str, token: Option<&str>) -> reqwest::RequestBuilder {
-        let r = Client::new().request(method, format!("{}{path}", self.base));
-        match token {
-            Some(t) => r.bearer_auth(t),
-            None => r,
-        }
-    }
-
     pub async fn tenant_id(&self, name: &str) -> String {
         let tenants: Value = self
-            .api(Method::GET, "/api/v1/tenants", Some(&self.admin))
+            .call(Method::GET, "/api/v1/tenants", Some(&self.admin))
             .send()
             .await
             .expect("send")
@@ -400,7 +381,7 @@ async fn bad_access_tokens_are_refused_with_their_reason() {
     let app = spawn_sso_app(|_| {}).await;
     let idp = &app.idp;
     let call = |token: String| {
-        let request = app.api(Method::GET, "/api/v1/session", Some(&token));
+        let request = app.call(Method::GET, "/api/v1/session", Some(&token));
         async move {
             let r = request.send().await.expect("send");
             let status = r.status();
@@ -411,7 +392,7 @@ async fn bad_access_tokens_are_refused_with_their_reason() {
     };
     // A real client-credentials token from the provider works and maps its groups.
     let ci = idp.ci_token().await;
-    let r = app.api(Method::GET, "/api/v1/session", Some(&ci)).send().await.expect("send");
+    let r = app.call(Method::GET, "/api/v1/session", Some(&ci)).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::OK);
     let me: Value = r.json().await.expect("json");
     assert_eq!(me["user"]["name"], "ci");
@@ -482,7 +463,7 @@ async fn id_tokens_never_work_on_the_api_even_when_the_api_audience_is_the_clien
     let base = json!({"iss": idp.issuer, "sub": "frank", "aud": "tessera", "iat": now, "exp": now + 600,
                       "groups": ["tessera:team-a:member"]});
     let call = |claims: Value| {
-        let request = app.api(Method::GET, "/api/v1/session", Some(&idp.mint(&claims, None)));
+        let request = app.call(Method::GET, "/api/v1/session", Some(&idp.mint(&claims, None)));
         async move { request.send().await.expect("send").status() }
     };
     assert_eq!(call(base.clone()).await, StatusCode::OK, "an access token for the client id");
@@ -518,7 +499,7 @@ async fn id_tokens_never_work_on_the_api_even_when_the_api_audience_is_the_clien
         .expect("json");
     let end = reqwest::Url::parse(out["redirect_to"].as_str().expect("redirect")).expect("url");
     let hint = end.query_pairs().find(|(k, _)| k == "id_token_hint").expect("hint").1.to_string();
-    let r = app.api(Method::GET, "/api/v1/session", Some(&hint)).send().await.expect("send");
+    let r = app.call(Method::GET, "/api/v1/session", Some(&hint)).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "the logout hint is no API credential");
 }
 
@@ -527,7 +508,7 @@ async fn key_rotation_is_followed_and_unknown_key_ids_refetch_no_more_than_the_f
     let app = spawn_sso_app(|_| {}).await;
     let idp = &app.idp;
     let me = |token: String| {
-        let request = app.api(Method::GET, "/api/v1/session", Some(&token));
+        let request = app.call(Method::GET, "/api/v1/session", Some(&token));
         async move {
             let r = request.send().await.expect("send");
             let status = r.status();
@@ -567,7 +548,7 @@ async fn the_mapping_is_re_evaluated_at_each_sign_in_and_leaves_hand_set_members
     let (team_a, team_b) = (app.tenant_id("team-a").await, app.tenant_id("team-b").await);
     let me = |groups: &[&str]| {
         let token = idp.mint(&idp.claims("erin", groups), None);
-        let request = app.api(Method::GET, "/api/v1/session", Some(&token));
+        let request = app.call(Method::GET, "/api/v1/session", Some(&token));
         async move { request.send().await.expect("send").json::<Value>().await.expect("json") }
     };
     let first = me(&["tessera:team-a:admin", "tessera-admins"]).await;
@@ -577,7 +558,7 @@ async fn the_mapping_is_re_evaluated_at_each_sign_in_and_leaves_hand_set_members
 
     // A platform admin adds erin to team-b by hand.
     let r = app
-        .api(Method::PUT, &format!("/api/v1/tenants/{team_b}/members/{user_id}"), Some(&app.admin))
+        .call(Method::PUT, &format!("/api/v1/tenants/{team_b}/members/{user_id}"), Some(&app.admin))
         .json(&json!({"role": "member"}))
         .send()
         .await
@@ -595,7 +576,7 @@ async fn the_mapping_is_re_evaluated_at_each_sign_in_and_leaves_hand_set_members
     assert_eq!(memberships, expected);
     // Every change is in the audit log.
     let history = |object: String| {
-        let request = app.api(Method::GET, &format!("/api/v1/audit?object={object}"), Some(&app.admin));
+        let request = app.call(Method::GET, &format!("/api/v1/audit?object={object}"), Some(&app.admin));
         async move {
             let entries: Value = request.send().await.expect("send").json().await.expect("json");
             entries
@@ -622,7 +603,7 @@ async fn the_mapping_is_re_evaluated_at_each_sign_in_and_leaves_hand_set_members
     assert_eq!(r["user"]["name"], "erin");
     let token = idp.mint(&idp.claims("admin", &[]), None);
     let r: Value =
-        app.api(Method::GET, "/api/v1/session", Some(&token)).send().await.expect("send").json().await.expect("json");
+        app.call(Method::GET, "/api/v1/session", Some(&token)).send().await.expect("send").json().await.expect("json");
     assert_ne!(r["user"]["name"], "admin");
     assert_eq!(r["user"]["platform_admin"], false);
     assert!(r["user"]["name"].as_str().expect("name").starts_with("admin~"));
@@ -719,29 +700,17 @@ async fn local_accounts_sign_in_with_argon2_passwords_are_throttled_and_can_be_t
 #[tokio::test]
 async fn an_unreachable_provider_is_a_clear_503_not_a_hang() {
     // Port 9 (discard) on loopback: nothing listens.
-    let settings = Settings {
-        database_url: format!(
-            "sqlite://{}",
-            std::env::temp_dir().join(format!("tessera-sso-down-{}.db", uuid::Uuid::now_v7().simple())).display()
-        ),
-        auth: AuthConfig {
-            oidc: Some(OidcConfig {
-                issuer: "http://127.0.0.1:9".into(),
-                client_id: "tessera".into(),
-                redirect_url: "http://127.0.0.1:1/auth/callback".into(),
-                ..OidcConfig::default()
-            }),
-            ..AuthConfig::default()
-        },
-        ..Settings::default()
+    let auth = AuthConfig {
+        oidc: Some(OidcConfig {
+            issuer: "http://127.0.0.1:9".into(),
+            client_id: "tessera".into(),
+            redirect_url: "http://127.0.0.1:1/auth/callback".into(),
+            ..OidcConfig::default()
+        }),
+        ..AuthConfig::default()
     };
-    let (state, _) = prepare(&settings).await.expect("prepare");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("addr"));
-    let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve(state, listener, async {
-        let _ = rx.await;
-    }));
+    let app = TestApp::sqlite().bare().auth(auth).start().await;
+    let base = &app.base;
     for _ in 0..2 {
         let r = browser().get(format!("{base}/auth/login")).send().await.expect("send");
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -759,7 +728,7 @@ async fn sessions_end_at_their_absolute_and_idle_expiry() {
     use tessera_server::store::auth::SessionRecord;
     let app = spawn_sso_app(|a| a.session_idle_minutes = Some(30)).await;
     let admin_id = app
-        .api(Method::GET, "/api/v1/session", Some(&app.admin))
+        .call(Method::GET, "/api/v1/session", Some(&app.admin))
         .send()
         .await
         .expect("send")

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::harness::{on_both_backends, with_database};
 use tessera_core::Catalog;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
@@ -10,121 +11,8 @@ use tessera_core::request::{RequestState, SliceSpec};
 use tessera_server::store::auth::{LoginAttempt, SessionRecord, SsoIdentity};
 use tessera_server::store::{LayoutChange, NewGpu, NewRequest, Reservation, Role, Store, StoreError, Transition};
 
-/// A store on a fresh database, dropped with it.
-pub(crate) struct TestDb {
-    pub(crate) store: Store,
-    /// The database's URL, for a server on the same database.
-    pub(crate) url: String,
-    drop_pg: Option<(String, String)>,
-    sqlite_file: Option<std::path::PathBuf>,
-}
-
-impl TestDb {
-    pub(crate) async fn close(self) {
-        self.store.close().await;
-        if let Some((admin, name)) = self.drop_pg
-            && let Ok(pool) = sqlx::PgPool::connect(&admin).await
-        {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
-        }
-        if let Some(f) = self.sqlite_file {
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", f.display()));
-            }
-        }
-    }
-}
-
-pub(crate) async fn sqlite() -> TestDb {
-    let file = std::env::temp_dir().join(format!("tessera-test-{}.db", uuid::Uuid::now_v7().simple()));
-    let url = format!("sqlite://{}", file.display());
-    let store = Store::connect(&url).await.expect("sqlite");
-    store.migrate().await.expect("migrate");
-    TestDb { store, url, drop_pg: None, sqlite_file: Some(file) }
-}
-
-/// `url` with its database name replaced by `name`.
-pub(crate) fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(slash) => &base[..scheme_end + slash],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
-
-/// A fresh PostgreSQL database for servers started by a test (`None` when `TESSERA_TEST_POSTGRES_URL` is not set);
-/// dropped by [`ScratchDb::drop`].
-pub(crate) struct ScratchDb {
-    pool: sqlx::PgPool,
-    name: String,
-    /// Its URL.
-    pub(crate) url: String,
-}
-
-impl ScratchDb {
-    pub(crate) async fn create(what: &str) -> Option<ScratchDb> {
-        let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
-            eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
-            return None;
-        };
-        let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-        let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
-        Some(ScratchDb { url: with_database(&admin, &name), pool, name })
-    }
-
-    pub(crate) async fn drop(self) {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&self.pool).await;
-    }
-}
-
-pub(crate) async fn postgres() -> Option<TestDb> {
-    let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
-        eprintln!("TESSERA_TEST_POSTGRES_URL is not set: PostgreSQL half of the store suite skipped");
-        return None;
-    };
-    let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-    let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
-    pool.close().await;
-    let url = with_database(&admin, &name);
-    let store = Store::connect(&url).await.expect("postgres");
-    store.migrate().await.expect("migrate");
-    Some(TestDb { store, url, drop_pg: Some((admin, name)), sqlite_file: None })
-}
-
-macro_rules! conformance {
-    ($($name:ident),* $(,)?) => {
-        mod on_sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    let db = super::sqlite().await;
-                    super::$name(&db.store).await;
-                    db.close().await;
-                }
-            )*
-        }
-        mod on_postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    if let Some(db) = super::postgres().await {
-                        super::$name(&db.store).await;
-                        db.close().await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+on_both_backends!(
+    |db| &db.store;
     tenants_are_unique_by_name,
     quotas_round_trip_and_replace,
     requests_within_quota_are_held_until_they_end,
@@ -794,9 +682,8 @@ async fn racing_batches_and_single_creates_never_overshoot(store: &Store) {
 /// Two server replicas on one PostgreSQL database: a write through one makes the other's cached reads stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_replicas_see_each_others_changes_to_requests() {
-    let Some(db) = postgres().await else { return };
-    let (admin, name) = db.drop_pg.clone().expect("postgres");
-    let other = Store::connect(&with_database(&admin, &name)).await.expect("second replica");
+    let Some(db) = crate::harness::postgres().await else { return };
+    let other = Store::connect(&db.url).await.expect("second replica");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let seen = loop {
         if let Some(g) = other.generation() {

@@ -8,10 +8,11 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tessera_agent::telemetry::TelemetryConfig;
-use tessera_server::http::auth::{new_token_secret, token_hash};
+use tessera_server::http::auth::new_token_secret;
 use tessera_server::store::{Role, Store};
 
 use crate::agents::{Server, SimAgent, first_allocation_active, free_port, sqlite_url, wait_for};
+use crate::harness::user_with_token;
 
 pub(crate) fn fast(buffer: usize) -> Option<TelemetryConfig> {
     Some(TelemetryConfig {
@@ -173,10 +174,7 @@ async fn samples_reach_heatmaps_the_live_stream_metrics_and_usage_and_tenants_se
     let store = Store::connect(&server.database_url).await.expect("store");
     let (_, other) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "other"}))).await;
     let other = other["id"].as_str().expect("id").to_string();
-    let user = store.create_user("outsider", false, "test").await.expect("user");
-    store.set_membership(&user.id, &other, Role::Member, "test").await.expect("member");
-    let secret = new_token_secret();
-    store.create_token(&user.id, "t", &token_hash(&secret), "test").await.expect("token");
+    let (_, secret) = user_with_token(&store, "outsider", &[(&other, Role::Member)]).await;
     let as_outsider = |path: &str| {
         let url = format!("{}{path}", server.base);
         let client = server.client.clone();
@@ -197,10 +195,7 @@ async fn samples_reach_heatmaps_the_live_stream_metrics_and_usage_and_tenants_se
     let (s, _) = as_outsider("/metrics").await;
     assert_eq!(s, StatusCode::FORBIDDEN);
     // The holder's tenant sees its instance, not the whole GPU.
-    let holder = store.create_user("insider", false, "test").await.expect("user");
-    store.set_membership(&holder.id, &tenant, Role::Member, "test").await.expect("member");
-    let secret = new_token_secret();
-    store.create_token(&holder.id, "t", &token_hash(&secret), "test").await.expect("token");
+    let (_, secret) = user_with_token(&store, "insider", &[(&tenant, Role::Member)]).await;
     let r = server
         .client
         .get(format!("{}/api/v1/telemetry/heatmap", server.base))

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use sqlx::migrate::Migrator;
 use tessera_server::store::Store;
 
-use crate::store::ScratchDb;
+use crate::harness::ScratchDb;
 
 /// Times that do not fall on a whole second, as a release wrote them.
 const CREATED: i64 = 1_700_000_000_123;

@@ -1,0 +1,337 @@
+//! What the integration tests share: a fresh database on either backend ([`TestDb`]), the macro that runs a test
+//! on both ([`on_both_backends`]), the server started in this process on port 0 ([`TestApp`], built with
+//! [`TestApp::on`] or [`TestApp::sqlite`]), and the fixtures every area needs (users with tokens, tenants, quotas).
+//!
+//! Tests that must see the released binary as it runs (logging, signals, the agent, Prometheus) start it as a
+//! process instead (`agents::Server`).
+
+use std::path::PathBuf;
+
+use reqwest::{Client, Method, RequestBuilder, Response, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::app::AppState;
+use tessera_server::auth::AuthConfig;
+use tessera_server::http::auth::{new_token_secret, token_hash};
+use tessera_server::serve::{Settings, prepare, serve};
+use tessera_server::store::{Role, Store};
+
+/// A store on a fresh database, dropped with it by [`TestDb::close`].
+pub(crate) struct TestDb {
+    pub(crate) store: Store,
+    /// The database's URL, for a server on the same database.
+    pub(crate) url: String,
+    drop_pg: Option<(String, String)>,
+    sqlite_file: Option<PathBuf>,
+}
+
+impl TestDb {
+    pub(crate) async fn close(self) {
+        self.store.close().await;
+        if let Some((admin, name)) = self.drop_pg
+            && let Ok(pool) = sqlx::PgPool::connect(&admin).await
+        {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
+        }
+        if let Some(f) = self.sqlite_file {
+            remove_sqlite(&f);
+        }
+    }
+}
+
+fn temp_sqlite() -> PathBuf {
+    std::env::temp_dir().join(format!("tessera-test-{}.db", uuid::Uuid::now_v7().simple()))
+}
+
+fn remove_sqlite(file: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
+
+/// A migrated store on a fresh SQLite file.
+pub(crate) async fn sqlite() -> TestDb {
+    let file = temp_sqlite();
+    let url = format!("sqlite://{}", file.display());
+    let store = Store::connect(&url).await.expect("sqlite");
+    store.migrate().await.expect("migrate");
+    TestDb { store, url, drop_pg: None, sqlite_file: Some(file) }
+}
+
+/// `url` with its database name replaced by `name`.
+pub(crate) fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+/// A fresh PostgreSQL database for servers started by a test (`None` when `TESSERA_TEST_POSTGRES_URL` is not set);
+/// dropped by [`ScratchDb::drop`].
+pub(crate) struct ScratchDb {
+    pool: sqlx::PgPool,
+    name: String,
+    /// Its URL.
+    pub(crate) url: String,
+}
+
+impl ScratchDb {
+    pub(crate) async fn create(what: &str) -> Option<ScratchDb> {
+        let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+            eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
+            return None;
+        };
+        let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+        let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+        Some(ScratchDb { url: with_database(&admin, &name), pool, name })
+    }
+
+    pub(crate) async fn drop(self) {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&self.pool).await;
+    }
+}
+
+/// A migrated store on a fresh PostgreSQL database (`None` when `TESSERA_TEST_POSTGRES_URL` is not set).
+pub(crate) async fn postgres() -> Option<TestDb> {
+    let scratch = ScratchDb::create("the PostgreSQL half of this test").await?;
+    scratch.pool.close().await;
+    let admin = std::env::var("TESSERA_TEST_POSTGRES_URL").expect("set");
+    let store = Store::connect(&scratch.url).await.expect("postgres");
+    store.migrate().await.expect("migrate");
+    Some(TestDb { store, url: scratch.url, drop_pg: Some((admin, scratch.name)), sqlite_file: None })
+}
+
+/// Runs each named test on a fresh SQLite database and on a fresh PostgreSQL one (when `TESSERA_TEST_POSTGRES_URL`
+/// is set; CI always sets it). Each test is `async fn name(db: &TestDb)`; with `|db| expr;` first, it is given
+/// `expr` instead (the store suite passes `&db.store`).
+macro_rules! on_both_backends {
+    (|$db:ident| $arg:expr; $($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let $db = crate::harness::sqlite().await;
+                    super::$name($arg).await;
+                    $db.close().await;
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    if let Some($db) = crate::harness::postgres().await {
+                        super::$name($arg).await;
+                        $db.close().await;
+                    }
+                }
+            )*
+        }
+    };
+    ($($name:ident),* $(,)?) => {
+        crate::harness::on_both_backends!(|db| &db; $($name),*);
+    };
+}
+pub(crate) use on_both_backends;
+
+/// How a [`TestApp`] is started.
+pub(crate) struct AppBuilder {
+    database_url: Option<String>,
+    demo: bool,
+    auto_layout: bool,
+    auth: AuthConfig,
+    bootstrap_password: Option<String>,
+    listener: Option<tokio::net::TcpListener>,
+}
+
+impl AppBuilder {
+    /// No demo fleet (the default has the demo node, its GPUs and its catalog).
+    pub(crate) fn bare(mut self) -> AppBuilder {
+        self.demo = false;
+        self
+    }
+
+    /// Auto-layout on for every MIG GPU of the demo node, so approval reshapes GPUs without a layout approval.
+    pub(crate) fn auto_layout(mut self) -> AppBuilder {
+        self.auto_layout = true;
+        self
+    }
+
+    /// Sign-in settings (an identity provider, session lifetimes).
+    pub(crate) fn auth(mut self, auth: AuthConfig) -> AppBuilder {
+        self.auth = auth;
+        self
+    }
+
+    /// The bootstrap admin may also sign in with this password.
+    pub(crate) fn bootstrap_password(mut self, password: &str) -> AppBuilder {
+        self.bootstrap_password = Some(password.to_string());
+        self
+    }
+
+    /// Serve on this listener (when the server's address must be known before it starts, e.g. by a provider).
+    pub(crate) fn listener(mut self, listener: tokio::net::TcpListener) -> AppBuilder {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Prepares the state as `tessera serve` does (migrations, bootstrap, demo data) and serves it on a task.
+    pub(crate) async fn start(self) -> TestApp {
+        let (database_url, sqlite_file) = match self.database_url {
+            Some(url) => (url, None),
+            None => {
+                let file = temp_sqlite();
+                (format!("sqlite://{}", file.display()), Some(file))
+            }
+        };
+        let admin = new_token_secret();
+        let settings = Settings {
+            database_url,
+            bootstrap_token: Some(admin.clone()),
+            bootstrap_password: self.bootstrap_password,
+            demo: self.demo,
+            auth: self.auth,
+            ..Settings::default()
+        };
+        let (state, generated) = prepare(&settings).await.expect("prepare");
+        assert!(generated.is_none(), "the given bootstrap token is used, not a new one");
+        if self.auto_layout {
+            for node in state.store.nodes().await.expect("nodes") {
+                for gpu in node.gpus.iter().filter(|g| g.mig_enabled) {
+                    state.store.set_auto_layout(&gpu.id, true, "test").await.expect("auto-layout");
+                }
+            }
+        }
+        let listener = match self.listener {
+            Some(l) => l,
+            None => tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        };
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve(state.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        TestApp { base, admin, store: state.store.clone(), state, client: Client::new(), sqlite_file, _shutdown: tx }
+    }
+}
+
+/// The server running in this process, stopped when dropped.
+pub(crate) struct TestApp {
+    /// `http://127.0.0.1:<port>`.
+    pub(crate) base: String,
+    /// The bootstrap admin's API token.
+    pub(crate) admin: String,
+    pub(crate) state: AppState,
+    pub(crate) store: Store,
+    pub(crate) client: Client,
+    sqlite_file: Option<PathBuf>,
+    _shutdown: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(f) = &self.sqlite_file {
+            remove_sqlite(f);
+        }
+    }
+}
+
+impl TestApp {
+    /// A server on `db`.
+    pub(crate) fn on(db: &TestDb) -> AppBuilder {
+        AppBuilder { database_url: Some(db.url.clone()), ..TestApp::sqlite() }
+    }
+
+    /// A server on a SQLite file of its own, removed when the server is dropped.
+    pub(crate) fn sqlite() -> AppBuilder {
+        AppBuilder {
+            database_url: None,
+            demo: true,
+            auto_layout: false,
+            auth: AuthConfig::default(),
+            bootstrap_password: None,
+            listener: None,
+        }
+    }
+
+    /// A request to `path`, as `token` when given.
+    pub(crate) fn call(&self, method: Method, path: &str, token: Option<&str>) -> RequestBuilder {
+        let r = self.client.request(method, format!("{}{path}", self.base));
+        match token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// Calls the API as `token` (with a JSON body when given); the status and the body (JSON, or else its text).
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut r = self.call(method, path, Some(token));
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        answer(r).await
+    }
+
+    pub(crate) async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.send(Method::GET, path, token, None).await
+    }
+
+    /// A user with an API token and these memberships: (user id, token secret).
+    pub(crate) async fn user(&self, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
+        user_with_token(&self.store, name, memberships).await
+    }
+
+    /// A plain member of `tenant`; their token secret.
+    pub(crate) async fn member(&self, name: &str, tenant: &str) -> String {
+        self.user(name, &[(tenant, Role::Member)]).await.1
+    }
+
+    /// A tenant created by the admin through the API (with `extra` fields beside its name); its id.
+    pub(crate) async fn tenant(&self, name: &str, extra: Value) -> String {
+        let mut body = json!({ "name": name });
+        body.as_object_mut().expect("object").extend(extra.as_object().cloned().unwrap_or_default());
+        let (s, t) = self.send(Method::POST, "/api/v1/tenants", &self.admin, Some(body)).await;
+        assert_eq!(s, StatusCode::CREATED, "{t}");
+        t["id"].as_str().expect("id").to_string()
+    }
+
+    /// Sets `tenant`'s limits as the admin; the answer, for the test to judge.
+    pub(crate) async fn quota(&self, tenant: &str, limits: Value) -> Response {
+        self.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(&self.admin))
+            .json(&json!({ "limits": limits }))
+            .send()
+            .await
+            .expect("send")
+    }
+}
+
+/// A user with an API token and these memberships, written straight to `store`: (user id, token secret).
+pub(crate) async fn user_with_token(store: &Store, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
+    let u = store.create_user(name, false, "test").await.expect("user");
+    for (tenant, role) in memberships {
+        store.set_membership(&u.id, tenant, *role, "test").await.expect("member");
+    }
+    let secret = new_token_secret();
+    store.create_token(&u.id, "test", &token_hash(&secret), "test").await.expect("token");
+    (u.id, secret)
+}
+
+/// Sends `r`: the status and the body (JSON, or else its text).
+pub(crate) async fn answer(r: RequestBuilder) -> (StatusCode, Value) {
+    let r = r.send().await.expect("send");
+    let status = r.status();
+    let text = r.text().await.expect("body");
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
