@@ -27,3 +27,55 @@ impl Principal {
         }
     }
 }
+
+/// The tenants a reading covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every tenant and the whole fleet (platform admins).
+    Fleet,
+    /// These tenants only.
+    Tenants(Vec<String>),
+}
+
+impl Scope {
+    /// Whether the scope covers `tenant_id`.
+    pub fn covers(&self, tenant_id: &str) -> bool {
+        match self {
+            Scope::Fleet => true,
+            Scope::Tenants(ts) => ts.iter().any(|t| t == tenant_id),
+        }
+    }
+}
+
+impl Principal {
+    /// Whether the caller acts for the whole fleet (a platform admin).
+    pub fn is_platform_admin(&self) -> bool {
+        self.user.platform_admin
+    }
+
+    /// What a reading across tenants (usage, the heatmap) covers: the named tenant when the caller may see it (404
+    /// otherwise); with none named, the whole fleet for platform admins and the caller's own tenants for others.
+    pub fn reading_scope(&self, tenant: Option<&str>) -> Result<Scope, ApiError> {
+        match tenant {
+            Some(t) => {
+                self.require_visible(t, "tenant")?;
+                Ok(Scope::Tenants(vec![t.to_string()]))
+            }
+            None if self.user.platform_admin => Ok(Scope::Fleet),
+            None => Ok(Scope::Tenants(self.memberships.iter().map(|(t, _)| t.clone()).collect())),
+        }
+    }
+
+    /// The one tenant a listing of requests shows: the named one when the caller may see it (404 otherwise); with
+    /// none named, every tenant (`None`) for platform admins, the only tenant of a member of one, and otherwise a
+    /// 422 asking to name it.
+    pub fn listing_tenant(&self, tenant: Option<&str>) -> Result<Option<String>, ApiError> {
+        match (tenant, self.user.platform_admin, self.memberships.as_slice()) {
+            (Some(t), _, _) if self.can_see(t) => Ok(Some(t.to_string())),
+            (Some(t), _, _) => Err(ApiError::NotFound(format!("tenant {t} not found"))),
+            (None, true, _) => Ok(None),
+            (None, false, [(only, _)]) => Ok(Some(only.clone())),
+            (None, false, _) => Err(ApiError::invalid("tenant_required", "name the tenant: ?tenant=<id>")),
+        }
+    }
+}

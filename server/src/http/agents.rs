@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
 
-use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash};
+use super::auth::{NodeAuth, new_node_secret, token_hash};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::agents::{self as svc, HEARTBEAT, StatusOutcome};
@@ -48,7 +48,7 @@ pub async fn create_join_token(
     p: Principal,
     ApiJson(body): ApiJson<NewJoinToken>,
 ) -> Result<(StatusCode, ApiJson<JoinTokenView>), ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     if let Some(name) = &body.node_name
         && !valid_node_name(name)
     {
@@ -77,7 +77,7 @@ pub async fn list_join_tokens(
     State(state): State<AppState>,
     p: Principal,
 ) -> Result<ApiJson<Vec<JoinTokenView>>, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     Ok(ApiJson(state.store.join_tokens().await?.into_iter().map(Into::into).collect()))
 }
 
@@ -89,7 +89,7 @@ pub async fn delete_join_token(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     state.store.delete_join_token(&id, &p.actor()).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -210,16 +210,6 @@ pub fn node_credential_hash(headers: &HeaderMap) -> Option<String> {
     token.starts_with(NODE_TOKEN_PREFIX).then(|| token_hash(token))
 }
 
-/// Requires a platform admin (see [`Principal::require_platform_admin`]).
-pub fn require_platform_admin(p: &Principal) -> Result<(), ApiError> {
-    p.require_platform_admin()
-}
-
-/// Requires that `p` may see `tenant_id`'s objects (see [`Principal::require_visible`]).
-pub fn require_visible(p: &Principal, tenant_id: &str, what: &str) -> Result<(), ApiError> {
-    p.require_visible(tenant_id, what)
-}
-
 /// A `Set-Cookie` value.
 pub fn set_cookie(name: &str, value: &str, max_age_s: i64, http_only: bool, secure: bool) -> String {
     let mut c = format!("{name}={value}; Path=/; Max-Age={max_age_s}; SameSite=Lax");

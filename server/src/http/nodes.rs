@@ -4,7 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
-use super::auth::{NodeAuth, new_node_secret, require_platform_admin, token_hash};
+use super::auth::{NodeAuth, new_node_secret, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::services::fleet::{self, GpuReport};
@@ -117,7 +117,7 @@ pub async fn register_node(
 #[utoipa::path(get, path = "/api/v1/nodes", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     responses((status = 200, body = Vec<NodeView>), (status = 403, body = Problem)))]
 pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<NodeView>>, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     let records = state.store.agent_records().await?;
     let live = state.store.live_allocations().await?;
     let now = crate::store::now_ms();
@@ -156,7 +156,7 @@ pub async fn cordon_gpu(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     Ok(ApiJson(state.store.set_cordoned(&id, true, &p.actor()).await?.into()))
 }
 
@@ -168,7 +168,7 @@ pub async fn uncordon_gpu(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     Ok(ApiJson(state.store.set_cordoned(&id, false, &p.actor()).await?.into()))
 }
 
@@ -220,7 +220,7 @@ pub async fn create_node_credential(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, ApiJson<NodeCredential>), ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     let secret = new_node_secret();
     let credential = state.store.create_node_credential(&id, &token_hash(&secret), &p.actor()).await?;
     Ok((StatusCode::CREATED, ApiJson(NodeCredential { id: credential, node_id: id, secret })))
@@ -235,7 +235,7 @@ pub async fn revoke_node_credentials(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<ApiJson<Revoked>, ApiError> {
-    require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     let revoked = state.store.revoke_node_credentials(&id, &p.actor()).await?;
     state.principals.clear();
     Ok(ApiJson(Revoked { revoked }))

@@ -104,13 +104,7 @@ pub async fn list_requests(
     if !(1..=500).contains(&limit) {
         return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
     }
-    let tenant = match (&q.tenant, p.user.platform_admin, p.memberships.as_slice()) {
-        (Some(t), _, _) if p.can_see(t) => Some(t.clone()),
-        (Some(t), _, _) => return Err(ApiError::NotFound(format!("tenant {t} not found"))),
-        (None, true, _) => None,
-        (None, false, [(only, _)]) => Some(only.clone()),
-        (None, false, _) => return Err(ApiError::invalid("tenant_required", "name the tenant: ?tenant=<id>")),
-    };
+    let tenant = p.listing_tenant(q.tenant.as_deref())?;
     // The page depends only on the filter (visibility was settled above), so one cached body serves every caller.
     // JSON, so that no value can pass for another field however it is spelt.
     let key = serde_json::json!(["requests", tenant, q.state.map(RequestState::as_str), q.cursor, limit]).to_string();

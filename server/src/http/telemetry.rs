@@ -19,6 +19,7 @@ use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
 use super::auth::NodeAuth;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
+use crate::auth::permissions::Scope;
 use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
@@ -106,11 +107,9 @@ async fn visible_devices(
     from: i64,
     to: i64,
 ) -> Result<Option<HashSet<String>>, ApiError> {
-    if p.user.platform_admin {
-        return Ok(None);
-    }
+    let Scope::Tenants(tenants) = p.reading_scope(None)? else { return Ok(None) };
     let mut devices = HashSet::new();
-    for (tenant, _) in &p.memberships {
+    for tenant in &tenants {
         for a in state.store.metered(Some(tenant), from, to).await? {
             devices.insert(a.device_uuid.unwrap_or(a.gpu_uuid));
         }
@@ -318,7 +317,7 @@ pub async fn live(
     responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
         (status = 401, body = Problem), (status = 403, body = Problem)))]
 pub async fn metrics(State(state): State<AppState>, p: Principal) -> Result<Response, ApiError> {
-    super::auth::require_platform_admin(&p)?;
+    p.require_platform_admin()?;
     let nodes = state.store.nodes().await?;
     let holders = current_holders(&state, &p).await?;
     let now = now_ms();

@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
+use crate::auth::permissions::Scope;
 use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, IDLE_HOURS, device_utilisation};
 use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
@@ -57,15 +58,11 @@ pub async fn usage(
     if from >= to {
         return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
     }
-    let metered = match &q.tenant {
-        Some(t) => {
-            super::auth::require_visible(&p, t, "tenant")?;
-            state.store.metered(Some(t), from, to).await?
-        }
-        None if p.user.platform_admin => state.store.metered(None, from, to).await?,
-        None => {
+    let metered = match p.reading_scope(q.tenant.as_deref())? {
+        Scope::Fleet => state.store.metered(None, from, to).await?,
+        Scope::Tenants(tenants) => {
             let mut all = Vec::new();
-            for (t, _) in &p.memberships {
+            for t in &tenants {
                 all.extend(state.store.metered(Some(t), from, to).await?);
             }
             all

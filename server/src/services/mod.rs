@@ -6,6 +6,7 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod audit;
 pub mod fleet;
 pub mod hub;
 pub mod idle;
