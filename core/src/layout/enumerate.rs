@@ -5,7 +5,7 @@
 //! sequence of its candidates, so no layout is produced twice.
 
 use super::solve::{Inst, Occupancy};
-use crate::catalog::{GpuModel, ProfileIdx};
+use crate::catalog::model::{GpuModel, ProfileIdx};
 
 /// Every instance that can be added to `layout` (which must be valid): allowed placement, free units, and room
 /// under the profile's maximum and the compute total.

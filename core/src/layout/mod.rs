@@ -17,7 +17,7 @@ pub use solve::{Fragmentation, Inst, MAX_PROFILES, Occupancy, Solution, solve};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{ENGINES, GpuModel};
+use crate::catalog::model::{ENGINES, GpuModel};
 
 /// An instance as written by a person or a client: a profile and, optionally, where it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -192,6 +192,6 @@ fn instance_ref(model: &GpuModel, index: usize, inst: Inst) -> InstanceRef {
 }
 
 /// The unit numbers set in a mask, ascending.
-pub fn units_of(mask: crate::catalog::UnitMask) -> Vec<u8> {
+pub fn units_of(mask: crate::catalog::model::UnitMask) -> Vec<u8> {
     (0..16u8).filter(|u| mask & (1 << u) != 0).collect()
 }

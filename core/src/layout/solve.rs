@@ -7,10 +7,9 @@
 //! the one that destroys the fewest existing instances, then leaves the least stranded capacity
 //! ([`Fragmentation`]).
 
-use crate::catalog::{ENGINES, GpuModel, ProfileIdx, UnitMask};
+use crate::catalog::model::{ENGINES, GpuModel, ProfileIdx, UnitMask};
 
-/// Most profiles a model may have (the catalog loader checks it).
-pub const MAX_PROFILES: usize = 16;
+pub use crate::catalog::model::MAX_PROFILES;
 
 /// A MIG instance by profile index and start unit: the compact form the engine works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,7 +23,7 @@ pub struct Inst {
 impl Inst {
     /// The units this instance covers on `model`.
     pub fn mask(self, model: &GpuModel) -> UnitMask {
-        crate::catalog::units_mask(self.start, model.profiles[self.profile].size())
+        crate::catalog::model::units_mask(self.start, model.profiles[self.profile].size())
     }
 }
 
@@ -37,7 +36,7 @@ pub struct Occupancy {
     pub compute: u8,
     /// Instances per profile index.
     pub counts: [u8; MAX_PROFILES],
-    /// Engines owned, per kind of [`crate::catalog::ENGINES`].
+    /// Engines owned, per kind of [`crate::catalog::model::ENGINES`].
     pub engines: [u8; ENGINES.len()],
 }
 
