@@ -24,6 +24,27 @@ pub struct LoginQuery {
     pub return_to: Option<String>,
 }
 
+/// A one-time sign-in link's secret.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct LinkQuery {
+    /// `tsl_...`, as printed by `tessera serve` or `tessera user sign-in-link`, or issued by a platform admin.
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub token: String,
+}
+
+/// A one-time sign-in link, just issued: it signs its user in once, until it expires, and replaces the user's
+/// previous link. The secret is in this answer only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SignInLink {
+    /// The link's path on this server (`/auth/link?token=tsl_...`): prefix it with the portal's address.
+    pub path: String,
+    /// When it stops working (UTC milliseconds).
+    pub expires_at_ms: i64,
+}
+
 /// What the provider sends back.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
@@ -62,6 +83,8 @@ pub struct SessionView {
     pub memberships: Vec<MembershipView>,
     /// `session` (cookie) or `token` (bearer).
     pub method: String,
+    /// The user signs in with single sign-on and has no local password.
+    pub single_sign_on: bool,
     /// With a session: echo it in `X-CSRF-Token` on state changes.
     pub csrf_token: Option<String>,
     /// With a session: when it ends at the latest (UTC milliseconds).

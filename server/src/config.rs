@@ -68,33 +68,6 @@ impl std::fmt::Debug for Overrides {
     }
 }
 
-/// The settings `tessera serve` runs with.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServeConfig {
-    /// Address to listen on.
-    pub listen: String,
-    /// Data directory.
-    pub data_dir: PathBuf,
-    /// Database URL (SQLite in the data dir unless given).
-    pub database_url: String,
-    /// Register the demo node.
-    pub demo: bool,
-    /// Sign-in settings.
-    pub auth: crate::auth::AuthConfig,
-}
-
-impl std::fmt::Debug for ServeConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServeConfig")
-            .field("listen", &self.listen)
-            .field("data_dir", &self.data_dir)
-            .field("database_url", &crate::redact::url(&self.database_url))
-            .field("demo", &self.demo)
-            .field("auth", &self.auth)
-            .finish()
-    }
-}
-
 /// Reads a TOML settings file.
 pub fn load(path: &Path) -> Result<FileConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -110,20 +83,54 @@ pub fn default_data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("tessera-data"))
 }
 
-/// Combines flags/environment, the file and the defaults.
-pub fn resolve(flags: Overrides, file: FileConfig) -> ServeConfig {
+/// The settings `tessera serve` runs with: flags (and their `TESSERA_*` variables) over the file over the
+/// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
+/// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`, and the
+/// sign-in variables of [`with_auth_env`]) read through `env`.
+pub fn resolve(
+    flags: Overrides,
+    file: FileConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<crate::serve::Settings, String> {
     let data_dir = flags.data_dir.or(file.data_dir).unwrap_or_else(default_data_dir);
     let database_url = flags
         .database_url
         .or(file.database_url)
         .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("tessera.db").display()));
-    ServeConfig {
+    let env = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let max_connections = match env("TESSERA_MAX_CONNECTIONS") {
+        Some(v) => Some(
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or("TESSERA_MAX_CONNECTIONS must be a whole number above 0")?,
+        ),
+        None => None,
+    };
+    Ok(crate::serve::Settings {
         listen: flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
         data_dir,
         database_url,
         demo: flags.demo || file.demo.unwrap_or(false),
-        auth: with_auth_env(file.auth, |name| std::env::var(name).ok().filter(|v| !v.is_empty())),
-    }
+        auth: with_auth_env(file.auth, env),
+        bootstrap_token: env("TESSERA_BOOTSTRAP_TOKEN"),
+        bootstrap_password: env("TESSERA_BOOTSTRAP_PASSWORD"),
+        bootstrap_join_tokens: env("TESSERA_BOOTSTRAP_JOIN_TOKENS")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string)
+            .collect(),
+        telemetry: Default::default(),
+        max_connections,
+    })
+}
+
+/// The process's environment, as [`resolve`] reads it.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
 /// Folds the sign-in environment variables into the `[auth]` table: `TESSERA_LOCAL_ACCOUNTS` (`true`/`false`),
@@ -158,4 +165,46 @@ pub fn with_auth_env(
         }
     }
     auth
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| pairs.iter().find(|(n, _)| *n == name).map(|(_, v)| (*v).to_string())
+    }
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_the_defaults_and_the_environment_adds_the_rest() {
+        let file = FileConfig {
+            listen: Some("0.0.0.0:9000".into()),
+            data_dir: Some("/srv/tessera".into()),
+            demo: Some(true),
+            ..FileConfig::default()
+        };
+        let flags = Overrides { listen: Some("127.0.0.1:1".into()), ..Overrides::default() };
+        let env = env_of(&[
+            ("TESSERA_BOOTSTRAP_PASSWORD", "a long bootstrap password"),
+            ("TESSERA_BOOTSTRAP_JOIN_TOKENS", " tsj_a , ,tsj_b"),
+            ("TESSERA_BOOTSTRAP_TOKEN", "  "),
+            ("TESSERA_MAX_CONNECTIONS", "64"),
+        ]);
+        let s = resolve(flags, file, env).expect("settings");
+        assert_eq!((s.listen.as_str(), s.demo), ("127.0.0.1:1", true));
+        assert_eq!(s.database_url, "sqlite:///srv/tessera/tessera.db");
+        assert_eq!(s.bootstrap_password.as_deref(), Some("a long bootstrap password"));
+        assert_eq!(s.bootstrap_token, None, "a blank variable is no variable");
+        assert_eq!(s.bootstrap_join_tokens, ["tsj_a", "tsj_b"]);
+        assert_eq!(s.max_connections, Some(64));
+        let debug = format!("{s:?}");
+        assert!(!debug.contains("a long bootstrap password") && !debug.contains("tsj_a"), "{debug}");
+
+        let defaults = resolve(Overrides::default(), FileConfig::default(), env_of(&[])).expect("settings");
+        assert_eq!(defaults.listen, DEFAULT_LISTEN);
+        for bad in [&[("TESSERA_MAX_CONNECTIONS", "0")][..], &[("TESSERA_MAX_CONNECTIONS", "many")][..]] {
+            let bad: &'static [(&str, &str)] = Box::leak(bad.to_vec().into_boxed_slice());
+            assert!(resolve(Overrides::default(), FileConfig::default(), env_of(bad)).is_err());
+        }
+    }
 }

@@ -17,7 +17,7 @@ use crate::app::AppState;
 use crate::auth::BOOTSTRAP_ADMIN;
 use crate::auth::secrets::token_hash;
 use crate::services::requests::Ask;
-use crate::store::NewGpu;
+use crate::store::{NewGpu, Role};
 use tessera_core::layout::{InstanceSpec, validate};
 
 /// Name of the node `--demo` registers.
@@ -69,6 +69,26 @@ fn hardware(name: &str) -> SimNode {
         })
         .collect();
     node
+}
+
+/// The demo's tenant member: a user of tenant `vision` with no platform rights, so both sides of the portal can be
+/// tried (`tessera serve --demo` prints a sign-in link for it).
+pub const DEMO_MEMBER: &str = "dana";
+
+/// The demo member, created if missing, and a member of `vision` once that tenant exists (the seeding adds it
+/// when it creates the tenant).
+pub(crate) async fn member(state: &AppState) -> Result<crate::store::User, crate::store::StoreError> {
+    let user = match state.store.user_by_name(DEMO_MEMBER).await {
+        Ok(u) => u,
+        Err(crate::store::StoreError::NotFound { .. }) => {
+            state.store.create_user(DEMO_MEMBER, false, "system:demo").await?
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(vision) = state.store.tenants().await?.into_iter().find(|t| t.name == "vision") {
+        state.store.set_membership(&user.id, &vision.id, Role::Member, "system:demo").await?;
+    }
+    Ok(user)
 }
 
 /// Starts the demo agents against the server at `addr`, keeping their state under `data_dir/demo-agents`.
@@ -148,6 +168,15 @@ async fn seed(state: &AppState) -> Result<(), String> {
     ];
     for (name, slices) in asks {
         let tenant = state.store.create_tenant(name, policy, "system:demo").await.map_err(|e| e.to_string())?;
+        if name == "vision"
+            && let Ok(member) = state.store.user_by_name(DEMO_MEMBER).await
+        {
+            state
+                .store
+                .set_membership(&member.id, &tenant.id, Role::Member, "system:demo")
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         state
             .store
             .set_quotas(&tenant.id, &[(Resource::ComputeSlices, Some(28_000))], "system:demo")

@@ -11,9 +11,14 @@ use crate::app::{App, AppState};
 use crate::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token_secret, token_hash};
 use crate::store::{Store, StoreError};
 
-/// What the server needs to start.
+/// What the server needs to start: the one settings struct, from flags, environment, file and defaults
+/// ([`crate::config::resolve`]). Its `Debug` shows no secret.
 #[derive(Clone, Default)]
 pub struct Settings {
+    /// Address to listen on (`tessera serve`; a test binds its own listener).
+    pub listen: String,
+    /// Where the embedded SQLite database and the demo agents' state live.
+    pub data_dir: std::path::PathBuf,
     /// `sqlite://PATH` or `postgres://...`.
     pub database_url: String,
     /// Token for the bootstrap admin (`TESSERA_BOOTSTRAP_TOKEN`); generated when absent.
@@ -38,6 +43,8 @@ impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use crate::redact::{secret, url};
         f.debug_struct("Settings")
+            .field("listen", &self.listen)
+            .field("data_dir", &self.data_dir)
             .field("database_url", &url(&self.database_url))
             .field("bootstrap_token", &secret(&self.bootstrap_token))
             .field("bootstrap_password", &secret(&self.bootstrap_password))
@@ -97,8 +104,16 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     let auth = crate::auth::Auth::from_config(&settings.auth).map_err(ServeError::Config)?;
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
-    let generated = match store.user_by_name(BOOTSTRAP_ADMIN).await {
-        Ok(_) => None,
+    if let Some(password) = &settings.bootstrap_password
+        && password.chars().count() < crate::auth::MIN_PASSWORD
+    {
+        return Err(ServeError::Config(format!(
+            "TESSERA_BOOTSTRAP_PASSWORD needs at least {} characters",
+            crate::auth::MIN_PASSWORD
+        )));
+    }
+    let (admin_id, generated) = match store.user_by_name(BOOTSTRAP_ADMIN).await {
+        Ok(admin) => (admin.id, None),
         Err(StoreError::NotFound { .. }) => {
             let (secret, generated) = match &settings.bootstrap_token {
                 Some(t) if t.starts_with(TOKEN_PREFIX) && t.len() >= TOKEN_PREFIX.len() + 32 => (t.clone(), false),
@@ -107,20 +122,22 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             };
             let admin = store.create_user(BOOTSTRAP_ADMIN, true, "system").await?;
             store.create_token(&admin.id, "bootstrap", &token_hash(&secret), "system").await?;
-            if let Some(password) = &settings.bootstrap_password {
-                if password.chars().count() < crate::auth::MIN_PASSWORD {
-                    return Err(ServeError::Config(format!(
-                        "TESSERA_BOOTSTRAP_PASSWORD needs at least {} characters",
-                        crate::auth::MIN_PASSWORD
-                    )));
-                }
-                let hash = crate::auth::hash_password(password).map_err(ServeError::Config)?;
-                store.set_password_hash(&admin.id, Some(&hash), "system").await?;
-            }
-            generated.then_some(secret)
+            (admin.id, generated.then_some(secret))
         }
         Err(e) => return Err(e.into()),
     };
+    // The bootstrap password is for an admin who has none yet: it never overwrites one set since.
+    if let Some(password) = &settings.bootstrap_password {
+        if store.password_hash(BOOTSTRAP_ADMIN).await?.is_some() {
+            tracing::warn!(
+                "TESSERA_BOOTSTRAP_PASSWORD ignored: `{BOOTSTRAP_ADMIN}` has a password already (change it in the \
+                 portal, or with `tessera user set-password {BOOTSTRAP_ADMIN}`)"
+            );
+        } else {
+            let hash = crate::auth::hash_password(password).map_err(ServeError::Config)?;
+            store.set_password_hash(&admin_id, Some(&hash), "system").await?;
+        }
+    }
     for token in &settings.bootstrap_join_tokens {
         if !token.starts_with(JOIN_TOKEN_PREFIX) || token.len() < 36 {
             return Err(ServeError::Config(
@@ -153,6 +170,30 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
     }));
     Ok((state, generated))
+}
+
+/// The one-time sign-in links `tessera serve` prints at start, as `(user name, link)`: one for the bootstrap admin
+/// while it has no other way into the portal (no password, no identity provider), and with `--demo` one for the
+/// demo tenant member. Each start prints fresh links; the ones printed before stop working.
+pub async fn start_links(
+    state: &AppState,
+    demo: bool,
+) -> Result<Vec<(String, crate::auth::links::IssuedLink)>, ServeError> {
+    use crate::auth::links::{PRINTED_LINK_TTL_MS, issue};
+    let mut links = Vec::new();
+    if !state.auth.local_accounts {
+        return Ok(links);
+    }
+    let admin = state.store.user_by_name(BOOTSTRAP_ADMIN).await?;
+    let locked_out = state.auth.sso.is_none() && state.store.password_hash(BOOTSTRAP_ADMIN).await?.is_none();
+    if locked_out {
+        links.push((admin.name, issue(&state.store, &admin.id, PRINTED_LINK_TTL_MS, "system").await?));
+    }
+    if demo {
+        let member = crate::demo::member(state).await?;
+        links.push((member.name, issue(&state.store, &member.id, PRINTED_LINK_TTL_MS, "system:demo").await?));
+    }
+    Ok(links)
 }
 
 /// How often finished telemetry minutes are written.
@@ -236,13 +277,5 @@ mod tests {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert!(text.contains("postgres://tessera:***@db/tessera") && text.contains("Some(<redacted>)"), "{text}");
-        let config = crate::config::ServeConfig {
-            listen: "127.0.0.1:0".into(),
-            data_dir: "/tmp".into(),
-            database_url: settings.database_url.clone(),
-            demo: false,
-            auth: settings.auth.clone(),
-        };
-        assert!(!format!("{config:?}").contains("db-password"));
     }
 }

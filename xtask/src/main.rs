@@ -6,6 +6,9 @@
 //! so nothing is installed or downloaded. Release builds are then shrunk with `wasm-opt -Oz` from the npm package
 //! `binaryen` (pinned in `xtask/package.json`: `npm ci --prefix xtask`) when it is installed there; without it the
 //! site works the same, larger. Debian's `binaryen` is never used: its older `wasm-opt` breaks hydration.
+//!
+//! The `wasm32-unknown-unknown` target is added with rustup when it is missing (`rust-toolchain.toml` names it,
+//! but rustup installs a toolchain file's targets only along with a toolchain it installs, not into one it has).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -14,8 +17,34 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Adds the wasm32 target with rustup when the active toolchain lacks it (and says why a build would fail when
+/// there is no rustup to add it with).
+fn ensure_wasm_target(root: &Path) -> Result<(), String> {
+    const TARGET: &str = "wasm32-unknown-unknown";
+    let sysroot = Command::new("rustc").current_dir(root).args(["--print", "sysroot"]).output();
+    let has_target = match &sysroot {
+        Ok(o) if o.status.success() => {
+            let sysroot = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            sysroot.join("lib").join("rustlib").join(TARGET).exists()
+        }
+        _ => false,
+    };
+    if has_target {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {TARGET} target (rustup target add {TARGET}), once");
+    match Command::new("rustup").current_dir(root).args(["target", "add", TARGET]).status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("rustup target add {TARGET} failed ({s})")),
+        Err(e) => {
+            Err(format!("the {TARGET} target is missing and rustup cannot add it ({e}): install it for your toolchain"))
+        }
+    }
+}
+
 fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     let root = workspace_root();
+    ensure_wasm_target(&root)?;
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let profile = if dev { "dev" } else { "wasm-release" };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());

@@ -7,6 +7,7 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_params_map;
 use tessera_api::Role;
 use tessera_api::people::{MemberView, Membership, NewUser, UserView};
+use tessera_api::signin::SignInLink;
 use tessera_api::tenants::{NewTenant, PolicyUpdate, QuotaUpdate, QuotaView, TenantView};
 use tessera_core::catalog::Catalog;
 use tessera_core::quota::Resource as QuotaResource;
@@ -312,6 +313,8 @@ fn MembersCard(tenant: String) -> impl IntoView {
     let add_role = RwSignal::new(Role::Member);
     let new_user = RwSignal::new(String::new());
     let message = RwSignal::new(None::<(bool, String)>);
+    // The one-time sign-in link of a user just created: (name, link, expiry).
+    let invite = RwSignal::new(None::<(String, String, i64)>);
     let set_role = move |user: String, role: Role| {
         leptos::task::spawn_local(async move {
             let path = format!("/api/v1/tenants/{}/members/{user}", id.get_value());
@@ -347,6 +350,14 @@ fn MembersCard(tenant: String) -> impl IntoView {
                     Ok(u) => {
                         users.refetch();
                         new_user.set(String::new());
+                        // A link to sign in once and set a password; only platform admins may issue one.
+                        let path = format!("/api/v1/users/{}/sign-in-link", u.id);
+                        match api::send_empty::<SignInLink>("POST", path).await {
+                            Ok(link) => {
+                                invite.set(Some((u.name.clone(), super::origin() + &link.path, link.expires_at_ms)))
+                            }
+                            Err(_) => invite.set(None),
+                        }
                         u.id
                     }
                     Err(p) => return message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
@@ -363,6 +374,12 @@ fn MembersCard(tenant: String) -> impl IntoView {
         <div class="card" data-testid="members">
             <h2>"Members"</h2>
             {move || message.get().map(|(ok, m)| view! { <p class:ok-text=ok class:error=!ok role="status">{m}</p> })}
+            {move || invite.get().map(|(name, link, expires)| view! {
+                <div class="notice" data-testid="invite">
+                    <p>{format!("Send {name} this sign-in link. It works once, for the next {}; they then set a password on the Tokens page.", super::within(expires, super::now_ms()))}</p>
+                    <input type="text" readonly value=link.clone() aria-label=format!("Sign-in link for {name}") data-testid="invite-link" />
+                </div>
+            })}
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     let all = users.await.unwrap_or_default();

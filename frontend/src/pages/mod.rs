@@ -24,6 +24,29 @@ pub fn ago(then_ms: i64, now_ms: i64) -> String {
     }
 }
 
+/// `40 s`, `12 min`, `71 h`, `3 d` from now until a UTC-millisecond time (`0 s` once it has passed).
+pub fn within(until_ms: i64, now_ms: i64) -> String {
+    let s = ((until_ms - now_ms) / 1000).max(0);
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=259_200 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// The portal's own address (`https://host:port`), to make links people copy; empty when rendered on the server.
+pub fn origin() -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        web_sys::window().and_then(|w| w.location().origin().ok()).unwrap_or_default()
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        String::new()
+    }
+}
+
 /// Now, UTC milliseconds, on either side.
 pub fn now_ms() -> i64 {
     #[cfg(feature = "hydrate")]
@@ -41,6 +64,14 @@ pub fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn time_left_reads_naturally() {
+        assert_eq!(super::within(1_000, 5_000), "0 s");
+        assert_eq!(super::within(72 * 3_600_000, 0), "72 h");
+        assert_eq!(super::within(4 * 86_400_000, 0), "4 d");
+        assert_eq!(super::within(90_000, 0), "1 min");
+    }
+
     #[test]
     fn ages_read_naturally() {
         assert_eq!(super::ago(0, 12_000), "12 s ago");

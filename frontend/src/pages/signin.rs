@@ -23,6 +23,12 @@ pub fn SignInPage() -> impl IntoView {
     view! {
         <section class="page narrow">
             <h1>"Sign in to Tessera"</h1>
+            {move || (query.read().get("link").as_deref() == Some("invalid")).then(|| view! {
+                <p class="notice" data-testid="link-invalid">
+                    "That sign-in link has been used or has expired: each works once. Ask a platform admin for a new one, or run "
+                    <code>"tessera user sign-in-link NAME"</code>" on the server."
+                </p>
+            })}
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match methods.await {

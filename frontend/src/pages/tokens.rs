@@ -3,11 +3,11 @@
 
 use leptos::prelude::*;
 
-use tessera_api::people::{CreatedToken, NewToken, TokenView};
+use tessera_api::people::{CreatedToken, NewPassword, NewToken, TokenView};
 
 use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
-use crate::widgets::problem_view;
+use crate::widgets::{SessionResource, problem_view};
 
 /// Checks a token name as the server does (1-100 characters once trimmed).
 pub fn token_name_error(name: &str) -> Option<&'static str> {
@@ -25,6 +25,7 @@ pub fn token_name_error(name: &str) -> Option<&'static str> {
 #[component]
 pub fn TokensPage() -> impl IntoView {
     let tokens = Resource::new(|| (), |_| api::get_json::<Vec<TokenView>>("/api/v1/tokens".into()));
+    let session = expect_context::<SessionResource>();
     let name = RwSignal::new(String::new());
     let created = RwSignal::new(None::<CreatedToken>);
     let error = RwSignal::new(None::<String>);
@@ -110,7 +111,71 @@ pub fn TokensPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            // Users of single sign-on have no local password to set.
+            <Transition fallback=|| ()>
+                {move || session.get().and_then(Result::ok).filter(|s| !s.single_sign_on).map(|_| view! { <PasswordCard /> })}
+            </Transition>
         </section>
+    }
+}
+
+/// Checks a new password as the server does (at least 12 characters) and against its repetition.
+pub fn password_error(password: &str, again: &str) -> Option<&'static str> {
+    if password.chars().count() < 12 {
+        Some("A password has at least 12 characters.")
+    } else if password != again {
+        Some("The two new passwords differ.")
+    } else {
+        None
+    }
+}
+
+/// Sets the viewer's own password (after a sign-in link, or to change it).
+#[component]
+fn PasswordCard() -> impl IntoView {
+    let session = expect_context::<SessionResource>();
+    let (current, password, again) =
+        (RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new()));
+    let message = RwSignal::new(None::<(bool, String)>);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let (c, p, a) = (current.get_untracked(), password.get_untracked(), again.get_untracked());
+        if let Some(e) = password_error(&p, &a) {
+            message.set(Some((false, e.to_string())));
+            return;
+        }
+        leptos::task::spawn_local(async move {
+            let me = match session.await {
+                Ok(s) => s.user.id,
+                Err(p) => return message.set(Some((false, p.message()))),
+            };
+            let body = NewPassword { password: p, current_password: (!c.is_empty()).then_some(c) };
+            match api::send_json::<()>("PUT", format!("/api/v1/users/{me}/password"), body).await {
+                Ok(()) => {
+                    message.set(Some((
+                        true,
+                        "Password set: sign in with your name and this password from now on.".into(),
+                    )));
+                    current.set(String::new());
+                    password.set(String::new());
+                    again.set(String::new());
+                }
+                Err(p) => message.set(Some((false, p.message()))),
+            }
+        });
+    };
+    view! {
+        <form class="card" data-testid="password-form" on:submit=submit>
+            <h2>"Password"</h2>
+            <p class="muted">"Set a password to sign in with your name. Leave the current password empty if you have none yet (you came in with a sign-in link)."</p>
+            <div class="toolbar">
+                <label>"Current password"<input type="password" name="current-password" autocomplete="current-password" bind:value=current /></label>
+                <label>"New password"<input type="password" name="new-password" autocomplete="new-password" minlength="12" bind:value=password /></label>
+                <label>"Again"<input type="password" name="new-password-again" autocomplete="new-password" bind:value=again /></label>
+                <button class="button primary" type="submit">"Set password"</button>
+            </div>
+            {move || message.get().map(|(ok, m)| view! { <p class:ok-text=ok class:error=!ok role="status">{m}</p> })}
+        </form>
     }
 }
 
@@ -137,5 +202,12 @@ mod tests {
         assert!(super::token_name_error("  ").is_some());
         assert!(super::token_name_error(&"x".repeat(101)).is_some());
         assert_eq!(super::token_name_error(" ci "), None);
+    }
+
+    #[test]
+    fn new_passwords_are_checked_like_the_server_does() {
+        assert!(super::password_error("short", "short").is_some());
+        assert!(super::password_error("long enough password", "long enough passwort").is_some());
+        assert_eq!(super::password_error("long enough password", "long enough password"), None);
     }
 }

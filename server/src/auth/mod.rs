@@ -20,6 +20,7 @@
 //! ```
 //! (claim mapping: see [`mapping`]).
 
+pub mod links;
 pub mod mapping;
 pub mod oidc;
 pub mod permissions;

@@ -6,6 +6,7 @@
 mod client;
 mod mig;
 mod table;
+mod user;
 
 use std::io::Write;
 
@@ -59,6 +60,13 @@ enum Command {
         #[command(subcommand)]
         cmd: client::NodeCommand,
     },
+    /// A user's sign-in, on the server's host: a one-time sign-in link, or a password.
+    User {
+        #[command(flatten)]
+        place: user::Place,
+        #[command(subcommand)]
+        cmd: user::UserCommand,
+    },
     /// Create or upgrade the database schema.
     Migrate {
         /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -86,12 +94,14 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
             };
             file.and_then(|file| {
                 let flags = crate::config::Overrides { listen, data_dir, database_url, demo };
-                serve(crate::config::resolve(flags, file), out)
+                let settings = crate::config::resolve(flags, file, crate::config::process_env);
+                settings.map_err(CliError::BadInput).and_then(|settings| serve(settings, out))
             })
         }
         Command::Openapi => openapi(out),
         Command::Request { conn, cmd } => client::run(conn, client::ApiCommand::Request(cmd), out),
         Command::Node { conn, cmd } => client::run(conn, client::ApiCommand::Node(cmd), out),
+        Command::User { place, cmd } => user::run(place, cmd, &mut std::io::stdin().lock(), out),
     };
     match result {
         Ok(code) => code,
@@ -124,36 +134,14 @@ fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
     Ok(EXIT_OK)
 }
 
-fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, CliError> {
-    let crate::config::ServeConfig { listen, data_dir, database_url: url, demo, auth } = config;
+fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, CliError> {
+    let (listen, data_dir, url, demo) =
+        (settings.listen.clone(), settings.data_dir.clone(), settings.database_url.clone(), settings.demo);
     let listen = listen.as_str();
     if url.starts_with("sqlite:") {
         std::fs::create_dir_all(&data_dir)
             .map_err(|e| CliError::BadInput(format!("cannot create data dir {}: {e}", data_dir.display())))?;
     }
-    let settings = crate::serve::Settings {
-        database_url: url.clone(),
-        bootstrap_token: std::env::var("TESSERA_BOOTSTRAP_TOKEN").ok().filter(|t| !t.is_empty()),
-        bootstrap_password: std::env::var("TESSERA_BOOTSTRAP_PASSWORD").ok().filter(|t| !t.is_empty()),
-        bootstrap_join_tokens: std::env::var("TESSERA_BOOTSTRAP_JOIN_TOKENS")
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .map(str::to_string)
-            .collect(),
-        demo,
-        auth,
-        telemetry: Default::default(),
-        max_connections: match std::env::var("TESSERA_MAX_CONNECTIONS") {
-            Ok(v) if !v.trim().is_empty() => {
-                Some(v.trim().parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    CliError::BadInput("TESSERA_MAX_CONNECTIONS must be a whole number above 0".to_string())
-                })?)
-            }
-            _ => None,
-        },
-    };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let (state, token) = crate::serve::prepare(&settings)
@@ -174,6 +162,18 @@ fn serve(config: crate::config::ServeConfig, out: &mut dyn Write) -> Result<u8, 
                 "Demo: simulated agents `{}` and `{}` are joining; tenants `vision` and `llm-serving` get slices.",
                 crate::demo::DEMO_NODE,
                 crate::demo::SECOND_NODE
+            )?;
+        }
+        let links = crate::serve::start_links(&state, demo).await.map_err(|e| CliError::BadInput(e.to_string()))?;
+        if !links.is_empty() {
+            let base = crate::auth::links::base_for(addr);
+            writeln!(out, "\nOpen the portal with a one-time sign-in link (each works once, for an hour):")?;
+            for (name, link) in &links {
+                writeln!(out, "    as {name:<6} {}", link.url(&base))?;
+            }
+            writeln!(
+                out,
+                "A new link: `tessera user sign-in-link NAME`; a password: `tessera user set-password NAME`.\n"
             )?;
         }
         out.flush()?;

@@ -1,10 +1,11 @@
-//! Node agents: join tokens (platform admins), joining, and the agent routes (node credentials): inventory, the
-//! node's spec pushed over a WebSocket or long-polled, status and heartbeats.
+//! The node agents' own routes (the `agent` tag): joining with a join token, then with the node's credential the
+//! inventory, the node's spec pushed over a WebSocket or long-polled, status and heartbeats. (Their telemetry
+//! batches go to `telemetry.rs`, beside the window they feed.)
 
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
@@ -14,13 +15,11 @@ use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::agents::{self as svc, HEARTBEAT, StatusOutcome};
 use crate::services::fleet::valid_node_name;
+use crate::store::StoreError;
 use crate::store::auth::NodePrincipal;
-use crate::store::{Principal, StoreError};
 
 pub use crate::auth::secrets::JOIN_TOKEN_PREFIX;
 pub use tessera_api::agents::{JoinTokenView, NewJoinToken, SpecQuery};
-/// Longest a join token may live.
-const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 /// Longest a long-poll waits for a new spec.
 const LONG_POLL_MAX_S: u64 = 20;
 
@@ -37,61 +36,6 @@ impl From<crate::store::agents::JoinToken> for JoinTokenView {
             node_id: t.node_id,
         }
     }
-}
-
-/// Create a join token (platform admins): an agent exchanges it once for its node's credential. The secret is in
-/// this answer only.
-#[utoipa::path(post, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewJoinToken,
-    responses((status = 201, body = JoinTokenView), (status = 403, body = Problem), (status = 422, body = Problem)))]
-pub async fn create_join_token(
-    State(state): State<AppState>,
-    p: Principal,
-    ApiJson(body): ApiJson<NewJoinToken>,
-) -> Result<(StatusCode, ApiJson<JoinTokenView>), ApiError> {
-    p.require_platform_admin()?;
-    if let Some(name) = &body.node_name
-        && !valid_node_name(name)
-    {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            "a node name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
-        ));
-    }
-    let ttl = body.ttl_s.unwrap_or(3600);
-    if ttl == 0 || ttl > JOIN_TOKEN_MAX_TTL_S {
-        return Err(ApiError::invalid("invalid_ttl", format!("ttl_s is 1 to {JOIN_TOKEN_MAX_TTL_S} seconds")));
-    }
-    let secret = format!("{JOIN_TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    let expires = crate::store::now_ms() + i64::try_from(ttl * 1000).unwrap_or(i64::MAX);
-    let stored =
-        state.store.create_join_token(&token_hash(&secret), body.node_name.as_deref(), expires, &p.actor()).await?;
-    let mut view = JoinTokenView::from(stored);
-    view.token = Some(secret);
-    Ok((StatusCode::CREATED, ApiJson(view)))
-}
-
-/// Every join token, newest first (platform admins).
-#[utoipa::path(get, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    responses((status = 200, body = Vec<JoinTokenView>), (status = 403, body = Problem)))]
-pub async fn list_join_tokens(
-    State(state): State<AppState>,
-    p: Principal,
-) -> Result<ApiJson<Vec<JoinTokenView>>, ApiError> {
-    p.require_platform_admin()?;
-    Ok(ApiJson(state.store.join_tokens().await?.into_iter().map(Into::into).collect()))
-}
-
-/// Delete a join token (platform admins).
-#[utoipa::path(delete, path = "/api/v1/join-tokens/{id}", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
-    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
-pub async fn delete_join_token(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    p.require_platform_admin()?;
-    state.store.delete_join_token(&id, &p.actor()).await?;
-    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Join: exchange a join token for a node credential, reporting the node's inventory. The token is good once; a

@@ -4,11 +4,10 @@
 use axum::extract::{Path, State};
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
-use super::nodes::GpuView;
 use crate::app::AppState;
 use crate::services::approvals;
 use crate::store::{LayoutProposal, Principal};
-pub use tessera_api::layouts::{AutoLayout, LayoutEdit, LayoutQuery, LayoutView, RejectLayout};
+pub use tessera_api::layouts::{LayoutEdit, LayoutQuery, LayoutView, RejectLayout};
 
 impl From<LayoutProposal> for LayoutView {
     fn from(p: LayoutProposal) -> Self {
@@ -65,19 +64,6 @@ pub async fn reject_layout(
     ApiJson(body): ApiJson<RejectLayout>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
     Ok(ApiJson(approvals::decide_layout(&state, &p, &id, false, &body.reason).await?.into()))
-}
-
-/// Turn auto-layout on or off for a GPU (platform admins).
-#[utoipa::path(put, path = "/api/v1/gpus/{id}/auto-layout", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path)), request_body = AutoLayout,
-    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
-pub async fn set_auto_layout(
-    State(state): State<AppState>,
-    p: Principal,
-    Path(id): Path<String>,
-    ApiJson(body): ApiJson<AutoLayout>,
-) -> Result<ApiJson<GpuView>, ApiError> {
-    Ok(ApiJson(approvals::set_auto_layout(&state, &p, &id, body.enabled).await?.into()))
 }
 
 /// Propose a new layout for a GPU by hand (platform admins). It is checked against the MIG rules and must keep

@@ -1,5 +1,5 @@
-//! Nodes and GPUs: registration by an admin (until node agents join by themselves), listing, cordoning; and the
-//! planner's placement for a request.
+//! The fleet (the `fleet` tag): nodes and GPUs registered by an admin or joined by agents, listing, cordoning,
+//! auto-layout, node credentials and join tokens, what the fleet offers, and the planner's placement for a request.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -7,9 +7,16 @@ use axum::http::StatusCode;
 use super::auth::{NodeAuth, new_node_secret, token_hash};
 use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
+use crate::auth::secrets::JOIN_TOKEN_PREFIX;
+use crate::services::fleet::valid_node_name;
 use crate::services::fleet::{self, GpuReport};
 use crate::store::agents::AgentRecord;
 use crate::store::{Gpu, Node, Principal};
+
+/// Longest a join token may live.
+const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
+pub use tessera_api::agents::{JoinTokenView, NewJoinToken};
+pub use tessera_api::layouts::AutoLayout;
 pub use tessera_api::nodes::{
     AgentInfo, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
 };
@@ -254,4 +261,72 @@ pub async fn agent_node(
     found
         .map(|n| ApiJson(node_view(n, record.as_ref(), &state, now)))
         .ok_or_else(|| ApiError::NotFound("node not found".into()))
+}
+
+/// Create a join token (platform admins): an agent exchanges it once for its node's credential. The secret is in
+/// this answer only.
+#[utoipa::path(post, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), request_body = NewJoinToken,
+    responses((status = 201, body = JoinTokenView), (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn create_join_token(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewJoinToken>,
+) -> Result<(StatusCode, ApiJson<JoinTokenView>), ApiError> {
+    p.require_platform_admin()?;
+    if let Some(name) = &body.node_name
+        && !valid_node_name(name)
+    {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            "a node name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
+        ));
+    }
+    let ttl = body.ttl_s.unwrap_or(3600);
+    if ttl == 0 || ttl > JOIN_TOKEN_MAX_TTL_S {
+        return Err(ApiError::invalid("invalid_ttl", format!("ttl_s is 1 to {JOIN_TOKEN_MAX_TTL_S} seconds")));
+    }
+    let secret = format!("{JOIN_TOKEN_PREFIX}{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let expires = crate::store::now_ms() + i64::try_from(ttl * 1000).unwrap_or(i64::MAX);
+    let stored =
+        state.store.create_join_token(&token_hash(&secret), body.node_name.as_deref(), expires, &p.actor()).await?;
+    let mut view = JoinTokenView::from(stored);
+    view.token = Some(secret);
+    Ok((StatusCode::CREATED, ApiJson(view)))
+}
+
+/// Every join token, newest first (platform admins).
+#[utoipa::path(get, path = "/api/v1/join-tokens", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    responses((status = 200, body = Vec<JoinTokenView>), (status = 403, body = Problem)))]
+pub async fn list_join_tokens(
+    State(state): State<AppState>,
+    p: Principal,
+) -> Result<ApiJson<Vec<JoinTokenView>>, ApiError> {
+    p.require_platform_admin()?;
+    Ok(ApiJson(state.store.join_tokens().await?.into_iter().map(Into::into).collect()))
+}
+
+/// Delete a join token (platform admins).
+#[utoipa::path(delete, path = "/api/v1/join-tokens/{id}", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_join_token(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    p.require_platform_admin()?;
+    state.store.delete_join_token(&id, &p.actor()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Turn auto-layout on or off for a GPU (platform admins).
+#[utoipa::path(put, path = "/api/v1/gpus/{id}/auto-layout", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(("id" = String, Path)), request_body = AutoLayout,
+    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn set_auto_layout(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<AutoLayout>,
+) -> Result<ApiJson<GpuView>, ApiError> {
+    Ok(ApiJson(crate::services::approvals::set_auto_layout(&state, &p, &id, body.enabled).await?.into()))
 }

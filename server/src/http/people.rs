@@ -12,6 +12,7 @@ use crate::store::{Principal, User};
 pub use tessera_api::people::{
     CreatedToken, MemberView, Membership, NewPassword, NewToken, NewUser, TokenView, UserView,
 };
+use tessera_api::signin::SignInLink;
 
 impl From<User> for UserView {
     fn from(u: User) -> Self {
@@ -129,4 +130,19 @@ pub async fn set_password(
 ) -> Result<StatusCode, ApiError> {
     people::set_password(&state, &p, &id, body.password, body.current_password).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Issue a one-time sign-in link for a user (platform admins), e.g. one just created: the user opens it, is
+/// signed in, and sets a password. It works once, for 72 hours, and replaces the user's previous link.
+#[utoipa::path(post, path = "/api/v1/users/{id}/sign-in-link", tag = "people",
+    security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    responses((status = 201, body = SignInLink), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 404, body = Problem)))]
+pub async fn sign_in_link(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, ApiJson<SignInLink>), ApiError> {
+    let link = people::sign_in_link(&state, &p, &id).await?;
+    Ok((StatusCode::CREATED, ApiJson(SignInLink { path: link.path(), expires_at_ms: link.expires_at_ms })))
 }

@@ -1,6 +1,6 @@
-//! Signing in and out: the OpenID Connect code flow (`/auth/login` -> provider -> `/auth/callback`), local
-//! passwords (`/auth/local`), the current session, logout (RP-initiated at the provider when it offers it), local
-//! password changes, and node credentials.
+//! Signing in and out (the `auth` tag): the OpenID Connect code flow (`/auth/login` -> provider ->
+//! `/auth/callback`), local passwords (`/auth/local`), one-time sign-in links (`/auth/link`), the current session,
+//! and logout (RP-initiated at the provider when it offers it).
 
 use axum::extract::State;
 use axum::http::header::{AUTHORIZATION, LOCATION, SET_COOKIE};
@@ -19,7 +19,8 @@ use crate::store::{Principal, now_ms};
 pub const LOGIN_COOKIE: &str = "tessera_login";
 pub use crate::auth::LOGIN_TTL_MS;
 pub use tessera_api::signin::{
-    CallbackQuery, LocalSignIn, LoginQuery, MembershipView, SessionView, SignInMethods, SignedOut,
+    CallbackQuery, LinkQuery, LocalSignIn, LoginQuery, MembershipView, SessionView, SignInLink, SignInMethods,
+    SignedOut,
 };
 
 /// How one may sign in here.
@@ -246,14 +247,20 @@ async fn start_session(
     Ok((cookies, record))
 }
 
-fn session_view(p: Principal, session: Option<&SessionRecord>) -> SessionView {
-    SessionView {
+async fn session_view(
+    state: &AppState,
+    p: Principal,
+    session: Option<&SessionRecord>,
+) -> Result<SessionView, ApiError> {
+    let single_sign_on = state.store.is_sso_user(&p.user.id).await?;
+    Ok(SessionView {
+        single_sign_on,
         memberships: p.memberships.iter().map(|(t, r)| MembershipView { tenant: t.clone(), role: *r }).collect(),
         user: p.user.into(),
         method: if session.is_some() { "session" } else { "token" }.to_string(),
         csrf_token: session.map(|s| s.csrf_token.clone()),
         expires_at_ms: session.map(|s| s.expires_at_ms),
-    }
+    })
 }
 
 /// Sign in with a local user name and password (when local accounts are on); starts a session.
@@ -295,9 +302,43 @@ pub async fn local(
     end_previous_session(&state, &headers).await?;
     let (cookies, record) = start_session(&state, &headers, &user_id, None).await?;
     let principal = state.store.principal(&user_id).await?;
-    let mut response = ApiJson(session_view(principal, Some(&record))).into_response();
+    let mut response = ApiJson(session_view(&state, principal, Some(&record)).await?).into_response();
     for c in cookies {
         response.headers_mut().append(SET_COOKIE, header_value(&c)?);
+    }
+    Ok(response)
+}
+
+/// Sign in with a one-time link (`tessera serve` prints one for the bootstrap admin; platform admins issue them
+/// for users without a password). The link is used up by this call, whatever happens next.
+#[utoipa::path(get, path = "/auth/link", tag = "auth", security(()), params(LinkQuery),
+    responses((status = 303, description = "Signed in: the session cookie is set and the browser goes to the \
+        portal (`/`). An unknown, used or expired link goes to the sign-in page (`/signin?link=invalid`) instead, \
+        with no cookie."),
+        (status = 400, body = Problem, description = "invalid_query: no `token`"),
+        (status = 403, body = Problem, description = "local_accounts_disabled")))]
+pub async fn link(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<LinkQuery>,
+) -> Result<Response, ApiError> {
+    if !state.auth.local_accounts {
+        return Err(ApiError::forbidden(
+            "local_accounts_disabled",
+            "local accounts are turned off; use single sign-on",
+        ));
+    }
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    let Some(user_id) = crate::auth::links::take(&state.store, &q.token).await? else {
+        response.headers_mut().insert(LOCATION, HeaderValue::from_static("/signin?link=invalid"));
+        return Ok(response);
+    };
+    end_previous_session(&state, &headers).await?;
+    let (cookies, _) = start_session(&state, &headers, &user_id, None).await?;
+    let out = response.headers_mut();
+    out.insert(LOCATION, HeaderValue::from_static("/"));
+    for c in cookies {
+        out.append(SET_COOKIE, header_value(&c)?);
     }
     Ok(response)
 }
@@ -324,7 +365,7 @@ pub async fn whoami(
     p: Principal,
 ) -> Result<ApiJson<SessionView>, ApiError> {
     let session = session_of(&state, &headers).await?;
-    Ok(ApiJson(session_view(p, session.as_ref().map(|(_, r)| r))))
+    Ok(ApiJson(session_view(&state, p, session.as_ref().map(|(_, r)| r)).await?))
 }
 
 /// Sign out: ends the session (a cookie-authenticated state change: send `X-CSRF-Token`) and, when the identity

@@ -36,6 +36,10 @@ const MAX_DROPPED: u64 = (1 << 53) - 1;
 /// Most bytes a batch may have once decompressed.
 const MAX_BATCH_BYTES: u64 = 32 * 1024 * 1024;
 
+fn bad_body(code: &'static str, detail: String) -> ApiError {
+    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail }
+}
+
 /// Send a batch of samples (JSON, optionally `Content-Encoding: gzip`). Only the node's own devices are taken:
 /// its registered GPUs and the MIG instances its last status reports on them. Series of other devices, series
 /// past the server's series limit, and samples dated more than 5 minutes ahead or past the retention are refused
@@ -79,10 +83,6 @@ pub async fn ingest(
     }
     let owned = owned_devices(&state, &node.node_id).await?;
     Ok(ApiJson(state.telemetry.ingest(&node.node_id, &owned, batch, now_ms())))
-}
-
-fn bad_body(code: &'static str, detail: String) -> ApiError {
-    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail }
 }
 
 /// The devices the node owns (cached for a few seconds): its registered GPUs, and the MIG instances its last

@@ -114,3 +114,20 @@ pub async fn set_password(
     state.principals.clear();
     Ok(())
 }
+
+/// A one-time sign-in link for `id` (platform admins). Users of the identity provider get none: a link would let
+/// them in past the provider (its MFA, its deprovisioning).
+pub async fn sign_in_link(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+) -> Result<crate::auth::links::IssuedLink, ApiError> {
+    p.require_platform_admin()?;
+    if !state.auth.local_accounts {
+        return Err(ApiError::forbidden("local_accounts_disabled", "local accounts are turned off"));
+    }
+    if state.store.is_sso_user(id).await? {
+        return Err(ApiError::forbidden("sso_user", "this user signs in with single sign-on, not with a link"));
+    }
+    Ok(crate::auth::links::issue(&state.store, id, crate::auth::links::ISSUED_LINK_TTL_MS, &p.actor()).await?)
+}

@@ -397,8 +397,57 @@ impl Store {
         })
     }
 
-    /// Deletes sessions past their absolute expiry or idle since before `idle_before_ms`, and login attempts
-    /// started before `attempts_before_ms`. Returns how many sessions went.
+    /// Stores a one-time sign-in link for `user_id` (its secret's hash), replacing any link the user had; audited
+    /// without the secret.
+    pub async fn create_sign_in_link(
+        &self,
+        user_id: &str,
+        secret_sha256: &str,
+        expires_at_ms: i64,
+        actor: &str,
+    ) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let user: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE id = $1")
+                .bind(user_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if user.is_none() {
+                return Err(StoreError::NotFound { what: format!("user {user_id}") });
+            }
+            sqlx::query("DELETE FROM sign_in_links WHERE user_id = $1").bind(user_id).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO sign_in_links (secret_sha256, user_id, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(secret_sha256)
+            .bind(user_id)
+            .bind(now_ms())
+            .bind(expires_at_ms)
+            .execute(&mut *tx)
+            .await?;
+            let after = serde_json::json!({ "expires_at_ms": expires_at_ms });
+            audit_insert(&mut tx, actor, "user.sign_in_link", &format!("user/{user_id}"), None, Some(after.to_string())).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Takes a sign-in link: the user it signs in, if it exists and has not expired at `now_ms`. A link is taken
+    /// once (deleted as it is read, so two racing uses get one user between them).
+    pub async fn take_sign_in_link(&self, secret_sha256: &str, now_ms: i64) -> Result<Option<String>, StoreError> {
+        on_pool!(self, pool, _dialect => {
+            let row: Option<(String, i64)> = sqlx::query_as(
+                "DELETE FROM sign_in_links WHERE secret_sha256 = $1 RETURNING user_id, expires_at_ms",
+            )
+            .bind(secret_sha256)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row.filter(|(_, expires)| *expires > now_ms).map(|(user, _)| user))
+        })
+    }
+
+    /// Deletes sessions past their absolute expiry or idle since before `idle_before_ms`, login attempts
+    /// started before `attempts_before_ms` and expired sign-in links. Returns how many sessions went.
     pub async fn purge_sign_in(
         &self,
         now_ms: i64,
@@ -416,6 +465,7 @@ impl Store {
                 .bind(attempts_before_ms)
                 .execute(pool)
                 .await?;
+            sqlx::query("DELETE FROM sign_in_links WHERE expires_at_ms <= $1").bind(now_ms).execute(pool).await?;
             Ok(gone)
         })
     }

@@ -157,10 +157,16 @@ display_name = "Test IdP"
 `);
   const bootstrapToken = `tsr_${'b'.repeat(40)}`;
   const server = spawn(tessera, ['serve', '--config', config, '--demo'], {
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, TESSERA_BOOTSTRAP_TOKEN: bootstrapToken },
   });
   children.push(server);
+  // The one-time sign-in links `serve` prints (here only the demo member's: admin has a provider to sign in with).
+  const printedLinks = {};
+  readline.createInterface({ input: server.stdout }).on('line', (line) => {
+    const m = line.trim().match(/^as (\S+)\s+(\S+)$/);
+    if (m) printedLinks[m[1]] = m[2];
+  });
   let serverLog = '';
   server.stderr.on('data', (d) => { serverLog += d; });
   server.once('exit', (code) => { if (code) console.log(`tessera exited (${code}):\n${serverLog}`); });
@@ -556,6 +562,29 @@ display_name = "Test IdP"
     check(figures.mean > 0 && figures.mean < figures.baseline, `heatmap: image drawing beats per-cell drawing (${figures.mean.toFixed(1)} ms vs ${figures.baseline.toFixed(1)} ms a frame)`);
     await tp.screenshot({ path: path.join(out, 'heatmap-bench.png') });
     await tenantContext.close();
+
+    // The demo member's printed sign-in link: one click into the portal, member navigation only, good once.
+    await waitFor('the printed sign-in links', async () => 'dana' in printedLinks, 30000);
+    check(!('admin' in printedLinks), 'serve prints no admin link when a provider is configured');
+    const memberContext = await browser.newContext({ viewport: { width: 1024, height: 700 }, colorScheme: 'dark' });
+    const mp = await memberContext.newPage();
+    mp.on('pageerror', (e) => errors.push(e.message));
+    await mp.goto(printedLinks.dana);
+    await mp.waitForURL(`${base}/`);
+    await mp.locator('[data-testid=user]').waitFor();
+    check((await mp.locator('[data-testid=user]').textContent()).trim() === 'dana' && await mp.locator('header .badge').count() === 0,
+      'sign-in link: the printed link signs the demo member in, without admin badge');
+    const adminLinks = await mp.locator('header nav a[href="/approvals"], header nav a[href="/fleet"], header nav a[href="/admin/tenants"], header nav a[href="/audit"]').count();
+    check(adminLinks === 0, `sign-in link: a member sees no admin navigation (${adminLinks} admin links)`);
+    const headerHeight = (await mp.locator('header').boundingBox()).height;
+    await mp.screenshot({ path: path.join(out, 'member-1024-dark.png') });
+    check(headerHeight < 80, `the header fits one line at 1024 px (${headerHeight} px high)`);
+    const again = await memberContext.newPage();
+    await again.goto(printedLinks.dana);
+    await again.waitForURL(`${base}/signin?link=invalid`);
+    await again.locator('[data-testid=link-invalid]').waitFor();
+    check(true, 'sign-in link: a used link lands on the sign-in page, which says why');
+    await memberContext.close();
 
     check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
   } finally {

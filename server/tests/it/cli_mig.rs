@@ -223,7 +223,8 @@ fn serve_settings_come_from_flags_then_environment_then_file_then_defaults() {
     let file = dir.join("tessera.toml");
     std::fs::write(&file, "listen = \"0.0.0.0:9000\"\ndata_dir = \"/var/lib/tessera\"\ndemo = true\n").expect("write");
     let from_file = load(&file).expect("load");
-    let c = resolve(Overrides::default(), from_file.clone());
+    let no_env = |_: &str| None;
+    let c = resolve(Overrides::default(), from_file.clone(), no_env).expect("settings");
     assert_eq!(
         (c.listen.as_str(), c.data_dir.clone(), c.demo),
         ("0.0.0.0:9000", PathBuf::from("/var/lib/tessera"), true)
@@ -234,9 +235,9 @@ fn serve_settings_come_from_flags_then_environment_then_file_then_defaults() {
         database_url: Some("postgres://db/t".into()),
         ..Overrides::default()
     };
-    let c = resolve(flags, from_file);
+    let c = resolve(flags, from_file, no_env).expect("settings");
     assert_eq!((c.listen.as_str(), c.database_url.as_str()), ("127.0.0.1:1", "postgres://db/t"));
-    let c = resolve(Overrides::default(), FileConfig::default());
+    let c = resolve(Overrides::default(), FileConfig::default(), no_env).expect("settings");
     assert_eq!(c.listen, "127.0.0.1:8080");
     assert!(c.data_dir.ends_with("tessera") || c.data_dir.ends_with("tessera-data"), "{:?}", c.data_dir);
     std::fs::write(&file, "listen = \"x\"\ncolour = \"red\"\n").expect("write");

@@ -194,6 +194,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") => format!("?tenant={}", w.b_tenant),
         ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
         ("get", "/api/v1/usage") => format!("?tenant={}", w.b_tenant),
+        ("get", "/auth/link") => "?token=tsl_unknown".to_string(),
         _ => String::new(),
     };
     let unique = uuid::Uuid::now_v7().simple().to_string();

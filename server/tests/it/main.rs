@@ -7,6 +7,7 @@ mod cli_mig;
 mod harness;
 mod hostile;
 mod isolation;
+mod links;
 mod logging;
 mod prometheus;
 mod sso;

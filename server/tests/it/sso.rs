@@ -258,6 +258,7 @@ async fn the_code_flow_signs_in_maps_groups_calls_the_api_and_signs_out() {
         alice.get(format!("{}/api/v1/session", app.base)).send().await.expect("me").json().await.expect("json");
     assert_eq!(me["user"]["name"], "alice");
     assert_eq!(me["method"], "session");
+    assert_eq!(me["single_sign_on"], true, "alice has no local password: {me}");
     assert_eq!(me["user"]["platform_admin"], false);
     assert_eq!(me["memberships"], json!([{"tenant": team_a, "role": "member"}]), "groups claim -> membership");
 

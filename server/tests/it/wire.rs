@@ -59,6 +59,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "RequestView" => requests::RequestView,
         "Revoked" => nodes::Revoked,
         "SessionView" => signin::SessionView,
+        "SignInLink" => signin::SignInLink,
         "SignInMethods" => signin::SignInMethods,
         "TenantView" => tenants::TenantView,
         "TokenView" => people::TokenView,
@@ -174,6 +175,8 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     let alice =
         w.call(&admin, M::POST, "/api/v1/users", "/api/v1/users", Some(json!({"name": "alice"})), S::CREATED).await;
     w.call(&admin, M::GET, "/api/v1/users", "/api/v1/users", None, S::OK).await;
+    let link = format!("/api/v1/users/{}/sign-in-link", id(&alice));
+    w.call(&admin, M::POST, "/api/v1/users/{id}/sign-in-link", &link, None, S::CREATED).await;
     let member = format!("{}/api/v1/tenants/{t}/members/{}", w.server.base, id(&alice));
     let r = w.server.client.put(member).bearer_auth(&admin).json(&json!({"role": "member"})).send().await;
     assert_eq!(r.expect("send").status(), S::NO_CONTENT);
