@@ -37,6 +37,9 @@ pub struct SimNode {
     /// Percentage of allocations that sit idle (picked by the seed), as unused allocations do.
     #[serde(default = "default_idle_percent")]
     pub idle_percent: u8,
+    /// Allocations that sit idle whatever the seed picks (a demo's allocation for reclaim to find).
+    #[serde(default)]
+    pub idle_allocations: Vec<String>,
 }
 
 fn default_idle_percent() -> u8 {
@@ -140,7 +143,16 @@ impl SimNode {
             next_pid: first_pid(),
             seed: 0,
             idle_percent: default_idle_percent(),
+            idle_allocations: Vec::new(),
         }
+    }
+
+    /// The synthetic load of `allocation` at second `t_s` (see [`load`]); idle for the allocations named idle.
+    fn load(&self, allocation: &str, t_s: u64) -> (f64, f64) {
+        if self.idle_allocations.iter().any(|a| a == allocation) {
+            return IDLE;
+        }
+        load(self.seed, self.idle_percent, allocation, t_s)
     }
 
     /// Turns MIG mode off on GPU `index` (for whole-GPU sharing); only while it has no instances.
@@ -403,12 +415,15 @@ fn unit(seed: u64, key: &str, n: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The load of an allocation nobody uses: no utilisation, its memory barely touched.
+const IDLE: (f64, f64) = (0.0, 0.02);
+
 /// The synthetic load of one allocation at second `t_s`: (utilisation %, share of its memory in use).
 /// `idle_percent` of the allocations sit idle (allocations nobody uses, as reclaim should find); the others move
 /// between levels of 35-95 % that change each minute, with per-second noise.
 fn load(seed: u64, idle_percent: u8, allocation: &str, t_s: u64) -> (f64, f64) {
     if unit(seed, allocation, u64::MAX) * 100.0 < f64::from(idle_percent) {
-        return (0.0, 0.02);
+        return IDLE;
     }
     let minute = t_s / 60;
     let (a, b) = (unit(seed, allocation, minute), unit(seed, allocation, minute + 1));
@@ -460,7 +475,7 @@ fn synthetic(node: &SimNode, t_ms: i64, spec: &[GpuSpec]) -> Vec<Reading> {
                     .and_then(|g| g.allocations.iter().find(|a| a.start == Some(inst.start)))
                     .map(|a| a.allocation.as_str());
                 let (u, m) = match allocation {
-                    Some(id) => load(node.seed, node.idle_percent, id, t_s),
+                    Some(id) => node.load(id, t_s),
                     None if !inst.processes.is_empty() => load(node.seed, 0, &inst.uuid, t_s),
                     None => (0.0, 0.0),
                 };
@@ -485,7 +500,7 @@ fn synthetic(node: &SimNode, t_ms: i64, spec: &[GpuSpec]) -> Vec<Reading> {
         } else if let Some(g) = gpu_spec {
             let share = 1.0 / f64::from(g.sharing.gpu.replicas().max(1));
             for a in &g.allocations {
-                let (u, m) = load(node.seed, node.idle_percent, &a.allocation, t_s);
+                let (u, m) = node.load(&a.allocation, t_s);
                 util += u * share;
                 used += total_mib * m * share;
             }
@@ -568,5 +583,15 @@ mod tests {
         node.idle_percent = 50;
         let idle = (0..400).filter(|i| load(node.seed, node.idle_percent, &format!("a{i}"), 100).0 == 0.0).count();
         assert!((150..=250).contains(&idle), "{idle} of 400 idle at 50 %");
+    }
+
+    #[test]
+    fn allocations_named_idle_sit_idle_whatever_the_seed() {
+        let mut node = SimNode::new("n", &[("H100-80GB".to_string(), 1)]);
+        node.idle_percent = 0;
+        let busy = (0..50).map(|i| format!("a{i}")).find(|a| node.load(a, 100).0 > 0.0).expect("a busy allocation");
+        node.idle_allocations.push(busy.clone());
+        assert!((0..600).all(|t| node.load(&busy, t) == IDLE));
+        assert!(node.load("another", 100).0 > 0.0);
     }
 }

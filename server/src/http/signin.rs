@@ -315,7 +315,7 @@ pub async fn local(
     responses((status = 303, description = "Signed in: the session cookie is set and the browser goes to the \
         portal (`/`). An unknown, used or expired link goes to the sign-in page (`/signin?link=invalid`) instead, \
         with no cookie."),
-        (status = 400, body = Problem, description = "invalid_query: no `token`"),
+        (status = 400, body = Problem, description = "invalid_query: no `token`, or one over 128 characters"),
         (status = 403, body = Problem, description = "local_accounts_disabled")))]
 pub async fn link(
     State(state): State<AppState>,
@@ -327,6 +327,13 @@ pub async fn link(
             "local_accounts_disabled",
             "local accounts are turned off; use single sign-on",
         ));
+    }
+    if q.token.chars().count() > crate::auth::links::MAX_LINK_SECRET {
+        return Err(ApiError::Invalid {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_query",
+            detail: format!("token: at most {} characters", crate::auth::links::MAX_LINK_SECRET),
+        });
     }
     let mut response = StatusCode::SEE_OTHER.into_response();
     let Some(user_id) = crate::auth::links::take(&state.store, &q.token).await? else {

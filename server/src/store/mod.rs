@@ -18,6 +18,7 @@ pub mod auth;
 pub mod batch;
 pub mod changes;
 mod fleet;
+pub mod history;
 mod layouts;
 pub mod people;
 mod postgres;

@@ -250,7 +250,8 @@ display_name = "Test IdP"
       if (!r.ok) throw new Error(`${method} ${p}: ${r.status} ${text}`);
       return text ? JSON.parse(text) : null;
     };
-    await waitFor('the demo tenants', async () => (await api('GET', '/api/v1/tenants')).some((t) => t.name === 'llm-serving'), 90000, 500);
+    // The demo is ready when its week of history is recorded (the last thing it seeds).
+    await waitFor('the demo tenants', async () => (await api('GET', '/api/v1/audit?object=history')).some((e) => e.action === 'history.record'), 120000, 500);
     const research = await api('POST', '/api/v1/tenants', { name: 'research', auto_approve: false });
     await api('PUT', `/api/v1/tenants/${research.id}/quotas`, { limits: { compute_slices: 14 } });
     for (const n of await api('GET', '/api/v1/nodes')) {
@@ -325,13 +326,20 @@ display_name = "Test IdP"
     await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     const row = page.locator(`[data-testid=pending] tr[data-request="${requestId}"]`);
     await row.waitFor();
+    // On first start the demo has work waiting too: llm-serving's request and its layout changes.
+    const waiting = await page.locator('[data-testid=pending] tr[data-request]').count();
+    const layoutsWaiting = await page.locator('[data-testid=layout]').count();
+    check(waiting >= 2 && layoutsWaiting >= 1,
+      `approvals: the demo's own work waits beside ada's (${waiting} requests, ${layoutsWaiting} layout changes)`);
     await row.locator('.placement li', { hasText: '2g.20gb@' }).waitFor();
     check((await row.locator('.placement').textContent()).includes('new'),
       'approvals: the planner places the request on a new 2g.20gb instance');
     await page.screenshot({ path: path.join(out, 'approvals.png'), fullPage: true });
     await row.locator('[data-testid=approve]').click();
     await page.locator('ul.messages li.ok', { hasText: 'layout change' }).waitFor();
-    const layout = page.locator('[data-testid=layout]').first();
+    // The demo's own layout changes wait beside it (llm-serving's, on GPUs without auto-layout): this one is the
+    // change that creates the 2g.20gb instance.
+    const layout = page.locator('[data-testid=layout]', { has: page.locator('.inst.created[data-profile="2g.20gb"]') });
     await layout.waitFor();
     const created = layout.locator('.inst.created[data-profile="2g.20gb"]');
     await created.waitFor();
@@ -340,7 +348,7 @@ display_name = "Test IdP"
       'approvals: the layout diff draws the new 2g.20gb instance in green');
     await layout.locator('[data-testid=approve-layout]').click();
     await page.locator('ul.messages li.ok', { hasText: 'approved' }).last().waitFor();
-    await page.locator('[data-testid=no-layouts]').waitFor();
+    await layout.waitFor({ state: 'detached' });
     check(true, 'approvals: the layout change is approved');
 
     // The agent applies it; the tenant's allocation turns active with its MIG device.

@@ -125,10 +125,12 @@ async fn serve_prints_links_that_sign_in_once_and_a_restart_replaces_them() {
     let late = browser();
     assert_eq!(open(&late, &admin_link).await, (StatusCode::SEE_OTHER, "/signin?link=invalid".to_string(), false));
     assert_eq!(who(&late, &first.base).await, None);
-    // Tampered or oversized secrets go the same way.
-    for bad in [format!("{admin_link}x"), format!("{}/auth/link?token=tsl_{}", first.base, "a".repeat(200))] {
-        assert_eq!(open(&late, &bad).await.1, "/signin?link=invalid");
-    }
+    // A tampered secret goes the same way; one past the documented bound (128 characters) is a bad query.
+    assert_eq!(open(&late, &format!("{admin_link}x")).await.1, "/signin?link=invalid");
+    let long = format!("{}/auth/link?token=tsl_{}", first.base, "a".repeat(125));
+    let r = late.get(&long).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.json::<Value>().await.expect("problem")["code"], "invalid_query");
 
     // A restart prints fresh links; the unused one from before stops working.
     drop(first);
@@ -265,4 +267,81 @@ async fn platform_admins_issue_links_that_sign_in_once_and_replace_the_last(db: 
         log.as_array().expect("log").iter().filter(|e| e["action"] == "user.sign_in_link").collect();
     assert_eq!(issued.len(), 2, "{log}");
     assert!(!log.to_string().contains("tsl_"), "{log}");
+}
+
+/// What a newcomer finds on first start of the demo, signed in by the printed admin link: a request and layout
+/// changes waiting for an admin, an idle allocation to reclaim, and a week of usage and minute telemetry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_starts_with_work_waiting_and_a_week_of_history() {
+    let dir = TempDir::new();
+    let served = serve(dir.path(), &[]).await;
+    let admin = browser();
+    let (status, _, session) = open(&admin, &served.link("admin").expect("admin link")).await;
+    assert!(status == StatusCode::SEE_OTHER && session);
+    let get = |path: String| {
+        let (admin, url) = (admin.clone(), format!("{}{path}", served.base));
+        async move {
+            let r = admin.get(&url).send().await.expect("send");
+            assert_eq!(r.status(), StatusCode::OK, "{url}");
+            r.json::<Value>().await.expect("json")
+        }
+    };
+    // The demo is seeded once both simulated nodes have joined and its idle allocation is active.
+    let mut recorded = false;
+    for _ in 0..240 {
+        let audit = get("/api/v1/audit?object=history".into()).await;
+        if audit.as_array().is_some_and(|a| a.iter().any(|e| e["action"] == "history.record")) {
+            recorded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(recorded, "the demo's history was not recorded within 2 minutes");
+    let tenants = get("/api/v1/tenants".into()).await;
+    let id =
+        |name: &str| tenants.as_array().expect("tenants").iter().find(|t| t["name"] == name).expect(name)["id"].clone();
+    let llm = id("llm-serving");
+    assert_eq!(
+        tenants.as_array().expect("tenants").iter().find(|t| t["id"] == llm).expect("llm")["auto_approve"],
+        false
+    );
+    let pending = get("/api/v1/requests?state=pending".into()).await;
+    let pending = pending["items"].as_array().expect("items").clone();
+    assert!(pending.iter().any(|r| r["tenant"] == llm), "a request waits for an admin: {pending:?}");
+    let proposed = get("/api/v1/layouts?state=proposed".into()).await;
+    assert!(!proposed.as_array().expect("layouts").is_empty(), "a layout change waits for an admin");
+    let week = 7 * 24 * 3_600_000_i64;
+    let now =
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("now").as_millis())
+            .expect("ms");
+    let usage = get(format!("/api/v1/usage?from={}&to={now}", now - week)).await;
+    let allocations = usage["allocations"].as_array().expect("allocations");
+    let idle: Vec<_> = allocations.iter().filter(|a| a["idle"] == true).collect();
+    assert_eq!(idle.len(), 1, "one idle allocation under the default threshold and look-back: {idle:?}");
+    assert_eq!(idle[0]["tenant"], "vision");
+    for tenant in ["vision", "llm-serving"] {
+        let released = allocations.iter().filter(|a| a["tenant"] == tenant && a["state"] == "released").count();
+        assert!(released >= 20, "{tenant} used {released} slices in the past week");
+    }
+    let early = allocations.iter().filter_map(|a| a["from_ms"].as_i64()).min().expect("some");
+    assert!(early < now - 6 * 24 * 3_600_000, "the history reaches back a week");
+    // The last 24 hours of the heatmap are filled for every MIG GPU, minute by minute.
+    let heatmap = get(format!("/api/v1/telemetry/heatmap?from={}&to={now}", now - 24 * 3_600_000)).await;
+    let rows = heatmap["rows"].as_array().expect("rows");
+    let nodes = get("/api/v1/nodes".into()).await;
+    let mig: Vec<Value> = nodes
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .flat_map(|n| n["gpus"].as_array().expect("gpus").iter())
+        .filter(|g| g["mig_enabled"] == true)
+        .map(|g| g["uuid"].clone())
+        .collect();
+    let gpus: Vec<_> = rows.iter().filter(|r| r["kind"] == "gpu" && mig.contains(&r["gpu_uuid"])).collect();
+    assert_eq!(gpus.len(), mig.len(), "a row for every MIG GPU");
+    for r in &gpus {
+        let values = r["values"].as_array().expect("values");
+        let filled = values.iter().filter(|v| !v.is_null()).count();
+        assert!(filled * 10 >= values.len() * 9, "{} of {} columns of {} filled", filled, values.len(), r["device"]);
+    }
 }
