@@ -91,6 +91,10 @@ pub struct RowAllocation {
 pub struct LiveQuery {
     /// A node (id or name); all nodes when absent.
     pub node: Option<String>,
+    /// The first event also carries the samples taken after this time (ms since the Unix epoch; at most 60 s back,
+    /// earlier values count as 60 s back), so that a client that just fetched a heatmap misses nothing. Without
+    /// it the stream starts at each device's newest sample.
+    pub since: Option<i64>,
 }
 
 /// What a heatmap shows.

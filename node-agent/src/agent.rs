@@ -123,8 +123,9 @@ pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), Age
     }
 }
 
-/// Samples every device each `every` and sends what the buffer holds each `batch_every` (a backlog in several
-/// batches, oldest first). Samples that cannot be delivered stay in the bounded buffer.
+/// Samples every device each `every`, at this agent's offset into the period of the wall clock, and sends what the
+/// buffer holds right after the sample that makes a batch due (at most every `batch_every`; a backlog goes in
+/// several batches, oldest first). Samples that cannot be delivered stay in the bounded buffer.
 async fn telemetry_loop(
     config: Config,
     http: reqwest::Client,
@@ -134,40 +135,38 @@ async fn telemetry_loop(
 ) -> Result<(), AgentError> {
     let Some(tc) = config.telemetry else { return std::future::pending().await };
     let mut buffer = crate::telemetry::Buffer::new(tc.buffer);
-    let mut sample = tokio::time::interval(tc.every);
-    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut send = tokio::time::interval(tc.batch_every);
-    send.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (every_ms, offset_ms) = tc.schedule_ms();
+    let mut sent_at: Option<tokio::time::Instant> = None;
     let mut warned = false;
     loop {
-        tokio::select! {
-            _ = sample.tick() => {
-                let gpus = specs.borrow().as_ref().map(|s| s.gpus.clone()).unwrap_or_default();
-                let now = now_ms();
-                match with_backend(&backend, move |b| b.sample(now, &gpus)).await {
-                    Ok(readings) => buffer.push(readings),
-                    Err(e) => tracing::warn!(error = %e, "cannot sample the GPUs"),
+        tokio::time::sleep(crate::telemetry::until_next(now_ms(), every_ms, offset_ms)).await;
+        let gpus = specs.borrow().as_ref().map(|s| s.gpus.clone()).unwrap_or_default();
+        let now = now_ms();
+        match with_backend(&backend, move |b| b.sample(now, &gpus)).await {
+            Ok(readings) => buffer.push(readings),
+            Err(e) => tracing::warn!(error = %e, "cannot sample the GPUs"),
+        }
+        // Due when the last batch went at least `batch_every` ago, give or take half a sampling period.
+        if sent_at.is_some_and(|at| at.elapsed() + tc.every / 2 < tc.batch_every) {
+            continue;
+        }
+        sent_at = Some(tokio::time::Instant::now());
+        while !buffer.is_empty() {
+            let readings = buffer.take(tc.max_batch);
+            let body = crate::telemetry::encode(&crate::telemetry::batch(&readings, buffer.dropped()));
+            match send_telemetry(&config, &http, &cred, body).await {
+                Ok(()) => warned = false,
+                Err((false, e)) => {
+                    tracing::warn!(error = %e, samples = readings.len(), "telemetry batch refused; dropped");
+                    buffer.discard(readings.len());
                 }
-            }
-            _ = send.tick() => {
-                while !buffer.is_empty() {
-                    let readings = buffer.take(tc.max_batch);
-                    let body = crate::telemetry::encode(&crate::telemetry::batch(&readings, buffer.dropped()));
-                    match send_telemetry(&config, &http, &cred, body).await {
-                        Ok(()) => warned = false,
-                        Err((false, e)) => {
-                            tracing::warn!(error = %e, samples = readings.len(), "telemetry batch refused; dropped");
-                            buffer.discard(readings.len());
-                        }
-                        Err((true, e)) => {
-                            if !warned {
-                                tracing::warn!(error = %e, waiting = buffer.len() + readings.len(), "telemetry not delivered; buffering");
-                                warned = true;
-                            }
-                            buffer.put_back(readings);
-                            break;
-                        }
+                Err((true, e)) => {
+                    if !warned {
+                        tracing::warn!(error = %e, waiting = buffer.len() + readings.len(), "telemetry not delivered; buffering");
+                        warned = true;
                     }
+                    buffer.put_back(readings);
+                    break;
                 }
             }
         }

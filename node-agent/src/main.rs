@@ -59,8 +59,8 @@ struct Args {
     /// Telemetry: sample every GPU and MIG instance this often (ms); 0 turns telemetry off.
     #[arg(long, default_value_t = 1000)]
     telemetry_every_ms: u64,
-    /// Telemetry: send a batch this often (ms).
-    #[arg(long, default_value_t = 2000)]
+    /// Telemetry: send a batch at most this often (ms); it goes right after the sample that makes it due.
+    #[arg(long, default_value_t = 1000)]
     telemetry_batch_ms: u64,
     /// Telemetry: most samples kept while the server cannot be reached (the oldest are dropped and counted).
     #[arg(long, default_value_t = 200_000)]

@@ -14,10 +14,15 @@ use crate::backend::Reading;
 /// Telemetry settings.
 #[derive(Debug, Clone, Copy)]
 pub struct TelemetryConfig {
-    /// How often every device is sampled.
+    /// How often every device is sampled. Samples are taken at a fixed offset into each period of the wall clock
+    /// (see [`TelemetryConfig::offset`]), so that each lands in its own second of the server's 1 s window.
     pub every: Duration,
-    /// How often a batch is sent.
+    /// How often a batch is sent at most; a batch goes right after the sample that makes it due (with the default
+    /// 1 s, every sample is sent as soon as it is taken).
     pub batch_every: Duration,
+    /// Where in each period samples are taken; `None`: a random point in its middle 80 % (so that the nodes of a
+    /// fleet do not all send at the same instant, and clock jitter never moves a sample into the next second).
+    pub offset: Option<Duration>,
     /// Most readings kept while the server cannot be reached.
     pub buffer: usize,
     /// Most readings in one batch (a backlog goes in several).
@@ -28,11 +33,40 @@ impl Default for TelemetryConfig {
     fn default() -> Self {
         TelemetryConfig {
             every: Duration::from_secs(1),
-            batch_every: Duration::from_secs(2),
+            batch_every: Duration::from_secs(1),
+            offset: None,
             buffer: 200_000,
             max_batch: 20_000,
         }
     }
+}
+
+impl TelemetryConfig {
+    /// The sampling period and this agent's offset into it, ms (the period at least 1 ms, the offset below it).
+    pub fn schedule_ms(&self) -> (i64, i64) {
+        let every = i64::try_from(self.every.as_millis()).unwrap_or(i64::MAX).max(1);
+        let offset = match self.offset {
+            Some(o) => i64::try_from(o.as_millis()).unwrap_or(0),
+            None => {
+                use std::hash::BuildHasher;
+                let r = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+                every / 10 + i64::try_from(r % (every as u64 * 8 / 10).max(1)).unwrap_or(0)
+            }
+        };
+        (every, offset.rem_euclid(every))
+    }
+}
+
+/// How long to wait from `now_ms` (wall clock) to the next sampling instant: the next time whose remainder modulo
+/// `every` is `offset` (a whole period when `now_ms` is one). Following the wall clock each time keeps the samples
+/// at their offset however the monotonic clock and the wall clock drift apart.
+pub fn until_next(now_ms: i64, every: i64, offset: i64) -> Duration {
+    let every = every.max(1);
+    let mut next = now_ms - now_ms.rem_euclid(every) + offset.rem_euclid(every);
+    if next <= now_ms {
+        next += every;
+    }
+    Duration::from_millis(u64::try_from(next - now_ms).unwrap_or(0))
 }
 
 /// Readings waiting to be sent, oldest first, at most `cap` of them.
@@ -140,6 +174,23 @@ mod tests {
             start: None,
             sample: Sample { t, util: 1.0, mem_used_mib: 0.0, mem_total_mib: 1.0, power_w: None, temp_c: None },
         }
+    }
+
+    #[test]
+    fn samples_are_taken_at_the_agents_offset_into_each_second() {
+        assert_eq!(until_next(10_000, 1000, 300), Duration::from_millis(300));
+        assert_eq!(until_next(10_299, 1000, 300), Duration::from_millis(1));
+        // At the instant itself, the next one is a whole period away; past it, the next second's.
+        assert_eq!(until_next(10_300, 1000, 300), Duration::from_millis(1000));
+        assert_eq!(until_next(10_900, 1000, 300), Duration::from_millis(400));
+        // A random offset stays in the middle 80 % of the period, clear of the seconds' edges.
+        for _ in 0..50 {
+            let (every, offset) = TelemetryConfig::default().schedule_ms();
+            assert_eq!(every, 1000);
+            assert!((100..900).contains(&offset), "{offset}");
+        }
+        let fixed = TelemetryConfig { offset: Some(Duration::from_millis(2500)), ..TelemetryConfig::default() };
+        assert_eq!(fixed.schedule_ms(), (1000, 500));
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //!   spec generation, WebSocket push, apply, all included) with 1 agent connected (the baseline) and then with N
 //!   (default 1,000) agents connected, each sampling and sending telemetry every second; and the server's resident
 //!   memory idle, with 1 agent, and with N.
+//! - `live` (part of `push`): the live stream a heatmap follows (`/api/v1/telemetry/live`), read for a while with
+//!   1 agent and with N: per sample, the time from its taking on the agent to its arrival in the stream's reader
+//!   (sample -> browser; drawing adds one animation frame), and the share of each device's seconds that arrived
+//!   (a column of the 1 s heatmap without a sample is an empty column).
 //!
 //! `cargo bench -p tessera-server --bench agents [-- ingest|push] [--agents N] [--quick]`.
 
@@ -411,6 +415,76 @@ async fn latencies(server: &Server, agents: &Agents, tenant: &str, k: usize) -> 
     out
 }
 
+/// What a live-stream reader saw: per sample, arrival minus sample time (ms); seconds that arrived out of those
+/// expected (every device, every whole second between the first and last second read).
+struct Live {
+    lags_ms: Vec<f64>,
+    seconds_seen: usize,
+    seconds_expected: usize,
+    devices: usize,
+}
+
+/// Reads the live stream for `secs` seconds.
+async fn live_stream(server: &Server, secs: u64) -> Live {
+    let mut r = server
+        .client
+        .get(format!("{}/api/v1/telemetry/live", server.base))
+        .bearer_auth(&server.admin)
+        .send()
+        .await
+        .expect("live stream");
+    assert_eq!(r.status(), StatusCode::OK);
+    let started = now_ms();
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut text = String::new();
+    let mut lags_ms = Vec::new();
+    let mut seen: std::collections::HashMap<String, std::collections::BTreeSet<i64>> = Default::default();
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(until.into(), r.chunk()).await {
+        let arrived = now_ms();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = text.find("\n\n") {
+            let event: String = text.drain(..end + 2).collect();
+            for line in event.lines().filter_map(|l| l.strip_prefix("data:")) {
+                let samples: Vec<Value> = serde_json::from_str(line.trim()).unwrap_or_default();
+                for s in samples {
+                    let t = s["sample"]["t"].as_i64().unwrap_or(0);
+                    // The first event also carries what was already there: only samples taken since we listen.
+                    if t >= started {
+                        lags_ms.push((arrived - t) as f64);
+                    }
+                    seen.entry(s["device"].as_str().unwrap_or_default().to_string()).or_default().insert(t / 1000);
+                }
+            }
+        }
+    }
+    // Whole seconds from one after the start to two before the end (the last may still be on its way).
+    let (first, last) = (started / 1000 + 1, now_ms() / 1000 - 2);
+    let expected = usize::try_from((last - first + 1).max(0)).unwrap_or(0);
+    let seconds_seen = seen.values().map(|s| s.range(first..=last).count()).sum();
+    Live { lags_ms, seconds_seen, seconds_expected: expected * seen.len(), devices: seen.len() }
+}
+
+fn live_summary(label: &str, l: &mut Live) -> f64 {
+    l.lags_ms.sort_by(f64::total_cmp);
+    let p = |q: f64| {
+        let i = ((l.lags_ms.len() as f64 * q).ceil() as usize).clamp(1, l.lags_ms.len().max(1)) - 1;
+        l.lags_ms.get(i).copied().unwrap_or(f64::NAN)
+    };
+    let p95 = p(0.95);
+    println!(
+        "  {label:<24} sample -> stream p50 {:>7.1} ms  p95 {p95:>7.1} ms  max {:>7.1} ms  ({} samples); \
+         {} of {} device-seconds arrived ({:.2} %, {} devices)",
+        p(0.5),
+        l.lags_ms.last().copied().unwrap_or(f64::NAN),
+        l.lags_ms.len(),
+        l.seconds_seen,
+        l.seconds_expected,
+        l.seconds_seen as f64 * 100.0 / l.seconds_expected.max(1) as f64,
+        l.devices
+    );
+    p95
+}
+
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     sorted[i].as_secs_f64() * 1000.0
@@ -445,6 +519,8 @@ async fn push(n: usize, quick: bool) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (one_rss, _) = server.rss_mib();
     let base = summary(latencies(&server, &agents, &tenant, k).await);
+    let live_secs = if quick { 8 } else { 30 };
+    let mut live_base = live_stream(&server, live_secs).await;
     // Take the baseline node out of the planner's reach: the rest land on the N agents.
     cordon_all(&server).await;
     let joining = Instant::now();
@@ -461,6 +537,7 @@ async fn push(n: usize, quick: bool) {
     tokio::time::sleep(Duration::from_secs(if quick { 5 } else { 20 })).await;
     let (many_rss, _) = server.rss_mib();
     let many = summary(latencies(&server, &agents, &tenant, k).await);
+    let mut live_many = live_stream(&server, live_secs).await;
     let (after_rss, peak) = server.rss_mib();
     let metrics = server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await;
     let metrics = metrics.expect("metrics").text().await.unwrap_or_default();
@@ -488,6 +565,10 @@ async fn push(n: usize, quick: bool) {
          (after the approvals {after_rss:.0} MiB, peak {peak:.0} MiB); {:.1}x the 1-agent figure",
         after_rss / one_rss
     );
+    println!("live: the heatmap's event stream read for {live_secs} s");
+    let base_p95 = live_summary("1 agent (baseline):", &mut live_base);
+    let many_p95 = live_summary(&format!("{n} agents connected:"), &mut live_many);
+    println!("  p95 {:.2}x baseline", many_p95 / base_p95);
 }
 
 async fn auto_layout(server: &Server) {

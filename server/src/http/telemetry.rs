@@ -251,12 +251,20 @@ fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, va
     }
 }
 
-/// Server-sent events: every second, a `samples` event with the newest sample of each device that has a new one
-/// (a JSON array of `{node_id, device, gpu, profile, start, sample}`).
+/// How far back `since` may reach on the live stream, ms.
+const LIVE_SINCE_MAX_MS: i64 = 60_000;
+/// How long the live stream gathers after a batch arrives before it sends, so that one event carries the batches
+/// of many nodes that arrive together.
+const LIVE_GATHER: Duration = Duration::from_millis(50);
+
+/// Server-sent events: a `samples` event as soon as agents' batches bring new samples (gathered for 50 ms), with
+/// every sample newer than the last one sent for its device, oldest first: a JSON array of
+/// `{node_id, device, gpu, profile, start, sample}`, several items per device when it sent several samples. A
+/// device seen for the first time starts after `since` (at most 60 s back; default: only its newest sample).
 #[utoipa::path(get, path = "/api/v1/telemetry/live", tag = "telemetry",
     security(("token" = ["user"]), ("session" = ["user"])), params(LiveQuery),
     responses((status = 200, description = "`text/event-stream` of `samples` events", content_type = "text/event-stream"),
-        (status = 404, body = Problem)))]
+        (status = 400, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
 pub async fn live(
     State(state): State<AppState>,
     p: Principal,
@@ -266,21 +274,35 @@ pub async fn live(
         Some(key) => Some(find_node(&state.store.nodes().await?, key)?.id.clone()),
         None => None,
     };
+    let now = now_ms();
+    // Devices first seen: samples after `since`, clamped to the last minute; without it, only the newest sample.
+    let first_after = match super::time_param("since", q.since)? {
+        Some(since) => since.clamp(now - LIVE_SINCE_MAX_MS, now),
+        None => -1,
+    };
     struct Cursor {
         state: AppState,
         p: Principal,
         node_id: Option<String>,
         sent: HashMap<String, i64>,
+        first_after: i64,
         visible: Option<HashSet<String>>,
         visible_at: Option<tokio::time::Instant>,
-        tick: tokio::time::Interval,
+        changes: tokio::sync::watch::Receiver<u64>,
     }
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let cursor = Cursor { state, p, node_id, sent: HashMap::new(), visible: None, visible_at: None, tick };
+    let changes = state.telemetry.subscribe();
+    let cursor =
+        Cursor { state, p, node_id, sent: HashMap::new(), first_after, visible: None, visible_at: None, changes };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        let mut first = true;
         loop {
-            c.tick.tick().await;
+            if !first {
+                // New samples, or a second without any (the visible set is kept fresh either way).
+                let _ = tokio::time::timeout(Duration::from_secs(1), c.changes.changed()).await;
+                tokio::time::sleep(LIVE_GATHER).await;
+            }
+            first = false;
+            c.changes.borrow_and_update();
             if c.visible_at.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
                 let now = now_ms();
                 if let Ok(v) = visible_devices(&c.state, &c.p, now - 1, now + 1).await {
@@ -288,19 +310,19 @@ pub async fn live(
                     c.visible_at = Some(tokio::time::Instant::now());
                 }
             }
-            let fresh: Vec<Latest> = c
-                .state
-                .telemetry
-                .latest(c.node_id.as_deref())
-                .into_iter()
-                .filter(|l| c.visible.as_ref().is_none_or(|v| v.contains(&l.device)))
-                .filter(|l| c.sent.get(&l.device).is_none_or(|&t| l.sample.t > t))
-                .collect();
+            // Without `since`, a device first seen starts at its newest sample.
+            let first_after = if c.first_after < 0 { now_ms() - 1500 } else { c.first_after };
+            let visible = &c.visible;
+            let fresh: Vec<Latest> = c.state.telemetry.newer(
+                c.node_id.as_deref(),
+                |d| visible.as_ref().is_none_or(|v| v.contains(d)),
+                &mut c.sent,
+                first_after,
+            );
+            // After the first event, devices new to this stream (a new MIG instance) start at their first sample.
+            c.first_after = 0;
             if fresh.is_empty() {
                 continue;
-            }
-            for l in &fresh {
-                c.sent.insert(l.device.clone(), l.sample.t);
             }
             let event = Event::default().event("samples").json_data(&fresh).unwrap_or_default();
             return Some((Ok::<Event, Infallible>(event), c));

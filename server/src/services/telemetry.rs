@@ -82,6 +82,8 @@ impl Owned {
 struct Point {
     /// Seconds since the epoch (0: empty).
     t_s: u32,
+    /// Milliseconds into that second.
+    t_ms: u16,
     /// Utilisation in hundredths of a percent.
     util_c: u16,
     /// Power in tenths of a watt (`u16::MAX`: none).
@@ -96,10 +98,23 @@ impl Point {
     fn of(s: &Sample) -> Point {
         Point {
             t_s: u32::try_from(s.t.max(0) / 1000).unwrap_or(u32::MAX),
+            t_ms: u16::try_from(s.t.max(0) % 1000).unwrap_or(0),
             util_c: (s.util.clamp(0.0, 100.0) * 100.0).round() as u16,
             power_dw: s.power_w.map_or(u16::MAX, |p| (p.clamp(0.0, 6553.0) * 10.0).round() as u16),
             temp_dc: s.temp_c.map_or(i16::MIN, |t| (t.clamp(-100.0, 3000.0) * 10.0).round() as i16),
             mem_used: s.mem_used_mib.max(0.0),
+        }
+    }
+
+    /// The sample back (memory total from the series: the ring does not keep it).
+    fn sample(&self, mem_total: f32) -> Sample {
+        Sample {
+            t: i64::from(self.t_s) * 1000 + i64::from(self.t_ms),
+            util: f32::from(self.util_c) / 100.0,
+            mem_used_mib: self.mem_used,
+            mem_total_mib: mem_total,
+            power_w: (self.power_dw != u16::MAX).then(|| f32::from(self.power_dw) / 10.0),
+            temp_c: (self.temp_dc != i16::MIN).then(|| f32::from(self.temp_dc) / 10.0),
         }
     }
 
@@ -272,6 +287,8 @@ pub struct Telemetry {
     pub rejected: AtomicU64,
     /// Batches received since start.
     pub batches: AtomicU64,
+    /// Counts batches that brought samples, for the live streams to wait on.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// A window of `window_s` seconds at 1 s (at least one minute).
@@ -287,7 +304,13 @@ impl Telemetry {
             accepted: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            changed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// A receiver that sees a change whenever a batch brought samples.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The window's length, ms.
@@ -393,6 +416,9 @@ impl Telemetry {
         self.accepted.fetch_add(accepted, Ordering::Relaxed);
         self.rejected.fetch_add(rejected, Ordering::Relaxed);
         self.batches.fetch_add(1, Ordering::Relaxed);
+        if accepted > 0 {
+            self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        }
         TelemetryAccepted { accepted, rejected }
     }
 
@@ -446,6 +472,60 @@ impl Telemetry {
             })
             .collect();
         out.sort_by(|a, b| (&a.node_id, &a.gpu, a.start, &a.device).cmp(&(&b.node_id, &b.gpu, b.start, &b.device)));
+        out
+    }
+
+    /// Every sample in the window newer than the cursor, oldest first per device, for devices (of `node_id` only,
+    /// when given) that `show` lets through; moves the cursor on. `after` holds, per device, the time of the last
+    /// sample handed out (ms); a device without an entry gets its samples after `first_after_ms`. Entries of devices
+    /// no longer in the window are dropped, so the cursor holds at most one entry per series.
+    pub fn newer(
+        &self,
+        node_id: Option<&str>,
+        show: impl Fn(&str) -> bool,
+        after: &mut HashMap<String, i64>,
+        first_after_ms: i64,
+    ) -> Vec<Latest> {
+        let inner = self.lock();
+        let w = self.window_s;
+        after.retain(|device, _| inner.devices.contains_key(device));
+        let mut out = Vec::new();
+        for (device, s) in &inner.devices {
+            if node_id.is_some_and(|n| *s.node_id != *n) || !show(device) {
+                continue;
+            }
+            let Some(latest) = s.latest else { continue };
+            let since = after.get(device).copied().unwrap_or(first_after_ms);
+            if latest.t <= since {
+                continue;
+            }
+            // Seconds from the one after the cursor's to the newest, at most the window: one ring slot each.
+            let newest_s = latest.t.div_euclid(1000);
+            let first_s = since.div_euclid(1000).max(newest_s - w as i64 + 1);
+            for t_s in first_s..=newest_s {
+                let p = &s.ring[(t_s.rem_euclid(w as i64)) as usize];
+                if i64::from(p.t_s) != t_s {
+                    continue;
+                }
+                let sample = p.sample(s.mem_total);
+                if sample.t <= since {
+                    continue;
+                }
+                out.push(Latest {
+                    node_id: s.node_id.to_string(),
+                    device: device.clone(),
+                    gpu: s.gpu.clone(),
+                    profile: s.profile.clone(),
+                    start: s.start,
+                    sample,
+                });
+            }
+            after.insert(device.clone(), latest.t);
+        }
+        out.sort_by(|a, b| {
+            (&a.node_id, &a.gpu, a.start, &a.device, a.sample.t)
+                .cmp(&(&b.node_id, &b.gpu, b.start, &b.device, b.sample.t))
+        });
         out
     }
 
@@ -717,5 +797,49 @@ mod tests {
         let later = now + 120_000;
         let got = telemetry.ingest("n2", &owned, batch(vec![series("GPU-1", "GPU-1", false, later)]), later);
         assert_eq!((got.accepted, got.rejected), (1, 0));
+    }
+
+    #[test]
+    fn the_live_cursor_hands_out_every_sample_once_in_order_and_wakes_its_readers() {
+        let now = 1_800_000_000_000;
+        let telemetry = Telemetry::new(900, 100);
+        let mut owned = Owned::default();
+        owned.gpus.extend(["GPU-1".to_string(), "GPU-2".to_string()]);
+        let mut changes = telemetry.subscribe();
+        let batch = |device: &str, ts: &[i64]| TelemetryBatch {
+            dropped: 0,
+            devices: vec![DeviceSeries {
+                samples: ts.iter().flat_map(|t| series(device, device, false, *t).samples).collect(),
+                ..series(device, device, false, 0)
+            }],
+        };
+        // Five seconds of GPU-1 in one batch (an agent's backlog), at 400 ms into each second.
+        let ts: Vec<i64> = (0..5).map(|i| now + i * 1000 + 400).collect();
+        telemetry.ingest("n1", &owned, batch("GPU-1", &ts), now + 5000);
+        assert!(changes.has_changed().expect("open"), "a batch with samples wakes the live streams");
+        changes.borrow_and_update();
+        let mut cursor = std::collections::HashMap::new();
+        // A first reader asking for what came after the second sample gets the other three, oldest first, with
+        // their exact times.
+        let got = telemetry.newer(None, |_| true, &mut cursor, now + 1400);
+        assert_eq!(got.iter().map(|l| l.sample.t).collect::<Vec<_>>(), ts[2..].to_vec());
+        assert!(telemetry.newer(None, |_| true, &mut cursor, now).is_empty(), "nothing twice");
+        // The next batch: only the new sample; another node's device and a hidden one are left out.
+        telemetry.ingest("n1", &owned, batch("GPU-1", &[now + 5400]), now + 6000);
+        telemetry.ingest("n2", &owned, batch("GPU-2", &[now + 5500]), now + 6000);
+        let got = telemetry.newer(Some("n1"), |_| true, &mut cursor, now);
+        assert_eq!(got.iter().map(|l| (l.device.as_str(), l.sample.t)).collect::<Vec<_>>(), [("GPU-1", now + 5400)]);
+        assert!(telemetry.newer(None, |d| d != "GPU-2", &mut cursor, now).is_empty());
+        // A device first seen by this reader starts after `first_after`.
+        let got = telemetry.newer(None, |_| true, &mut cursor, now);
+        assert_eq!(got.iter().map(|l| (l.device.as_str(), l.sample.t)).collect::<Vec<_>>(), [("GPU-2", now + 5500)]);
+        // Devices that left the window leave the cursor.
+        telemetry.take_finished(now + 3_600_000, 0);
+        telemetry.newer(None, |_| true, &mut cursor, now);
+        assert!(cursor.is_empty(), "{cursor:?}");
+        // A batch with nothing accepted wakes nobody.
+        changes.borrow_and_update();
+        telemetry.ingest("n1", &owned, batch("GPU-9", &[now]), now);
+        assert!(!changes.has_changed().expect("open"));
     }
 }

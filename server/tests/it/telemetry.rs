@@ -18,6 +18,7 @@ pub(crate) fn fast(buffer: usize) -> Option<TelemetryConfig> {
     Some(TelemetryConfig {
         every: Duration::from_millis(250),
         batch_every: Duration::from_millis(500),
+        offset: None,
         buffer,
         max_batch: 1000,
     })
@@ -156,6 +157,42 @@ async fn samples_reach_heatmaps_the_live_stream_metrics_and_usage_and_tenants_se
     let data = seen.lines().find_map(|l| l.strip_prefix("data: ")).expect("data line");
     let events: Vec<Value> = serde_json::from_str(data).expect("json array");
     assert!(events.iter().all(|e| e["sample"]["t"].is_i64() && e["node_id"].is_string()), "{data}");
+
+    // With `since`, the first event brings what came before the stream opened; then every second of the
+    // instance arrives, none skipped. (The instance has been sampled for a few seconds first, so there is a
+    // past to back-fill.)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let opened = tessera_server::store::now_ms();
+    let mut r = server
+        .client
+        .get(format!("{}/api/v1/telemetry/live?node=tele&since={}", server.base, opened - 4000))
+        .bearer_auth(&server.admin)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut text = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(4), async {
+        while let Ok(Some(chunk)) = r.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    let mut times: Vec<i64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .flat_map(|d| serde_json::from_str::<Vec<Value>>(d).expect("json array"))
+        .filter(|e| e["device"] == device.as_str())
+        .map(|e| e["sample"]["t"].as_i64().expect("t"))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "each sample once, in order: {times:?}");
+    assert!(times.first().is_some_and(|&t| t < opened - 2000), "back-filled from `since`: {times:?} (opened {opened})");
+    times.dedup_by_key(|t| *t / 1000);
+    let seconds: Vec<i64> = times.iter().map(|t| t / 1000).collect();
+    assert!(seconds.windows(2).all(|w| w[1] == w[0] + 1), "no second skipped: {seconds:?}");
+    assert!(seconds.len() >= 6, "about 4 s back and 4 s live: {seconds:?}");
+    let (s, v) = server.call(Method::GET, "/api/v1/telemetry/live?since=-5", None).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_time")), "{v}");
 
     // Usage: slice-seconds of the 1g slice (weight 1) since it became active.
     tokio::time::sleep(Duration::from_millis(1500)).await;
