@@ -2,8 +2,14 @@
 //!
 //! Rows are GPUs grouped by node, each followed by its MIG instances (a GPU's instances fold away with a click on
 //! its label); columns are time: the last 15 minutes at 1 s from the server's live window, or the last 24 hours at
-//! 1 min from the stored series. In the live view the server's event stream (`/api/v1/telemetry/live`) moves the
-//! window every second without a reload.
+//! 1 min from the stored series. In the live view the server's event stream (`/api/v1/telemetry/live`) brings every
+//! sample (several per device when they arrive together) and moves the window without a reload; rows of devices
+//! first seen in the stream are added, and who holds each row is fetched again every 15 s.
+//!
+//! Rows are as tall as the space below the toolbar allows (14 to 36 px); a time axis runs under the canvas; the
+//! tooltip follows the pointer; cells without a sample have their own colour in each theme (the legend's "no
+//! sample"). The canvas says, in `data-lag-p50`/`data-lag-p95` (ms), how long samples took from the agent to the
+//! pixel over the last 600 drawn.
 //!
 //! Drawing: one RGBA pixel per cell is written into an image of `columns × rows`, which the browser scales onto the
 //! visible canvas in one `drawImage` (no per-cell draw calls), so 1,000 rows × 900 columns stay well inside a frame.
@@ -17,19 +23,44 @@ use tessera_core::api::Sample;
 use crate::api;
 use crate::widgets::problem_view;
 
-/// Pixels per row.
-pub const ROW_H: u32 = 14;
+/// Smallest and largest row height, CSS pixels.
+pub const ROW_MIN: u32 = 14;
+/// See [`ROW_MIN`].
+pub const ROW_MAX: u32 = 36;
+
+/// Row height for `rows` rows in `space` CSS pixels of height.
+pub fn row_height(space: f64, rows: usize) -> u32 {
+    let per = space / rows.max(1) as f64;
+    (per.floor().max(0.0) as u32).clamp(ROW_MIN, ROW_MAX)
+}
+
+/// Time-axis ticks for `[from_ms, to_ms)`: a round interval giving at most `max` ticks, as (fraction of the width,
+/// time).
+pub fn ticks(from_ms: i64, to_ms: i64, max: usize) -> Vec<(f64, i64)> {
+    const STEPS_MIN: [i64; 11] = [1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720];
+    let span = (to_ms - from_ms).max(1);
+    let step = STEPS_MIN.iter().map(|m| m * 60_000).find(|s| span / s < max.max(1) as i64).unwrap_or(86_400_000);
+    let mut t = from_ms - from_ms.rem_euclid(step) + step;
+    let mut out = Vec::new();
+    while t < to_ms {
+        out.push(((t - from_ms) as f64 / span as f64, t));
+        t += step;
+    }
+    out
+}
 
 /// The metric's name in a query (`util`, `mem_pct`, ...), as the API writes it.
 pub fn metric_name(metric: Metric) -> String {
     serde_json::to_value(metric).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
-/// `demo-node-1 · GPU 0` or `1g.10gb@6`.
+/// `demo-node-1 · GPU 0`, or for a MIG instance `demo-node-1 · GPU 0 · 1g.10gb@6`: every row names its node and
+/// GPU (a tenant sees its instances without their GPU's row).
 pub fn label(row: &HeatmapRow) -> String {
+    let gpu = format!("{} · GPU {}", row.node, row.gpu_index.map_or_else(|| "?".into(), |i| i.to_string()));
     match (&row.profile, row.start) {
-        (Some(p), Some(s)) => format!("{p}@{s}"),
-        _ => format!("{} · GPU {}", row.node, row.gpu_index.map_or_else(|| "?".into(), |i| i.to_string())),
+        (Some(p), Some(s)) => format!("{gpu} · {p}@{s}"),
+        _ => gpu,
     }
 }
 
@@ -225,7 +256,8 @@ pub fn HeatmapPage() -> impl IntoView {
     );
     let folded = RwSignal::new(std::collections::HashSet::<String>::new());
     let live = RwSignal::new(None::<Heatmap>);
-    let hover = RwSignal::new(None::<String>);
+    let hover = RwSignal::new(None::<(String, i32, i32)>);
+    let row_h = RwSignal::new(ROW_MIN);
     let canvas = NodeRef::<leptos::html::Canvas>::new();
     Effect::new(move || {
         if let Some(Ok(h)) = data.get() {
@@ -237,7 +269,7 @@ pub fn HeatmapPage() -> impl IntoView {
         }
     });
     #[cfg(feature = "hydrate")]
-    draw::wire(canvas, live, folded, hover, range, bench().is_some());
+    draw::wire(draw::Wiring { canvas, live, folded, hover, row_h, range, benchmark: bench().is_some() });
     view! {
         <section class="page wide">
             <div class="title-row">
@@ -267,7 +299,7 @@ pub fn HeatmapPage() -> impl IntoView {
                     }
                 })}
             </Transition>
-            <div class="heatmap" data-testid="heatmap">
+            <div class="heatmap" data-testid="heatmap" style=move || format!("--hm-row:{}px", row_h.get())>
                 <ol class="hm-labels">
                     {move || live.with(|h| {
                         let Some(h) = h else { return Vec::new() };
@@ -278,10 +310,11 @@ pub fn HeatmapPage() -> impl IntoView {
                             let has_instances = is_gpu && h.rows.iter().any(|o| o.kind == "mig" && o.gpu_uuid == r.gpu_uuid);
                             let open = !f.contains(&r.gpu_uuid);
                             let tenants = r.allocations.iter().map(|a| a.tenant.clone()).collect::<Vec<_>>().join(", ");
+                            let title = format!("{} · {}{}", label(r), r.device, r.model.as_ref().map(|m| format!(" · {m}")).unwrap_or_default());
                             view! {
-                                <li class:gpu=is_gpu class:mig=!is_gpu data-device=r.device.clone() title=r.device.clone()>
+                                <li class:gpu=is_gpu class:mig=!is_gpu data-device=r.device.clone() title=title>
                                     {if has_instances {
-                                        view! { <button class="fold" aria-expanded=open.to_string() on:click=move |_| folded.update(|s| { if !s.remove(&gpu) { s.insert(gpu.clone()); } })>{if open { "▾" } else { "▸" }}</button> }.into_any()
+                                        view! { <button class="fold" aria-expanded=open.to_string() aria-label="Show or hide this GPU's MIG instances" on:click=move |_| folded.update(|s| { if !s.remove(&gpu) { s.insert(gpu.clone()); } })>{if open { "▾" } else { "▸" }}</button> }.into_any()
                                     } else { view! { <span class="fold"></span> }.into_any() }}
                                     <span class="name">{label(r)}</span>
                                     {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
@@ -292,9 +325,17 @@ pub fn HeatmapPage() -> impl IntoView {
                 </ol>
                 <div class="hm-canvas">
                     <canvas node_ref=canvas data-testid="heatmap-canvas" aria-label="Heatmap: rows are devices, columns are time"></canvas>
+                    <div class="hm-ticks small muted" data-testid="time-axis" aria-hidden="true">
+                        {move || live.with(|h| h.as_ref().map(|h| ticks(h.from_ms, h.to_ms, 8).into_iter().map(|(x, t)| {
+                            view! { <span class="tick" style=format!("left:{:.3}%", x * 100.0)>{crate::pages::clock(t)}</span> }
+                        }).collect::<Vec<_>>()))}
+                    </div>
                     <div class="hm-axis small muted">{move || live.with(|h| h.as_ref().map(axis_text))}</div>
                 </div>
-                <div class="tooltip" role="status" data-testid="tooltip" class:shown=move || hover.get().is_some()>{move || hover.get()}</div>
+            </div>
+            <div class="tooltip" role="status" data-testid="tooltip" class:shown=move || hover.get().is_some()
+                style=move || hover.get().map(|(_, x, y)| format!("left:{}px;top:{}px", x + 14, y + 14)).unwrap_or_default()>
+                {move || hover.get().map(|(t, _, _)| t)}
             </div>
             {move || bench().map(|_| view! { <pre class="bench" data-testid="bench">"measuring…"</pre> })}
         </section>
@@ -378,15 +419,20 @@ mod draw {
     use wasm_bindgen::{Clamped, JsCast};
     use web_sys::{CanvasRenderingContext2d, HtmlCanvasElement};
 
-    use super::{Heatmap, Latest, LiveHeatmap, ROW_H, scale_max, visible};
+    use super::{Heatmap, Latest, LiveHeatmap, scale_max, visible};
 
     thread_local! {
         /// The cells' image (one pixel a cell) and its pixel buffer, kept from frame to frame.
         static SOURCE: std::cell::RefCell<Option<(HtmlCanvasElement, Vec<u8>)>> = const { std::cell::RefCell::new(None) };
+        /// Times of the samples taken in since the last drawing, and the agent -> pixel lags of the last ones drawn.
+        static LAGS: std::cell::RefCell<(Vec<i64>, std::collections::VecDeque<f64>)> = const { std::cell::RefCell::new((Vec::new(), std::collections::VecDeque::new())) };
     }
 
-    fn empty_colour() -> [u8; 3] {
-        let dark = web_sys::window()
+    /// How many lags the canvas's figures cover.
+    const LAGS_KEPT: usize = 600;
+
+    fn dark() -> bool {
+        web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.document_element())
             .and_then(|e| e.get_attribute("data-theme"))
@@ -397,20 +443,34 @@ mod draw {
                         .is_some_and(|m| m.matches())
                 },
                 |t| t == "dark",
-            );
-        if dark { [38, 43, 51] } else { [226, 229, 234] }
+            )
+    }
+
+    /// "No sample": a light grey in the light theme, a mid grey in the dark one, both far from the palette's dark
+    /// purple 0 (the legend's key uses the same colours, in `tessera.css`).
+    fn empty_colour() -> [u8; 3] {
+        if dark() { [122, 130, 142] } else { [226, 229, 234] }
     }
 
     fn context(c: &HtmlCanvasElement) -> Option<CanvasRenderingContext2d> {
         c.get_context("2d").ok().flatten()?.dyn_into().ok()
     }
 
-    /// Draws `h` on `canvas`: one image of cells, scaled.
-    pub fn render(canvas: &HtmlCanvasElement, h: &Heatmap, folded: &HashSet<String>) -> Option<()> {
+    /// The rows' height for the space between the canvas's top and the bottom of the window (the axis below kept
+    /// in view).
+    fn fitted_row_height(canvas: &HtmlCanvasElement, rows: usize) -> u32 {
+        let top =
+            canvas.get_bounding_client_rect().top() + web_sys::window().and_then(|w| w.scroll_y().ok()).unwrap_or(0.0);
+        let height = web_sys::window().and_then(|w| w.inner_height().ok()).and_then(|v| v.as_f64()).unwrap_or(800.0);
+        super::row_height(height - top.min(height * 0.6) - 56.0, rows)
+    }
+
+    /// Draws `h` on `canvas` with rows `row_h` CSS pixels high: one image of cells, scaled.
+    pub fn render(canvas: &HtmlCanvasElement, h: &Heatmap, folded: &HashSet<String>, row_h: u32) -> Option<()> {
         let rows = visible(h, folded);
         let dpr = web_sys::window()?.device_pixel_ratio().max(1.0);
         let css_w = canvas.parent_element()?.client_width().max(200) as f64;
-        let css_h = (rows.len() as u32 * ROW_H).max(1) as f64;
+        let css_h = (rows.len() as u32 * row_h).max(1) as f64;
         let (w, hgt) = ((css_w * dpr) as u32, (css_h * dpr) as u32);
         if canvas.width() != w || canvas.height() != hgt {
             canvas.set_width(w);
@@ -419,6 +479,7 @@ mod draw {
             let _ = style.set_property("width", &format!("{css_w}px"));
             let _ = style.set_property("height", &format!("{css_h}px"));
         }
+        let _ = canvas.set_attribute("data-columns", &h.columns.to_string());
         let ctx = context(canvas)?;
         if rows.is_empty() || h.columns == 0 {
             ctx.clear_rect(0.0, 0.0, w as f64, hgt as f64);
@@ -459,14 +520,43 @@ mod draw {
         )
         .ok()?;
         // A hairline between rows, a stronger one above each GPU.
-        let row_px = ROW_H as f64 * dpr;
-        ctx.set_fill_style_str("rgba(0,0,0,0.25)");
+        let row_px = row_h as f64 * dpr;
+        ctx.set_fill_style_str(if dark() { "rgba(0,0,0,0.45)" } else { "rgba(0,0,0,0.25)" });
         for (i, r) in rows.iter().enumerate().skip(1) {
             let y = i as f64 * row_px;
             let thick = if r.kind == "gpu" { 2.0 * dpr } else { 1.0 };
             ctx.fill_rect(0.0, y, w as f64, thick);
         }
+        record_lags(canvas);
         Some(())
+    }
+
+    /// Notes samples taken in from the stream (their times), to be counted when next drawn.
+    fn took_in(samples: &[Latest], since_ms: i64) {
+        LAGS.with(|l| l.borrow_mut().0.extend(samples.iter().map(|s| s.sample.t).filter(|&t| t >= since_ms)));
+    }
+
+    /// After a drawing: the lag from each sample taken in to now, and the canvas's figures over the last ones.
+    fn record_lags(canvas: &HtmlCanvasElement) {
+        let now = js_sys::Date::now();
+        LAGS.with(|l| {
+            let (pending, kept) = &mut *l.borrow_mut();
+            if pending.is_empty() {
+                return;
+            }
+            for t in pending.drain(..) {
+                if kept.len() >= LAGS_KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back(now - t as f64);
+            }
+            let mut sorted: Vec<f64> = kept.iter().copied().collect();
+            sorted.sort_by(f64::total_cmp);
+            let p = |q: f64| sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1];
+            let _ = canvas.set_attribute("data-lag-p50", &format!("{:.0}", p(0.5)));
+            let _ = canvas.set_attribute("data-lag-p95", &format!("{:.0}", p(0.95)));
+            let _ = canvas.set_attribute("data-lag-n", &sorted.len().to_string());
+        });
     }
 
     /// The per-cell baseline: one `fillRect` per cell.
@@ -508,7 +598,7 @@ mod draw {
     /// Frames of the live view (shift one column, add one, draw) against the per-cell baseline on the same data.
     fn bench(canvas: &HtmlCanvasElement, mut h: Heatmap) {
         let folded = HashSet::new();
-        render(canvas, &h, &folded);
+        render(canvas, &h, &folded, super::ROW_MIN);
         let mut times = Vec::new();
         for f in 0..40 {
             let t0 = now();
@@ -534,7 +624,7 @@ mod draw {
                 })
                 .collect();
             h.apply(&samples);
-            render(canvas, &h, &folded);
+            render(canvas, &h, &folded, super::ROW_MIN);
             flush(canvas);
             times.push(now() - t0);
         }
@@ -545,7 +635,7 @@ mod draw {
             flush(canvas);
             base.push(now() - t0);
         }
-        render(canvas, &h, &folded);
+        render(canvas, &h, &folded, super::ROW_MIN);
         let (mean, p50, p95) = stats(times);
         let (bmean, _, _) = stats(base);
         let text = format!(
@@ -565,20 +655,32 @@ mod draw {
         }
     }
 
-    /// Draws whenever the data or folding changes, follows the live stream in the live range, and explains the
-    /// cell under the pointer.
-    pub fn wire(
-        canvas: NodeRef<leptos::html::Canvas>,
-        live: RwSignal<Option<Heatmap>>,
-        folded: RwSignal<HashSet<String>>,
-        hover: RwSignal<Option<String>>,
-        range: RwSignal<String>,
-        benchmark: bool,
-    ) {
+    /// What the drawing side works on.
+    pub struct Wiring {
+        pub canvas: NodeRef<leptos::html::Canvas>,
+        pub live: RwSignal<Option<Heatmap>>,
+        pub folded: RwSignal<HashSet<String>>,
+        pub hover: RwSignal<Option<(String, i32, i32)>>,
+        pub row_h: RwSignal<u32>,
+        pub range: RwSignal<String>,
+        pub benchmark: bool,
+    }
+
+    /// Draws whenever the data, folding or window size changes, follows the live stream in the live range, keeps
+    /// who holds each row current, and explains the cell under the pointer.
+    pub fn wire(w: Wiring) {
+        let Wiring { canvas, live, folded, hover, row_h, range, benchmark } = w;
         let benched = StoredValue::new(false);
+        let resized = RwSignal::new(0u32);
+        if let Some(win) = web_sys::window() {
+            let on_resize = Closure::<dyn FnMut()>::new(move || resized.update(|n| *n = n.wrapping_add(1)));
+            let _ = win.add_event_listener_with_callback("resize", on_resize.as_ref().unchecked_ref());
+            on_resize.forget();
+        }
         Effect::new(move || {
             let Some(c) = canvas.get() else { return };
             let f = folded.get();
+            resized.track();
             live.with(|h| {
                 let Some(h) = h else { return };
                 if benchmark && !benched.get_value() {
@@ -586,7 +688,11 @@ mod draw {
                     bench(&c, h.clone());
                     return;
                 }
-                render(&c, h, &f);
+                let rh = fitted_row_height(&c, visible(h, &f).len());
+                if row_h.get_untracked() != rh {
+                    row_h.set(rh);
+                }
+                render(&c, h, &f, rh);
             });
         });
 
@@ -601,7 +707,11 @@ mod draw {
             if !want {
                 return;
             }
-            let Ok(es) = web_sys::EventSource::new("/api/v1/telemetry/live") else { return };
+            // The first event also brings the last 30 s, so nothing falls between the heatmap's fetch and the stream.
+            let opened = js_sys::Date::now() as i64;
+            let Ok(es) = web_sys::EventSource::new(&format!("/api/v1/telemetry/live?since={}", opened - 30_000)) else {
+                return;
+            };
             let on_samples = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
                 let Some(text) = ev.data().as_string() else { return };
                 let Ok(samples) = serde_json::from_str::<Vec<Latest>>(&text) else { return };
@@ -611,22 +721,12 @@ mod draw {
                         let before = h.rows.len();
                         h.apply(&samples);
                         grew = h.rows.len() > before;
+                        took_in(&samples, opened);
                     }
                 });
                 // Rows first seen in the stream: who holds them comes from the heatmap API.
                 if grew {
-                    let metric =
-                        live.with_untracked(|h| h.as_ref().map(|h| super::metric_name(h.metric))).unwrap_or_default();
-                    leptos::task::spawn_local(async move {
-                        let path = format!("/api/v1/telemetry/heatmap?metric={metric}");
-                        if let Ok(fresh) = crate::api::get_json::<Heatmap>(path).await {
-                            live.update(|h| {
-                                if let Some(h) = h.as_mut() {
-                                    h.adopt(&fresh);
-                                }
-                            });
-                        }
-                    });
+                    refresh_holders(live);
                 }
             });
             let _ = es.add_event_listener_with_callback("samples", on_samples.as_ref().unchecked_ref());
@@ -638,8 +738,24 @@ mod draw {
                 s.close();
             }
         });
+        // Slices granted or released on rows already shown: who holds them, every 15 s.
+        if !benchmark {
+            let handle = leptos::prelude::set_interval_with_handle(
+                move || {
+                    if range.get_untracked() == "live" {
+                        refresh_holders(live);
+                    }
+                },
+                std::time::Duration::from_secs(15),
+            );
+            on_cleanup(move || {
+                if let Ok(h) = handle {
+                    h.clear();
+                }
+            });
+        }
 
-        // Hover: which row and column is under the pointer.
+        // Hover: which row and column is under the pointer; the tooltip follows it.
         Effect::new(move || {
             let Some(c) = canvas.get() else { return };
             let on_move = Closure::<dyn FnMut(web_sys::MouseEvent)>::new(move |ev: web_sys::MouseEvent| {
@@ -648,7 +764,7 @@ mod draw {
                     let h = h.as_ref()?;
                     let f = folded.get_untracked();
                     let rows = visible(h, &f);
-                    let row = rows.get((y / ROW_H as f64) as usize)?;
+                    let row = rows.get((y / f64::from(row_h.get_untracked().max(1))) as usize)?;
                     let width = ev.target()?.dyn_into::<web_sys::Element>().ok()?.client_width().max(1) as f64;
                     let col = ((x / width) * h.columns as f64) as usize;
                     let at = h.from_ms + h.step_ms * col as i64;
@@ -668,13 +784,40 @@ mod draw {
                         if who.is_empty() { String::new() } else { format!(" · {}", who.join(", ")) }
                     ))
                 });
-                hover.set(text);
+                // Beside the pointer, on its left near the window's right edge.
+                let vw = web_sys::window().and_then(|w| w.inner_width().ok()).and_then(|v| v.as_f64()).unwrap_or(1e9);
+                let (cx, cy) = (ev.client_x(), ev.client_y());
+                let left = if f64::from(cx) + 450.0 > vw { cx - 450 } else { cx };
+                hover.set(text.map(|t| (t, left, cy)));
             });
             let _ = c.add_event_listener_with_callback("mousemove", on_move.as_ref().unchecked_ref());
             on_move.forget();
             let leave = Closure::<dyn FnMut()>::new(move || hover.set(None));
             let _ = c.add_event_listener_with_callback("mouseleave", leave.as_ref().unchecked_ref());
             leave.forget();
+        });
+    }
+
+    /// Fetches the live heatmap again and takes who holds each row (and the names of rows the stream added).
+    fn refresh_holders(live: RwSignal<Option<Heatmap>>) {
+        let Some(metric) = live.with_untracked(|h| h.as_ref().map(|h| super::metric_name(h.metric))) else { return };
+        leptos::task::spawn_local(async move {
+            let path = format!("/api/v1/telemetry/heatmap?metric={metric}");
+            if let Ok(fresh) = crate::api::get_json::<Heatmap>(path).await {
+                let changed = live.with_untracked(|h| {
+                    h.as_ref().is_some_and(|h| {
+                        let mut probe = h.clone();
+                        probe.adopt(&fresh)
+                    })
+                });
+                if changed {
+                    live.update(|h| {
+                        if let Some(h) = h.as_mut() {
+                            h.adopt(&fresh);
+                        }
+                    });
+                }
+            }
         });
     }
 }
@@ -712,7 +855,7 @@ mod tests {
         // A new MIG instance gets its row right after its GPU's.
         h.apply(&[live("MIG-a", "GPU-0", 5600, 7.0)]);
         assert_eq!(h.rows[1].device, "MIG-a");
-        assert_eq!(label(&h.rows[1]), "1g.10gb@6");
+        assert_eq!(label(&h.rows[1]), "bench-node-0 · GPU 0 · 1g.10gb@6");
         assert_eq!(h.rows[1].values[3], Some(7.0));
         // A sample older than the window is dropped.
         assert!(!h.apply(&[live("GPU-0", "GPU-0", 100, 1.0)]));
@@ -736,6 +879,31 @@ mod tests {
         let folded = std::collections::HashSet::from(["GPU-0".to_string()]);
         assert_eq!(visible(&h, &folded).len(), 1);
         assert_eq!(visible(&h, &Default::default()).len(), 2);
+    }
+
+    #[test]
+    fn several_samples_of_a_device_in_one_event_each_fill_their_column() {
+        let mut h = synthetic("1x10");
+        h.rows[0].values = vec![None; 10];
+        let batch: Vec<Latest> = (6..10).map(|s| live("GPU-0", "GPU-0", s * 1000 + 400, s as f32)).collect();
+        assert!(h.apply(&batch));
+        assert_eq!(h.rows[0].values[5], None);
+        assert_eq!(&h.rows[0].values[6..], &[Some(6.0), Some(7.0), Some(8.0), Some(9.0)]);
+    }
+
+    #[test]
+    fn rows_fill_the_space_within_bounds_and_the_axis_has_round_ticks() {
+        assert_eq!(row_height(800.0, 10), ROW_MAX);
+        assert_eq!(row_height(800.0, 40), 20);
+        assert_eq!(row_height(800.0, 400), ROW_MIN);
+        assert_eq!(row_height(-5.0, 0), ROW_MIN);
+        // 15 minutes: a tick every 2 minutes, on the minute.
+        let t = ticks(60_000 * 1000 + 30_000, 60_000 * 1015 + 30_000, 8);
+        assert_eq!(t.len(), 7);
+        assert!(t.iter().all(|(x, ms)| *ms % 120_000 == 0 && (0.0..1.0).contains(x)));
+        // 24 hours: every 6 hours (3-hour steps would give 8, one more than fits below 8).
+        let day = ticks(0, 86_400_000, 8);
+        assert_eq!(day.iter().map(|(_, ms)| ms / 3_600_000).collect::<Vec<_>>(), [6, 12, 18]);
     }
 
     #[test]
