@@ -18,6 +18,8 @@ pub struct AllocationView {
     pub gpu_uuid: String,
     /// GPU index on the node.
     pub gpu_index: u32,
+    /// GPU model (`H100-80GB`, ...).
+    pub model: String,
     /// MIG profile, or how a whole GPU is shared (`exclusive`, `timeslice:<n>`, `mps:<n>`).
     pub profile: String,
     /// Start unit of the MIG instance, or the share's index on a whole GPU.
@@ -30,6 +32,8 @@ pub struct AllocationView {
     pub device_uuid: Option<String>,
     /// What a workload on the node sets `CUDA_VISIBLE_DEVICES` to (once active).
     pub cuda_visible_devices: Option<String>,
+    /// When its request expires and the slice is taken back (UTC milliseconds); `None` while it has no end.
+    pub expires_at_ms: Option<i64>,
 }
 
 /// Query.

@@ -11,16 +11,18 @@ use tessera_api::requests::{RequestPage, RequestView};
 use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_api::usage::UsageReport;
 use tessera_core::catalog::Catalog;
-use tessera_core::quota::{self, Decision, MILLI, Milli, Resource as QuotaResource, Usage};
+use tessera_core::quota::{self, Decision, MILLI, Milli, QuotaError, Resource as QuotaResource, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
 
 use crate::api;
 use crate::pages::now_ms;
-use crate::widgets::problem_view;
+use crate::widgets::{Glossary, problem_view};
 
+mod allocations;
 mod form;
 mod requests;
 
+use allocations::AllocationsList;
 use form::RequestForm;
 use requests::RequestsTable;
 
@@ -29,6 +31,10 @@ use requests::RequestsTable;
 pub struct QuotaBar {
     /// Resource key.
     pub resource: String,
+    /// What people call it (`Compute slices`, `GPU memory`, ...).
+    pub name: String,
+    /// The unit of its amounts (`slices`, `GiB`, ...).
+    pub unit: &'static str,
     /// Held by approved, provisioning and active requests.
     pub used: Milli,
     /// Held by pending requests.
@@ -38,12 +44,23 @@ pub struct QuotaBar {
 }
 
 impl QuotaBar {
-    /// Widths of the used and pending parts, in percent of the limit (or of what is held, when unlimited).
-    pub fn widths(&self) -> (f64, f64) {
-        let whole = self.limit.unwrap_or(self.used + self.pending).max(1) as f64;
+    /// Widths of the used and pending parts, in percent of the limit; `None` when unlimited (no bar is drawn:
+    /// there is nothing to fill).
+    pub fn widths(&self) -> Option<(f64, f64)> {
+        let whole = self.limit?.max(1) as f64;
         let used = (self.used as f64 / whole * 100.0).min(100.0);
         let pending = (self.pending as f64 / whole * 100.0).min(100.0 - used);
-        (used, pending)
+        Some((used, pending))
+    }
+
+    /// `12 of 20 slices used · 2 pending`, `19.6 GiB used · no limit`: amounts to one decimal, with the unit.
+    pub fn text(&self) -> String {
+        let n = |m: Milli| quota::show_places(m, 1);
+        let pending = if self.pending > 0 { format!(" · {} pending", n(self.pending)) } else { String::new() };
+        match self.limit {
+            Some(l) => format!("{} of {} {} used{pending}", n(self.used), n(l), self.unit),
+            None => format!("{} {} used{pending} · no limit", n(self.used), self.unit),
+        }
     }
 }
 
@@ -87,7 +104,8 @@ pub fn quota_bars(q: &QuotaView, requests: &[RequestView]) -> Vec<QuotaBar> {
         .map(|r| {
             let h = held.get(r).copied().unwrap_or(0);
             let p = pending.get(r).copied().unwrap_or(0).min(h);
-            QuotaBar { resource: r.to_string(), used: h - p, pending: p, limit: limits.get(r).copied() }
+            let (name, unit) = r.describe();
+            QuotaBar { resource: r.to_string(), name, unit, used: h - p, pending: p, limit: limits.get(r).copied() }
         })
         .filter(|b| b.limit.is_some() || b.used + b.pending > 0)
         .collect()
@@ -96,14 +114,27 @@ pub fn quota_bars(q: &QuotaView, requests: &[RequestView]) -> Vec<QuotaBar> {
 /// What the form says about a request before it is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Feedback {
-    /// What it charges, per resource: (key, amount, left after it; `None`: unlimited).
-    pub charges: Vec<(String, String, Option<String>)>,
+    /// What it charges, per resource.
+    pub charges: Vec<Charge>,
     /// Limits it would exceed, in the core's words; empty when it fits.
     pub over: Vec<String>,
     /// Whether it would be approved at once.
     pub decision: Option<Decision>,
     /// A request the core cannot charge (unknown model, bad replicas).
     pub invalid: Option<String>,
+}
+
+/// One resource a request takes, in words: `Compute slices`, `2 slices`, `10 left after`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Charge {
+    /// The quota key (`compute_slices`), for a title and for tests.
+    pub key: String,
+    /// What people call it.
+    pub name: String,
+    /// The amount with its unit, to one decimal.
+    pub amount: String,
+    /// What the limit leaves after it, with its unit; `None`: unlimited.
+    pub left: Option<String>,
 }
 
 /// The feedback for `count` slices of `spec` under `quotas` and `policy`.
@@ -121,16 +152,16 @@ pub fn feedback(
     let charges = requested
         .iter()
         .map(|(r, &a)| {
-            let left = limits
-                .get(r)
-                .map(|&l| quota::show(l.saturating_sub(held.get(r).copied().unwrap_or(0)).saturating_sub(a)));
-            (r.to_string(), quota::show(a), left)
+            let (name, unit) = r.describe();
+            let n = |m: Milli| format!("{} {unit}", quota::show_places(m, 1));
+            let left = limits.get(r).map(|&l| n(l.saturating_sub(held.get(r).copied().unwrap_or(0)).saturating_sub(a)));
+            Charge { key: r.to_string(), name, amount: n(a), left }
         })
         .collect();
     match quota::check(&limits, &held, &requested) {
         Ok(()) => Feedback { charges, over: vec![], decision: Some(policy.decide(&requested)), invalid: None },
         Err(errors) => {
-            Feedback { charges, over: errors.iter().map(ToString::to_string).collect(), decision: None, invalid: None }
+            Feedback { charges, over: errors.iter().map(QuotaError::in_words).collect(), decision: None, invalid: None }
         }
     }
 }
@@ -164,13 +195,21 @@ fn cancellable(s: RequestState) -> bool {
 #[component]
 pub fn TenantPage() -> impl IntoView {
     let params = use_params_map();
+    // `/t/vision` or `/t/<id>`: the API takes either for the tenant itself; the other reads need its id.
     let tenant_id = move || params.read().get("tenant").unwrap_or_default();
     let tenant = Resource::new(tenant_id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
-    let quotas = Resource::new(tenant_id, |id| api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")));
-    let requests =
-        Resource::new(tenant_id, |id| api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&limit=500")));
-    let allocations =
-        Resource::new(tenant_id, |id| api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")));
+    let quotas = Resource::new(tenant_id, |key| async move {
+        let id = tenant_key(key).await?;
+        api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")).await
+    });
+    let requests = Resource::new(tenant_id, |key| async move {
+        let id = tenant_key(key).await?;
+        api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&limit=500")).await
+    });
+    let allocations = Resource::new(tenant_id, |key| async move {
+        let id = tenant_key(key).await?;
+        api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")).await
+    });
     // When the data was last asked for: the ages shown count from it.
     let now = RwSignal::new(now_ms());
     let refresh = move || {
@@ -229,14 +268,7 @@ pub fn TenantPage() -> impl IntoView {
                         </div>
                         <div class="card">
                             <h2>"Allocations"</h2>
-                            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                                {move || Suspend::new(async move {
-                                    match allocations.await {
-                                        Ok(a) => allocations_view(a),
-                                        Err(p) => problem_view(&p),
-                                    }
-                                })}
-                            </Transition>
+                            <AllocationsList allocations />
                         </div>
                         <div class="card">
                             <h2>"Requests"</h2>
@@ -245,6 +277,7 @@ pub fn TenantPage() -> impl IntoView {
                             </Transition>
                         </div>
                         <UsageCard tenant=t.id.clone() />
+                        <Glossary />
                     }.into_any()
                 })}
             </Transition>
@@ -259,55 +292,43 @@ fn quota_view(bars: Vec<QuotaBar>) -> AnyView {
     view! {
         <ul class="bars">
             {bars.into_iter().map(|b| {
-                let (used, pending) = b.widths();
-                let label = match b.limit {
-                    Some(l) => format!("{} used · {} pending · limit {}", quota::show(b.used), quota::show(b.pending), quota::show(l)),
-                    None => format!("{} used · {} pending · no limit", quota::show(b.used), quota::show(b.pending)),
-                };
+                let label = b.text();
                 let full = b.limit.is_some_and(|l| b.used + b.pending >= l);
                 view! {
                     <li data-resource=b.resource.clone()>
-                        <div class="bar-head"><code>{b.resource.clone()}</code><span class="muted" class:bad=full>{label.clone()}</span></div>
-                        <div class="bar" role="img" aria-label=label>
-                            <span class="used" style=format!("width:{used:.1}%")></span>
-                            <span class="pending" style=format!("width:{pending:.1}%")></span>
-                        </div>
+                        <div class="bar-head"><span title=b.resource.clone()>{b.name.clone()}</span><span class="muted" class:bad=full>{label.clone()}</span></div>
+                        {match b.widths() {
+                            Some((used, pending)) => view! {
+                                <div class="bar" role="img" aria-label=label>
+                                    <span class="used" style=format!("width:{used:.1}%")></span>
+                                    <span class="pending" style=format!("width:{pending:.1}%")></span>
+                                </div>
+                            }.into_any(),
+                            None => ().into_any(),
+                        }}
                     </li>
                 }
             }).collect_view()}
         </ul>
-        <p class="legend small"><span class="key used"></span>"used "<span class="key pending"></span>"pending"</p>
+        <p class="legend small"><span class="key used"></span>"used "<span class="key pending"></span>"pending · "<a href="#glossary">"what the units mean"</a></p>
     }
     .into_any()
 }
 
-fn allocations_view(list: Vec<AllocationView>) -> AnyView {
-    if list.is_empty() {
-        return view! { <p class="muted">"Nothing allocated yet."</p> }.into_any();
+/// The id of the tenant a page address names (by id or by name); names met once are remembered in the browser.
+async fn tenant_key(key: String) -> Result<String, api::Problem> {
+    #[cfg(feature = "hydrate")]
+    thread_local! {
+        static IDS: std::cell::RefCell<std::collections::HashMap<String, String>> = Default::default();
     }
-    view! {
-        <div class="table-wrap">
-        <table data-testid="allocations">
-            <thead><tr><th>"State"</th><th>"Slice"</th><th>"Node / GPU"</th><th>"Device"</th><th><code>"CUDA_VISIBLE_DEVICES"</code></th><th>"Kubernetes resource"</th></tr></thead>
-            <tbody>
-                {list.into_iter().map(|a| {
-                    let state = if a.waiting_for_layout { "waiting for layout".to_string() } else { a.state.clone() };
-                    view! {
-                        <tr data-allocation=a.id.clone() data-state=a.state.clone()>
-                            <td><span class=format!("state {}", if a.state == "active" { "ready" } else { "applying" })>{state}</span></td>
-                            <td>{a.profile.clone()}<span class="muted">{format!(" @{}", a.start)}</span></td>
-                            <td>{a.node.clone()}<span class="muted">{format!(" · GPU {}", a.gpu_index)}</span></td>
-                            <td><code class="uuid">{a.device_uuid.clone().unwrap_or_else(|| "—".into())}</code></td>
-                            <td><code>{a.cuda_visible_devices.clone().unwrap_or_else(|| "—".into())}</code></td>
-                            <td><code>{a.k8s_resource.clone()}</code></td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
-        </div>
+    #[cfg(feature = "hydrate")]
+    if let Some(id) = IDS.with(|m| m.borrow().get(&key).cloned()) {
+        return Ok(id);
     }
-    .into_any()
+    let t = api::get_json::<TenantView>(format!("/api/v1/tenants/{key}")).await?;
+    #[cfg(feature = "hydrate")]
+    IDS.with(|m| m.borrow_mut().insert(key, t.id.clone()));
+    Ok(t.id)
 }
 
 /// The last 8 characters of an id (UUIDv7s share their first ones, the time).
@@ -377,8 +398,19 @@ mod tests {
         let bars = quota_bars(&quotas(3.0, 7.0), &reqs);
         let bar = bars.iter().find(|b| b.resource == "compute_slices").expect("bar");
         assert_eq!((bar.used, bar.pending, bar.limit), (1000, 2000, Some(7000)));
-        let (u, p) = bar.widths();
+        let (u, p) = bar.widths().expect("limited");
         assert!((u - 14.28).abs() < 0.1 && (p - 28.57).abs() < 0.1, "{u} {p}");
+        assert_eq!(bar.text(), "1 of 7 slices used · 2 pending");
+        // Unlimited: no bar to fill, and the amount rounded with its unit.
+        let free = QuotaBar {
+            resource: "memory_gib".into(),
+            name: "GPU memory".into(),
+            unit: "GiB",
+            used: 19_625,
+            pending: 0,
+            limit: None,
+        };
+        assert_eq!((free.widths(), free.text()), (None, "19.6 GiB used · no limit".to_string()));
     }
 
     #[test]
@@ -387,12 +419,19 @@ mod tests {
         let spec = SliceSpec::Mig { profile: "1g.10gb".into(), model: Some("H100-80GB".into()) };
         let f = feedback(&spec, 2, &quotas(3.0, 7.0), policy);
         assert_eq!(f.decision, Some(Decision::AutoApprove));
-        assert!(f.charges.contains(&("compute_slices".into(), "2".into(), Some("2".into()))), "{:?}", f.charges);
+        let slices = f.charges.iter().find(|c| c.key == "compute_slices").expect("compute slices charged");
+        assert_eq!(
+            (slices.name.as_str(), slices.amount.as_str(), slices.left.as_deref()),
+            ("Compute slices", "2 slices", Some("2 slices"))
+        );
         let f = feedback(&spec, 3, &quotas(3.0, 7.0), policy);
         assert_eq!(f.decision, Some(Decision::NeedsAdmin));
         let f = feedback(&spec, 5, &quotas(3.0, 7.0), policy);
         assert_eq!(f.decision, None);
-        assert_eq!(f.over, vec!["compute_slices: 3 held + 5 requested would exceed the limit of 7".to_string()]);
+        assert_eq!(
+            f.over,
+            vec!["Compute slices: 3 held and 5 asked for would pass the limit of 7 slices.".to_string()]
+        );
         let bad = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 1 };
         assert!(feedback(&bad, 1, &quotas(0.0, 7.0), policy).invalid.is_some_and(|e| e.contains("replicas")));
     }

@@ -153,6 +153,7 @@ pub async fn allocations(
     let nodes = state.store.nodes().await?;
     let allocations = state.store.tenant_allocations(tenant).await?;
     let devices = state.store.allocation_devices(tenant).await?;
+    let expiries = state.store.allocation_expiries(tenant).await?;
     let views = allocations
         .into_iter()
         .filter_map(|a| {
@@ -167,6 +168,8 @@ pub async fn allocations(
                 waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
                 device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
                 cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
+                expires_at_ms: expiries.iter().find(|(id, _)| *id == a.id).and_then(|(_, e)| *e),
+                model: gpu.model.clone(),
                 id: a.id,
                 request: a.request_id,
                 state: a.state,

@@ -272,6 +272,19 @@ impl Store {
         Ok(self.live_allocations().await?.into_iter().filter(|a| a.tenant_id == tenant_id).collect())
     }
 
+    /// When the requests behind a tenant's live allocations expire: (allocation id, its request's expiry).
+    pub async fn allocation_expiries(&self, tenant_id: &str) -> Result<Vec<(String, Option<i64>)>, StoreError> {
+        on_pool!(self, pool, _dialect => {
+            Ok(sqlx::query_as(
+                "SELECT a.id, r.expires_at_ms FROM allocations a JOIN slice_requests r ON r.id = a.request_id \
+                 WHERE a.tenant_id = $1 AND a.state IN ('reserved', 'active')",
+            )
+            .bind(tenant_id)
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+
     /// Allocations that hold their instance (reserved or active).
     pub async fn live_allocations(&self) -> Result<Vec<Allocation>, StoreError> {
         let sql = format!("SELECT {ALLOCATION_FIELDS} FROM allocations a WHERE a.state IN ('reserved', 'active')");

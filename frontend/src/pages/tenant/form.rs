@@ -98,8 +98,8 @@ pub(super) fn RequestForm(
                 };
                 let wait = match (offer.pending_requests, offer.oldest_pending_ms) {
                     (0, _) => "No requests are waiting for an admin now.".to_string(),
-                    (n, Some(t)) => format!("{n} request(s) waiting for an admin, the oldest made {}.", ago(t, now_ms())),
-                    (n, None) => format!("{n} request(s) waiting for an admin."),
+                    (n, Some(t)) => format!("{} waiting for an admin, the oldest made {}.", crate::pages::count(n, "request"), ago(t, now_ms())),
+                    (n, None) => format!("{} waiting for an admin.", crate::pages::count(n, "request")),
                 };
                 let offer_models = offer.models.clone();
                 let models_for_mode = move || {
@@ -174,7 +174,7 @@ pub(super) fn RequestForm(
                         <button class="button primary" type="submit" disabled=move || sending.get() || spec().is_none() || count_n().is_none()>"Request"</button>
                         {move || result.get().map(|r| match r {
                             Ok(m) => view! { <p class="ok" role="status">{m}</p> }.into_any(),
-                            Err(p) => view! { <p class="error" role="alert"><strong>{p.code.clone()}</strong>": "{p.message()}</p> }.into_any(),
+                            Err(p) => view! { <p class="error" role="alert" data-code=p.code.clone()>{p.message()}</p> }.into_any(),
                         })}
                     </form>
                 }.into_any()
@@ -199,8 +199,8 @@ fn feedback_view(f: Feedback) -> AnyView {
     view! {
         {verdict}
         <ul class="plain small">
-            {f.charges.into_iter().map(|(r, a, left)| view! {
-                <li><code>{r}</code>{format!(" {a}")}<span class="muted">{left.map(|l| format!(" · {l} left after")).unwrap_or_default()}</span></li>
+            {f.charges.into_iter().map(|c| view! {
+                <li data-resource=c.key.clone() title=c.key>{format!("{}: {}", c.name, c.amount)}<span class="muted">{c.left.map(|l| format!(" · {l} left after")).unwrap_or_default()}</span></li>
             }).collect_view()}
             {f.over.into_iter().map(|o| view! { <li class="error">{o}</li> }).collect_view()}
         </ul>

@@ -124,7 +124,7 @@ fn RequestRow(id: String, latest: Memo<Vec<RequestView>>, now: Signal<i64>, on_d
     };
 
     view! {
-        <tr data-request=id.get_value() data-state=state_text>
+        <tr data-request=id.get_value() id=format!("request-{}", id.get_value()) data-state=state_text>
             <td><span class=move || format!("rstate {}", state_text())>{state_text}</span></td>
             <td>{text(|r| describe(&r.spec, r.count))}</td>
             <td title=text(|r| r.created_at_ms.to_string())>

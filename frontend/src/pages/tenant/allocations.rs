@@ -1,0 +1,191 @@
+//! The tenant's allocations, each with a "Use this slice" panel: the host, the environment line, a container and a
+//! Kubernetes snippet to copy, the expiry with a countdown, and a link to the request it serves.
+//!
+//! The list is redrawn only when the data changes (the page refreshes every 3 s), and which panels are open is kept
+//! across redraws; the countdowns tick every second on their own.
+
+use std::collections::HashSet;
+
+use leptos::prelude::*;
+use tessera_api::allocations::AllocationView;
+
+use crate::api::Problem;
+use crate::pages::{countdown, datetime, now_ms};
+use crate::widgets::{CopyButton, problem_view};
+
+/// The container image the snippet runs (`nvidia-smi -L` lists the devices the container sees).
+pub const CUDA_IMAGE: &str = "nvidia/cuda:12.4.1-base-ubuntu22.04";
+
+/// What a workload needs to use an active slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snippets {
+    /// `CUDA_VISIBLE_DEVICES=...` for a process on the node.
+    pub env: String,
+    /// `docker run` with the NVIDIA Container Toolkit.
+    pub docker: String,
+    /// A pod's container `resources.limits` and the node to run on.
+    pub kubernetes: String,
+}
+
+/// The snippets of an allocation, once it is active (it has a device).
+pub fn snippets(a: &AllocationView) -> Option<Snippets> {
+    let device = a.cuda_visible_devices.as_ref().or(a.device_uuid.as_ref())?;
+    Some(Snippets {
+        env: format!("CUDA_VISIBLE_DEVICES={device}"),
+        docker: format!("docker run --rm --gpus '\"device={device}\"' {CUDA_IMAGE} nvidia-smi -L"),
+        kubernetes: format!(
+            "nodeSelector:\n  kubernetes.io/hostname: {}\ncontainers:\n- name: work\n  image: {CUDA_IMAGE}\n  \
+             resources:\n    limits:\n      {}: 1",
+            a.node, a.k8s_resource
+        ),
+    })
+}
+
+/// What the state column says.
+pub fn state_text(a: &AllocationView) -> String {
+    match (a.state.as_str(), a.waiting_for_layout) {
+        (_, true) => "waiting for its MIG layout".into(),
+        ("active", _) => "ready".into(),
+        ("reserved", _) => "being set up on the node".into(),
+        (s, _) => s.to_string(),
+    }
+}
+
+/// The allocations card's content.
+#[component]
+pub fn AllocationsList(allocations: Resource<Result<Vec<AllocationView>, Problem>>) -> impl IntoView {
+    // Redrawn only when the list changes; the open panels are remembered by allocation id.
+    let latest = RwSignal::new(None::<Result<Vec<AllocationView>, Problem>>);
+    Effect::new(move |_| {
+        let Some(fresh) = allocations.get() else { return };
+        if latest.with_untracked(|l| l.as_ref() != Some(&fresh)) {
+            latest.set(Some(fresh));
+        }
+    });
+    let open = RwSignal::new(HashSet::<String>::new());
+    let now = RwSignal::new(now_ms());
+    #[cfg(feature = "hydrate")]
+    {
+        if let Ok(handle) = set_interval_with_handle(move || now.set(now_ms()), std::time::Duration::from_secs(1)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    move || match latest.get() {
+        None => view! { <p>"Loading…"</p> }.into_any(),
+        Some(Err(p)) => problem_view(&p),
+        Some(Ok(list)) if list.is_empty() => {
+            view! { <p class="muted">"Nothing allocated yet. Ask for a slice with the form above."</p> }.into_any()
+        }
+        Some(Ok(list)) => view! {
+            <ul class="allocations" data-testid="allocations">
+                {list.into_iter().map(|a| allocation_item(a, open, now)).collect_view()}
+            </ul>
+        }
+        .into_any(),
+    }
+}
+
+fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSignal<i64>) -> impl IntoView {
+    let id = a.id.clone();
+    let is_open = {
+        let id = id.clone();
+        Signal::derive(move || open.with(|o| o.contains(&id)))
+    };
+    let toggle = {
+        let id = id.clone();
+        move |_| {
+            open.update(|o| {
+                if !o.remove(&id) {
+                    o.insert(id.clone());
+                }
+            })
+        }
+    };
+    let ready = a.state == "active" && !a.waiting_for_layout;
+    let expiry = a.expires_at_ms;
+    let request_link = format!("#request-{}", a.request);
+    let snips = snippets(&a);
+    let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
+    let (state, profile, alloc_state, request_short) =
+        (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", super::short(&a.request)));
+    view! {
+        <li class="allocation" data-allocation=id data-state=alloc_state>
+            <div class="alloc-head">
+                <span class=format!("state {}", if ready { "ready" } else { "applying" })>{state}</span>
+                <strong>{profile}</strong>
+                <span class="muted">{where_.clone()}</span>
+                <span class="expiry" data-testid="expiry">
+                    {move || match expiry {
+                        Some(t) => format!("expires {} (in {})", datetime(t), countdown(t, now.get())),
+                        None => "no end set: held until released".to_string(),
+                    }}
+                </span>
+                <a href=request_link class="small">{request_short}</a>
+                <button class="button small" type="button" data-testid="use-slice" aria-expanded=move || is_open.get().to_string() on:click=toggle>
+                    {move || if is_open.get() { "Hide" } else { "Use this slice" }}
+                </button>
+            </div>
+            <Show when=move || is_open.get()>
+                {
+                    let snips = snips.clone();
+                    let where_ = where_.clone();
+                    let a = a.clone();
+                    move || match snips.clone() {
+                        None => view! {
+                            <div class="use-slice" data-testid="use-panel">
+                                <p class="muted">"The slice is still being set up on its node; what to run appears here once it is ready (usually within seconds; a layout change waits for an admin first)."</p>
+                            </div>
+                        }.into_any(),
+                        Some(s) => view! {
+                            <div class="use-slice" data-testid="use-panel">
+                                <p>"Host "<strong>{a.node.clone()}</strong><span class="muted">{format!(" ({where_}), device ")}</span><code>{a.device_uuid.clone().unwrap_or_default()}</code></p>
+                                <h4>"On the node"</h4>
+                                <div class="snippet"><pre data-testid="env-line">{s.env.clone()}</pre><CopyButton text=s.env.clone() label="environment line" /></div>
+                                <h4>"In a container (NVIDIA Container Toolkit)"</h4>
+                                <div class="snippet"><pre data-testid="docker">{s.docker.clone()}</pre><CopyButton text=s.docker.clone() label="docker command" /></div>
+                                <h4>"In Kubernetes (pod spec)"</h4>
+                                <div class="snippet"><pre data-testid="k8s">{s.kubernetes.clone()}</pre><CopyButton text=s.kubernetes.clone() label="Kubernetes snippet" /></div>
+                            </div>
+                        }.into_any(),
+                    }
+                }
+            </Show>
+        </li>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation(active: bool) -> AllocationView {
+        AllocationView {
+            id: "a1".into(),
+            request: "r1".into(),
+            state: if active { "active" } else { "reserved" }.into(),
+            node: "demo-node-1".into(),
+            gpu_uuid: "GPU-1".into(),
+            gpu_index: 0,
+            model: "H100-80GB".into(),
+            profile: "1g.10gb".into(),
+            start: 6,
+            k8s_resource: "nvidia.com/mig-1g.10gb".into(),
+            waiting_for_layout: false,
+            device_uuid: active.then(|| "MIG-abc".into()),
+            cuda_visible_devices: active.then(|| "MIG-abc".into()),
+            expires_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn an_active_slice_comes_with_what_to_run() {
+        let s = snippets(&allocation(true)).expect("active");
+        assert_eq!(s.env, "CUDA_VISIBLE_DEVICES=MIG-abc");
+        assert!(s.docker.contains("--gpus '\"device=MIG-abc\"'"), "{}", s.docker);
+        assert!(s.kubernetes.contains("nvidia.com/mig-1g.10gb: 1"), "{}", s.kubernetes);
+        assert!(s.kubernetes.contains("kubernetes.io/hostname: demo-node-1"), "{}", s.kubernetes);
+        assert_eq!(snippets(&allocation(false)), None);
+        assert_eq!(state_text(&allocation(true)), "ready");
+        assert_eq!(state_text(&allocation(false)), "being set up on the node");
+    }
+}
