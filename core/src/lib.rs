@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod catalog;
+pub mod clock;
 pub mod layout;
 pub mod planner;
 pub mod quota;

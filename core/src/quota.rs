@@ -85,6 +85,19 @@ impl<'de> Deserialize<'de> for Resource {
 }
 
 impl Resource {
+    /// What people call the resource, and the unit of its amounts: `("Compute slices", "slices")`,
+    /// `("GPU memory", "GiB")`, `("H100-80GB 1g.10gb instances", "instances")`, ...
+    pub fn describe(&self) -> (String, &'static str) {
+        match self {
+            Resource::Mig { model, profile } => (format!("{model} {profile} instances"), "instances"),
+            Resource::Gpu { model } => (format!("Whole {model} GPUs"), "GPUs"),
+            Resource::Timeslice { model } => (format!("{model} time-slice shares"), "shares"),
+            Resource::Mps { model } => (format!("{model} MPS clients"), "clients"),
+            Resource::ComputeSlices => ("Compute slices".to_string(), "slices"),
+            Resource::MemoryGib => ("GPU memory".to_string(), "GiB"),
+        }
+    }
+
     /// Parses a resource key against the catalog, canonicalising model keys and profile names.
     pub fn parse(catalog: &Catalog, text: &str) -> Result<Resource, QuotaError> {
         let bad = |why: String| QuotaError::BadResource { resource: text.to_string(), why };
@@ -141,6 +154,24 @@ pub enum QuotaError {
 }
 
 impl QuotaError {
+    /// The error in people's words, resources by name and amounts with their unit: `Compute slices: 3 held and 5
+    /// asked for would pass the limit of 7 slices.` (The `Display` text keeps the resource key, for logs and the API.)
+    pub fn in_words(&self) -> String {
+        match self {
+            QuotaError::Exceeded { resource, limit, held, requested } => {
+                let (name, unit) = resource.describe();
+                let n = |m: Milli| show_places(m, 1);
+                format!(
+                    "{name}: {} held and {} asked for would pass the limit of {} {unit}.",
+                    n(*held),
+                    n(*requested),
+                    n(*limit)
+                )
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -153,6 +184,18 @@ impl QuotaError {
 
 /// Formats thousandths as a decimal with no trailing zeros: 1750 -> `1.75`, 2000 -> `2`.
 pub fn show(m: Milli) -> String {
+    show_places(m, 3)
+}
+
+/// `m` with at most `places` decimals (rounded), without trailing zeros: `19.625` GiB is `19.6` at one place.
+pub fn show_places(m: Milli, places: u32) -> String {
+    let places = places.min(3);
+    let step = 10_u64.pow(3 - places);
+    let m = m.saturating_add(step / 2) / step * step;
+    show_exact(m)
+}
+
+fn show_exact(m: Milli) -> String {
     let (whole, frac) = (m / MILLI, m % MILLI);
     if frac == 0 { whole.to_string() } else { format!("{whole}.{}", format!("{frac:03}").trim_end_matches('0')) }
 }
@@ -297,5 +340,26 @@ impl ApprovalPolicy {
         } else {
             Decision::NeedsAdmin
         }
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn amounts_and_resources_read_naturally() {
+        assert_eq!(show(19_625), "19.625");
+        let over =
+            QuotaError::Exceeded { resource: Resource::MemoryGib, limit: 40_000, held: 19_625, requested: 39_250 };
+        assert_eq!(over.in_words(), "GPU memory: 19.6 held and 39.3 asked for would pass the limit of 40 GiB.");
+        assert!(over.to_string().starts_with("memory_gib: "), "the API's text keeps the key");
+        assert_eq!(show_places(19_625, 1), "19.6");
+        assert_eq!(show_places(19_650, 1), "19.7");
+        assert_eq!(show_places(2_000, 1), "2");
+        assert_eq!(show_places(u64::MAX, 0), show_exact(u64::MAX / 1000 * 1000));
+        assert_eq!(Resource::MemoryGib.describe(), ("GPU memory".to_string(), "GiB"));
+        let mig = Resource::Mig { model: "H100-80GB".into(), profile: "1g.10gb".into() };
+        assert_eq!(mig.describe().0, "H100-80GB 1g.10gb instances");
     }
 }

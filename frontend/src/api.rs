@@ -28,12 +28,82 @@ impl ProblemExt for Problem {
     }
 
     fn message(&self) -> String {
-        match (self.detail.is_empty(), self.title.is_empty()) {
+        let what = match (self.detail.is_empty(), self.title.is_empty()) {
             (false, _) => self.detail.clone(),
             (true, false) => self.title.clone(),
             (true, true) => format!("HTTP {}", self.status),
+        };
+        let what = if what.ends_with(['.', '!', '?']) { what } else { format!("{what}.") };
+        let what = capitalised(&what);
+        match next_step(&self.code, self.status) {
+            Some(next) => format!("{what} {next}"),
+            None => what,
         }
     }
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map_or_else(String::new, |f| f.to_uppercase().chain(c).collect())
+}
+
+/// What to do next after a problem, by its stable code (or, for codes not listed, by its status): one sentence.
+pub fn next_step(code: &str, status: u16) -> Option<&'static str> {
+    Some(match code {
+        "forbidden" => {
+            "Only a platform admin (or, for a tenant's own settings, its admin) can do this: ask one of them."
+        }
+        "not_found" => {
+            "It may have been removed, or you may not have access to it: check the address, or start again from the overview."
+        }
+        "unauthenticated" | "session_expired" | "not_a_session" | "token_missing" | "invalid_token" => "Sign in again.",
+        "quota_exceeded" => {
+            "Release a slice you no longer need, ask for fewer or smaller slices, or ask a platform admin to raise the limit."
+        }
+        "tenant_required" => "Choose a tenant first (the switcher in the header), then try again.",
+        "reason_required" | "invalid_reason" => {
+            "Write a short reason (what it is for, up to 2,000 characters) and send it again."
+        }
+        "invalid_count" => "Ask for at least 1 slice, and no more than the form allows.",
+        "invalid_duration" => {
+            "Give the duration in hours, more than 0, or leave it empty to keep the slice until you release it."
+        }
+        "invalid_ttl" => "Give an expiry in days, more than 0, or leave it empty.",
+        "instance_in_use" => {
+            "Release the allocation on that instance (or wait until its processes end), then try again."
+        }
+        "layout_stale" | "version_conflict" | "version" | "concurrent_update" | "proposal_decided" => {
+            "Someone changed it at the same time: the page now shows the current state; check it and try again."
+        }
+        "request_invalid_transition" | "invalid_state" => {
+            "It has moved on since the page was drawn (the page shows its state now); nothing was changed."
+        }
+        "already_exists" => "Pick another name.",
+        "invalid_name" => "Use 1 to 63 lowercase letters, digits and hyphens, not starting with a hyphen.",
+        "weak_password" => "Choose a longer password.",
+        "bad_credentials" => "Check the name and the password; after several wrong tries the account waits 15 minutes.",
+        "sso_user" | "local_accounts_disabled" => "Sign in with the single sign-on button instead.",
+        "mig_layout_invalid" => {
+            "Change the layout as it says: the editor shows which starts are allowed for each profile."
+        }
+        "mig_disabled" => "Turn MIG mode on for this GPU on its node first (a platform admin's job).",
+        "layout_unchanged" => "The GPU already has this layout: change something first.",
+        "invalid_limit" | "quota_bad_limit" | "quota_bad_resource" => {
+            "Give each limit as a number of 0 or more, or leave it empty for no limit."
+        }
+        "usage_range" | "audit_range" | "heatmap_range" => "Pick a start before the end.",
+        "heatmap_too_large" => "Pick a shorter range or one node.",
+        "unavailable" | "too_many_connections" => "The server is busy or starting: try again in a few seconds.",
+        "unreachable" => "Check the network connection; the page tries again on its own.",
+        "internal" => "Try again; if it keeps failing, tell a platform admin (the server's log has the details).",
+        _ => match status {
+            401 => "Sign in again.",
+            403 => "Ask a platform admin if you need this.",
+            429 | 503 => "The server is busy: try again in a few seconds.",
+            500..=599 => "Try again; if it keeps failing, tell a platform admin.",
+            _ => return None,
+        },
+    })
 }
 
 /// A problem the portal itself reports: status 0 when the request did not get an answer, else the answer's status.
@@ -218,13 +288,62 @@ mod tests {
         let body =
             r#"{"type":"about:blank","title":"Forbidden","status":403,"code":"forbidden","detail":"admins only"}"#;
         let err = decode::<serde_json::Value>(403, body).expect_err("403");
-        assert_eq!((err.status, err.code.as_str(), err.message()), (403, "forbidden", "admins only".to_string()));
+        assert_eq!(
+            (err.status, err.code.as_str(), err.message()),
+            (
+                403,
+                "forbidden",
+                "Admins only. Only a platform admin (or, for a tenant's own settings, its admin) can do this: ask one \
+                 of them."
+                    .to_string()
+            )
+        );
         let err = decode::<serde_json::Value>(502, "Bad Gateway").expect_err("502");
-        assert_eq!((err.status, err.message()), (502, "Bad Gateway".to_string()));
+        assert_eq!(
+            (err.status, err.message()),
+            (502, "Bad Gateway. Try again; if it keeps failing, tell a platform admin.".to_string())
+        );
+        let err = decode::<serde_json::Value>(
+            422,
+            r#"{"type":"about:blank","title":"Unprocessable Entity","status":422,"code":"odd","detail":"an odd thing?"}"#,
+        );
+        assert_eq!(err.expect_err("422").message(), "An odd thing?", "no made-up advice for codes not known");
         assert!(decode::<serde_json::Value>(401, "{}").expect_err("401").needs_sign_in());
         assert_eq!(decode::<Vec<u8>>(200, "[1,2]"), Ok(vec![1, 2]));
         assert_eq!(decode::<()>(204, ""), Ok(()), "an empty answer is `()`");
         let err = decode::<()>(200, r#"{"id":1}"#).expect_err("not the documented type");
         assert_eq!((err.status, err.code.as_str()), (200, "bad_response"));
+    }
+
+    #[test]
+    fn every_code_people_meet_in_the_portal_says_what_to_do_next() {
+        for code in [
+            "forbidden",
+            "not_found",
+            "unauthenticated",
+            "quota_exceeded",
+            "tenant_required",
+            "reason_required",
+            "invalid_count",
+            "invalid_duration",
+            "instance_in_use",
+            "layout_stale",
+            "version_conflict",
+            "request_invalid_transition",
+            "already_exists",
+            "invalid_name",
+            "weak_password",
+            "bad_credentials",
+            "sso_user",
+            "mig_layout_invalid",
+            "invalid_limit",
+            "usage_range",
+            "unavailable",
+            "unreachable",
+            "internal",
+        ] {
+            let hint = next_step(code, 400).unwrap_or_else(|| panic!("{code}: no next step"));
+            assert!(hint.ends_with('.') && hint.chars().next().is_some_and(char::is_uppercase), "{code}: {hint}");
+        }
     }
 }

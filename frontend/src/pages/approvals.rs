@@ -66,7 +66,11 @@ pub fn ApprovalsPage() -> impl IntoView {
             api::send_empty::<ApprovalView>("POST", format!("/api/v1/requests/{id}/approve")).await.map(|a| {
                 let waiting = a.layout_proposals.iter().filter(|l| l.state == "proposed").count();
                 if waiting > 0 {
-                    format!("Approved {}; {waiting} layout change(s) wait for approval below.", short(&id))
+                    format!(
+                        "Approved {}; {} waiting for approval below.",
+                        short(&id),
+                        crate::pages::count(waiting as u64, "layout change")
+                    )
                 } else {
                     format!("Approved {}.", short(&id))
                 }
@@ -87,7 +91,7 @@ pub fn ApprovalsPage() -> impl IntoView {
             for id in ids {
                 match decide(id.clone(), approve).await {
                     Ok(m) => say(true, m),
-                    Err(p) => say(false, format!("{}: {} ({})", short(&id), p.message(), p.code)),
+                    Err(p) => say(false, format!("{}: {}", short(&id), p.message())),
                 }
                 selected.update(|s| {
                     s.remove(&id);
@@ -197,7 +201,7 @@ fn PlacementCell(id: String, nodes: Resource<Result<Vec<NodeView>, Problem>>) ->
                                 view! { <li>{format!("{}@{} on {at}", s.profile, s.start)}{s.new.then(|| view! { <span class="tag created-text">" new"</span> })}</li> }
                             }).collect_view()}
                             {plan.unplaced.iter().map(|u| view! { <li class="error">{format!("{} × {} unplaced: {}", u.count, u.profile, u.reason)}</li> }).collect_view()}
-                            {(plan.summary.destroyed > 0).then(|| view! { <li class="destroyed-text">{format!("{} instance(s) destroyed", plan.summary.destroyed)}</li> })}
+                            {(plan.summary.destroyed > 0).then(|| view! { <li class="destroyed-text">{format!("{} destroyed", crate::pages::count(plan.summary.destroyed as u64, "instance"))}</li> })}
                         </ul>
                     }.into_any(),
                 }
@@ -235,7 +239,7 @@ pub fn LayoutCard(
             };
             match answer {
                 Ok(_) => on_done.run((true, format!("Layout change {} {what}.", short(&id)))),
-                Err(p) => on_done.run((false, format!("{}: {} ({})", short(&id), p.message(), p.code))),
+                Err(p) => on_done.run((false, format!("{}: {}", short(&id), p.message()))),
             }
         });
     };

@@ -7,7 +7,7 @@ use tessera_api::people::{CreatedToken, NewPassword, NewToken, TokenView};
 
 use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
-use crate::widgets::{SessionResource, problem_view};
+use crate::widgets::{CopyButton, SessionResource, problem_view};
 
 /// Checks a token name as the server does (1-100 characters once trimmed).
 pub fn token_name_error(name: &str) -> Option<&'static str> {
@@ -45,7 +45,7 @@ pub fn TokensPage() -> impl IntoView {
                     name.set(String::new());
                     tokens.refetch();
                 }
-                Err(p) => error.set(Some(format!("{} ({})", p.message(), p.code))),
+                Err(p) => error.set(Some(p.message())),
             }
         });
     };
@@ -56,7 +56,7 @@ pub fn TokensPage() -> impl IntoView {
                     error.set(None);
                     tokens.refetch();
                 }
-                Err(p) => error.set(Some(format!("{} ({})", p.message(), p.code))),
+                Err(p) => error.set(Some(p.message())),
             }
         });
     };
@@ -177,22 +177,6 @@ fn PasswordCard() -> impl IntoView {
             {move || message.get().map(|(ok, m)| view! { <p class:ok-text=ok class:error=!ok role="status">{m}</p> })}
         </form>
     }
-}
-
-/// Copies `text` to the clipboard.
-#[component]
-pub fn CopyButton(text: String) -> impl IntoView {
-    let copied = RwSignal::new(false);
-    let on_click = move |_| {
-        #[cfg(feature = "hydrate")]
-        if let Some(w) = web_sys::window() {
-            let _ = w.navigator().clipboard().write_text(&text);
-            copied.set(true);
-        }
-        #[cfg(not(feature = "hydrate"))]
-        let _ = &text;
-    };
-    view! { <button class="button small" on:click=on_click>{move || if copied.get() { "Copied" } else { "Copy" }}</button> }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use tessera_api::usage::UsageReport;
 use crate::api::{self, ProblemExt};
 use crate::pages::now_ms;
 use crate::pages::tenant::short;
-use crate::widgets::{SessionResource, problem_view};
+use crate::widgets::{Glossary, SessionResource, problem_view};
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -46,15 +46,45 @@ pub fn bars(report: &UsageReport, by_profile: bool) -> Vec<Bar> {
     out
 }
 
-/// GPU-hours for people: more digits for small amounts.
+/// GPU-hours for people: whole above 100, one decimal above 10, two below.
 pub fn hours(h: f64) -> String {
-    if h >= 100.0 {
-        format!("{h:.0}")
-    } else if h >= 1.0 {
-        format!("{h:.1}")
+    let places = if h >= 100.0 {
+        0
+    } else if h >= 10.0 {
+        1
     } else {
-        format!("{h:.3}")
+        2
+    };
+    tessera_core::clock::rounded(h, places)
+}
+
+/// How long something was held: `9 min`, `2.5 h`, `3 d 4 h`.
+pub fn held(seconds: f64) -> String {
+    let s = seconds.max(0.0);
+    if s < 60.0 {
+        format!("{s:.0} s")
+    } else if s < 3600.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 86_400.0 {
+        format!("{} h", tessera_core::clock::rounded(s / 3600.0, 1))
+    } else {
+        format!("{} d {:.0} h", (s / 86_400.0).floor(), (s % 86_400.0) / 3600.0)
     }
+}
+
+/// Rows shown before "Show all".
+pub const PAGE_ROWS: usize = 25;
+
+/// The order of the allocations table: idle ones first, then the other active ones, then the rest; within each,
+/// the most GPU-hours first.
+pub fn ordered(mut list: Vec<tessera_api::usage::AllocationUsage>) -> Vec<tessera_api::usage::AllocationUsage> {
+    let rank = |a: &tessera_api::usage::AllocationUsage| match (a.idle, a.state.as_str()) {
+        (true, _) => 0,
+        (false, "active") => 1,
+        _ => 2,
+    };
+    list.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| b.gpu_hours.total_cmp(&a.gpu_hours)));
+    list
 }
 
 /// A horizontal bar chart (SVG), widths relative to the largest bar.
@@ -92,6 +122,7 @@ pub fn UsagePage() -> impl IntoView {
     let by_profile = RwSignal::new(false);
     let reason = RwSignal::new(String::new());
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    let show_all = RwSignal::new(false);
     let path = Memo::new(move |_| usage_query(days.get(), now_ms(), idle_below.get(), idle_hours.get()));
     let report = Resource::new(move || path.get(), api::get_json::<UsageReport>);
     let reclaim = move |request: String| {
@@ -107,7 +138,7 @@ pub fn UsagePage() -> impl IntoView {
                     messages.set(vec![(true, format!("Reclaimed {}: the request is {}.", short(&r.id), r.state))]);
                     report.refetch();
                 }
-                Err(p) => messages.set(vec![(false, format!("{} ({})", p.message(), p.code))]),
+                Err(p) => messages.set(vec![(false, p.message())]),
             }
         });
     };
@@ -160,14 +191,14 @@ pub fn UsagePage() -> impl IntoView {
                                     <div class="card">
                                         <h2>"Totals"</h2>
                                         <p class="big" data-testid="total-hours">{hours(total)}" GPU-hours"</p>
-                                        <p class="muted">{format!("{} allocation(s) in the period", r.allocations.len())}</p>
+                                        <p class="muted">{format!("{} in the period", crate::pages::count(r.allocations.len() as u64, "allocation"))}</p>
                                         <p class:warn-text=has_idle data-testid="idle-count">{format!("{idle} idle now (under {}% for {} h)", r.idle_below, r.idle_hours)}</p>
                                     </div>
                                 </div>
                                 <div class="card">
                                     <div class="table-wrap">
                                     <table data-testid="usage-groups">
-                                        <thead><tr><th scope="col">{move || if by_profile.get() { "Profile" } else { "Tenant" }}</th><th scope="col">"Allocations"</th><th scope="col">"Slice-hours"</th><th scope="col">"GPU-hours"</th></tr></thead>
+                                        <thead><tr><th scope="col">{move || if by_profile.get() { "Profile" } else { "Tenant" }}</th><th scope="col">"Allocations"</th><th scope="col" title="Slice-hours: hours held times the compute slices held">"Slice-hours"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th></tr></thead>
                                         <tbody>
                                             {let r = r.clone(); move || if by_profile.get() {
                                                 r.profiles.iter().map(|p| view! { <tr><td>{format!("{} {}", p.model, p.profile)}</td><td>{p.allocations}</td><td>{hours(p.slice_seconds / 3600.0)}</td><td>{hours(p.gpu_hours)}</td></tr> }).collect_view().into_any()
@@ -189,9 +220,9 @@ pub fn UsagePage() -> impl IntoView {
                                 </ul>
                                 <div class="table-wrap">
                                 <table data-testid="usage-allocations">
-                                    <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Hours"</th><th scope="col">"GPU-hours"</th><th scope="col">"Mean util"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                                    <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Held"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th><th scope="col">"Mean utilisation"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                                     <tbody>
-                                        {r.allocations.iter().map(|a| {
+                                        {let rows = ordered(r.allocations.clone()); move || rows.iter().take(if show_all.get() { usize::MAX } else { PAGE_ROWS }).map(|a| {
                                             let request = a.request.clone();
                                             let can_reclaim = admin && a.state == "active";
                                             view! {
@@ -200,7 +231,7 @@ pub fn UsagePage() -> impl IntoView {
                                                     <td>{format!("{} {}", a.model, a.profile)}</td>
                                                     <td>{a.node.clone()}</td>
                                                     <td>{a.state.clone()}{a.idle.then(|| view! { <span class="tag warn-text">" idle"</span> })}</td>
-                                                    <td>{hours(a.seconds / 3600.0)}</td>
+                                                    <td>{held(a.seconds)}</td>
                                                     <td>{hours(a.gpu_hours)}</td>
                                                     <td>{a.util_mean.map_or_else(|| "—".to_string(), |u| format!("{u:.1} %"))}</td>
                                                     <td class="actions">{can_reclaim.then(|| view! {
@@ -208,10 +239,17 @@ pub fn UsagePage() -> impl IntoView {
                                                     })}</td>
                                                 </tr>
                                             }
-                                        }).collect_view()}
+                                        }).collect_view().into_any()}
                                     </tbody>
                                 </table>
                                 </div>
+                                {let n = r.allocations.len(); (n > PAGE_ROWS).then(|| view! {
+                                    <p class="more">
+                                        <span class="muted">{move || if show_all.get() { format!("All {n} allocations") } else { format!("The first {PAGE_ROWS} of {n} allocations (idle and active first)") }}</span>" "
+                                        <button class="button small" type="button" data-testid="show-all" on:click=move |_| show_all.update(|v| *v = !*v)>{move || if show_all.get() { "Show fewer" } else { "Show all" }}</button>
+                                    </p>
+                                })}
+                                <Glossary />
                             }.into_any()
                         }
                     }
@@ -260,6 +298,13 @@ mod tests {
         };
         assert_eq!(bars(&report, false).iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["b", "a"]);
         assert_eq!(bars(&report, true)[0], Bar { label: "H100-80GB 3g.40gb".into(), value: 4.0 });
-        assert_eq!((hours(0.0123), hours(2.26), hours(250.4)), ("0.012".into(), "2.3".into(), "250".into()));
+        assert_eq!(
+            (hours(0.0123), hours(0.162), hours(2.26), hours(12.26), hours(250.4)),
+            ("0.01".into(), "0.16".into(), "2.26".into(), "12.3".into(), "250".into())
+        );
+        assert_eq!(
+            (held(40.0), held(583.0), held(9000.0), held(3.0 * 86_400.0 + 4.0 * 3600.0)),
+            ("40 s".into(), "10 min".into(), "2.5 h".into(), "3 d 4 h".into())
+        );
     }
 }

@@ -35,9 +35,9 @@ pub async fn create_tenant(
     Ok((StatusCode::CREATED, ApiJson(tenant.into())))
 }
 
-/// A tenant (members see their own; others get 404).
+/// A tenant, by id or name (members see their own; others get 404).
 #[utoipa::path(get, path = "/api/v1/tenants/{id}", tag = "tenants", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path)), responses((status = 200, body = TenantView), (status = 404, body = Problem)))]
+    params(("id" = String, Path, description = "The tenant's id or its name")), responses((status = 200, body = TenantView), (status = 404, body = Problem)))]
 pub async fn get_tenant(
     State(state): State<AppState>,
     p: Principal,

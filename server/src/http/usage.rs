@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use tessera_core::clock::{iso8601, rounded};
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
@@ -15,8 +16,8 @@ use crate::store::{Principal, now_ms};
 pub use tessera_api::usage::UsageQuery;
 
 /// The columns of the CSV report, one line per allocation.
-pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,\
-                              to_ms,seconds,slice_seconds,gpu_hours,util_mean,idle";
+pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from,to,\
+                              seconds,slice_seconds,gpu_hours,util_mean_pct,idle";
 
 /// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
 /// compute slices (slice-seconds), with the mean utilisation of its device over the last `idle_hours` and whether
@@ -105,14 +106,14 @@ fn csv_line(a: &AllocationUsage) -> String {
         field(a.device_uuid.as_deref().unwrap_or("")),
         field(&a.model),
         field(&a.profile),
-        a.weight.to_string(),
+        rounded(a.weight, 4),
         field(&a.state),
-        a.from_ms.to_string(),
-        a.to_ms.to_string(),
-        a.seconds.to_string(),
-        a.slice_seconds.to_string(),
-        a.gpu_hours.to_string(),
-        a.util_mean.map(|u| u.to_string()).unwrap_or_default(),
+        iso8601(a.from_ms),
+        iso8601(a.to_ms),
+        rounded(a.seconds, 0),
+        rounded(a.slice_seconds, 1),
+        rounded(a.gpu_hours, 4),
+        a.util_mean.map(|u| rounded(u, 1)).unwrap_or_default(),
         a.idle.to_string(),
     ];
     cells.join(",")
@@ -183,9 +184,23 @@ mod tests {
         assert_eq!(lines[0].split(',').count(), 17);
         assert_eq!(
             lines[1],
-            "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1000,4000,3,3,0.5,2.5,true"
+            "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,\
+             1970-01-01T00:00:04Z,3,3,0.5,2.5,true"
         );
-        assert_eq!(lines[2], "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1000,4000,3,3,0.5,,false");
+        assert_eq!(
+            lines[2],
+            "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,3,0.5,,\
+             false"
+        );
+        // Float noise is rounded away.
+        let mut noisy = allocation("plain", Some(12.345_678));
+        (noisy.gpu_hours, noisy.slice_seconds, noisy.weight) =
+            (1_998.047_999_999_999_8 / 3600.0, 1_998.047_999_999_999_8, 1.0 / 7.0);
+        let line = csv_line(&noisy);
+        assert!(
+            line.ends_with(",0.1429,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,1998,0.555,12.3,true"),
+            "{line}"
+        );
         assert_eq!(lines[3], "");
     }
 }

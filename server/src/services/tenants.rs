@@ -44,9 +44,23 @@ pub async fn create(state: &AppState, p: &Principal, name: &str, policy: Approva
 }
 
 /// A tenant the caller may see.
-pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<Tenant, ApiError> {
-    p.require_visible(id, "tenant")?;
-    Ok(state.store.tenant(id).await?)
+/// A tenant the caller may see, by id or by name (ids are tried first; a tenant the caller may not see is not
+/// found, whichever way it is named).
+pub async fn get(state: &AppState, p: &Principal, key: &str) -> Result<Tenant, ApiError> {
+    let tenant = if valid_name(key) {
+        state.store.tenants().await?.into_iter().find(|t| t.id == key || t.name == key)
+    } else {
+        None
+    };
+    let tenant = match tenant {
+        Some(t) => t,
+        None => {
+            p.require_visible(key, "tenant")?;
+            state.store.tenant(key).await?
+        }
+    };
+    p.require_visible(&tenant.id, "tenant")?;
+    Ok(tenant)
 }
 
 /// Tenants the caller may see: all of them for platform admins, their own otherwise.

@@ -20,6 +20,7 @@ on_both_backends!(
     tokens_are_listed_to_their_owner_without_secrets,
     users_are_listed_to_platform_admins_only,
     tenant_admins_remove_members_who_then_lose_sight_of_the_tenant,
+    a_tenant_is_found_by_its_name_by_those_who_may_see_it,
     a_new_policy_decides_the_next_request,
     a_removed_limit_leaves_the_resource_unlimited_and_is_audited,
     active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason,
@@ -304,6 +305,25 @@ async fn users_are_listed_to_platform_admins_only(db: &TestDb) {
     assert!(users[2]["id"].is_string());
     let (s, v) = app.get("/api/v1/users", &zoe).await;
     assert_eq!((s, code(&v)), (StatusCode::FORBIDDEN, "forbidden"));
+}
+
+async fn a_tenant_is_found_by_its_name_by_those_who_may_see_it(db: &TestDb) {
+    let app = spawn(db).await;
+    let team = app.limited_tenant("team", json!({}), 1).await;
+    let other = app.limited_tenant("other-team", json!({}), 1).await;
+    let (_, alice) = app.user("alice", &[(&team, Role::Member)]).await;
+    let (s, v) = app.get("/api/v1/tenants/team", &alice).await;
+    assert_eq!((s, v["id"].as_str()), (StatusCode::OK, Some(team.as_str())), "{v}");
+    let (s, v) = app.get(&format!("/api/v1/tenants/{team}"), &alice).await;
+    assert_eq!((s, v["name"].as_str()), (StatusCode::OK, Some("team")), "{v}");
+    // Another tenant is not found, by name or by id, exactly as one that does not exist.
+    for key in ["other-team", other.as_str(), "no-such-team", "Not A Name!"] {
+        let (s, v) = app.get(&format!("/api/v1/tenants/{}", key.replace(' ', "%20")), &alice).await;
+        assert_eq!((s, code(&v)), (StatusCode::NOT_FOUND, "not_found"), "{key}: {v}");
+        assert_eq!(v["detail"], json!("tenant not found"), "{key}: the same answer either way");
+    }
+    let (s, v) = app.get("/api/v1/tenants/other-team", &app.admin).await;
+    assert_eq!((s, v["id"].as_str()), (StatusCode::OK, Some(other.as_str())), "{v}");
 }
 
 async fn tenant_admins_remove_members_who_then_lose_sight_of_the_tenant(db: &TestDb) {
@@ -681,8 +701,8 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines[0],
-        "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from_ms,to_ms,seconds,\
-         slice_seconds,gpu_hours,util_mean,idle"
+        "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from,to,seconds,\
+         slice_seconds,gpu_hours,util_mean_pct,idle"
     );
     assert_eq!(lines.len(), 1 + rows.len(), "{text}");
     for line in &lines[1..] {
@@ -696,7 +716,12 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
         );
         assert_eq!((cells[9], cells[15], cells[16]), ("active", "", "false"));
         assert_eq!(cells[8].parse::<f64>().ok(), row["weight"].as_f64());
-        assert_eq!(cells[10].parse::<i64>().ok(), row["from_ms"].as_i64());
+        // Times in ISO 8601 (UTC, to the second); numbers without float noise.
+        let from_ms = row["from_ms"].as_i64().expect("from");
+        assert_eq!(cells[10], tessera_core::clock::iso8601(from_ms));
+        assert!(cells[10].ends_with('Z') && cells[10].len() == 20, "{}", cells[10]);
+        assert!(cells[13].split('.').nth(1).is_none_or(|d| d.len() <= 1), "slice-seconds to 0.1: {}", cells[13]);
+        assert!(cells[14].split('.').nth(1).is_none_or(|d| d.len() <= 4), "GPU-hours to 0.0001: {}", cells[14]);
     }
     // JSON stays the default; `format=json` is the same.
     let (s, v) = app.get(&format!("{query}&format=json"), &alice).await;
