@@ -102,7 +102,7 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                         view! {
                             <TenantSwitch session=s.clone() tenants=names />
                             {s.user.platform_admin.then(|| view! {
-                                <A href="/approvals">"Approvals"</A>
+                                <ApprovalsLink />
                                 <A href="/fleet">"Fleet"</A>
                                 <A href="/admin/tenants">"Tenants"</A>
                                 <A href="/audit">"Audit"</A>
@@ -134,6 +134,46 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
     }
 }
 
+/// "Approvals" with the number of requests and layout changes waiting (platform admins), counted every 10 s.
+#[component]
+fn ApprovalsLink() -> impl IntoView {
+    let waiting = RwSignal::new(None::<String>);
+    #[cfg(feature = "hydrate")]
+    {
+        let count = move || {
+            leptos::task::spawn_local(async move {
+                use tessera_api::layouts::LayoutView;
+                use tessera_api::requests::RequestPage;
+                let requests =
+                    crate::api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()).await;
+                let layouts = crate::api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()).await;
+                if let (Ok(r), Ok(l)) = (requests, layouts) {
+                    waiting.set(approvals_badge(r.items.len(), r.next_cursor.is_some(), l.len()));
+                }
+            });
+        };
+        count();
+        if let Ok(handle) = set_interval_with_handle(count, std::time::Duration::from_secs(10)) {
+            on_cleanup(move || handle.clear());
+        }
+    }
+    view! {
+        <A href="/approvals">
+            "Approvals"
+            {move || waiting.get().map(|n| { let label = format!("{n} waiting"); view! { <span class="count-badge" data-testid="approvals-count" aria-label=label>{n}</span> } })}
+        </A>
+    }
+}
+
+/// The badge beside "Approvals": `None` when nothing waits, `500+` past the first page of requests.
+pub fn approvals_badge(requests: usize, more: bool, layouts: usize) -> Option<String> {
+    match (requests + layouts, more) {
+        (0, false) => None,
+        (n, false) => Some(n.to_string()),
+        (n, true) => Some(format!("{n}+")),
+    }
+}
+
 /// The viewer's tenants: a link for one, a switcher for several.
 #[component]
 fn TenantSwitch(session: SessionView, tenants: Vec<TenantView>) -> impl IntoView {
@@ -142,8 +182,8 @@ fn TenantSwitch(session: SessionView, tenants: Vec<TenantView>) -> impl IntoView
     match mine.len() {
         0 => ().into_any(),
         1 => {
-            let (id, name) = mine[0].clone();
-            view! { <A href=format!("/t/{id}")>{name}</A> }.into_any()
+            let (_, name) = mine[0].clone();
+            view! { <A href=format!("/t/{name}")>{name.clone()}</A> }.into_any()
         }
         _ => {
             let navigate = leptos_router::hooks::use_navigate();
@@ -153,13 +193,13 @@ fn TenantSwitch(session: SessionView, tenants: Vec<TenantView>) -> impl IntoView
                 <label class="switch">
                     <span class="sr-only">"Tenant"</span>
                     <select data-testid="tenant-switch" on:change=move |ev| {
-                        let id = event_target_value(&ev);
-                        if !id.is_empty() { navigate(&format!("/t/{id}"), Default::default()); }
+                        let name = event_target_value(&ev);
+                        if !name.is_empty() { navigate(&format!("/t/{name}"), Default::default()); }
                     }>
                         <option value="" selected=move || current().is_empty()>"Tenants…"</option>
                         {mine.into_iter().map(|(id, name)| {
-                            let v = id.clone();
-                            view! { <option value=id selected=move || current() == v>{name}</option> }
+                            let (v, n, value) = (id.clone(), name.clone(), name.clone());
+                            view! { <option value=value selected=move || current() == v || current() == n>{name}</option> }
                         }).collect_view()}
                     </select>
                 </label>
@@ -207,5 +247,15 @@ fn ThemeToggle() -> impl IntoView {
         <button class="theme" on:click=on_click aria-label="Switch between light and dark theme" title="Light / dark">
             <span aria-hidden="true">"◐"</span>
         </button>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_approvals_badge_counts_what_waits() {
+        assert_eq!(super::approvals_badge(0, false, 0), None);
+        assert_eq!(super::approvals_badge(1, false, 2), Some("3".into()));
+        assert_eq!(super::approvals_badge(500, true, 1), Some("501+".into()));
     }
 }

@@ -75,7 +75,7 @@ pub fn TenantsAdminPage() -> impl IntoView {
                     name.set(String::new());
                     tenants.refetch();
                 }
-                Err(p) => message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
+                Err(p) => message.set(Some((false, p.message()))),
             }
         });
     };
@@ -172,7 +172,7 @@ fn PolicyCard(t: TenantView) -> impl IntoView {
             {
                 // The card keeps its own state: reloading the tenant would render a new card and lose the message.
                 Ok(t) => message.set(Some((true, format!("Saved: {}.", policy_text(&t))))),
-                Err(p) => message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
+                Err(p) => message.set(Some((false, p.message()))),
             }
         });
     };
@@ -233,7 +233,7 @@ fn QuotaCard(tenant: String) -> impl IntoView {
                     new_amount.set(String::new());
                     quotas.refetch();
                 }
-                Err(p) => messages.set(vec![(false, format!("{} ({})", p.message(), p.code))]),
+                Err(p) => messages.set(vec![(false, p.message())]),
             }
         });
     };
@@ -323,7 +323,7 @@ fn MembersCard(tenant: String) -> impl IntoView {
                     message.set(Some((true, format!("Role set to {}.", role_label(role)))));
                     members.refetch();
                 }
-                Err(p) => message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
+                Err(p) => message.set(Some((false, p.message()))),
             }
         });
     };
@@ -335,7 +335,7 @@ fn MembersCard(tenant: String) -> impl IntoView {
                     message.set(Some((true, format!("Removed {name}."))));
                     members.refetch();
                 }
-                Err(p) => message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
+                Err(p) => message.set(Some((false, p.message()))),
             }
         });
     };
@@ -360,7 +360,7 @@ fn MembersCard(tenant: String) -> impl IntoView {
                         }
                         u.id
                     }
-                    Err(p) => return message.set(Some((false, format!("{} ({})", p.message(), p.code)))),
+                    Err(p) => return message.set(Some((false, p.message()))),
                 }
             } else if user.is_empty() {
                 return message.set(Some((false, "Pick a user or type a new one's name.".into())));

@@ -1,12 +1,13 @@
-//! `/fleet`: every node and GPU with its state, applied against desired generation, instances and errors. It
-//! refreshes itself every 5 s in the browser.
+//! `/fleet`: every node and GPU with its state, applied against desired generation, instances and errors, and per
+//! GPU two switches: cordoned (it gets nothing new) and auto-layout (the planner may change its MIG layout without
+//! an admin's approval). It refreshes itself every 5 s in the browser.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
 
 use tessera_api::nodes::{GpuView, NodeView};
 
-use crate::api;
+use crate::api::{self, ProblemExt};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 use crate::wire::gpu_state;
@@ -22,6 +23,11 @@ pub fn FleetPage() -> impl IntoView {
         }
     }
     let filter = RwSignal::new(String::new());
+    let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    let changed = Callback::new(move |(ok, text): (bool, String)| {
+        messages.set(vec![(ok, text)]);
+        nodes.refetch();
+    });
     view! {
         <section class="page">
             <div class="title-row">
@@ -31,6 +37,9 @@ pub fn FleetPage() -> impl IntoView {
                     <input type="search" placeholder="Filter by node, model or state" bind:value=filter />
                 </label>
             </div>
+            <ul class="messages" aria-live="polite">
+                {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
+            </ul>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match nodes.await {
@@ -46,7 +55,7 @@ pub fn FleetPage() -> impl IntoView {
                                     let needle = filter.get().to_lowercase();
                                     list.iter()
                                         .filter(|n| needle.is_empty() || matches(n, &needle))
-                                        .map(|n| view! { <NodeCard node=n.clone() now /> })
+                                        .map(|n| view! { <NodeCard node=n.clone() now changed /> })
                                         .collect_view()
                                 }}
                             }.into_any()
@@ -65,7 +74,7 @@ fn matches(node: &NodeView, needle: &str) -> bool {
 }
 
 #[component]
-fn NodeCard(node: NodeView, now: i64) -> impl IntoView {
+fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl IntoView {
     let agent = node.agent.as_ref().map(|a| {
         format!(
             "agent {} · {}{}",
@@ -91,9 +100,9 @@ fn NodeCard(node: NodeView, now: i64) -> impl IntoView {
                 <ul class="errors">{node.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
             })}
             <table class="gpus">
-                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col" title="A cordoned GPU gets nothing new">"Cordoned"</th><th scope="col" title="The planner may change the MIG layout without an admin's approval">"Auto-layout"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                 <tbody>
-                    {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_state=node.state.clone() /> }).collect_view()}
+                    {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_name=node.name.clone() node_state=node.state.clone() changed /> }).collect_view()}
                 </tbody>
             </table>
         </article>
@@ -101,7 +110,42 @@ fn NodeCard(node: NodeView, now: i64) -> impl IntoView {
 }
 
 #[component]
-fn GpuRow(gpu: GpuView, node_state: String) -> impl IntoView {
+fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback<(bool, String)>) -> impl IntoView {
+    let name = format!("{node_name} GPU {}", gpu.index);
+    let (id, cordoned, auto_layout) = (gpu.id.clone(), gpu.cordoned, gpu.auto_layout);
+    let on_cordon = {
+        let (id, name) = (id.clone(), name.clone());
+        move |_| {
+            let (id, name) = (id.clone(), name.clone());
+            leptos::task::spawn_local(async move {
+                let verb = if cordoned { "uncordon" } else { "cordon" };
+                let r = api::send_empty::<GpuView>("POST", format!("/api/v1/gpus/{id}/{verb}")).await;
+                changed.run(match r {
+                    Ok(g) if g.cordoned => (true, format!("{name} is cordoned: it gets nothing new.")),
+                    Ok(_) => (true, format!("{name} takes new slices again.")),
+                    Err(p) => (false, format!("{name}: {}", p.message())),
+                });
+            });
+        }
+    };
+    let on_auto = {
+        let (id, name) = (id.clone(), name.clone());
+        move |_| {
+            let (id, name) = (id.clone(), name.clone());
+            leptos::task::spawn_local(async move {
+                let body = tessera_api::layouts::AutoLayout { enabled: !auto_layout };
+                let r =
+                    api::send_json::<serde_json::Value>("PUT", format!("/api/v1/gpus/{id}/auto-layout"), body).await;
+                changed.run(match r {
+                    Ok(_) if !auto_layout => {
+                        (true, format!("{name}: auto-layout on; the planner changes its layout as requests need."))
+                    }
+                    Ok(_) => (true, format!("{name}: auto-layout off; layout changes wait for an admin.")),
+                    Err(p) => (false, format!("{name}: {}", p.message())),
+                });
+            });
+        }
+    };
     let state = gpu_state(&gpu, &node_state);
     let applied = gpu.applied.clone().unwrap_or_default();
     let instances = if gpu.mig_enabled {
@@ -141,6 +185,8 @@ fn GpuRow(gpu: GpuView, node_state: String) -> impl IntoView {
                 })}
             </td>
             <td><code class="uuid">{gpu.uuid.clone()}</code></td>
+            <td><label class="switch-cell"><input type="checkbox" role="switch" data-testid="cordon" prop:checked=cordoned on:change=on_cordon aria-label=format!("Cordon {name}") /></label></td>
+            <td>{gpu.mig_enabled.then(|| view! { <label class="switch-cell"><input type="checkbox" role="switch" data-testid="auto-layout" prop:checked=auto_layout on:change=on_auto aria-label=format!("Auto-layout on {name}") /></label> })}</td>
             <td>{gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}</td>
         </tr>
     }

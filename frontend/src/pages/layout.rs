@@ -179,7 +179,7 @@ fn Editor(node: String, gpu: GpuView, on_applied: Callback<()>) -> impl IntoView
                     say(true, "Proposed: approve it below to apply it.".into());
                     proposals.refetch();
                 }
-                Err(p) => say(false, format!("{} ({})", p.message(), p.code)),
+                Err(p) => say(false, p.message()),
             }
         });
     };

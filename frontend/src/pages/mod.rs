@@ -13,6 +13,14 @@ pub mod tenant;
 pub mod tokens;
 pub mod usage;
 
+/// `1 allocation`, `3 allocations`: a count with its noun (English plural by `s`).
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    match n.into() {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 /// `12 s ago`, `4 min ago`, `3 h ago` from a UTC-millisecond time and now.
 pub fn ago(then_ms: i64, now_ms: i64) -> String {
     let s = ((now_ms - then_ms) / 1000).max(0);
@@ -32,6 +40,54 @@ pub fn within(until_ms: i64, now_ms: i64) -> String {
         60..=3599 => format!("{} min", s / 60),
         3600..=259_200 => format!("{} h", s / 3600),
         _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// `14:05` (24-hour clock) for a UTC-millisecond time: the viewer's local time in the browser, UTC when rendered
+/// on the server.
+pub fn clock(ms: i64) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+        format!("{:02}:{:02}", d.get_hours(), d.get_minutes())
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let m = ms.div_euclid(60_000);
+        format!("{:02}:{:02}", m.div_euclid(60).rem_euclid(24), m.rem_euclid(60))
+    }
+}
+
+/// `2026-11-25 14:05` for a UTC-millisecond time: the viewer's local time in the browser, UTC when rendered on the
+/// server.
+pub fn datetime(ms: i64) -> String {
+    #[cfg(feature = "hydrate")]
+    {
+        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}",
+            d.get_full_year(),
+            d.get_month() + 1,
+            d.get_date(),
+            d.get_hours(),
+            d.get_minutes()
+        )
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        tessera_core::clock::utc_minute(ms)
+    }
+}
+
+/// A countdown to a UTC-millisecond time: `3 d 4 h`, `2 h 05 min`, `12 min 09 s`, `40 s` (`0 s` once passed).
+pub fn countdown(until_ms: i64, now_ms: i64) -> String {
+    let s = ((until_ms - now_ms) / 1000).max(0);
+    let (d, h, m, sec) = (s / 86_400, s / 3600 % 24, s / 60 % 60, s % 60);
+    match s {
+        0..=59 => format!("{sec} s"),
+        60..=3599 => format!("{m} min {sec:02} s"),
+        3600..=86_399 => format!("{h} h {m:02} min"),
+        _ => format!("{d} d {h} h"),
     }
 }
 
@@ -70,6 +126,23 @@ mod tests {
         assert_eq!(super::within(72 * 3_600_000, 0), "72 h");
         assert_eq!(super::within(4 * 86_400_000, 0), "4 d");
         assert_eq!(super::within(90_000, 0), "1 min");
+    }
+
+    #[test]
+    fn dates_and_countdowns_read_naturally() {
+        assert_eq!(super::datetime(1_764_000_000_000), "2025-11-24 16:00");
+        assert_eq!(super::countdown(45_000, 0), "45 s");
+        assert_eq!(super::countdown(12 * 60_000 + 9_000, 0), "12 min 09 s");
+        assert_eq!(super::countdown(2 * 3_600_000 + 5 * 60_000, 0), "2 h 05 min");
+        assert_eq!(super::countdown(3 * 86_400_000 + 4 * 3_600_000, 0), "3 d 4 h");
+        assert_eq!(super::countdown(0, 5_000), "0 s");
+    }
+
+    #[test]
+    fn clock_times_are_hours_and_minutes() {
+        assert_eq!(super::clock(0), "00:00");
+        assert_eq!(super::clock((14 * 60 + 5) * 60_000 + 59_999), "14:05");
+        assert_eq!(super::clock(86_400_000 + 61_000), "00:01");
     }
 
     #[test]

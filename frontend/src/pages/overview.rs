@@ -1,9 +1,21 @@
 //! `/`: who you are, your tenants, and the fleet at a glance.
+//!
+//! Platform admins: capacity per GPU model in compute slices (allocated, free, unavailable: on cordoned GPUs or
+//! nodes that are not ready), fleet utilisation now and hour by hour over 24 h, idle allocations, the requests and
+//! layout changes waiting for them, and the nodes needing attention. Members: per tenant, its slices, its pending
+//! requests and its compute-slice quota.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
 
+use tessera_api::allocations::AllocationView;
+use tessera_api::layouts::LayoutView;
 use tessera_api::nodes::NodeView;
+use tessera_api::requests::RequestPage;
+use tessera_api::telemetry::Heatmap;
+use tessera_api::tenants::QuotaView;
+use tessera_api::usage::UsageReport;
+use tessera_core::catalog::Catalog;
 
 use crate::api;
 use crate::widgets::{SessionResource, TenantsResource, problem_view};
@@ -35,6 +47,79 @@ impl FleetSummary {
             instances: nodes.iter().flat_map(|n| &n.gpus).filter_map(|g| g.applied.as_ref()).map(Vec::len).sum(),
         }
     }
+}
+
+/// One GPU model's capacity, in compute slices.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Capacity {
+    /// Catalog model key.
+    pub model: String,
+    /// GPUs.
+    pub gpus: usize,
+    /// Compute slices in all.
+    pub total: f64,
+    /// Held by allocations.
+    pub allocated: f64,
+    /// Not held, on cordoned GPUs or nodes that are not ready: nothing new lands there.
+    pub unavailable: f64,
+    /// Not held and placeable.
+    pub free: f64,
+}
+
+/// Capacity per GPU model, largest first. A MIG instance holds its profile's compute slices; on a whole GPU an
+/// exclusive allocation holds all of them and a share (`timeslice:<n>`, `mps:<n>`) one n-th.
+pub fn capacity(nodes: &[NodeView], catalog: &Catalog) -> Vec<Capacity> {
+    let mut out: Vec<Capacity> = Vec::new();
+    for n in nodes {
+        for g in &n.gpus {
+            let Some(model) = catalog.model(&g.model) else { continue };
+            let total = f64::from(model.compute_slices_total);
+            let held: f64 = g
+                .in_use
+                .iter()
+                .map(|u| match u.profile.split_once(':') {
+                    Some((_, n)) => total / n.parse::<f64>().unwrap_or(1.0).max(1.0),
+                    None if u.profile == "exclusive" => total,
+                    None => model.profile(&u.profile).map_or(0.0, |p| f64::from(p.compute_slices)),
+                })
+                .sum::<f64>()
+                .min(total);
+            let usable = !g.cordoned && n.state != "not-ready" && n.state != "failed";
+            let entry = match out.iter_mut().position(|c| c.model == model.key) {
+                Some(i) => &mut out[i],
+                None => {
+                    out.push(Capacity { model: model.key.clone(), ..Capacity::default() });
+                    out.last_mut().expect("just pushed")
+                }
+            };
+            entry.gpus += 1;
+            entry.total += total;
+            entry.allocated += held;
+            if usable {
+                entry.free += total - held;
+            } else {
+                entry.unavailable += total - held;
+            }
+        }
+    }
+    out.sort_by(|a, b| b.total.total_cmp(&a.total).then_with(|| a.model.cmp(&b.model)));
+    out
+}
+
+/// The mean of each column over the GPU rows of a heatmap (`None` where no GPU has a sample).
+pub fn fleet_means(h: &Heatmap) -> Vec<Option<f64>> {
+    (0..h.columns)
+        .map(|c| {
+            let v: Vec<f64> = h
+                .rows
+                .iter()
+                .filter(|r| r.kind == "gpu")
+                .filter_map(|r| r.values.get(c).copied().flatten())
+                .map(f64::from)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        })
+        .collect()
 }
 
 /// The overview.
@@ -73,7 +158,7 @@ pub fn OverviewPage() -> impl IntoView {
                                 } else {
                                     view! {
                                         <ul class="plain" data-testid="tenants">
-                                            {listed.into_iter().map(|(id, name, role)| view! { <li><A href=format!("/t/{id}")><strong>{name}</strong></A>" "<span class="muted">{role}</span></li> }).collect_view()}
+                                            {listed.into_iter().map(|(_, name, role)| view! { <li><A href=format!("/t/{name}")><strong>{name}</strong></A>" "<span class="muted">{role}</span></li> }).collect_view()}
                                         </ul>
                                     }.into_any()
                                 }}
@@ -96,9 +181,190 @@ pub fn OverviewPage() -> impl IntoView {
                             </div>
                             })}
                         </div>
+                        {if s.user.platform_admin {
+                            view! { <AdminGlance nodes /> }.into_any()
+                        } else {
+                            let mine: Vec<(String, String)> = s.memberships.iter().map(|m| {
+                                let name = names.iter().find(|t| t.id == m.tenant).map_or_else(|| m.tenant.clone(), |t| t.name.clone());
+                                (m.tenant.clone(), name)
+                            }).collect();
+                            view! { <div class="cards" data-testid="member-glance">{mine.into_iter().map(|(id, name)| view! { <TenantGlance id name /> }).collect_view()}</div> }.into_any()
+                        }}
                     }.into_any()
                 })}
             </Suspense>
         </section>
+    }
+}
+
+/// What a platform admin looks at first.
+#[component]
+fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl IntoView {
+    let now = crate::pages::now_ms();
+    let day = Resource::new(
+        || (),
+        move |_| {
+            api::get_json::<Heatmap>(format!(
+                "/api/v1/telemetry/heatmap?metric=util&from={}&step=3600",
+                now - 86_400_000
+            ))
+        },
+    );
+    let live = Resource::new(
+        || (),
+        move |_| {
+            api::get_json::<Heatmap>(format!("/api/v1/telemetry/heatmap?metric=util&from={}&step=60", now - 60_000))
+        },
+    );
+    let usage = Resource::new(
+        || (),
+        move |_| api::get_json::<UsageReport>(format!("/api/v1/usage?from={}&to={now}", now - 86_400_000)),
+    );
+    let pending =
+        Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
+    let layouts = Resource::new(|| (), |_| api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()));
+    view! {
+        <div class="cards glance" data-testid="admin-glance">
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let list = match nodes.await { Ok(n) => n, Err(p) => return problem_view(&p) };
+                    let caps = capacity(&list, Catalog::builtin());
+                    let sick: Vec<(String, String)> = list.iter().filter(|n| matches!(n.state.as_str(), "failed" | "not-ready")).map(|n| (n.name.clone(), n.state.clone())).collect();
+                    view! {
+                        <div class="card" data-testid="capacity">
+                            <h2>"Capacity"</h2>
+                            <p class="muted small">"Compute slices per GPU model"</p>
+                            <ul class="bars">
+                                {caps.into_iter().map(|c| {
+                                    let pct = |v: f64| v / c.total.max(1.0) * 100.0;
+                                    let label = format!("{} allocated · {} free · {} unavailable, of {} ({} GPUs)", tessera_core::clock::rounded(c.allocated, 1), tessera_core::clock::rounded(c.free, 1), tessera_core::clock::rounded(c.unavailable, 1), tessera_core::clock::rounded(c.total, 1), c.gpus);
+                                    view! {
+                                        <li data-model=c.model.clone()>
+                                            <div class="bar-head"><span>{c.model.clone()}</span><span class="muted">{label.clone()}</span></div>
+                                            <div class="bar" role="img" aria-label=label>
+                                                <span class="used" style=format!("width:{:.1}%", pct(c.allocated))></span>
+                                                <span class="off" style=format!("width:{:.1}%", pct(c.unavailable))></span>
+                                            </div>
+                                        </li>
+                                    }
+                                }).collect_view()}
+                            </ul>
+                            <p class="legend small"><span class="key used"></span>"allocated "<span class="key off"></span>"unavailable (cordoned, node not ready) "<span class="key"></span>"free"</p>
+                        </div>
+                        <div class="card" data-testid="attention">
+                            <h2>"Needs attention"</h2>
+                            {if sick.is_empty() {
+                                view! { <p class="muted">"Every node is ready."</p> }.into_any()
+                            } else {
+                                view! { <ul class="plain">{sick.into_iter().map(|(n, st)| view! { <li><A href="/fleet"><strong>{n}</strong></A>" "<span class="state failed">{st}</span></li> }).collect_view()}</ul> }.into_any()
+                            }}
+                        </div>
+                    }.into_any()
+                })}
+            </Suspense>
+            <div class="card" data-testid="utilisation">
+                <h2>"Utilisation"</h2>
+                <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                    {move || Suspend::new(async move {
+                        let (d, l) = (day.await, live.await);
+                        let now_pct = l.ok().and_then(|h| fleet_means(&h).into_iter().flatten().last());
+                        let hours = d.map(|h| fleet_means(&h)).unwrap_or_default();
+                        let day_mean = { let v: Vec<f64> = hours.iter().flatten().copied().collect(); (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64) };
+                        view! {
+                            <dl class="stats">
+                                <div><dt>"Now (mean over GPUs)"</dt><dd data-testid="util-now">{now_pct.map_or_else(|| "—".to_string(), |v| format!("{v:.0} %"))}</dd></div>
+                                <div><dt>"Last 24 h"</dt><dd>{day_mean.map_or_else(|| "—".to_string(), |v| format!("{v:.0} %"))}</dd></div>
+                            </dl>
+                            {sparkline(&hours)}
+                            <A href="/heatmap">"Open the heatmap"</A>
+                        }.into_any()
+                    })}
+                </Suspense>
+            </div>
+            <div class="card" data-testid="waiting">
+                <h2>"Waiting for you"</h2>
+                <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                    {move || Suspend::new(async move {
+                        let (r, l, u) = (pending.await, layouts.await, usage.await);
+                        let requests = r.map(|p| p.items.len()).unwrap_or(0);
+                        let layouts = l.map(|v| v.len()).unwrap_or(0);
+                        let idle = u.map(|u| u.allocations.iter().filter(|a| a.idle).count()).unwrap_or(0);
+                        view! {
+                            <dl class="stats">
+                                <div><dt>"Requests to approve"</dt><dd data-testid="waiting-requests">{requests}</dd></div>
+                                <div><dt>"Layout changes"</dt><dd data-testid="waiting-layouts">{layouts}</dd></div>
+                                <div><dt>"Idle allocations"</dt><dd data-testid="idle-allocations" class:warn-text=idle != 0>{idle}</dd></div>
+                            </dl>
+                            <p><A href="/approvals">"Open approvals"</A>" · "<A href="/usage">"Idle allocations in usage"</A></p>
+                        }.into_any()
+                    })}
+                </Suspense>
+            </div>
+        </div>
+    }
+}
+
+/// 24 hourly means as a small SVG line (gaps where nothing was sampled).
+fn sparkline(values: &[Option<f64>]) -> AnyView {
+    if values.iter().all(Option::is_none) {
+        return view! { <p class="muted small">"No samples in the last 24 h yet."</p> }.into_any();
+    }
+    let n = values.len().max(2) as f64 - 1.0;
+    let points: String = values
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| format!("{:.1},{:.1}", i as f64 / n * 240.0, 40.0 - v.clamp(0.0, 100.0) * 0.38)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    view! {
+        <svg class="sparkline" viewBox="0 0 240 42" width="240" height="42" role="img" aria-label="Fleet utilisation, hour by hour, over the last 24 hours">
+            <polyline points=points fill="none" stroke="currentColor" stroke-width="1.5" />
+        </svg>
+    }
+    .into_any()
+}
+
+/// One tenant at a glance, for its members.
+#[component]
+fn TenantGlance(id: String, name: String) -> impl IntoView {
+    let key = id.clone();
+    let data = Resource::new(
+        move || key.clone(),
+        |id| async move {
+            let allocations = api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")).await?;
+            let pending =
+                api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&state=pending&limit=500")).await?;
+            let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")).await?;
+            Ok::<_, api::Problem>((allocations, pending.items.len(), quota))
+        },
+    );
+    let href = format!("/t/{name}");
+    let tenant_attr = name.clone();
+    view! {
+        <div class="card" data-testid="tenant-glance" data-tenant=tenant_attr>
+            <h2><A href=href>{name}</A></h2>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Err(p) => problem_view(&p),
+                        Ok((allocations, pending, quota)) => {
+                            let active = allocations.iter().filter(|a| a.state == "active").count();
+                            let slices = quota.resources.iter().find(|l| l.resource == "compute_slices").map(|l| match l.limit {
+                                Some(lim) => format!("{} of {}", tessera_core::clock::rounded(l.held, 1), tessera_core::clock::rounded(lim, 1)),
+                                None => format!("{} (no limit)", tessera_core::clock::rounded(l.held, 1)),
+                            });
+                            view! {
+                                <dl class="stats">
+                                    <div><dt>"Slices ready"</dt><dd data-testid="glance-active">{active}</dd></div>
+                                    <div><dt>"Being set up"</dt><dd>{allocations.len() - active}</dd></div>
+                                    <div><dt>"Pending requests"</dt><dd data-testid="glance-pending">{pending}</dd></div>
+                                    <div><dt>"Compute slices held"</dt><dd>{slices.unwrap_or_else(|| "none".into())}</dd></div>
+                                </dl>
+                            }.into_any()
+                        }
+                    }
+                })}
+            </Suspense>
+        </div>
     }
 }
