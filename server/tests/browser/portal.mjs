@@ -215,12 +215,12 @@ display_name = "Test IdP"
     await summary.waitFor();
     check((await summary.textContent()).includes('Nodes ready'), 'overview: the fleet summary is shown');
     const light = await page.screenshot({ path: path.join(out, 'overview.png') });
-    check(near(pixel(light, 640, 780), '#f6f7f9'), 'overview: light theme background');
+    check(near(pixel(light, 4, 780), '#f6f7f9'), 'overview: light theme background');
     // The theme switch only works once the page is hydrated.
     await waitFor('the theme switch to turn the page dark', async () => {
       await page.locator('button.theme').click();
       const dark = await page.screenshot();
-      return near(pixel(dark, 640, 780), '#101317') || (await page.locator('button.theme').click(), false);
+      return near(pixel(dark, 4, 780), '#101317') || (await page.locator('button.theme').click(), false);
     }, 20000, 500);
     await page.screenshot({ path: path.join(out, 'overview-dark.png') });
     check(true, 'overview: the theme switch (hydrated) turns the page dark');
@@ -271,7 +271,8 @@ display_name = "Test IdP"
     await tp.locator('button[type=submit]').click();
     await tp.waitForURL(`${base}/`);
     await tp.locator('[data-testid=tenants] a', { hasText: 'research' }).click();
-    await tp.waitForURL(`${base}/t/${research.id}`);
+    await tp.waitForURL(`${base}/t/research`);
+    check(true, 'tenant: the dashboard is addressed by the tenant\'s name (/t/research)');
     await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     const form = tp.locator('[data-testid=request-form]');
     await form.locator('select[name=model]').selectOption('H100-80GB');
@@ -291,7 +292,7 @@ display_name = "Test IdP"
       && await form.locator('select[name=profile]').inputValue() === '2g.20gb',
       'request form: the chosen model and profile are kept through the refreshes');
     await tp.locator('[data-testid=feedback] [data-verdict=admin]').waitFor();
-    check((await tp.locator('[data-testid=feedback]').textContent()).includes('compute_slices 2'),
+    check((await tp.locator('[data-testid=feedback]').textContent()).includes('Compute slices: 2 slices'),
       'request form: the core quota arithmetic shows what it takes (2 compute slices) and that it waits for an admin');
     await form.locator('button[type=submit]').click();
     const confirmation = tp.locator('form .ok', { hasText: 'is pending' });
@@ -352,10 +353,28 @@ display_name = "Test IdP"
     check(true, 'approvals: the layout change is approved');
 
     // The agent applies it; the tenant's allocation turns active with its MIG device.
-    const active = tp.locator('[data-testid=allocations] tr[data-state=active]', { hasText: '2g.20gb' });
+    const active = tp.locator('[data-testid=allocations] li[data-state=active]', { hasText: '2g.20gb' });
     await active.waitFor({ timeout: 90000 });
-    const device = (await active.locator('code.uuid').textContent()).trim();
+    // "Use this slice": what to run, ready to copy; the panel stays open through the page's refreshes.
+    await active.locator('[data-testid=use-slice]').click();
+    const envLine = (await active.locator('[data-testid=env-line]').textContent()).trim();
+    const device = envLine.replace('CUDA_VISIBLE_DEVICES=', '');
     check(device.startsWith('MIG-'), `tenant: the allocation is active on ${device}, without a reload`);
+    const docker = await active.locator('[data-testid=docker]').textContent();
+    const k8s = await active.locator('[data-testid=k8s]').textContent();
+    check(docker.includes(`device=${device}`) && k8s.includes('nvidia.com/mig-2g.20gb: 1') && k8s.includes('kubernetes.io/hostname: demo-node'),
+      'tenant: "Use this slice" gives the environment line, a docker command and a Kubernetes snippet for the device');
+    check(await active.locator('button.copy').count() === 3, 'tenant: each snippet has a copy button');
+    const requestLink = await active.locator(`a[href="#request-${requestId}"]`).count();
+    check(requestLink === 1, 'tenant: the allocation links to its request');
+    const expiryText = await active.locator('[data-testid=expiry]').textContent();
+    await tp.waitForTimeout(4000);
+    check(await active.locator('[data-testid=use-panel]').isVisible(), 'tenant: the "Use this slice" panel stays open through a refresh');
+    const expiryLater = await active.locator('[data-testid=expiry]').textContent();
+    check(/expires \d{4}-\d\d-\d\d \d\d:\d\d \(in .+\)|held until released/.test(expiryLater)
+      && (expiryLater.includes('held until released') || expiryLater !== expiryText),
+      `tenant: the allocation shows its expiry, counting down (${expiryText.trim()} -> ${expiryLater.trim()})`);
+    await tp.screenshot({ path: path.join(out, 'use-this-slice.png'), fullPage: true });
     await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=active]`).waitFor();
 
     // Release asks to be confirmed, and the question outlasts a refresh; "Keep" leaves the request active.
@@ -403,9 +422,51 @@ display_name = "Test IdP"
     check(true, `heatmap: the row of ${device} has coloured (sampled) cells`);
     await waitFor('the instance row to change', async () => (await strip()).join() !== first.join(), 30000, 1000);
     check(true, 'heatmap: its cells change as samples stream in, without a reload');
-    await canvas.hover({ position: { x: 5, y: (await label.boundingBox()).y - (await canvas.boundingBox()).y + 7 } });
-    const tip = await tp.locator('[data-testid=tooltip]').textContent();
+    const hoverAt = { x: 40, y: (await label.boundingBox()).y - (await canvas.boundingBox()).y + 7 };
+    await canvas.hover({ position: hoverAt });
+    const tooltip = tp.locator('[data-testid=tooltip]');
+    const tip = await tooltip.textContent();
     check(tip.includes(device), `heatmap: the tooltip explains the cell under the pointer (${tip})`);
+    const tb = await tooltip.boundingBox();
+    const cb0 = await canvas.boundingBox();
+    const [px, py] = [cb0.x + hoverAt.x, cb0.y + hoverAt.y];
+    check(tb && Math.abs(tb.x - px) < 40 && Math.abs(tb.y - py) < 40,
+      `heatmap: the tooltip sits at the pointer (tooltip at ${tb && Math.round(tb.x)},${tb && Math.round(tb.y)}, pointer at ${Math.round(px)},${Math.round(py)})`);
+    await tp.mouse.move(0, 0);
+    const rowText = await label.textContent();
+    check(/GPU \d/.test(rowText) && rowText.includes('demo-node'), `heatmap: the instance's row names its node and GPU (${rowText.trim()})`);
+    const ticks = await tp.locator('[data-testid=time-axis] .tick').allTextContents();
+    check(ticks.length >= 3 && ticks.every((t) => /^\d\d:\d\d$/.test(t)), `heatmap: a time axis under the canvas (${ticks.join(' ')})`);
+    const rowHeight = (await label.boundingBox()).height;
+    check(rowHeight >= 14, `heatmap: rows sized to the space (${rowHeight} px a row)`);
+
+    // Over time: every second's sample reaches the canvas. Watch for 35 s, then count the empty cells of the
+    // instance's row among the last 30 finished columns, against the legend's "no sample" colour.
+    await tp.waitForTimeout(35000);
+    const noSample = await tp.locator('.hm-legend .key.nodata').evaluate((el) => getComputedStyle(el).backgroundColor);
+    const [nr, ng, nb] = noSample.match(/\d+/g).map(Number);
+    const columns = Number(await canvas.getAttribute('data-columns'));
+    const lb = await label.boundingBox();
+    const cb = await canvas.boundingBox();
+    const shot = PNG.sync.read(await tp.screenshot());
+    const scale = shot.width / (await tp.evaluate(() => window.innerWidth));
+    const y = Math.round((lb.y + lb.height / 2) * scale);
+    let empty = 0;
+    const emptyAt = [];
+    for (let c = columns - 32; c < columns - 2; c += 1) {
+      const x = Math.round((cb.x + (c + 0.5) * cb.width / columns) * scale);
+      const i = (y * shot.width + x) * 4;
+      if (Math.abs(shot.data[i] - nr) + Math.abs(shot.data[i + 1] - ng) + Math.abs(shot.data[i + 2] - nb) < 12) {
+        empty += 1;
+        emptyAt.push(c);
+      }
+    }
+    fs.writeFileSync(path.join(out, 'heatmap-35s.png'), PNG.sync.write(shot));
+    check(empty === 0, `heatmap: no empty column among the last 30 live columns after 35 s (${empty} empty: ${emptyAt.join(',')})`);
+    const lag = { p50: Number(await canvas.getAttribute('data-lag-p50')), p95: Number(await canvas.getAttribute('data-lag-p95')), n: Number(await canvas.getAttribute('data-lag-n')) };
+    fs.writeFileSync(path.join(out, 'heatmap-lag.json'), JSON.stringify(lag, null, 2));
+    console.log(`heatmap sample -> pixel lag over ${lag.n} samples: p50 ${lag.p50} ms, p95 ${lag.p95} ms`);
+    check(lag.n >= 30 && lag.p95 < 1500, `heatmap: sample -> pixel lag p95 under 1.5 s (p50 ${lag.p50} ms, p95 ${lag.p95} ms over ${lag.n} samples)`);
 
     // The layout editor (root), on the GPU that holds ada's instance.
     const nodes = await api('GET', '/api/v1/nodes');
@@ -473,9 +534,19 @@ display_name = "Test IdP"
     await page.locator('[data-testid=audit-filter] input[name=object]').fill(`request/${requestId}`);
     await page.locator('[data-testid=audit-filter] button[type=submit]').click();
     await waitFor('the request filter', async () => {
-      const objects = await page.locator('[data-testid=audit] tbody tr td:nth-child(4)').allTextContents();
-      return objects.length > 0 && objects.every((o) => o.trim() === `request/${requestId}`);
+      const objects = await page.locator('[data-testid=audit] tbody tr td[data-object]').evaluateAll((tds) => tds.map((t) => t.dataset.object));
+      return objects.length > 0 && objects.every((o) => o === `request/${requestId}`);
     }, 20000, 300);
+    const onWords = (await page.locator('[data-testid=audit] tbody tr td[data-object]').first().textContent()).trim();
+    check(onWords === `request ${requestId.slice(-8)}`, `audit: the object reads in words, its id short ("${onWords}")`);
+    await page.locator('[data-testid=audit-filter] input[name=object]').fill('tenant/');
+    await page.locator('[data-testid=audit-filter] button[type=submit]').click();
+    await waitFor('tenant objects by name', async () => (await page.locator('[data-testid=audit] tbody tr td[data-object]').allTextContents())
+      .some((o) => /^tenant (vision|research|llm-serving)/.test(o.trim())), 20000, 300);
+    check(true, 'audit: tenants in object paths are named');
+    await page.locator('[data-testid=audit-filter] input[name=object]').fill(`request/${requestId}`);
+    await page.locator('[data-testid=audit-filter] button[type=submit]').click();
+    await waitFor('the request filter again', async () => (await page.locator('[data-testid=audit] tbody tr td[data-object]').evaluateAll((tds) => tds.map((t) => t.dataset.object))).every((o) => o === `request/${requestId}`), 20000, 300);
     const actions = await page.locator('[data-testid=audit] tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.action));
     check(actions.length >= 2, `audit: the request's entries, newest first (${actions.join(', ')})`);
     const auditShot = await page.screenshot({ path: path.join(out, 'audit.png'), fullPage: true });
@@ -551,6 +622,7 @@ display_name = "Test IdP"
     await page.locator('ul.messages li.ok', { hasText: 'released' }).waitFor();
     await tp.goto(`${base}/t/${research.id}`);
     await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=released]`).waitFor();
+    check(true, 'tenant: the dashboard is also reached by the tenant\'s id');
     check(true, 'usage: the admin reclaims the idle allocation; the tenant sees its request released');
 
     // A laptop screen: the tenant dashboard fits without horizontal scrolling.
@@ -571,6 +643,30 @@ display_name = "Test IdP"
     await tp.screenshot({ path: path.join(out, 'heatmap-bench.png') });
     await tenantContext.close();
 
+    // The admin's overview: capacity, utilisation, what waits, what needs attention.
+    await page.goto(`${base}/`);
+    await page.locator('[data-testid=admin-glance] [data-testid=capacity] li[data-model]').first().waitFor();
+    const waitingRequests = Number(await page.locator('[data-testid=waiting-requests]').textContent());
+    check(await page.locator('[data-testid=admin-glance] [data-testid=utilisation]').count() === 1 && waitingRequests >= 0,
+      `overview: an admin sees capacity per GPU model, utilisation, and what waits (${waitingRequests} request(s) to approve)`);
+
+    // Every page in both themes, for people to look at (target/test-output/portal/tour-*.png).
+    const anyGpu = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((g) => g.mig_enabled);
+    const tour = [['overview', '/'], ['fleet', '/fleet'], ['approvals', '/approvals'], ['heatmap', '/heatmap'],
+      ['usage', '/usage'], ['audit', '/audit'], ['tenants', '/admin/tenants'], ['tokens', '/tokens'],
+      ['tenant', '/t/research'], ['layout-editor', `/gpus/${anyGpu.id}/layout`]];
+    for (const theme of ['light', 'dark']) {
+      await page.evaluate((t) => localStorage.setItem('tessera-theme', t), theme);
+      for (const [name, where] of tour) {
+        await page.goto(`${base}${where}`);
+        await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+        await page.waitForTimeout(1500);
+        await page.screenshot({ path: path.join(out, `tour-${theme}-${name}.png`), fullPage: true });
+      }
+    }
+    await page.evaluate(() => localStorage.removeItem('tessera-theme'));
+    check(true, `tour: ${tour.length} pages in both themes saved as screenshots`);
+
     // The demo member's printed sign-in link: one click into the portal, member navigation only, good once.
     await waitFor('the printed sign-in links', async () => 'dana' in printedLinks, 30000);
     check(!('admin' in printedLinks), 'serve prints no admin link when a provider is configured');
@@ -584,9 +680,21 @@ display_name = "Test IdP"
       'sign-in link: the printed link signs the demo member in, without admin badge');
     const adminLinks = await mp.locator('header nav a[href="/approvals"], header nav a[href="/fleet"], header nav a[href="/admin/tenants"], header nav a[href="/audit"]').count();
     check(adminLinks === 0, `sign-in link: a member sees no admin navigation (${adminLinks} admin links)`);
+    await mp.locator('[data-testid=member-glance] [data-testid=tenant-glance] [data-testid=glance-active]').first().waitFor();
+    check(await mp.locator('[data-testid=admin-glance]').count() === 0,
+      'overview: a member sees their tenants at a glance (slices, pending requests, quota), no fleet figures');
     const headerHeight = (await mp.locator('header').boundingBox()).height;
     await mp.screenshot({ path: path.join(out, 'member-1024-dark.png') });
     check(headerHeight < 80, `the header fits one line at 1024 px (${headerHeight} px high)`);
+    const memberTenant = await mp.locator('[data-testid=tenant-glance]').first().getAttribute('data-tenant');
+    await mp.goto(`${base}/t/${memberTenant}`);
+    await mp.locator('[data-testid=quota]').waitFor();
+    await mp.waitForTimeout(1500);
+    await mp.screenshot({ path: path.join(out, 'tour-member-dark-tenant.png'), fullPage: true });
+    await mp.goto(`${base}/heatmap`);
+    await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await mp.waitForTimeout(3000);
+    await mp.screenshot({ path: path.join(out, 'tour-member-dark-heatmap.png'), fullPage: true });
     const again = await memberContext.newPage();
     await again.goto(printedLinks.dana);
     await again.waitForURL(`${base}/signin?link=invalid`);

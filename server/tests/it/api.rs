@@ -1262,7 +1262,13 @@ async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them(db
     // The member's dashboard: the quota bar with 2 compute slices pending of 14, the pending request, the form.
     let page = html(member.clone(), format!("/t/{tenant}")).await;
     assert!(page.contains("dash-team"), "{page}");
-    assert!(page.contains("0 used · 2 pending · limit 14"), "{page}");
+    assert!(page.contains("0 of 14 slices used · 2 pending"), "{page}");
+    let unlimited = page.split("data-resource=\"mig/H100-80GB/1g.10gb\"").nth(1).and_then(|s| s.split("</li>").next());
+    assert!(
+        unlimited
+            .is_some_and(|li| li.contains("0 instances used · 2 pending · no limit") && !li.contains("class=\"bar\"")),
+        "an unlimited resource has its use in words and no bar: {page}"
+    );
     assert!(page.contains("2 × MIG 1g.10gb on H100-80GB") && page.contains("data-state=\"pending\""), "{page}");
     assert!(page.contains("data-testid=\"request-form\""), "{page}");
     // Another tenant's member gets the API's 404 in the page, not the data.
