@@ -182,6 +182,25 @@ pub fn validate(model: &GpuModel, specs: &[InstanceSpec]) -> Result<Vec<PlacedIn
     Ok(out.into_iter().flatten().map(|i| to_placed(model, i)).collect())
 }
 
+/// Free compute slices of a GPU laid out as `layout` that no instance added to it can use: the placement and
+/// memory rules leave them out of reach (an H100 with `3g.40gb@0` and `3g.40gb@4` has 1 compute slice free and
+/// no memory for it). Counted exactly, over every valid way to add instances. Instances of profiles the model
+/// does not have are left out.
+pub fn stranded_compute(model: &GpuModel, layout: &[PlacedInstance]) -> u8 {
+    let base: Vec<Inst> = layout
+        .iter()
+        .filter_map(|i| model.profile_index(&i.profile).map(|profile| Inst { profile, start: i.start }))
+        .collect();
+    let free = Occupancy::of(model, &base).free_compute(model);
+    let profiles: Vec<usize> = (0..model.profiles.len()).collect();
+    let mut reachable = 0u8;
+    valid_supersets(model, &base, &profiles, &mut |added| {
+        let more: u8 = added.iter().map(|i| model.profiles[i.profile].compute_slices).sum();
+        reachable = reachable.max(more);
+    });
+    free.saturating_sub(reachable)
+}
+
 /// Converts the compact form to wire form.
 pub fn to_placed(model: &GpuModel, inst: Inst) -> PlacedInstance {
     PlacedInstance { profile: model.profiles[inst.profile].name.clone(), start: inst.start }

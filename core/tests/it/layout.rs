@@ -245,3 +245,17 @@ fn overlaps_are_reported_once_per_instance() {
     let overlaps = errs.iter().filter(|e| e.code() == "mig_overlap").count();
     assert_eq!(overlaps, 499);
 }
+
+#[test]
+fn stranded_compute_is_what_no_added_instance_can_reach() {
+    let h100 = model("H100-80GB");
+    let placed = |text: &str| validate(h100, &specs(text)).expect("valid");
+    // Two 3g.40gb take all 8 memory slices and 6 of 7 compute slices: the 7th is out of reach.
+    assert_eq!(layout::stranded_compute(h100, &placed("3g.40gb@0 3g.40gb@4")), 1);
+    // An empty GPU and one with room for 1g instances strand nothing.
+    assert_eq!(layout::stranded_compute(h100, &[]), 0);
+    assert_eq!(layout::stranded_compute(h100, &placed("3g.40gb@4")), 0);
+    assert_eq!(layout::stranded_compute(h100, &placed("4g.40gb@0 3g.40gb@4")), 0, "a full GPU has nothing free");
+    let a30 = model("A30-24GB");
+    assert_eq!(layout::stranded_compute(a30, &[]), 0);
+}

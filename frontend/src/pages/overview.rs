@@ -1,7 +1,7 @@
 //! `/`: who you are, your tenants, and the fleet at a glance.
 //!
-//! Platform admins: capacity per GPU model in compute slices (allocated, free, unavailable: on cordoned GPUs or
-//! nodes that are not ready), fleet utilisation now and hour by hour over 24 h, idle allocations, the requests and
+//! Platform admins: capacity per GPU model in compute slices (allocated, free, stranded: free but out of reach of
+//! any instance under the GPU's MIG layout, unavailable: on cordoned GPUs or nodes that are not ready), fleet utilisation now and hour by hour over 24 h, idle allocations, the requests and
 //! layout changes waiting for them, and the nodes needing attention. Members: per tenant, its slices, its pending
 //! requests and its compute-slice quota.
 
@@ -62,8 +62,28 @@ pub struct Capacity {
     pub allocated: f64,
     /// Not held, on cordoned GPUs or nodes that are not ready: nothing new lands there.
     pub unavailable: f64,
-    /// Not held and placeable.
+    /// Not held and placeable: in instances not held, or room for new ones.
     pub free: f64,
+    /// Not held, on usable GPUs, and out of reach under the GPU's MIG layout (the core's `stranded_compute`): a
+    /// layout change (or a whole-GPU use) is needed to use it.
+    pub stranded: f64,
+}
+
+impl Capacity {
+    /// `10 of 28 allocated · 17 free · 1 stranded · 4 GPUs`: parts that are 0 (stranded, unavailable) left out.
+    pub fn text(&self) -> String {
+        let n = |v: f64| tessera_core::clock::rounded(v, 1);
+        let mut parts =
+            vec![format!("{} of {} allocated", n(self.allocated), n(self.total)), format!("{} free", n(self.free))];
+        if self.stranded > 0.0 {
+            parts.push(format!("{} stranded", n(self.stranded)));
+        }
+        if self.unavailable > 0.0 {
+            parts.push(format!("{} unavailable", n(self.unavailable)));
+        }
+        parts.push(crate::pages::count(self.gpus as u64, "GPU"));
+        parts.join(" · ")
+    }
 }
 
 /// Capacity per GPU model, largest first. A MIG instance holds its profile's compute slices; on a whole GPU an
@@ -96,7 +116,13 @@ pub fn capacity(nodes: &[NodeView], catalog: &Catalog) -> Vec<Capacity> {
             entry.total += total;
             entry.allocated += held;
             if usable {
-                entry.free += total - held;
+                let stranded = if g.mig_enabled {
+                    f64::from(tessera_core::layout::stranded_compute(model, &g.layout)).min(total - held)
+                } else {
+                    0.0
+                };
+                entry.free += total - held - stranded;
+                entry.stranded += stranded;
             } else {
                 entry.unavailable += total - held;
             }
@@ -237,19 +263,26 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                             <ul class="bars">
                                 {caps.into_iter().map(|c| {
                                     let pct = |v: f64| v / c.total.max(1.0) * 100.0;
-                                    let label = format!("{} allocated · {} free · {} unavailable, of {} ({} GPUs)", tessera_core::clock::rounded(c.allocated, 1), tessera_core::clock::rounded(c.free, 1), tessera_core::clock::rounded(c.unavailable, 1), tessera_core::clock::rounded(c.total, 1), c.gpus);
+                                    let label = c.text();
                                     view! {
                                         <li data-model=c.model.clone()>
                                             <div class="bar-head"><span>{c.model.clone()}</span><span class="muted">{label.clone()}</span></div>
                                             <div class="bar" role="img" aria-label=label>
                                                 <span class="used" style=format!("width:{:.1}%", pct(c.allocated))></span>
+                                                <span class="stranded" style=format!("width:{:.1}%", pct(c.stranded))></span>
                                                 <span class="off" style=format!("width:{:.1}%", pct(c.unavailable))></span>
                                             </div>
                                         </li>
                                     }
                                 }).collect_view()}
                             </ul>
-                            <p class="legend small"><span class="key used"></span>"allocated "<span class="key off"></span>"unavailable (cordoned, node not ready) "<span class="key"></span>"free"</p>
+                            <p class="legend small">
+                                <span class="item"><span class="key used"></span>"allocated"</span>
+                                <span class="item"><span class="key"></span>"free"</span>
+                                <span class="item" title="Free compute slices that no MIG instance can reach under the GPU's current layout"><span class="key stranded"></span>"stranded"</span>
+                                <span class="item" title="Not held, on cordoned GPUs or nodes that are not ready: nothing new lands there"><span class="key off"></span>"unavailable"</span>
+                            </p>
+                            <p class="muted small">"Stranded slices are free but out of reach of any MIG instance under the GPU's layout: a layout change (on the fleet page) frees them. Unavailable ones are on cordoned GPUs or nodes that are not ready."</p>
                         </div>
                         <div class="card" data-testid="attention">
                             <h2>"Needs attention"</h2>
@@ -366,5 +399,64 @@ fn TenantGlance(id: String, name: String) -> impl IntoView {
                 })}
             </Suspense>
         </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_api::nodes::{GpuView, InUse, NodeView};
+    use tessera_core::layout::PlacedInstance;
+
+    use super::*;
+
+    fn gpu(model: &str, layout: &[(&str, u8)], held: &[(&str, u8)], cordoned: bool) -> GpuView {
+        GpuView {
+            id: format!("g-{model}"),
+            index: 0,
+            uuid: String::new(),
+            model: model.into(),
+            mig_enabled: !layout.is_empty(),
+            cordoned,
+            layout: layout.iter().map(|&(p, s)| PlacedInstance { profile: p.into(), start: s }).collect(),
+            layout_version: 1,
+            auto_layout: false,
+            applied: None,
+            errors: vec![],
+            in_use: held
+                .iter()
+                .map(|&(p, s)| InUse {
+                    profile: p.into(),
+                    start: s,
+                    request: "r".into(),
+                    tenant: "t".into(),
+                    state: "active".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn capacity_splits_each_model_into_allocated_free_stranded_and_unavailable() {
+        let node = NodeView {
+            id: "n".into(),
+            name: "n1".into(),
+            created_at_ms: 0,
+            gpus: vec![
+                // 3g@0 held, 3g@4 free: the 7th compute slice has no memory left.
+                gpu("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)], &[("3g.40gb", 0)], false),
+                // Cordoned: what is not held is unavailable, stranded or not.
+                gpu("H100-80GB", &[("3g.40gb", 0), ("3g.40gb", 4)], &[], true),
+            ],
+            state: "ready".into(),
+            generation: 1,
+            observed_generation: 1,
+            last_seen_ms: None,
+            agent: None,
+            errors: vec![],
+        };
+        let caps = capacity(&[node], Catalog::builtin());
+        let h = &caps[0];
+        assert_eq!((h.gpus, h.total, h.allocated, h.free, h.stranded, h.unavailable), (2, 14.0, 3.0, 3.0, 1.0, 7.0));
+        assert_eq!(h.text(), "3 of 14 allocated · 3 free · 1 stranded · 7 unavailable · 2 GPUs");
     }
 }

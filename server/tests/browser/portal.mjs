@@ -649,6 +649,14 @@ display_name = "Test IdP"
     const waitingRequests = Number(await page.locator('[data-testid=waiting-requests]').textContent());
     check(await page.locator('[data-testid=admin-glance] [data-testid=utilisation]').count() === 1 && waitingRequests >= 0,
       `overview: an admin sees capacity per GPU model, utilisation, and what waits (${waitingRequests} request(s) to approve)`);
+    // Each model's parts add up to its total: "10 of 28 allocated · 17 free · 1 stranded · 4 GPUs".
+    const capacities = await page.locator('[data-testid=capacity] li[data-model] .bar-head .muted').allTextContents();
+    const parts = capacities.map((t) => {
+      const num = (re) => Number((t.match(re) || [0, 0])[1]);
+      return { t, total: num(/of ([\d.]+) allocated/), sum: num(/([\d.]+) of/) + num(/([\d.]+) free/) + num(/([\d.]+) stranded/) + num(/([\d.]+) unavailable/) };
+    });
+    check(parts.length > 0 && parts.every((p) => p.total > 0 && Math.abs(p.sum - p.total) < 0.11),
+      `overview: allocated, free, stranded and unavailable add up to each model's compute slices (${capacities.join('; ')})`);
 
     // Every page in both themes, for people to look at (target/test-output/portal/tour-*.png).
     const anyGpu = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((g) => g.mig_enabled);
