@@ -38,6 +38,7 @@ pub fn shell(options: LeptosOptions, hydrates: bool) -> impl IntoView {
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
                 <meta name="color-scheme" content="light dark" />
                 <link rel="stylesheet" href="/pkg/tessera.css" />
+                <link rel="icon" href="/pkg/icon.svg" type="image/svg+xml" />
                 // The theme chosen earlier, before the first paint (no flash of the other theme).
                 <script>
                     "try{var t=localStorage.getItem('tessera-theme');if(t)document.documentElement.dataset.theme=t}catch(e){}"

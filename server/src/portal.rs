@@ -19,6 +19,13 @@ use tessera_frontend::api::InProcessApi;
 use tower::ServiceExt;
 
 const CSS: &str = include_str!("../../frontend/style/tessera.css");
+
+/// The tab icon: the header's four tiles. Also answered at `/favicon.ico`, which browsers ask for on their own.
+const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 16\">\
+<rect x=\"1\" y=\"1\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#d55e00\"/>\
+<rect x=\"8\" y=\"1\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#0072b2\"/>\
+<rect x=\"1\" y=\"8\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#e69f00\"/>\
+<rect x=\"8\" y=\"8\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#009e73\"/></svg>";
 #[cfg(portal_wasm)]
 const JS: &[u8] = include_bytes!(concat!(env!("TESSERA_SITE_PKG"), "/tessera.js"));
 #[cfg(portal_wasm)]
@@ -53,6 +60,8 @@ pub fn routes(api: Router) -> Router {
             move || tessera_frontend::shell(shell_options.clone(), HYDRATES),
         )
         .route("/pkg/tessera.css", get(|| async { asset("text/css; charset=utf-8", CSS.as_bytes()) }))
+        .route("/pkg/icon.svg", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
+        .route("/favicon.ico", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
         .route("/pkg/tessera.js", get(|| async { script() }))
         .route("/pkg/tessera_bg.wasm", get(|| async { wasm() }))
         .with_state(options)

@@ -270,6 +270,8 @@ display_name = "Test IdP"
     await tp.locator('input[name=login]').fill('ada');
     await tp.locator('button[type=submit]').click();
     await tp.waitForURL(`${base}/`);
+    // As every other step: click once the page is hydrated (a click while the wasm takes over can be lost).
+    await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     await tp.locator('[data-testid=tenants] a', { hasText: 'research' }).click();
     await tp.waitForURL(`${base}/t/research`);
     check(true, 'tenant: the dashboard is addressed by the tenant\'s name (/t/research)');

@@ -1207,6 +1207,17 @@ async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see(db
     let css = app.call(Method::GET, "/pkg/tessera.css", None).send().await.expect("css");
     assert_eq!(css.status(), StatusCode::OK);
     assert!(css.text().await.expect("css").contains("--accent"));
+    // The tab icon is linked from every page and answered where browsers look for it unasked.
+    assert!(html.contains("/pkg/icon.svg"), "{html}");
+    for path in ["/pkg/icon.svg", "/favicon.ico"] {
+        let icon = app.call(Method::GET, path, None).send().await.expect("icon");
+        assert_eq!(
+            (icon.status(), icon.headers()[reqwest::header::CONTENT_TYPE].to_str().ok()),
+            (StatusCode::OK, Some("image/svg+xml")),
+            "{path}"
+        );
+        assert!(icon.text().await.expect("svg").starts_with("<svg"), "{path}");
+    }
     let missing = app.call(Method::GET, "/no/such/page", None).send().await.expect("404");
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }

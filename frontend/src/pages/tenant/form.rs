@@ -133,8 +133,9 @@ pub(super) fn RequestForm(
                                         <option value="" selected=move || model.get().is_empty()>{if any { "any model" } else { "choose a model" }}</option>
                                         {models_for_mode().into_iter().map(|m| {
                                             let key = m.model.clone();
-                                            let label = format!("{} ({} GPU{})", m.product, m.gpus, if m.gpus == 1 { "" } else { "s" });
-                                            view! { <option value=key.clone() selected=move || model.get() == key>{label}</option> }
+                                            // The model by the name the rest of the portal uses; the product name in the tooltip.
+                                            let label = format!("{} · {}", m.model, crate::pages::count(m.gpus as u64, "GPU"));
+                                            view! { <option value=key.clone() title=m.product.clone() selected=move || model.get() == key>{label}</option> }
                                         }).collect_view()}
                                     }
                                 }}
