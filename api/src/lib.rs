@@ -13,6 +13,7 @@ pub mod layouts;
 pub mod nodes;
 pub mod people;
 pub mod problem;
+pub mod quotas;
 pub mod requests;
 pub mod signin;
 pub mod telemetry;

@@ -20,6 +20,10 @@ pub struct Problem {
     /// Individual problems, when there are several (e.g. every quota limit a request exceeds).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<ProblemItem>,
+    /// For `quota_exceeded`: resource -> the limit that would let the same request through now (what is held plus
+    /// what was asked), the `limits` of a quota request asking for exactly what is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_for: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 /// One of several problems.

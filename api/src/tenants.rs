@@ -57,6 +57,10 @@ pub struct TenantView {
 pub struct QuotaUpdate {
     /// Resource -> limit, or `null` to remove it.
     pub limits: BTreeMap<String, Option<f64>>,
+    /// Why (kept in the limits' history; 0-2000 characters).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
+    pub reason: String,
 }
 
 /// A tenant's quota: every limited or held resource.
@@ -79,4 +83,7 @@ pub struct QuotaLine {
     pub limit: Option<f64>,
     /// Held by pending, approved, provisioning and active requests.
     pub held: f64,
+    /// Whether more is held than the limit allows (after a limit was lowered or a temporary increase ended):
+    /// new requests charging this resource are refused until it is back under.
+    pub over: bool,
 }

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod layout;
 pub mod planner;
 pub mod quota;
+pub mod quota_request;
 pub mod request;
 pub mod sharing;
 pub mod text;

@@ -115,6 +115,7 @@ fn local_problem(status: u16, code: &str, title: &str, detail: impl Into<String>
         detail: detail.into(),
         code: code.into(),
         errors: Vec::new(),
+        ask_for: None,
     }
 }
 

@@ -603,6 +603,9 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 100 } else { 1000 });
     let only = args.iter().find(|a| *a == "ingest" || *a == "push").cloned();
+    if cfg!(debug_assertions) {
+        println!("Unoptimised build (`--profile dev`): a check that the benchmark runs, not figures to report.");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         if only.as_deref() != Some("push") {

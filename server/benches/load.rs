@@ -244,6 +244,9 @@ async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let secs = if quick { 1 } else { 5 };
     println!("# Tessera API load benchmark ({secs} s per measurement, server and clients on this machine)\n");
+    if cfg!(debug_assertions) {
+        println!("Unoptimised build (`--profile dev`): a check that the benchmark runs, not figures to report.\n");
+    }
     println!("| backend | clients | operation | req/s | p50 ms | p99 ms | throughput / healthz | errors |");
     println!("|---|---|---|---|---|---|---|---|");
     let file = std::env::temp_dir().join(format!("tessera-load-{}.db", uuid::Uuid::now_v7().simple()));

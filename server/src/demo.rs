@@ -186,7 +186,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
         let policy =
             ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: if auto_approve { 14 } else { 0 } };
         let t = state.store.create_tenant(name, policy, "system:demo").await?;
-        state.store.set_quotas(&t.id, &[(Resource::ComputeSlices, Some(28_000))], "system:demo").await?;
+        state.store.set_quotas(&t.id, &[(Resource::ComputeSlices, Some(28_000))], "system:demo", "demo").await?;
         Ok::<_, crate::store::StoreError>(t)
     };
     let vision = tenant("vision", true).await.map_err(|e| err(&e))?;

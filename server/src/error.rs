@@ -40,6 +40,10 @@ pub enum ApiError {
         /// Individual problems.
         errors: Vec<ProblemItem>,
     },
+    /// 409 `quota_exceeded`: the request does not fit the tenant's quota; the problem names each limit and the
+    /// limits that would let it through (`ask_for`).
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    QuotaExceeded(Vec<tessera_core::quota::QuotaError>),
     /// 400/422: the request itself is wrong.
     #[error("{detail}")]
     Invalid {
@@ -84,6 +88,7 @@ impl ApiError {
             ApiError::Denied { status, code, .. } => (*status, code, "Not allowed"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, "Conflict"),
+            ApiError::QuotaExceeded(_) => (StatusCode::CONFLICT, "quota_exceeded", "Conflict"),
             ApiError::Invalid { status, code, .. } => (*status, code, "Invalid request"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
@@ -99,7 +104,19 @@ impl IntoResponse for ApiError {
         }
         let errors = match &self {
             ApiError::Conflict { errors, .. } => errors.clone(),
+            ApiError::QuotaExceeded(errors) => {
+                errors.iter().map(|e| ProblemItem { code: e.code().to_string(), message: e.to_string() }).collect()
+            }
             _ => Vec::new(),
+        };
+        let ask_for = match &self {
+            ApiError::QuotaExceeded(errors) => Some(
+                tessera_core::quota_request::needed_limits(errors)
+                    .into_iter()
+                    .map(|(r, m)| (r.to_string(), m as f64 / tessera_core::quota::MILLI as f64))
+                    .collect(),
+            ),
+            _ => None,
         };
         let problem = Problem {
             kind: format!("urn:tessera:problem:{code}"),
@@ -108,6 +125,7 @@ impl IntoResponse for ApiError {
             detail: self.to_string(),
             code: code.to_string(),
             errors,
+            ask_for,
         };
         let mut response = (status, Json(problem)).into_response();
         response
@@ -135,14 +153,11 @@ impl From<StoreError> for ApiError {
                 detail: format!("an object with the same {constraint} already exists"),
                 errors: vec![],
             },
-            StoreError::Quota(errors) => ApiError::Conflict {
-                code: "quota_exceeded",
-                detail: errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
-                errors: errors
-                    .iter()
-                    .map(|e| ProblemItem { code: e.code().to_string(), message: e.to_string() })
-                    .collect(),
-            },
+            StoreError::Quota(errors) => ApiError::QuotaExceeded(errors),
+            StoreError::QuotaAsk(e) => ApiError::invalid(e.code(), e.to_string()),
+            s @ StoreError::QuotaState { .. } => {
+                ApiError::Conflict { code: "quota_request_invalid_transition", detail: s.to_string(), errors: vec![] }
+            }
             StoreError::Transition(t) => {
                 ApiError::Conflict { code: "request_invalid_transition", detail: t.to_string(), errors: vec![] }
             }

@@ -228,6 +228,11 @@ pub async fn serve(
                 Ok(n) => tracing::info!(expired = n, "requests expired"),
                 Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
             }
+            match store.end_due_quota_requests(now).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),
+                Err(e) => tracing::warn!(error = %e, "quota end sweep failed"),
+            }
             let idle_before = now - idle.as_millis() as i64;
             let attempts_before = now - crate::auth::LOGIN_TTL_MS;
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {

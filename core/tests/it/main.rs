@@ -5,6 +5,7 @@ mod layout;
 mod planner;
 mod planner_quality;
 mod quota;
+mod quota_request;
 mod request;
 mod sharing;
 mod support;

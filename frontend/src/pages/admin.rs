@@ -223,7 +223,7 @@ fn QuotaCard(tenant: String) -> impl IntoView {
             messages.set(vec![(false, "Nothing changed.".into())]);
             return;
         }
-        let body = QuotaUpdate { limits: checked.into_iter().flatten().collect() };
+        let body = QuotaUpdate { limits: checked.into_iter().flatten().collect(), reason: String::new() };
         leptos::task::spawn_local(async move {
             match api::send_json::<QuotaView>("PUT", format!("/api/v1/tenants/{}/quotas", id.get_value()), body).await {
                 Ok(_) => {

@@ -371,7 +371,12 @@ mod tests {
     fn quotas(held: f64, limit: f64) -> QuotaView {
         QuotaView {
             tenant: "t".into(),
-            resources: vec![QuotaLine { resource: "compute_slices".into(), held, limit: Some(limit) }],
+            resources: vec![QuotaLine {
+                resource: "compute_slices".into(),
+                held,
+                limit: Some(limit),
+                over: held > limit,
+            }],
         }
     }
 

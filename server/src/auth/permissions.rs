@@ -19,11 +19,16 @@ impl Principal {
     /// Requires a platform admin or an admin of `tenant_id` (after [`Principal::require_visible`]): other members
     /// get 403.
     pub fn require_tenant_admin(&self, tenant_id: &str) -> Result<(), ApiError> {
+        self.require_tenant_admin_to(tenant_id, "manage members")
+    }
+
+    /// As [`Principal::require_tenant_admin`], saying what only admins may do (`"ask for quota"`).
+    pub fn require_tenant_admin_to(&self, tenant_id: &str, action: &str) -> Result<(), ApiError> {
         self.require_visible(tenant_id, "tenant")?;
         if self.user.platform_admin || self.role_in(tenant_id) == Some(crate::store::Role::TenantAdmin) {
             Ok(())
         } else {
-            Err(ApiError::Forbidden("only platform admins and the tenant's admins manage members".to_string()))
+            Err(ApiError::Forbidden(format!("only platform admins and the tenant's admins {action}")))
         }
     }
 }

@@ -134,23 +134,25 @@ pub enum ApiCommand {
     Request(RequestCommand),
     /// `tessera node ...`.
     Node(NodeCommand),
+    /// `tessera quota ...`.
+    Quota(super::quota::QuotaCommand),
 }
 
 /// What the server answered: the typed view, or its problem report.
-enum Answer<T> {
+pub(super) enum Answer<T> {
     Ok(T),
     Refused(Problem),
 }
 
 /// The REST API, typed with the server's own wire types (`tessera-api`).
-struct Api {
+pub(super) struct Api {
     client: reqwest::Client,
     base: String,
     token: String,
 }
 
 impl Api {
-    async fn call<B: Serialize, T: DeserializeOwned>(
+    pub(super) async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -179,11 +181,41 @@ impl Api {
             detail: "the server refused the request".to_string(),
             code: "error".to_string(),
             errors: Vec::new(),
+            ask_for: None,
         })))
     }
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CliError> {
+    pub(super) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<Answer<T>, CliError> {
         self.call(Method::GET, path, None::<&()>, None).await
+    }
+
+    /// Every item of a paged listing at `path` (500 a page, following `next_cursor`), filtered by tenant and state.
+    pub(super) async fn all_pages<P: DeserializeOwned, T>(
+        &self,
+        path: &str,
+        tenant: Option<&str>,
+        state: Option<&str>,
+        split: impl Fn(P) -> (Vec<T>, Option<String>),
+    ) -> Result<Answer<Vec<T>>, CliError> {
+        let mut items: Vec<T> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut q = vec!["limit=500".to_string()];
+            q.extend(tenant.iter().map(|t| format!("tenant={t}")));
+            q.extend(state.iter().map(|s| format!("state={s}")));
+            q.extend(cursor.iter().map(|c| format!("cursor={c}")));
+            match self.get::<P>(&format!("{path}?{}", q.join("&"))).await? {
+                Answer::Refused(p) => return Ok(Answer::Refused(p)),
+                Answer::Ok(page) => {
+                    let (page_items, next) = split(page);
+                    items.extend(page_items);
+                    match next {
+                        Some(c) => cursor = Some(c),
+                        None => return Ok(Answer::Ok(items)),
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -203,6 +235,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             ApiCommand::Node(NodeCommand::List) => {
                 return print(out, api.get::<Vec<NodeView>>("/api/v1/nodes").await?);
             }
+            ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
         };
         match cmd {
             RequestCommand::Create {
@@ -227,24 +260,11 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 print(out, api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?)
             }
             RequestCommand::List { tenant, state } => {
-                let mut items: Vec<RequestView> = Vec::new();
-                let mut cursor: Option<String> = None;
-                loop {
-                    let mut q = vec!["limit=500".to_string()];
-                    q.extend(tenant.iter().map(|t| format!("tenant={t}")));
-                    q.extend(state.iter().map(|s| format!("state={s}")));
-                    q.extend(cursor.iter().map(|c| format!("cursor={c}")));
-                    match api.get::<RequestPage>(&format!("/api/v1/requests?{}", q.join("&"))).await? {
-                        Answer::Refused(p) => return print::<()>(out, Answer::Refused(p)),
-                        Answer::Ok(page) => {
-                            items.extend(page.items);
-                            match page.next_cursor {
-                                Some(c) => cursor = Some(c),
-                                None => return print(out, Answer::Ok(items)),
-                            }
-                        }
-                    }
-                }
+                let state = state.map(|s| s.to_string());
+                let pages = api.all_pages("/api/v1/requests", tenant.as_deref(), state.as_deref(), |p: RequestPage| {
+                    (p.items, p.next_cursor)
+                });
+                print(out, pages.await?)
             }
             RequestCommand::Get { id } => print(out, api.get::<RequestView>(&format!("/api/v1/requests/{id}")).await?),
             RequestCommand::Approve { id } => {
@@ -265,7 +285,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
 }
 
 /// Prints an answer: the view as JSON on success, else the problem's code, detail and errors.
-fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Result<u8, CliError> {
+pub(super) fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Result<u8, CliError> {
     match answer {
         Answer::Ok(value) => {
             serde_json::to_writer_pretty(&mut *out, &value).map_err(std::io::Error::from)?;
@@ -276,6 +296,10 @@ fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Result<u8, Cli
             writeln!(out, "error[{}]: {}", problem.code, problem.detail)?;
             for e in &problem.errors {
                 writeln!(out, "  - {}", e.message)?;
+            }
+            if let Some(limits) = &problem.ask_for {
+                let args: Vec<String> = limits.iter().map(|(r, l)| format!("{r}={l}")).collect();
+                writeln!(out, "  ask for it: tessera quota ask --tenant TENANT --reason WHY {}", args.join(" "))?;
             }
             Ok(EXIT_NO)
         }

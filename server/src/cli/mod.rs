@@ -5,6 +5,7 @@
 
 mod client;
 mod mig;
+mod quota;
 mod table;
 mod user;
 
@@ -52,6 +53,13 @@ enum Command {
         conn: client::Connection,
         #[command(subcommand)]
         cmd: client::RequestCommand,
+    },
+    /// Quota requests on a running server: ask for limits, grant or refuse them, the history of limits.
+    Quota {
+        #[command(flatten)]
+        conn: client::Connection,
+        #[command(subcommand)]
+        cmd: quota::QuotaCommand,
     },
     /// Nodes on a running server: join tokens for node agents, the node list.
     Node {
@@ -101,6 +109,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         Command::Openapi => openapi(out),
         Command::Request { conn, cmd } => client::run(conn, client::ApiCommand::Request(cmd), out),
         Command::Node { conn, cmd } => client::run(conn, client::ApiCommand::Node(cmd), out),
+        Command::Quota { conn, cmd } => client::run(conn, client::ApiCommand::Quota(cmd), out),
         Command::User { place, cmd } => user::run(place, cmd, &mut std::io::stdin().lock(), out),
     };
     match result {

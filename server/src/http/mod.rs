@@ -12,6 +12,7 @@ mod health;
 mod layouts;
 pub(crate) mod nodes;
 mod people;
+mod quotas;
 mod requests;
 pub mod signin;
 pub mod telemetry;
@@ -114,6 +115,13 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tenants::get_tenant))
         .routes(routes!(tenants::get_quotas, tenants::set_quotas))
         .routes(routes!(tenants::set_policy))
+        .routes(routes!(quotas::create_quota_request))
+        .routes(routes!(quotas::quota_history))
+        .routes(routes!(quotas::list_quota_requests))
+        .routes(routes!(quotas::get_quota_request))
+        .routes(routes!(quotas::approve_quota_request))
+        .routes(routes!(quotas::reject_quota_request))
+        .routes(routes!(quotas::cancel_quota_request))
         .routes(routes!(requests::create_request, requests::list_requests))
         .routes(routes!(requests::get_request))
         .routes(routes!(requests::approve_request))

@@ -38,7 +38,7 @@ fn etag(version: i64) -> HeaderValue {
 }
 
 /// The version an `If-Match` header names: `"v3"`, `W/"v3"` or `*` (any).
-fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
     let text = value.to_str().unwrap_or("").trim();
     if text == "*" {
@@ -54,12 +54,16 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
 }
 
 fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
-    let tag = etag(request.version);
-    let location = format!("/api/v1/requests/{}", request.id);
-    let mut response = (status, ApiJson(RequestView::from(request))).into_response();
-    response.headers_mut().insert(header::ETAG, tag);
+    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
+    versioned(status, version, &location, RequestView::from(request))
+}
+
+/// `view` with its version as `ETag` and, when it was just created (201), its address as `Location`.
+pub(super) fn versioned<V: serde::Serialize>(status: StatusCode, version: i64, location: &str, view: V) -> Response {
+    let mut response = (status, ApiJson(view)).into_response();
+    response.headers_mut().insert(header::ETAG, etag(version));
     if status == StatusCode::CREATED
-        && let Ok(l) = HeaderValue::from_str(&location)
+        && let Ok(l) = HeaderValue::from_str(location)
     {
         response.headers_mut().insert(header::LOCATION, l);
     }

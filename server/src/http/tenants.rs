@@ -83,7 +83,7 @@ pub async fn set_quotas(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<QuotaUpdate>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
-    Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body.limits).await?))
+    Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body.limits, &body.reason).await?))
 }
 
 /// Tenants you may see: all of them for platform admins, your own otherwise.

@@ -13,6 +13,7 @@ pub mod idle;
 pub mod lookup;
 pub mod people;
 pub mod queue;
+pub mod quotas;
 pub mod requests;
 pub mod telemetry;
 pub mod tenants;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use tessera_api::tenants::{QuotaLine, QuotaView};
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
+use tessera_core::quota_request::amount;
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -13,9 +14,6 @@ use crate::store::{Principal, Tenant};
 /// Most weighted compute slices an approval policy may name (what a 32-bit integer holds, as every release has
 /// accepted).
 const MAX_AUTO_APPROVE_SLICES: u32 = i32::MAX as u32;
-
-/// Largest limit, in whole units.
-const MAX_LIMIT: f64 = 1e12;
 
 /// The policy of a new tenant or a policy update, checked.
 pub fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32) -> Result<ApprovalPolicy, ApiError> {
@@ -80,29 +78,29 @@ pub async fn quotas(state: &AppState, p: &Principal, id: &str) -> Result<QuotaVi
     quota_view(state, id).await
 }
 
-/// Sets or removes limits (platform admins): every resource key and amount is checked before any is written.
+/// Sets or removes limits (platform admins): every resource key and amount is checked before any is written;
+/// `reason` is kept in the limits' history.
 pub async fn set_quotas(
     state: &AppState,
     p: &Principal,
     id: &str,
     limits: &BTreeMap<String, Option<f64>>,
+    reason: &str,
 ) -> Result<QuotaView, ApiError> {
     p.require_platform_admin()?;
     state.store.tenant(id).await?;
+    tessera_core::text::check_reason(reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
     let mut parsed = Vec::with_capacity(limits.len());
     for (key, limit) in limits {
         let resource =
             Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
-        let Some(limit) = *limit else {
-            parsed.push((resource, None));
-            continue;
+        let limit = match *limit {
+            Some(units) => Some(amount(key, units).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?),
+            None => None,
         };
-        if !limit.is_finite() || !(0.0..=MAX_LIMIT).contains(&limit) {
-            return Err(ApiError::invalid("quota_bad_limit", format!("{key}: a limit is a number from 0 to 1e12")));
-        }
-        parsed.push((resource, Some((limit * MILLI as f64).round() as u64)));
+        parsed.push((resource, limit));
     }
-    state.store.set_quotas(id, &parsed, &p.actor()).await?;
+    state.store.set_quotas(id, &parsed, &p.actor(), reason.trim()).await?;
     quota_view(state, id).await
 }
 
@@ -112,13 +110,17 @@ async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiErro
     let mut keys: Vec<&Resource> = limits.keys().chain(held.keys()).collect();
     keys.sort();
     keys.dedup();
-    let amount = |m: u64| m as f64 / MILLI as f64;
+    let units = |m: u64| m as f64 / MILLI as f64;
     let resources = keys
         .into_iter()
-        .map(|r| QuotaLine {
-            resource: r.to_string(),
-            limit: limits.get(r).map(|&m| amount(m)),
-            held: amount(held.get(r).copied().unwrap_or(0)),
+        .map(|r| {
+            let (limit, held) = (limits.get(r).copied(), held.get(r).copied().unwrap_or(0));
+            QuotaLine {
+                resource: r.to_string(),
+                limit: limit.map(units),
+                held: units(held),
+                over: limit.is_some_and(|l| held > l),
+            }
         })
         .collect();
     Ok(QuotaView { tenant: tenant.to_string(), resources })

@@ -22,6 +22,7 @@ pub mod history;
 mod layouts;
 pub mod people;
 mod postgres;
+pub mod quotas;
 mod requests;
 mod sqlite;
 pub mod telemetry;
@@ -57,6 +58,17 @@ pub enum StoreError {
     /// The request's life does not allow the change.
     #[error(transparent)]
     Transition(#[from] TransitionError),
+    /// A quota request (or its grant) that the rules refuse.
+    #[error(transparent)]
+    QuotaAsk(tessera_core::quota_request::AskError),
+    /// A quota request whose state does not allow the change.
+    #[error("a quota request that is {from} cannot become {to}")]
+    QuotaState {
+        /// Its state.
+        from: tessera_core::quota_request::QuotaRequestState,
+        /// The state asked for.
+        to: tessera_core::quota_request::QuotaRequestState,
+    },
     /// The database URL is not one Tessera can use (only its scheme is kept: the rest may hold a password).
     #[error("unsupported database URL scheme `{0}`: use sqlite://PATH or postgres://...")]
     BadUrl(String),

@@ -51,7 +51,7 @@ pub(super) async fn audit_insert<'c>(
 }
 
 /// A tenant's limits.
-async fn quotas_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage, StoreError> {
+pub(super) async fn quotas_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage, StoreError> {
     let sql = "SELECT resource, limit_milli FROM quotas WHERE tenant_id = $1";
     let rows: Vec<(String, i64)> = on_conn!(conn.into(), conn, _dialect => {
         sqlx::query_as(sql).bind(tenant_id).fetch_all(&mut *conn).await?
@@ -178,62 +178,7 @@ impl Store {
         limit_milli: u64,
         actor: &str,
     ) -> Result<(), StoreError> {
-        self.set_quotas(tenant_id, &[(resource.clone(), Some(limit_milli))], actor).await
-    }
-
-    /// Sets several limits in one transaction: all of them or none. `None` removes a limit (the resource is then
-    /// unlimited); each change is audited with the limit before it.
-    pub async fn set_quotas(
-        &self,
-        tenant_id: &str,
-        limits: &[(tessera_core::quota::Resource, Option<u64>)],
-        actor: &str,
-    ) -> Result<(), StoreError> {
-        let limits: Vec<(String, Option<i64>)> =
-            limits.iter().map(|(r, m)| (r.to_string(), m.map(|m| i64::try_from(m).unwrap_or(i64::MAX)))).collect();
-        on_pool!(self, pool, dialect => {
-            let mut tx = pool.begin_with(dialect.begin()).await?;
-            for (resource, limit) in &limits {
-                let before: Option<i64> = sqlx::query_scalar(&format!(
-                    "SELECT limit_milli FROM quotas WHERE tenant_id = $1 AND resource = $2{}",
-                    dialect.lock()
-                ))
-                .bind(tenant_id)
-                .bind(resource)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let object = format!("tenant/{tenant_id}/quota/{resource}");
-                let before_json = before.map(|b| format!("{{\"limit_milli\":{b}}}"));
-                match limit {
-                    Some(limit) => {
-                        sqlx::query(
-                            "INSERT INTO quotas (tenant_id, resource, limit_milli) VALUES ($1, $2, $3) \
-                             ON CONFLICT (tenant_id, resource) DO UPDATE SET limit_milli = excluded.limit_milli",
-                        )
-                        .bind(tenant_id)
-                        .bind(resource)
-                        .bind(limit)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| on_constraint(e, "quotas"))?;
-                        let after = Some(format!("{{\"limit_milli\":{limit}}}"));
-                        audit_insert(&mut tx, actor, "quota.set", &object, before_json, after).await?;
-                    }
-                    // Removing a limit that is not there is a no-op, and not audited.
-                    None if before.is_none() => {}
-                    None => {
-                        sqlx::query("DELETE FROM quotas WHERE tenant_id = $1 AND resource = $2")
-                            .bind(tenant_id)
-                            .bind(resource)
-                            .execute(&mut *tx)
-                            .await?;
-                        audit_insert(&mut tx, actor, "quota.remove", &object, before_json, None).await?;
-                    }
-                }
-            }
-            tx.commit().await?;
-        });
-        Ok(())
+        self.set_quotas(tenant_id, &[(resource.clone(), Some(limit_milli))], actor, "").await
     }
 
     /// A tenant's limits.

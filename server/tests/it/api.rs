@@ -166,8 +166,8 @@ async fn quota_updates_are_checked_whole_before_anything_is_written(db: &TestDb)
     assert_eq!(
         view["resources"],
         json!([
-            {"resource": "mig/H100-80GB/1g.10gb", "limit": 2.0, "held": 0.0},
-            {"resource": "compute_slices", "limit": 1.75, "held": 0.0},
+            {"resource": "mig/H100-80GB/1g.10gb", "limit": 2.0, "held": 0.0, "over": false},
+            {"resource": "compute_slices", "limit": 1.75, "held": 0.0, "over": false},
         ])
     );
 }

@@ -10,6 +10,7 @@ mod isolation;
 mod links;
 mod logging;
 mod prometheus;
+mod quotas;
 mod sso;
 mod store;
 mod telemetry;
