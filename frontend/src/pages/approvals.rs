@@ -167,6 +167,7 @@ pub fn ApprovalsPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <crate::pages::quotas::QuotaApprovals reason />
             <h2>"Layout changes waiting"</h2>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {

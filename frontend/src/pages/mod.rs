@@ -7,6 +7,7 @@ pub mod fleet;
 pub mod heatmap;
 pub mod layout;
 pub mod overview;
+pub mod quotas;
 pub mod signin;
 pub mod slots;
 pub mod tenant;

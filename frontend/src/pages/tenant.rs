@@ -122,6 +122,9 @@ pub struct Feedback {
     pub decision: Option<Decision>,
     /// A request the core cannot charge (unknown model, bad replicas).
     pub invalid: Option<String>,
+    /// When over quota: the limits that would let it through (resource key, amount), what a quota request asking
+    /// for exactly what is missing names (the core's `needed_limits`, as the server's `ask_for`).
+    pub needed: Vec<(String, String)>,
 }
 
 /// One resource a request takes, in words: `Compute slices`, `2 slices`, `10 left after`.
@@ -146,7 +149,15 @@ pub fn feedback(
 ) -> Feedback {
     let requested = match quota::charge(Catalog::builtin(), spec, count) {
         Ok(r) => r,
-        Err(e) => return Feedback { charges: vec![], over: vec![], decision: None, invalid: Some(e.to_string()) },
+        Err(e) => {
+            return Feedback {
+                charges: vec![],
+                over: vec![],
+                decision: None,
+                invalid: Some(e.to_string()),
+                needed: vec![],
+            };
+        }
     };
     let (limits, held) = limits_and_held(quotas);
     let charges = requested
@@ -159,10 +170,19 @@ pub fn feedback(
         })
         .collect();
     match quota::check(&limits, &held, &requested) {
-        Ok(()) => Feedback { charges, over: vec![], decision: Some(policy.decide(&requested)), invalid: None },
-        Err(errors) => {
-            Feedback { charges, over: errors.iter().map(QuotaError::in_words).collect(), decision: None, invalid: None }
+        Ok(()) => {
+            Feedback { charges, over: vec![], decision: Some(policy.decide(&requested)), invalid: None, needed: vec![] }
         }
+        Err(errors) => Feedback {
+            charges,
+            over: errors.iter().map(QuotaError::in_words).collect(),
+            decision: None,
+            invalid: None,
+            needed: tessera_core::quota_request::needed_limits(&errors)
+                .into_iter()
+                .map(|(r, m)| (r.to_string(), quota::show(m)))
+                .collect(),
+        },
     }
 }
 
@@ -195,6 +215,9 @@ fn cancellable(s: RequestState) -> bool {
 #[component]
 pub fn TenantPage() -> impl IntoView {
     let params = use_params_map();
+    let draft = crate::pages::quotas::AskDraft::new();
+    provide_context(draft);
+    let session = expect_context::<crate::widgets::SessionResource>();
     // `/t/vision` or `/t/<id>`: the API takes either for the tenant itself; the other reads need its id.
     let tenant_id = move || params.read().get("tenant").unwrap_or_default();
     let tenant = Resource::new(tenant_id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
@@ -243,6 +266,11 @@ pub fn TenantPage() -> impl IntoView {
                         Ok(t) => t,
                         Err(p) => return problem_view(&p),
                     };
+                    // The tenant's admins and platform admins ask for quota; the server checks it again.
+                    let can_ask = session.await.is_ok_and(|s| {
+                        s.user.platform_admin
+                            || s.memberships.iter().any(|m| m.tenant == t.id && m.role == tessera_api::Role::TenantAdmin)
+                    });
                     view! {
                         <div class="title-row"><h1>{t.name.clone()}</h1>
                             <span class="muted">{if t.auto_approve { format!("auto-approves up to {} compute slices", t.auto_approve_max_compute_slices) } else { "every request waits for an admin".to_string() }}</span>
@@ -255,7 +283,7 @@ pub fn TenantPage() -> impl IntoView {
                                         let (q, reqs) = (quotas.await, requests.await);
                                         let items = reqs.map(|p| p.items).unwrap_or_default();
                                         match q {
-                                            Ok(q) => quota_view(quota_bars(&q, &items)),
+                                            Ok(q) => quota_view(quota_bars(&q, &items), can_ask.then_some(draft)),
                                             Err(p) => problem_view(&p),
                                         }
                                     })}
@@ -266,6 +294,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <RequestForm tenant=t.clone() quotas=latest_quotas.into() on_done />
                             </div>
                         </div>
+                        <crate::pages::quotas::QuotaRequestsCard tenant=t.clone() can_ask />
                         <div class="card">
                             <h2>"Allocations"</h2>
                             <AllocationsList allocations />
@@ -285,7 +314,7 @@ pub fn TenantPage() -> impl IntoView {
     }
 }
 
-fn quota_view(bars: Vec<QuotaBar>) -> AnyView {
+fn quota_view(bars: Vec<QuotaBar>, draft: Option<crate::pages::quotas::AskDraft>) -> AnyView {
     if bars.is_empty() {
         return view! { <p class="muted">"No limits set: requests are not capped."</p> }.into_any();
     }
@@ -294,9 +323,14 @@ fn quota_view(bars: Vec<QuotaBar>) -> AnyView {
             {bars.into_iter().map(|b| {
                 let label = b.text();
                 let full = b.limit.is_some_and(|l| b.used + b.pending >= l);
+                let over = b.limit.is_some_and(|l| b.used + b.pending > l);
+                let (key, limit) = (b.resource.clone(), b.limit.map(quota::show).unwrap_or_default());
                 view! {
                     <li data-resource=b.resource.clone()>
-                        <div class="bar-head"><span title=b.resource.clone()>{b.name.clone()}</span><span class="muted" class:bad=full>{label.clone()}</span></div>
+                        <div class="bar-head"><span title=b.resource.clone()>{b.name.clone()}</span><span class="muted" class:bad=full>{label.clone()}</span>
+                            {draft.map(|d| view! { <button type="button" class="link small" data-testid="ask-more" on:click=move |_| d.add(key.clone(), limit.clone())>"Ask for more"</button> })}
+                        </div>
+                        {over.then(|| view! { <p class="error small" data-testid="over">"Over the limit: new requests are refused until it is back under."</p> })}
                         {match b.widths() {
                             Some((used, pending)) => view! {
                                 <div class="bar" role="img" aria-label=label>

@@ -128,7 +128,7 @@ async function main() {
     post_logout_redirect_uris: [`${base}/`],
     accounts: {
       root: { email: 'root@example.com', name: 'Root Admin', groups: ['tessera-admins'] },
-      ada: { email: 'ada@example.com', name: 'Ada', groups: ['tessera:research:member'] },
+      ada: { email: 'ada@example.com', name: 'Ada', groups: ['tessera:research:admin'] },
     },
   }));
   const idp = spawn('node', [path.join(root, 'server/tests/support/oidc/provider.mjs'), '--config', idpConfig], {
@@ -323,6 +323,42 @@ display_name = "Test IdP"
     const tenantShot = await tp.screenshot({ path: path.join(out, 'tenant.png'), fullPage: true });
     check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
       'tenant: the quota bar shows the pending part (hatched amber)');
+
+    // Quota (ada is research's admin): "Ask for more" beside the bar opens the ask form with that resource; the
+    // reason is typed over several refreshes of the dashboard and of the request list; root grants part of it on
+    // the approvals page; ada's bar grows to the granted limit without a reload.
+    await tp.locator('[data-testid=quota] li[data-resource=compute_slices] [data-testid=ask-more]').click();
+    const askForm = tp.locator('[data-testid=ask-form]');
+    const askLimit = askForm.locator('[data-ask=compute_slices] input[name=limit]');
+    check(await askLimit.inputValue() === '14', `quota: "Ask for more" opens the form on compute slices at the limit in force (${await askLimit.inputValue()})`);
+    await askLimit.fill('20');
+    const askReason = askForm.locator('textarea[name=quota-reason]');
+    await askReason.click();
+    const askWhy = 'evaluation sweeps for the quarterly report';
+    await askReason.pressSequentially(askWhy, { delay: Math.ceil(7000 / askWhy.length) });
+    check(await askReason.inputValue() === askWhy && await askLimit.inputValue() === '20',
+      'quota: the ask form keeps the limit and the reason typed over 7 s of refreshes');
+    await askForm.locator('[data-testid=ask-send]').click();
+    const askedItem = tp.locator('[data-testid=quota-requests] li[data-state=pending]');
+    await askedItem.waitFor();
+    check((await askedItem.textContent()).includes('Compute slices: 14 → 20 slices'), 'quota: the tenant sees its pending ask in words');
+    await page.goto(`${base}/approvals`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const askCard = page.locator('[data-testid=quota-request]', { hasText: 'evaluation sweeps' });
+    await askCard.waitFor();
+    const heldCell = (await askCard.locator('tr[data-resource=compute_slices] td').nth(3).textContent()).trim();
+    check(heldCell === '2 slices', `approvals: the quota ask shows what the tenant holds (${heldCell})`);
+    await askCard.locator('input[name=grant]').fill('17');
+    await page.locator('[data-testid=bulk] input[name=reason]').fill('17 until the H200s arrive');
+    await askCard.locator('[data-testid=grant]').click();
+    await page.locator('.messages li.ok', { hasText: 'granted by root' }).waitFor();
+    check(true, 'approvals: root grants 17 of the 20 compute slices asked');
+    await page.locator('[data-testid=bulk] input[name=reason]').fill('');
+    await tp.locator('[data-testid=quota] li[data-resource=compute_slices]', { hasText: 'of 17 slices' }).waitFor({ timeout: 15000 });
+    check(true, "quota: the tenant's bar grows to the granted 17 slices without a reload");
+    const grantedItem = tp.locator('[data-testid=quota-requests] li[data-state=approved]');
+    await grantedItem.waitFor({ timeout: 15000 });
+    check((await grantedItem.textContent()).includes('17 granted'), 'quota: the tenant sees what was granted');
 
     // The admin approves it on the approvals page, with the planner's placement shown, then the layout change.
     await page.goto(`${base}/approvals`);

@@ -28,6 +28,7 @@ struct World {
     b_spare: String,
     b_token_ids: Vec<String>,
     b_requests: Vec<String>,
+    b_quota_requests: Vec<String>,
     gpu: String,
     node_id: String,
     join_token_id: String,
@@ -91,6 +92,18 @@ async fn world() -> World {
         assert!(r.status().is_success(), "{:?}", r.text().await);
         b_requests.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
     }
+    let mut b_quota_requests = Vec::new();
+    for i in 0..8 {
+        let r = client
+            .post(format!("{base}/api/v1/tenants/{b}/quota-requests"))
+            .bearer_auth(&b_admin)
+            .json(&json!({"limits": {"compute_slices": 60 + i}, "reason": "matrix"}))
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+        b_quota_requests.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
+    }
     // One of B's requests is approved.
     let r = client
         .post(format!("{base}/api/v1/requests/{}/approve", b_requests[7]))
@@ -129,6 +142,7 @@ async fn world() -> World {
         b_spare,
         b_token_ids,
         b_requests,
+        b_quota_requests,
         gpu,
         node_id,
         join_token_id,
@@ -177,6 +191,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("members", "{user}") if method == "delete" => w.b_spare.clone(),
             ("members", "{user}") => w.b_user.clone(),
             ("requests", "{id}") => w.b_requests[round % 7].clone(),
+            ("quota-requests", "{id}") => w.b_quota_requests[round % w.b_quota_requests.len()].clone(),
             ("gpus", "{id}") => w.gpu.clone(),
             ("layouts", "{id}") => w.layout.clone(),
             ("users", "{id}") => w.b_user.clone(),
@@ -191,7 +206,9 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         path.push_str(&value);
     }
     let query = match (method, template) {
-        ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") => format!("?tenant={}", w.b_tenant),
+        ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") | ("get", "/api/v1/quota-requests") => {
+            format!("?tenant={}", w.b_tenant)
+        }
         ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
         ("get", "/api/v1/usage") => format!("?tenant={}", w.b_tenant),
         ("get", "/auth/link") => "?token=tsl_unknown".to_string(),
@@ -204,6 +221,11 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         }
         ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
         ("put", "/api/v1/tenants/{id}/quotas") => json!({"limits": {"compute_slices": 50}}),
+        ("post", "/api/v1/tenants/{id}/quota-requests") => {
+            json!({"limits": {"compute_slices": 70}, "reason": "matrix"})
+        }
+        ("post", "/api/v1/quota-requests/{id}/approve") => json!({}),
+        ("post", "/api/v1/quota-requests/{id}/reject") => json!({"reason": "matrix"}),
         ("put", "/api/v1/tenants/{id}/members/{user}") => json!({"role": "member"}),
         ("put", "/api/v1/tenants/{id}/policy") => json!({"auto_approve": false}),
         ("post", "/api/v1/requests/{id}/release") => json!({"reason": "matrix"}),
@@ -317,7 +339,11 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
             let touches_b = url.contains(&w.b_tenant)
                 || url.contains(&w.b_user)
                 || url.contains(&w.b_spare)
-                || w.b_requests.iter().chain(&w.b_token_ids).any(|id| url.contains(id.as_str()))
+                || w.b_requests
+                    .iter()
+                    .chain(&w.b_token_ids)
+                    .chain(&w.b_quota_requests)
+                    .any(|id| url.contains(id.as_str()))
                 || body.to_string().contains(&w.b_tenant);
             for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {
                 let (status, text) = send(&w, method, &url, &body, Some(token)).await;

@@ -55,6 +55,9 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "Plan" => tessera_core::planner::Plan,
         "Problem" => tessera_api::Problem,
         "QuotaView" => tenants::QuotaView,
+        "QuotaRequestView" => tessera_api::quotas::QuotaRequestView,
+        "QuotaRequestPage" => tessera_api::quotas::QuotaRequestPage,
+        "LimitChangeView" => tessera_api::quotas::LimitChangeView,
         "RequestPage" => requests::RequestPage,
         "RequestView" => requests::RequestView,
         "Revoked" => nodes::Revoked,
@@ -171,6 +174,26 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::PUT, "/api/v1/tenants/{id}/quotas", &format!("/api/v1/tenants/{t}/quotas"), Some(limits), S::OK)
         .await;
     w.call(&admin, M::GET, "/api/v1/tenants/{id}/quotas", &format!("/api/v1/tenants/{t}/quotas"), None, S::OK).await;
+    // Quota requests: asked, listed, read, granted, refused, withdrawn; the limits' history.
+    let asks = format!("/api/v1/tenants/{t}/quota-requests");
+    let mut qr = Vec::new();
+    for limit in [30, 31, 32] {
+        let body = json!({"limits": {"compute_slices": limit}, "reason": "wire"});
+        qr.push(id(&w
+            .call(&admin, M::POST, "/api/v1/tenants/{id}/quota-requests", &asks, Some(body), S::CREATED)
+            .await));
+    }
+    w.call(&admin, M::GET, "/api/v1/quota-requests", "/api/v1/quota-requests", None, S::OK).await;
+    let one = format!("/api/v1/quota-requests/{}", qr[0]);
+    w.call(&admin, M::GET, "/api/v1/quota-requests/{id}", &one, None, S::OK).await;
+    let grant = Some(json!({"limits": {"compute_slices": 29}, "comment": "part"}));
+    w.call(&admin, M::POST, "/api/v1/quota-requests/{id}/approve", &format!("{one}/approve"), grant, S::OK).await;
+    let reject = format!("/api/v1/quota-requests/{}/reject", qr[1]);
+    w.call(&admin, M::POST, "/api/v1/quota-requests/{id}/reject", &reject, Some(json!({"reason": "no"})), S::OK).await;
+    let cancel = format!("/api/v1/quota-requests/{}/cancel", qr[2]);
+    w.call(&admin, M::POST, "/api/v1/quota-requests/{id}/cancel", &cancel, None, S::OK).await;
+    let history = format!("/api/v1/tenants/{t}/quota-history");
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/quota-history", &history, None, S::OK).await;
 
     let alice =
         w.call(&admin, M::POST, "/api/v1/users", "/api/v1/users", Some(json!({"name": "alice"})), S::CREATED).await;

@@ -13,6 +13,7 @@ use tessera_core::request::SliceSpec;
 
 use super::{Feedback, feedback, short, state_name};
 use crate::api::{self, ProblemExt};
+use crate::pages::quotas::AskDraft;
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 use crate::wire::approval_policy;
@@ -163,7 +164,7 @@ pub(super) fn RequestForm(
                         <div class="feedback" data-testid="feedback" aria-live="polite">
                             {move || match (spec(), count_n()) {
                                 (Some(s), Some(n)) => quota.with(|q| match q {
-                                    Some(Ok(q)) => feedback_view(feedback(&s, n, q, policy)),
+                                    Some(Ok(q)) => feedback_view(feedback(&s, n, q, policy), use_context::<AskDraft>()),
                                     Some(Err(p)) => view! { <p class="error">"The quota could not be read: "{p.message()}</p> }.into_any(),
                                     None => view! { <p class="muted">"Reading the quota…"</p> }.into_any(),
                                 }),
@@ -184,7 +185,7 @@ pub(super) fn RequestForm(
     }
 }
 
-fn feedback_view(f: Feedback) -> AnyView {
+fn feedback_view(f: Feedback, draft: Option<AskDraft>) -> AnyView {
     if let Some(why) = f.invalid {
         return view! { <p class="error">{why}</p> }.into_any();
     }
@@ -205,6 +206,13 @@ fn feedback_view(f: Feedback) -> AnyView {
             }).collect_view()}
             {f.over.into_iter().map(|o| view! { <li class="error">{o}</li> }).collect_view()}
         </ul>
+        {draft.filter(|_| !f.needed.is_empty()).map(|draft| {
+            let needed = f.needed.clone();
+            view! {
+                <button type="button" class="button small" data-testid="ask-missing"
+                    on:click=move |_| draft.fill(needed.clone())>"Ask for exactly what is missing"</button>
+            }
+        })}
     }
     .into_any()
 }
