@@ -151,7 +151,8 @@ const IDLE_FOR_MS: i64 = 3 * 24 * 3_600_000;
 /// - auto-layout on every MIG GPU of `demo-node-2` and on GPU 1 of `demo-node-1`; that node's GPU 0 and A100 wait
 ///   for an admin's approval of their layout changes;
 /// - vision's slices, placed by the planner as any request is, one of them held for three days and idle;
-///   llm-serving's approved requests, one of them waiting for a layout change on the A100, and one pending request;
+///   llm-serving's approved requests, one of them waiting for a layout change on the A100, one pending request,
+///   and a quota request for a month of more compute, waiting for an admin;
 /// - a week of released allocations for both tenants, with their minute telemetry, so usage, chargeback and the
 ///   24 h heatmap have data at once.
 async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), String> {
@@ -224,6 +225,14 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
         }
     }
     ask(&llm.id, "1g.10gb", "H100-80GB", 2, "canary for chat-7b v2").await;
+    // A quota request waiting for an admin: llm-serving wants room for a second model for a month.
+    let month = 30 * 24 * 3_600_000;
+    let more = [(Resource::ComputeSlices, 42_000)];
+    let why = "second serving model (chat-13b) for the launch";
+    if let Err(e) = state.store.create_quota_request(&llm.id, &more, why, Some(started_ms + month), "system:demo").await
+    {
+        tracing::warn!(error = %e, "demo quota request not created");
+    }
 
     let quiet = match idle {
         Some(r) => make_idle(state, sims, &r.id, started_ms).await.map_err(|e| err(&e))?,

@@ -15,7 +15,11 @@ use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_core::Catalog;
 use tessera_core::quota::{MILLI, Resource as QuotaResource, show_places};
 
+use tessera_api::nodes::NodeView;
+use tessera_api::usage::UsageReport;
+
 use crate::api::{self, ProblemExt};
+use crate::pages::overview::Capacity;
 use crate::pages::tenant::short;
 use crate::pages::{ago, now_ms};
 use crate::widgets::{TenantsResource, problem_view};
@@ -250,6 +254,34 @@ pub fn QuotaRequestsCard(tenant: TenantView, can_ask: bool) -> impl IntoView {
     }
 }
 
+/// What the approvals page knows of a tenant that asks: its quota (what it holds) and its GPU-hours of the last 30
+/// days.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct TenantFacts {
+    quota: Option<QuotaView>,
+    gpu_hours: Option<f64>,
+}
+
+/// What the fleet has free for a resource, in compute slices: all models for `compute_slices`, the resource's model
+/// for the per-model ones (`mig/H100-80GB/...`, `gpu/H100-80GB`, ...); `—` for memory, which the fleet does not
+/// count free.
+pub fn fleet_free(resource: &str, fleet: &[Capacity]) -> String {
+    let n = |v: f64| tessera_core::clock::rounded(v, 1);
+    match QuotaResource::parse(Catalog::builtin(), resource) {
+        Ok(QuotaResource::ComputeSlices) => format!("{} slices", n(fleet.iter().map(|c| c.free).sum())),
+        Ok(
+            QuotaResource::Mig { model, .. }
+            | QuotaResource::Gpu { model }
+            | QuotaResource::Timeslice { model }
+            | QuotaResource::Mps { model },
+        ) => {
+            let free: f64 = fleet.iter().filter(|c| c.model == model).map(|c| c.free).sum();
+            format!("{} slices on {model}", n(free))
+        }
+        _ => "—".to_string(),
+    }
+}
+
 /// `/approvals`: quota requests waiting for a platform admin, each line with what the tenant holds and an amount
 /// to grant (the amount asked until changed).
 #[component]
@@ -261,15 +293,18 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
         |_| async move {
             let page =
                 api::get_json::<QuotaRequestPage>("/api/v1/quota-requests?state=pending&limit=100".into()).await?;
-            let mut quotas: BTreeMap<String, QuotaView> = BTreeMap::new();
+            let mut tenants: BTreeMap<String, TenantFacts> = BTreeMap::new();
             for r in &page.items {
-                if !quotas.contains_key(&r.tenant)
-                    && let Ok(q) = api::get_json::<QuotaView>(format!("/api/v1/tenants/{}/quotas", r.tenant)).await
-                {
-                    quotas.insert(r.tenant.clone(), q);
+                if tenants.contains_key(&r.tenant) {
+                    continue;
                 }
+                let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{}/quotas", r.tenant)).await.ok();
+                let usage = api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={}", r.tenant)).await.ok();
+                let gpu_hours = usage.map(|u| u.tenants.iter().map(|t| t.gpu_hours).sum());
+                tenants.insert(r.tenant.clone(), TenantFacts { quota, gpu_hours });
             }
-            Ok::<_, api::Problem>((page, quotas))
+            let nodes = api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()).await.unwrap_or_default();
+            Ok::<_, api::Problem>((page, tenants, nodes))
         },
     );
     // (request id, resource) -> the amount typed; absent: the amount asked.
@@ -328,10 +363,11 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                 let names = tenants.await.unwrap_or_default();
                 match pending.await {
                     Err(p) => problem_view(&p),
-                    Ok((page, _)) if page.items.is_empty() => view! { <p class="muted" data-testid="no-quota-requests">"No quota request is waiting."</p> }.into_any(),
-                    Ok((page, quotas)) => page.items.into_iter().map(|r| {
+                    Ok((page, _, _)) if page.items.is_empty() => view! { <p class="muted" data-testid="no-quota-requests">"No quota request is waiting."</p> }.into_any(),
+                    Ok((page, facts, nodes)) => { let fleet = crate::pages::overview::capacity(&nodes, Catalog::builtin()); page.items.into_iter().map(|r| {
                         let tenant = names.iter().find(|t| t.id == r.tenant).map_or_else(|| r.tenant.clone(), |t| t.name.clone());
-                        let quota = quotas.get(&r.tenant).cloned();
+                        let quota = facts.get(&r.tenant).and_then(|f| f.quota.clone());
+                        let used = facts.get(&r.tenant).and_then(|f| f.gpu_hours).map(|h| format!("{} GPU-hours used in the last 30 days", tessera_core::clock::rounded(h, 1)));
                         let (approve, reject) = (r.clone(), r.clone());
                         let rid = r.id.clone();
                         view! {
@@ -341,8 +377,9 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                     <span class="muted small">{format!("{} asked {}{}", r.requested_by.trim_start_matches("user:"), ago(r.created_at_ms, now_ms()), r.until_ms.map(|u| format!(" · until {}", tessera_core::clock::utc_minute(u))).unwrap_or_default())}</span>
                                 </div>
                                 <p class="muted">{r.reason.clone()}</p>
+                                {used.map(|u| view! { <p class="small" data-testid="used-30d">{u}</p> })}
                                 <div class="table-wrap"><table>
-                                    <thead><tr><th>"Resource"</th><th>"Limit now"</th><th>"Asked"</th><th>"Held"</th><th>"Grant"</th></tr></thead>
+                                    <thead><tr><th>"Resource"</th><th>"Limit now"</th><th>"Asked"</th><th>"Held"</th><th>"Fleet free"</th><th>"Grant"</th></tr></thead>
                                     <tbody>
                                         {r.lines.iter().map(|l| {
                                             let (name, unit) = named(&l.resource);
@@ -355,6 +392,7 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                                     <td>{l.before.map_or_else(|| "no limit".to_string(), |b| format!("{} {unit}", amount(b)))}</td>
                                                     <td>{format!("{} {unit}", amount(l.asked))}</td>
                                                     <td>{quota.as_ref().and_then(|q| q.resources.iter().find(|x| x.resource == resource)).map_or_else(|| format!("0 {unit}"), |x| format!("{} {unit}", amount(x.held)))}</td>
+                                                    <td class="muted">{fleet_free(&resource, &fleet)}</td>
                                                     <td><input type="number" min="0" step="any" name="grant" aria-label="Grant" prop:value=shown
                                                         on:input=move |ev| { let v = event_target_value(&ev); let key = key.clone(); grants.update(|g| { g.insert(key, v); }); } /></td>
                                                 </tr>
@@ -368,7 +406,7 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                 </div>
                             </div>
                         }
-                    }).collect_view().into_any(),
+                    }).collect_view().into_any() }
                 }
             })}
         </Transition>
@@ -393,6 +431,16 @@ mod tests {
         assert_eq!(line_text(&l, QuotaRequestState::Approved), "Whole H100-80GB GPUs: no limit → 2 GPUs, not granted");
         let l = line("compute_slices", Some(7.0), 14.0, Some(14.0));
         assert_eq!(line_text(&l, QuotaRequestState::Approved), "Compute slices: 7 → 14 slices");
+    }
+
+    #[test]
+    fn fleet_free_counts_the_resources_model() {
+        let cap = |model: &str, free: f64| Capacity { model: model.into(), free, ..Capacity::default() };
+        let fleet = [cap("H100-80GB", 9.0), cap("A100-40GB", 2.5)];
+        assert_eq!(fleet_free("compute_slices", &fleet), "11.5 slices");
+        assert_eq!(fleet_free("gpu/H100-80GB", &fleet), "9 slices on H100-80GB");
+        assert_eq!(fleet_free("mig/A100-40GB/1g.5gb", &fleet), "2.5 slices on A100-40GB");
+        assert_eq!(fleet_free("memory_gib", &fleet), "—");
     }
 
     #[test]

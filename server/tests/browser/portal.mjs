@@ -348,6 +348,12 @@ display_name = "Test IdP"
     await askCard.waitFor();
     const heldCell = (await askCard.locator('tr[data-resource=compute_slices] td').nth(3).textContent()).trim();
     check(heldCell === '2 slices', `approvals: the quota ask shows what the tenant holds (${heldCell})`);
+    const freeCell = (await askCard.locator('tr[data-resource=compute_slices] td').nth(4).textContent()).trim();
+    check(/^\d+(\.\d)? slices$/.test(freeCell) && freeCell !== '0 slices', `approvals: the quota ask shows what the fleet has free (${freeCell})`);
+    const used = (await askCard.locator('[data-testid=used-30d]').textContent()).trim();
+    check(/GPU-hours used in the last 30 days$/.test(used), `approvals: the quota ask shows the tenant's use over 30 days (${used})`);
+    const demoAsk = page.locator('[data-testid=quota-request]', { hasText: 'second serving model' });
+    check(await demoAsk.count() === 1, "approvals: the demo's own quota ask (llm-serving, for a month) waits beside research's");
     await askCard.locator('input[name=grant]').fill('17');
     await page.locator('[data-testid=bulk] input[name=reason]').fill('17 until the H200s arrive');
     await askCard.locator('[data-testid=grant]').click();

@@ -310,6 +310,12 @@ async fn the_demo_starts_with_work_waiting_and_a_week_of_history() {
     assert!(pending.iter().any(|r| r["tenant"] == llm), "a request waits for an admin: {pending:?}");
     let proposed = get("/api/v1/layouts?state=proposed".into()).await;
     assert!(!proposed.as_array().expect("layouts").is_empty(), "a layout change waits for an admin");
+    let asks = get("/api/v1/quota-requests?state=pending".into()).await;
+    let asks = asks["items"].as_array().expect("items").clone();
+    assert!(
+        asks.iter().any(|q| q["tenant"] == llm && q["until_ms"].is_i64()),
+        "a temporary quota increase waits for an admin: {asks:?}"
+    );
     let week = 7 * 24 * 3_600_000_i64;
     let now =
         i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("now").as_millis())
