@@ -135,7 +135,8 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
     }
 }
 
-/// "Approvals" with the number of requests and layout changes waiting (platform admins), counted every 10 s.
+/// "Approvals" with the number of requests, quota requests and layout changes waiting (platform admins), counted
+/// every 10 s.
 #[component]
 fn ApprovalsLink() -> impl IntoView {
     let waiting = RwSignal::new(None::<String>);
@@ -148,8 +149,13 @@ fn ApprovalsLink() -> impl IntoView {
                 let requests =
                     crate::api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()).await;
                 let layouts = crate::api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()).await;
-                if let (Ok(r), Ok(l)) = (requests, layouts) {
-                    waiting.set(approvals_badge(r.items.len(), r.next_cursor.is_some(), l.len()));
+                let quotas = crate::api::get_json::<tessera_api::quotas::QuotaRequestPage>(
+                    "/api/v1/quota-requests?state=pending&limit=500".into(),
+                )
+                .await;
+                if let (Ok(r), Ok(l), Ok(q)) = (requests, layouts, quotas) {
+                    let more = r.next_cursor.is_some() || q.next_cursor.is_some();
+                    waiting.set(approvals_badge(r.items.len() + q.items.len(), more, l.len()));
                 }
             });
         };

@@ -154,6 +154,7 @@ pub fn OverviewPage() -> impl IntoView {
     let session = expect_context::<SessionResource>();
     let tenants = expect_context::<TenantsResource>();
     let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
+    let glance = Resource::new(|| (), |_| glances());
     view! {
         <section class="page">
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -210,11 +211,13 @@ pub fn OverviewPage() -> impl IntoView {
                         {if s.user.platform_admin {
                             view! { <AdminGlance nodes /> }.into_any()
                         } else {
-                            let mine: Vec<(String, String)> = s.memberships.iter().map(|m| {
+                            let mut data = glance.await.unwrap_or_default();
+                            let mine: Vec<(String, Option<Glance>)> = s.memberships.iter().map(|m| {
                                 let name = names.iter().find(|t| t.id == m.tenant).map_or_else(|| m.tenant.clone(), |t| t.name.clone());
-                                (m.tenant.clone(), name)
+                                let at = data.iter().position(|(id, _)| *id == m.tenant);
+                                (name, at.map(|i| data.swap_remove(i).1))
                             }).collect();
-                            view! { <div class="cards" data-testid="member-glance">{mine.into_iter().map(|(id, name)| view! { <TenantGlance id name /> }).collect_view()}</div> }.into_any()
+                            view! { <div class="cards" data-testid="member-glance">{mine.into_iter().map(|(name, data)| view! { <TenantGlance name data /> }).collect_view()}</div> }.into_any()
                         }}
                     }.into_any()
                 })}
@@ -357,47 +360,54 @@ fn sparkline(values: &[Option<f64>]) -> AnyView {
     .into_any()
 }
 
+/// What a member sees of one tenant: its allocations, how many requests wait, its quota.
+type Glance = (Vec<AllocationView>, usize, QuotaView);
+
+/// Every tenant of a member at a glance, read in one resource at the page's top (no resource is created inside a
+/// suspended part of the page, whose streaming order could differ from the browser's hydration order).
+async fn glances() -> Result<Vec<(String, Glance)>, api::Problem> {
+    let s = api::get_json::<tessera_api::signin::SessionView>("/api/v1/session".into()).await?;
+    if s.user.platform_admin {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for m in &s.memberships {
+        let id = &m.tenant;
+        let allocations = api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")).await?;
+        let pending =
+            api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&state=pending&limit=500")).await?;
+        let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")).await?;
+        out.push((id.clone(), (allocations, pending.items.len(), quota)));
+    }
+    Ok(out)
+}
+
 /// One tenant at a glance, for its members.
 #[component]
-fn TenantGlance(id: String, name: String) -> impl IntoView {
-    let key = id.clone();
-    let data = Resource::new(
-        move || key.clone(),
-        |id| async move {
-            let allocations = api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")).await?;
-            let pending =
-                api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&state=pending&limit=500")).await?;
-            let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")).await?;
-            Ok::<_, api::Problem>((allocations, pending.items.len(), quota))
-        },
-    );
+fn TenantGlance(name: String, data: Option<Glance>) -> impl IntoView {
     let href = format!("/t/{name}");
     let tenant_attr = name.clone();
     view! {
         <div class="card" data-testid="tenant-glance" data-tenant=tenant_attr>
             <h2><A href=href>{name}</A></h2>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match data.await {
-                        Err(p) => problem_view(&p),
-                        Ok((allocations, pending, quota)) => {
-                            let active = allocations.iter().filter(|a| a.state == "active").count();
-                            let slices = quota.resources.iter().find(|l| l.resource == "compute_slices").map(|l| match l.limit {
-                                Some(lim) => format!("{} of {}", tessera_core::clock::rounded(l.held, 1), tessera_core::clock::rounded(lim, 1)),
-                                None => format!("{} (no limit)", tessera_core::clock::rounded(l.held, 1)),
-                            });
-                            view! {
-                                <dl class="stats">
-                                    <div><dt>"Slices ready"</dt><dd data-testid="glance-active">{active}</dd></div>
-                                    <div><dt>"Being set up"</dt><dd>{allocations.len() - active}</dd></div>
-                                    <div><dt>"Pending requests"</dt><dd data-testid="glance-pending">{pending}</dd></div>
-                                    <div><dt>"Compute slices held"</dt><dd>{slices.unwrap_or_else(|| "none".into())}</dd></div>
-                                </dl>
-                            }.into_any()
-                        }
-                    }
-                })}
-            </Suspense>
+            {match data {
+                None => view! { <p class="muted">"Not readable now."</p> }.into_any(),
+                Some((allocations, pending, quota)) => {
+                    let active = allocations.iter().filter(|a| a.state == "active").count();
+                    let slices = quota.resources.iter().find(|l| l.resource == "compute_slices").map(|l| match l.limit {
+                        Some(lim) => format!("{} of {}", tessera_core::clock::rounded(l.held, 1), tessera_core::clock::rounded(lim, 1)),
+                        None => format!("{} (no limit)", tessera_core::clock::rounded(l.held, 1)),
+                    });
+                    view! {
+                        <dl class="stats">
+                            <div><dt>"Slices ready"</dt><dd data-testid="glance-active">{active}</dd></div>
+                            <div><dt>"Being set up"</dt><dd>{allocations.len() - active}</dd></div>
+                            <div><dt>"Pending requests"</dt><dd data-testid="glance-pending">{pending}</dd></div>
+                            <div><dt>"Compute slices held"</dt><dd>{slices.unwrap_or_else(|| "none".into())}</dd></div>
+                        </dl>
+                    }.into_any()
+                }
+            }}
         </div>
     }
 }

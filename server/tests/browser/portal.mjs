@@ -48,6 +48,9 @@ const out = path.resolve(root, arg('--out', 'target/test-output/portal'));
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 
 const children = [];
+// Script errors and console errors of every page, printed when a step fails.
+const pageErrors = [];
+const consoleErrors = [];
 const cleanup = () => {
   for (const c of children) {
     try { c.kill('SIGTERM'); } catch { /* gone */ }
@@ -186,8 +189,9 @@ display_name = "Test IdP"
   try {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: 'light' });
     const page = await context.newPage();
-    const errors = [];
+    const errors = pageErrors;
     page.on('pageerror', (e) => errors.push(e.message));
+    page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${page.url()}: ${m.text()}`); });
 
     // Sign-in page.
     await page.goto(`${base}/signin`);
@@ -264,6 +268,7 @@ display_name = "Test IdP"
     const tenantContext = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: 'light' });
     const tp = await tenantContext.newPage();
     tp.on('pageerror', (e) => errors.push(e.message));
+    tp.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${tp.url()}: ${m.text()}`); });
     await tp.goto(`${base}/signin`);
     await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     await tp.locator('[data-testid=sso]').click();
@@ -767,5 +772,7 @@ display_name = "Test IdP"
 
 main().catch((e) => {
   console.error(`FAIL ${e.stack || e}`);
+  // What the pages said before it failed: a panic during hydration shows here, not as a failed check.
+  for (const m of [...pageErrors, ...consoleErrors].slice(-20)) console.error(`  page: ${m.slice(0, 2000)}`);
   process.exitCode = 1;
 }).finally(cleanup);
