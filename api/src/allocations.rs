@@ -34,6 +34,16 @@ pub struct AllocationView {
     pub cuda_visible_devices: Option<String>,
     /// When its request expires and the slice is taken back (UTC milliseconds); `None` while it has no end.
     pub expires_at_ms: Option<i64>,
+    /// Its request holds more than the tenant's guarantee, borrowed from the cohort.
+    #[serde(default)]
+    pub borrowed: bool,
+    /// When the slice is taken back because a lender of the cohort needs its guarantee (UTC milliseconds): save
+    /// work before then. `None` while nobody needs it back.
+    #[serde(default)]
+    pub reclaim_at_ms: Option<i64>,
+    /// The tenant (name) it is taken back for, when known.
+    #[serde(default)]
+    pub reclaim_for: Option<String>,
 }
 
 /// Query.

@@ -8,7 +8,9 @@
 pub mod agents;
 pub mod allocations;
 pub mod audit;
+pub mod budgets;
 pub mod catalog;
+pub mod cohorts;
 pub mod layouts;
 pub mod nodes;
 pub mod people;

@@ -127,4 +127,148 @@ pub struct LimitChangeView {
     pub why: String,
     /// The quota request that made the change, if one did.
     pub quota_request: Option<String>,
+    /// What changed: the guarantee (`limit`), the maximum a tenant may borrow up to (`maximum`), or the most it
+    /// lends (`lending`).
+    #[serde(default)]
+    pub kind: LimitKind,
+}
+
+/// Which bound of a resource a change is about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LimitKind {
+    /// The limit: what the tenant is guaranteed.
+    #[default]
+    Limit,
+    /// The most it may hold by borrowing from its cohort.
+    Maximum,
+    /// The most of its unused guarantee it lends to its cohort.
+    Lending,
+}
+
+impl LimitKind {
+    /// Parses the stored name.
+    pub fn parse(text: &str) -> Option<LimitKind> {
+        match text {
+            "limit" => Some(LimitKind::Limit),
+            "maximum" => Some(LimitKind::Maximum),
+            "lending" => Some(LimitKind::Lending),
+            _ => None,
+        }
+    }
+}
+
+/// Which timeline to read.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct TimelineQuery {
+    /// The resource (default `compute_slices`).
+    pub resource: Option<String>,
+    /// How many days back from now, 1-90 (default 30).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 90))]
+    pub days: Option<u32>,
+}
+
+/// A tenant's limit, maximum, held and used amounts of one resource, hour by hour (UTC hours, oldest first, the
+/// last being the current hour so far). Each series has one value per hour.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotaTimeline {
+    /// The tenant's id.
+    pub tenant: String,
+    /// Resource key.
+    pub resource: String,
+    /// Start of the first hour, UTC milliseconds.
+    pub start_ms: i64,
+    /// Length of each step: one hour (3,600,000 ms).
+    pub step_ms: i64,
+    /// The limit (guarantee) in force at the end of each hour (`null`: none, unlimited).
+    pub limit: Vec<Option<f64>>,
+    /// The maximum (borrowing) in force at the end of each hour (`null`: none).
+    pub maximum: Vec<Option<f64>>,
+    /// Held by live requests (pending to active), the mean over each hour.
+    pub held: Vec<f64>,
+    /// The most held at any moment of each hour.
+    pub peak_held: Vec<f64>,
+    /// Held by running allocations (from the agent reporting them to their release), the mean over each hour.
+    pub used: Vec<f64>,
+    /// The whole window at a glance.
+    pub summary: TimelineSummary,
+}
+
+/// A timeline's window at a glance.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TimelineSummary {
+    /// The most held at any moment.
+    pub peak_held: f64,
+    /// Mean held.
+    pub mean_held: f64,
+    /// Mean used.
+    pub mean_used: f64,
+    /// The limit now (`null`: unlimited).
+    pub limit: Option<f64>,
+    /// The limit less the peak held: quota never used in the window (`null` without a limit).
+    pub never_used: Option<f64>,
+}
+
+/// Where every tenant stands (platform admins): who borrows, who waits within its guarantee, who holds quota it
+/// does not use, and how far its budgets are spent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotaStanding {
+    /// Start of the look-back of the 30-day figures, UTC milliseconds.
+    pub since_ms: i64,
+    /// One per tenant, by name.
+    pub tenants: Vec<TenantStanding>,
+}
+
+/// Where one tenant stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TenantStanding {
+    /// Tenant id.
+    pub tenant: String,
+    /// Tenant name.
+    pub name: String,
+    /// Its cohort's name, if any.
+    pub cohort: Option<String>,
+    /// It holds more than its guarantee on some resource, borrowed from its cohort.
+    pub borrowing: bool,
+    /// Requests within its guarantee wait (pending): it is starved.
+    pub starved: bool,
+    /// Pending requests within its guarantee.
+    pub waiting_within_guarantee: u32,
+    /// When the oldest of them was made, UTC milliseconds.
+    pub oldest_waiting_ms: Option<i64>,
+    /// Borrowed requests being taken back from it.
+    pub being_reclaimed: u32,
+    /// Its compute-slice guarantee is at least half unused: its peak in 30 days held under half of it.
+    pub idle_quota: bool,
+    /// How far its budgets are spent this month (the worst of them; `ok` without budgets).
+    pub budget: tessera_core::budget::BudgetLevel,
+    /// One line per resource it has a limit on or holds.
+    pub lines: Vec<StandingLine>,
+}
+
+/// One resource of a tenant's standing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StandingLine {
+    /// Resource key.
+    pub resource: String,
+    /// The limit (guarantee), if any.
+    pub limit: Option<f64>,
+    /// The maximum by borrowing, if any.
+    pub maximum: Option<f64>,
+    /// Held now by live requests.
+    pub held: f64,
+    /// Held now above the guarantee.
+    pub borrowed: f64,
+    /// The most held at any moment in the last 30 days.
+    pub peak_held_30d: f64,
+    /// Mean used (by running allocations) over the last 30 days.
+    pub mean_used_30d: f64,
 }

@@ -1,6 +1,7 @@
 //! Slice requests: creating, listing, approving, rejecting, cancelling, releasing.
 
 use serde::{Deserialize, Serialize};
+use tessera_core::cohort::Priority;
 use tessera_core::request::{RequestState, SliceSpec};
 
 /// A request to create.
@@ -23,6 +24,10 @@ pub struct NewRequestBody {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 7_776_000))]
     pub duration_s: Option<u64>,
+    /// Its priority within the tenant (default `normal`): high-priority requests fill the tenant's guarantee
+    /// first, and low-priority borrowed ones are reclaimed first.
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 /// A slice request.
@@ -51,6 +56,19 @@ pub struct RequestView {
     pub duration_s: Option<u64>,
     /// When it expires (set once active with a duration), UTC milliseconds.
     pub expires_at_ms: Option<i64>,
+    /// Its priority within the tenant.
+    #[serde(default)]
+    pub priority: Priority,
+    /// It holds more than the tenant's guarantee, borrowed from what other tenants of its cohort do not use.
+    #[serde(default)]
+    pub borrowed: bool,
+    /// When a lender takes it back: the request is released (or cancelled, if not yet running) at this time, UTC
+    /// milliseconds. `None` while nobody needs it back.
+    #[serde(default)]
+    pub reclaim_at_ms: Option<i64>,
+    /// The tenant (name) it is reclaimed for, when known.
+    #[serde(default)]
+    pub reclaim_for: Option<String>,
 }
 
 /// A page of requests.

@@ -46,6 +46,17 @@ pub struct TenantView {
     pub auto_approve_max_compute_slices: u32,
     /// Creation time, UTC milliseconds.
     pub created_at_ms: i64,
+    /// The cohort (id) it lends to and borrows from, if any.
+    #[serde(default)]
+    pub cohort: Option<String>,
+    /// Its weight in sharing borrowed capacity: of two tenants borrowing, the one borrowing most for its weight
+    /// gives back first.
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// New limits, by resource (`mig/<model>/<profile>`, `gpu/<model>`, `timeslice/<model>`, `mps/<model>`,
@@ -55,8 +66,17 @@ pub struct TenantView {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QuotaUpdate {
-    /// Resource -> limit, or `null` to remove it.
+    /// Resource -> limit (the tenant's guarantee), or `null` to remove it.
+    #[serde(default)]
     pub limits: BTreeMap<String, Option<f64>>,
+    /// Resource -> the most the tenant may hold by borrowing from its cohort (at least the guarantee), or `null`
+    /// for none (the guarantee is the most). The resource needs a limit.
+    #[serde(default)]
+    pub maximums: BTreeMap<String, Option<f64>>,
+    /// Resource -> the most of its unused guarantee the tenant lends to its cohort, or `null` for all of it. The
+    /// resource needs a limit.
+    #[serde(default)]
+    pub lending_limits: BTreeMap<String, Option<f64>>,
     /// Why (kept in the limits' history; 0-2000 characters).
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_length = 2000))]
@@ -79,11 +99,25 @@ pub struct QuotaView {
 pub struct QuotaLine {
     /// Resource key.
     pub resource: String,
-    /// Limit, if any (unlimited otherwise).
+    /// Limit, if any (unlimited otherwise): what the tenant is guaranteed.
     pub limit: Option<f64>,
     /// Held by pending, approved, provisioning and active requests.
     pub held: f64,
     /// Whether more is held than the limit allows (after a limit was lowered or a temporary increase ended):
-    /// new requests charging this resource are refused until it is back under.
+    /// new requests charging this resource are refused until it is back under. In a cohort, the maximum is the
+    /// bound.
     pub over: bool,
+    /// The most the tenant may hold by borrowing from its cohort, if set.
+    #[serde(default)]
+    pub maximum: Option<f64>,
+    /// The most of its unused guarantee it lends, if set (otherwise all of it).
+    #[serde(default)]
+    pub lending_limit: Option<f64>,
+    /// What it holds above its guarantee, borrowed from its cohort.
+    #[serde(default)]
+    pub borrowed: f64,
+    /// How much more it may take now, borrowing included: up to its maximum, and above its guarantee only what the
+    /// other tenants of its cohort can lend (`None`: unlimited).
+    #[serde(default)]
+    pub available: Option<f64>,
 }

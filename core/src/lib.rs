@@ -4,8 +4,10 @@
 //! the same rules.
 
 pub mod api;
+pub mod budget;
 pub mod catalog;
 pub mod clock;
+pub mod cohort;
 pub mod layout;
 pub mod planner;
 pub mod quota;
@@ -13,5 +15,6 @@ pub mod quota_request;
 pub mod request;
 pub mod sharing;
 pub mod text;
+pub mod timeline;
 
 pub use catalog::{Catalog, GpuModel, Profile};

@@ -151,6 +151,23 @@ pub enum QuotaError {
         /// Asked for.
         requested: Milli,
     },
+    /// The request would borrow above the tenant's guarantee more than its cohort has to lend.
+    #[error(
+        "{resource}: {} held + {} requested would borrow above the guarantee of {}, and the cohort has {} to lend",
+        show(*held), show(*requested), show(*guaranteed), show(*available)
+    )]
+    NothingToBorrow {
+        /// The resource.
+        resource: Resource,
+        /// The tenant's guarantee.
+        guaranteed: Milli,
+        /// Already held.
+        held: Milli,
+        /// Asked for.
+        requested: Milli,
+        /// What the other members can lend now.
+        available: Milli,
+    },
 }
 
 impl QuotaError {
@@ -168,6 +185,18 @@ impl QuotaError {
                     n(*limit)
                 )
             }
+            QuotaError::NothingToBorrow { resource, guaranteed, held, requested, available } => {
+                let (name, unit) = resource.describe();
+                let n = |m: Milli| show_places(m, 1);
+                format!(
+                    "{name}: {} held and {} asked for would pass the guarantee of {} {unit}, and the other tenants \
+                     of the cohort have {} {unit} to lend now.",
+                    n(*held),
+                    n(*requested),
+                    n(*guaranteed),
+                    n(*available)
+                )
+            }
             other => other.to_string(),
         }
     }
@@ -178,6 +207,7 @@ impl QuotaError {
             QuotaError::BadResource { .. } => "quota_bad_resource",
             QuotaError::BadRequest(_) => "request_invalid",
             QuotaError::Exceeded { .. } => "quota_exceeded",
+            QuotaError::NothingToBorrow { .. } => "quota_nothing_to_borrow",
         }
     }
 }

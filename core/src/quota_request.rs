@@ -285,7 +285,8 @@ pub fn needed_limits(errors: &[crate::quota::QuotaError]) -> BTreeMap<Resource, 
     errors
         .iter()
         .filter_map(|e| match e {
-            crate::quota::QuotaError::Exceeded { resource, held, requested, .. } => {
+            crate::quota::QuotaError::Exceeded { resource, held, requested, .. }
+            | crate::quota::QuotaError::NothingToBorrow { resource, held, requested, .. } => {
                 Some((resource.clone(), held.saturating_add(*requested)))
             }
             _ => None,

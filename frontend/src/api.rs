@@ -60,6 +60,21 @@ pub fn next_step(code: &str, status: u16) -> Option<&'static str> {
         "quota_exceeded" => {
             "Release a slice you no longer need, ask for fewer or smaller slices, or ask a platform admin to raise the limit."
         }
+        "quota_nothing_to_borrow" => {
+            "The other teams of your cohort have nothing left to lend now: ask for less, wait for them to release \
+             slices, or ask a platform admin for a larger guarantee."
+        }
+        "budget_exhausted" => {
+            "Ask a platform admin to raise the budget, or wait for next month; slices you hold keep running."
+        }
+        "budget_bad_unit" | "budget_bad_amount" | "budget_too_many" => {
+            "Use compute_slice_hours or gpu_hours/<model> with a number of hours, 0 or more."
+        }
+        "invalid_weight" => "Give a weight between 1 and 1000.",
+        "invalid_grace" => "Give a grace period between 0 and 7 days.",
+        "quota_maximum_below_guarantee" => "Make the maximum at least the limit, or leave it empty for no borrowing.",
+        "quota_bound_without_limit" => "Set the resource's limit first: a maximum or a lending limit sits beside it.",
+        "invalid_days" => "Pick between 1 and 90 days.",
         "tenant_required" => "Choose a tenant first (the switcher in the header), then try again.",
         "reason_required" | "invalid_reason" => {
             "Write a short reason (what it is for, up to 2,000 characters) and send it again."
@@ -342,6 +357,14 @@ mod tests {
             "unavailable",
             "unreachable",
             "internal",
+            "quota_nothing_to_borrow",
+            "budget_exhausted",
+            "budget_bad_unit",
+            "invalid_weight",
+            "invalid_grace",
+            "quota_maximum_below_guarantee",
+            "quota_bound_without_limit",
+            "invalid_days",
         ] {
             let hint = next_step(code, 400).unwrap_or_else(|| panic!("{code}: no next step"));
             assert!(hint.ends_with('.') && hint.chars().next().is_some_and(char::is_uppercase), "{code}: {hint}");

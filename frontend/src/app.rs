@@ -14,6 +14,7 @@ use crate::pages::{
     approvals::ApprovalsPage,
     audit::AuditLogPage,
     fleet::FleetPage,
+    governance::StandingPage,
     heatmap::HeatmapPage,
     layout::LayoutEditorPage,
     overview::OverviewPage,
@@ -79,6 +80,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/audit") view=AuditLogPage />
                     <Route path=path!("/admin/tenants") view=TenantsAdminPage />
                     <Route path=path!("/admin/tenants/:id") view=TenantAdminPage />
+                    <Route path=path!("/admin/quotas") view=StandingPage />
                 </Routes>
             </main>
         </Router>

@@ -41,6 +41,8 @@ pub struct App {
     pub node_gpus: NodeGpuCache,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// What tenants' budgets have spent, as the sweep last found it.
+    pub budgets: crate::services::budgets::BudgetCache,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

@@ -150,7 +150,10 @@ const IDLE_FOR_MS: i64 = 3 * 24 * 3_600_000;
 ///   `llm-serving` waits for an admin;
 /// - auto-layout on every MIG GPU of `demo-node-2` and on GPU 1 of `demo-node-1`; that node's GPU 0 and A100 wait
 ///   for an admin's approval of their layout changes;
-/// - vision's slices, placed by the planner as any request is, one of them held for three days and idle;
+/// - a cohort `ml` of both: vision is guaranteed 7 compute slices and may borrow up to 14, llm-serving lends what it
+///   does not use;
+/// - vision's slices, placed by the planner as any request is, one of them held for three days and idle, one
+///   borrowed;
 ///   llm-serving's approved requests, one of them waiting for a layout change on the A100, one pending request,
 ///   and a quota request for a month of more compute, waiting for an admin;
 /// - a week of released allocations for both tenants, with their minute telemetry, so usage, chargeback and the
@@ -195,12 +198,36 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
         state.store.set_membership(&member.id, &vision.id, Role::Member, "system:demo").await.map_err(|e| err(&e))?;
     }
     let llm = tenant("llm-serving", false).await.map_err(|e| err(&e))?;
+    // A cohort: vision is guaranteed 7 compute slices and borrows up to 14 of what llm-serving does not use, so a
+    // newcomer sees a borrowed slice and what reclaim would take.
+    let ml = state
+        .store
+        .create_cohort("ml", tessera_core::cohort::DEFAULT_GRACE_S, "system:demo")
+        .await
+        .map_err(|e| err(&e))?;
+    let guarantee = [(Resource::ComputeSlices, Some(7_000))];
+    let maximum = [(Resource::ComputeSlices, crate::store::cohorts::Bound::Maximum, Some(14_000))];
+    state
+        .store
+        .set_quota_lines(&vision.id, &guarantee, &maximum, "system:demo", "demo: vision borrows from llm-serving")
+        .await
+        .map_err(|e| err(&e))?;
+    for t in [&vision, &llm] {
+        state.store.set_cohort(&t.id, Some(&ml.id), 1, "system:demo").await.map_err(|e| err(&e))?;
+    }
     let ask = |tenant: &str, profile: &str, model: &str, count: u32, reason: &str| {
         let (tenant, reason) = (tenant.to_string(), reason.to_string());
         let spec = SliceSpec::Mig { profile: profile.to_string(), model: Some(model.to_string()) };
         let admin = admin.clone();
         async move {
-            let ask = Ask { tenant: &tenant, spec: &spec, count, reason: &reason, duration_s: None };
+            let ask = Ask {
+                tenant: &tenant,
+                spec: &spec,
+                count,
+                reason: &reason,
+                duration_s: None,
+                priority: Default::default(),
+            };
             match crate::services::requests::create(state, &admin, ask, None).await {
                 Ok((r, _)) => Some(r),
                 Err(e) => {

@@ -4,8 +4,14 @@
 //! API router in-process, so a page shows exactly what its viewer may see through the API, with no second set of
 //! rules and no network hop. The stylesheet is always embedded; the hydration script and wasm are embedded when
 //! `cargo xtask site` built them before this crate (see `build.rs`).
+//!
+//! A page is rendered whole before it is sent ([`whole_pages`]): Leptos' streaming renderer can, rarely and under
+//! load, stop between two `<Suspense>` chunks and never finish the response (leptos-rs/leptos#4851 and #4647 report
+//! it; this server saw about one `/fleet` render in a hundred stall while its tests ran in parallel). A render that
+//! does not finish in time is dropped and done again, so a page always arrives whole or as a clear 503.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -52,19 +58,68 @@ pub fn routes(api: Router) -> Router {
         })
     }));
     let shell_options = options.clone();
-    Router::new()
+    let pages: Router = Router::new()
         .leptos_routes_with_context(
             &options,
             generate_route_list(tessera_frontend::App),
             move || provide_context(call.clone()),
             move || tessera_frontend::shell(shell_options.clone(), HYDRATES),
         )
+        .with_state(options)
+        .layer(axum::middleware::from_fn(whole_pages));
+    Router::new()
+        .merge(pages)
         .route("/pkg/tessera.css", get(|| async { asset("text/css; charset=utf-8", CSS.as_bytes()) }))
         .route("/pkg/icon.svg", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
         .route("/favicon.ico", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
         .route("/pkg/tessera.js", get(|| async { script() }))
         .route("/pkg/tessera_bg.wasm", get(|| async { wasm() }))
-        .with_state(options)
+}
+
+/// How long each try at rendering a page may take before it is dropped and tried again; the sum stays under the
+/// server's request timeout.
+pub const RENDER_TRIES: [Duration; 3] = [Duration::from_secs(4), Duration::from_secs(8), Duration::from_secs(12)];
+
+/// Largest page sent.
+const MAX_PAGE: usize = 16 << 20;
+
+/// Renders a page whole (its streamed body collected) within [`RENDER_TRIES`], trying again when a render stalls;
+/// 503 with `Retry-After` when every try stalled. Requests other than `GET` and `HEAD` go through as they are.
+async fn whole_pages(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if request.method() != axum::http::Method::GET && request.method() != axum::http::Method::HEAD {
+        return next.run(request).await;
+    }
+    let (parts, _) = request.into_parts();
+    let path = parts.uri.path().to_string();
+    for (i, limit) in RENDER_TRIES.iter().enumerate() {
+        let again = axum::http::Request::from_parts(parts.clone(), Body::empty());
+        let render = async {
+            let response = next.clone().run(again).await;
+            let (head, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, MAX_PAGE).await;
+            (head, bytes)
+        };
+        match tokio::time::timeout(*limit, render).await {
+            Ok((head, Ok(bytes))) => {
+                if i > 0 {
+                    tracing::info!(path = %path, tries = i + 1, "page rendered after a stalled render");
+                }
+                return Response::from_parts(head, Body::from(bytes));
+            }
+            Ok((_, Err(e))) => {
+                tracing::error!(path = %path, error = %e, "page render failed");
+                return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "the page could not be rendered")
+                    .into_response();
+            }
+            Err(_) => {
+                tracing::warn!(path = %path, try_ = i + 1, limit_s = limit.as_secs(), "page render stalled; rendering it again")
+            }
+        }
+    }
+    let mut response =
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "the page did not render in time: reload it").into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 fn asset(content_type: &'static str, bytes: &'static [u8]) -> Response {

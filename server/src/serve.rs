@@ -168,6 +168,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
         max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
+        budgets: Default::default(),
     }));
     Ok((state, generated))
 }
@@ -232,6 +233,14 @@ pub async fn serve(
                 Ok(0) => {}
                 Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),
                 Err(e) => tracing::warn!(error = %e, "quota end sweep failed"),
+            }
+            if let Err(e) = crate::services::budgets::refresh(&sweeping).await {
+                tracing::warn!(error = %e, "budget sweep failed");
+            }
+            match crate::services::cohorts::sweep(&sweeping).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
+                Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
             }
             let idle_before = now - idle.as_millis() as i64;
             let attempts_before = now - crate::auth::LOGIN_TTL_MS;

@@ -201,6 +201,20 @@ pub fn stranded_compute(model: &GpuModel, layout: &[PlacedInstance]) -> u8 {
     free.saturating_sub(reachable)
 }
 
+/// The most instances of `profile` a GPU can take beside the instances in `in_use`, which stay where they are
+/// (free instances of its layout may be laid out again). 0 when the model has no such profile. Counted exactly, over
+/// every valid way to add instances of it.
+pub fn room_for(model: &GpuModel, in_use: &[PlacedInstance], profile: &str) -> u8 {
+    let Some(p) = model.profile_index(profile) else { return 0 };
+    let base: Vec<Inst> = in_use
+        .iter()
+        .filter_map(|i| model.profile_index(&i.profile).map(|profile| Inst { profile, start: i.start }))
+        .collect();
+    let mut most = 0u8;
+    valid_supersets(model, &base, &[p], &mut |added| most = most.max(u8::try_from(added.len()).unwrap_or(u8::MAX)));
+    most
+}
+
 /// Converts the compact form to wire form.
 pub fn to_placed(model: &GpuModel, inst: Inst) -> PlacedInstance {
     PlacedInstance { profile: model.profiles[inst.profile].name.clone(), start: inst.start }

@@ -259,3 +259,18 @@ fn stranded_compute_is_what_no_added_instance_can_reach() {
     let a30 = model("A30-24GB");
     assert_eq!(layout::stranded_compute(a30, &[]), 0);
 }
+
+#[test]
+fn room_for_counts_what_fits_beside_the_instances_in_use() {
+    let h100 = model("H100-80GB");
+    let placed = |text: &str| validate(h100, &specs(text)).expect("valid");
+    assert_eq!(layout::room_for(h100, &[], "1g.10gb"), 7);
+    assert_eq!(layout::room_for(h100, &[], "3g.40gb"), 2);
+    assert_eq!(layout::room_for(h100, &[], "7g.80gb"), 1);
+    // A 1g in use at slot 0 leaves room for one 3g (at 4) but no 7g.
+    assert_eq!(layout::room_for(h100, &placed("1g.10gb@0"), "3g.40gb"), 1);
+    assert_eq!(layout::room_for(h100, &placed("1g.10gb@0"), "7g.80gb"), 0);
+    assert_eq!(layout::room_for(h100, &placed("1g.10gb@0"), "1g.10gb"), 6);
+    assert_eq!(layout::room_for(h100, &placed("3g.40gb@0 3g.40gb@4"), "1g.10gb"), 0, "no memory left");
+    assert_eq!(layout::room_for(h100, &[], "9g.99gb"), 0, "no such profile");
+}

@@ -1,6 +1,7 @@
 //! Integration tests of tessera-core: one binary, one module per area.
 
 mod catalog;
+mod cohort;
 mod layout;
 mod planner;
 mod planner_quality;
@@ -9,3 +10,4 @@ mod quota_request;
 mod request;
 mod sharing;
 mod support;
+mod timeline;

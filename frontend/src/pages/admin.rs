@@ -81,7 +81,9 @@ pub fn TenantsAdminPage() -> impl IntoView {
     };
     view! {
         <section class="page">
-            <h1>"Tenants"</h1>
+            <div class="title-row"><h1>"Tenants"</h1>
+                <A href="/admin/quotas">"Quota standing: who borrows, who waits, who does not use its quota"</A>
+            </div>
             <form class="card toolbar" data-testid="tenant-form" on:submit=create>
                 <label class="grow">"Name"<input type="text" name="tenant-name" placeholder="e.g. research" bind:value=name /></label>
                 <label class="check"><input type="checkbox" name="auto-approve" bind:checked=auto />" auto-approve"</label>
@@ -114,6 +116,7 @@ pub fn TenantsAdminPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <super::cohorts::CohortsCard />
         </section>
     }
 }
@@ -146,6 +149,7 @@ pub fn TenantAdminPage() -> impl IntoView {
                                 <MembersCard tenant=t.id.clone() />
                             </div>
                             <QuotaCard tenant=t.id.clone() />
+                            <crate::pages::governance::BudgetEditor tenant=t.id.clone() />
                         }.into_any(),
                     }
                 })}
@@ -193,6 +197,14 @@ fn QuotaCard(tenant: String) -> impl IntoView {
     let quotas =
         Resource::new(move || id.get_value(), |t| api::get_json::<QuotaView>(format!("/api/v1/tenants/{t}/quotas")));
     let edits = RwSignal::new(Vec::<(String, String)>::new()); // (key, amount) typed
+    let max_edits = RwSignal::new(Vec::<(String, String)>::new());
+    let lend_edits = RwSignal::new(Vec::<(String, String)>::new());
+    let set_in = move |signal: RwSignal<Vec<(String, String)>>, key: String, amount: String| {
+        signal.update(|e| match e.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = amount,
+            None => e.push((key, amount)),
+        })
+    };
     let new_key = RwSignal::new(String::new());
     let new_amount = RwSignal::new(String::new());
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
@@ -214,21 +226,33 @@ fn QuotaCard(tenant: String) -> impl IntoView {
             all.push((added, new_amount.get_untracked()));
         }
         let checked: Vec<Result<(String, Option<f64>), String>> = all.iter().map(|(k, a)| check_limit(k, a)).collect();
-        errors.extend(checked.iter().filter_map(|c| c.clone().err()).map(|e| (false, e)));
+        let maxima: Vec<Result<(String, Option<f64>), String>> =
+            max_edits.get_untracked().iter().map(|(k, a)| check_limit(k, a)).collect();
+        let lending: Vec<Result<(String, Option<f64>), String>> =
+            lend_edits.get_untracked().iter().map(|(k, a)| check_limit(k, a)).collect();
+        errors
+            .extend(checked.iter().chain(&maxima).chain(&lending).filter_map(|c| c.clone().err()).map(|e| (false, e)));
         if !errors.is_empty() {
             messages.set(errors);
             return;
         }
-        if checked.is_empty() {
+        if checked.is_empty() && maxima.is_empty() && lending.is_empty() {
             messages.set(vec![(false, "Nothing changed.".into())]);
             return;
         }
-        let body = QuotaUpdate { limits: checked.into_iter().flatten().collect(), reason: String::new() };
+        let body = QuotaUpdate {
+            limits: checked.into_iter().flatten().collect(),
+            maximums: maxima.into_iter().flatten().collect(),
+            lending_limits: lending.into_iter().flatten().collect(),
+            reason: String::new(),
+        };
         leptos::task::spawn_local(async move {
             match api::send_json::<QuotaView>("PUT", format!("/api/v1/tenants/{}/quotas", id.get_value()), body).await {
                 Ok(_) => {
                     messages.set(vec![(true, "Quotas saved.".into())]);
                     edits.set(Vec::new());
+                    max_edits.set(Vec::new());
+                    lend_edits.set(Vec::new());
                     new_key.set(String::new());
                     new_amount.set(String::new());
                     quotas.refetch();
@@ -249,29 +273,41 @@ fn QuotaCard(tenant: String) -> impl IntoView {
     view! {
         <form class="card" data-testid="quota-form" on:submit=save>
             <h2>"Quotas"</h2>
-            <p class="muted small">"A resource without a limit is unlimited; clear a limit and save to remove it."</p>
+            <p class="muted small">"A resource without a limit is unlimited; clear a limit and save to remove it. The limit is what the tenant is guaranteed; in a cohort it may borrow up to its maximum from what the others do not use, and lends at most its lending limit of what it does not use."</p>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match quotas.await {
                         Err(p) => problem_view(&p),
                         Ok(q) => view! {
                             <table data-testid="quota-lines">
-                                <thead><tr><th scope="col">"Resource"</th><th scope="col">"Held"</th><th scope="col">"Limit"</th></tr></thead>
+                                <thead><tr><th scope="col">"Resource"</th><th scope="col">"Held"</th><th scope="col">"Limit (guaranteed)"</th><th scope="col">"Maximum"</th><th scope="col">"Lends at most"</th></tr></thead>
                                 <tbody>
                                     {q.resources.into_iter().map(|line| {
                                         let key = line.resource.clone();
                                         let held = line.held;
                                         let below = move || edits.get().iter().find(|(k, _)| *k == key).and_then(|(_, a)| a.trim().parse::<f64>().ok()).is_some_and(|v| v < held);
                                         let key2 = line.resource.clone();
+                                        let (key3, key4) = (line.resource.clone(), line.resource.clone());
+                                        let borrowed = (line.borrowed > 0.0).then(|| format!(" ({} borrowed)", line.borrowed));
                                         view! {
                                             <tr data-resource=line.resource.clone()>
                                                 <td><code>{line.resource.clone()}</code></td>
-                                                <td>{format!("{held}")}</td>
+                                                <td>{format!("{held}")}{borrowed}</td>
                                                 <td>
                                                     <input type="number" min="0" step="any" aria-label=format!("Limit of {}", line.resource)
                                                         value=line.limit.map(|l| l.to_string()).unwrap_or_default() placeholder="unlimited"
                                                         on:input=move |ev| set_edit(key2.clone(), event_target_value(&ev)) />
                                                     {move || below().then(|| view! { <span class="warn-text small">" below what is held: new requests wait until it drops"</span> })}
+                                                </td>
+                                                <td>
+                                                    <input type="number" min="0" step="any" aria-label=format!("Maximum of {}", line.resource)
+                                                        value=line.maximum.map(|l| l.to_string()).unwrap_or_default() placeholder="no borrowing"
+                                                        on:input=move |ev| set_in(max_edits, key3.clone(), event_target_value(&ev)) />
+                                                </td>
+                                                <td>
+                                                    <input type="number" min="0" step="any" aria-label=format!("Lending limit of {}", line.resource)
+                                                        value=line.lending_limit.map(|l| l.to_string()).unwrap_or_default() placeholder="all it does not use"
+                                                        on:input=move |ev| set_in(lend_edits, key4.clone(), event_target_value(&ev)) />
                                                 </td>
                                             </tr>
                                         }

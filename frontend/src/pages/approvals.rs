@@ -292,6 +292,10 @@ mod tests {
             updated_at_ms: 0,
             duration_s: None,
             expires_at_ms: None,
+            priority: Default::default(),
+            borrowed: false,
+            reclaim_at_ms: None,
+            reclaim_for: None,
         };
         assert!(matches(&r, "vision", ""));
         assert!(matches(&r, "vision", "VIS"));

@@ -240,6 +240,8 @@ mod tests {
             auto_approve: false,
             auto_approve_max_compute_slices: 0,
             created_at_ms: 0,
+            cohort: None,
+            weight: 1,
         }];
         let users = vec![UserView { id: "u-1".into(), name: "ada".into(), platform_admin: false }];
         let names = Names::new(&tenants, &users, &[]);

@@ -3,7 +3,9 @@
 pub mod admin;
 pub mod approvals;
 pub mod audit;
+pub mod cohorts;
 pub mod fleet;
+pub mod governance;
 pub mod heatmap;
 pub mod layout;
 pub mod overview;

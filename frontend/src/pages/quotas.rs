@@ -8,18 +8,19 @@ use std::collections::BTreeMap;
 
 use leptos::prelude::*;
 use tessera_api::quotas::{
-    GrantBody, NewQuotaRequest, QuotaRequestLine, QuotaRequestPage, QuotaRequestState, QuotaRequestView,
+    GrantBody, NewQuotaRequest, QuotaRequestLine, QuotaRequestPage, QuotaRequestState, QuotaRequestView, QuotaTimeline,
+    TimelineSummary,
 };
 use tessera_api::requests::RejectBody;
 use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_core::Catalog;
+use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{MILLI, Resource as QuotaResource, show_places};
 
 use tessera_api::nodes::NodeView;
 use tessera_api::usage::UsageReport;
 
 use crate::api::{self, ProblemExt};
-use crate::pages::overview::Capacity;
 use crate::pages::tenant::short;
 use crate::pages::{ago, now_ms};
 use crate::widgets::{TenantsResource, problem_view};
@@ -260,23 +261,57 @@ pub fn QuotaRequestsCard(tenant: TenantView, can_ask: bool) -> impl IntoView {
 struct TenantFacts {
     quota: Option<QuotaView>,
     gpu_hours: Option<f64>,
+    /// Per asked resource, its 30-day timeline at a glance (peak held, mean used), in the resource's unit.
+    timelines: BTreeMap<String, TimelineSummary>,
 }
 
-/// What the fleet has free for a resource, in compute slices: all models for `compute_slices`, the resource's model
-/// for the per-model ones (`mig/H100-80GB/...`, `gpu/H100-80GB`, ...); `—` for memory, which the fleet does not
-/// count free.
-pub fn fleet_free(resource: &str, fleet: &[Capacity]) -> String {
+/// A resource's last 30 days in words: `peak 6 · 2.3 used on average`.
+pub fn past_text(s: &TimelineSummary, unit: &str) -> String {
     let n = |v: f64| tessera_core::clock::rounded(v, 1);
-    match QuotaResource::parse(Catalog::builtin(), resource) {
-        Ok(QuotaResource::ComputeSlices) => format!("{} slices", n(fleet.iter().map(|c| c.free).sum())),
-        Ok(
-            QuotaResource::Mig { model, .. }
-            | QuotaResource::Gpu { model }
-            | QuotaResource::Timeslice { model }
-            | QuotaResource::Mps { model },
-        ) => {
-            let free: f64 = fleet.iter().filter(|c| c.model == model).map(|c| c.free).sum();
-            format!("{} slices on {model}", n(free))
+    format!("peak {} · {} {unit} used on average", n(s.peak_held), n(s.mean_used))
+}
+
+/// What the fleet has free for a resource, in the resource's own unit, on GPUs that take new work (not cordoned,
+/// on nodes that are ready or applying): compute slices in all for `compute_slices`; for a MIG profile, how many
+/// more instances of it fit beside the instances in use (the core's `room_for`, exact under the placement rules);
+/// for whole GPUs and shares, GPUs of the model with nothing on them. `—` for memory, which is not counted free.
+pub fn fleet_free(resource: &str, nodes: &[NodeView]) -> String {
+    let catalog = Catalog::builtin();
+    let n = |v: f64| tessera_core::clock::rounded(v, 1);
+    let usable = || {
+        nodes
+            .iter()
+            .filter(|node| node.state == "ready" || node.state == "applying")
+            .flat_map(|node| node.gpus.iter())
+            .filter(|g| !g.cordoned)
+    };
+    match QuotaResource::parse(catalog, resource) {
+        Ok(QuotaResource::ComputeSlices) => {
+            let free: f64 = crate::pages::overview::capacity(nodes, catalog).iter().map(|c| c.free).sum();
+            format!("{} slices", n(free))
+        }
+        Ok(QuotaResource::Mig { model, profile }) => {
+            let Some(m) = catalog.model(&model) else { return "—".to_string() };
+            let room: u32 = usable()
+                .filter(|g| g.model == model && g.mig_enabled)
+                .map(|g| {
+                    let in_use: Vec<PlacedInstance> = g
+                        .in_use
+                        .iter()
+                        .map(|u| PlacedInstance { profile: u.profile.clone(), start: u.start })
+                        .collect();
+                    u32::from(tessera_core::layout::room_for(m, &in_use, &profile))
+                })
+                .sum();
+            crate::pages::count(room, &format!("{profile} instance"))
+        }
+        Ok(QuotaResource::Gpu { model } | QuotaResource::Timeslice { model } | QuotaResource::Mps { model }) => {
+            let empty = usable().filter(|g| g.model == model && !g.mig_enabled && g.in_use.is_empty()).count();
+            format!(
+                "{} with nothing on {}",
+                crate::pages::count(empty as u64, &format!("{model} GPU")),
+                if empty == 1 { "it" } else { "them" }
+            )
         }
         _ => "—".to_string(),
     }
@@ -301,7 +336,24 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                 let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{}/quotas", r.tenant)).await.ok();
                 let usage = api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={}", r.tenant)).await.ok();
                 let gpu_hours = usage.map(|u| u.tenants.iter().map(|t| t.gpu_hours).sum());
-                tenants.insert(r.tenant.clone(), TenantFacts { quota, gpu_hours });
+                tenants.insert(r.tenant.clone(), TenantFacts { quota, gpu_hours, timelines: BTreeMap::new() });
+            }
+            // Each asked resource's last 30 days, in its own unit.
+            for r in &page.items {
+                for l in &r.lines {
+                    let Some(facts) = tenants.get_mut(&r.tenant) else { continue };
+                    if facts.timelines.contains_key(&l.resource) {
+                        continue;
+                    }
+                    let path = format!(
+                        "/api/v1/tenants/{}/quota-timeline?days=30&resource={}",
+                        r.tenant,
+                        crate::pages::audit::encode(&l.resource)
+                    );
+                    if let Ok(tl) = api::get_json::<QuotaTimeline>(path).await {
+                        facts.timelines.insert(l.resource.clone(), tl.summary);
+                    }
+                }
             }
             let nodes = api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()).await.unwrap_or_default();
             Ok::<_, api::Problem>((page, tenants, nodes))
@@ -364,9 +416,10 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                 match pending.await {
                     Err(p) => problem_view(&p),
                     Ok((page, _, _)) if page.items.is_empty() => view! { <p class="muted" data-testid="no-quota-requests">"No quota request is waiting."</p> }.into_any(),
-                    Ok((page, facts, nodes)) => { let fleet = crate::pages::overview::capacity(&nodes, Catalog::builtin()); page.items.into_iter().map(|r| {
+                    Ok((page, facts, nodes)) => { page.items.into_iter().map(|r| {
                         let tenant = names.iter().find(|t| t.id == r.tenant).map_or_else(|| r.tenant.clone(), |t| t.name.clone());
                         let quota = facts.get(&r.tenant).and_then(|f| f.quota.clone());
+                        let past = facts.get(&r.tenant).map(|f| f.timelines.clone()).unwrap_or_default();
                         let used = facts.get(&r.tenant).and_then(|f| f.gpu_hours).map(|h| format!("{} GPU-hours used in the last 30 days", tessera_core::clock::rounded(h, 1)));
                         let (approve, reject) = (r.clone(), r.clone());
                         let rid = r.id.clone();
@@ -379,7 +432,7 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                 <p class="muted">{r.reason.clone()}</p>
                                 {used.map(|u| view! { <p class="small" data-testid="used-30d">{u}</p> })}
                                 <div class="table-wrap"><table>
-                                    <thead><tr><th>"Resource"</th><th>"Limit now"</th><th>"Asked"</th><th>"Held"</th><th>"Fleet free"</th><th>"Grant"</th></tr></thead>
+                                    <thead><tr><th>"Resource"</th><th>"Limit now"</th><th>"Asked"</th><th>"Held"</th><th>"Fleet free"</th><th>"Last 30 days"</th><th>"Grant"</th></tr></thead>
                                     <tbody>
                                         {r.lines.iter().map(|l| {
                                             let (name, unit) = named(&l.resource);
@@ -392,7 +445,8 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                                     <td>{l.before.map_or_else(|| "no limit".to_string(), |b| format!("{} {unit}", amount(b)))}</td>
                                                     <td>{format!("{} {unit}", amount(l.asked))}</td>
                                                     <td>{quota.as_ref().and_then(|q| q.resources.iter().find(|x| x.resource == resource)).map_or_else(|| format!("0 {unit}"), |x| format!("{} {unit}", amount(x.held)))}</td>
-                                                    <td class="muted">{fleet_free(&resource, &fleet)}</td>
+                                                    <td class="muted">{fleet_free(&resource, &nodes)}</td>
+                                                    <td class="muted" data-testid="past-30d">{past.get(&resource).map_or_else(|| "—".to_string(), |s| past_text(s, unit))}</td>
                                                     <td><input type="number" min="0" step="any" name="grant" aria-label="Grant" prop:value=shown
                                                         on:input=move |ev| { let v = event_target_value(&ev); let key = key.clone(); grants.update(|g| { g.insert(key, v); }); } /></td>
                                                 </tr>
@@ -416,6 +470,7 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_api::nodes::{GpuView, InUse};
 
     fn line(resource: &str, before: Option<f64>, asked: f64, granted: Option<f64>) -> QuotaRequestLine {
         QuotaRequestLine { resource: resource.into(), before, asked, granted }
@@ -434,13 +489,66 @@ mod tests {
     }
 
     #[test]
-    fn fleet_free_counts_the_resources_model() {
-        let cap = |model: &str, free: f64| Capacity { model: model.into(), free, ..Capacity::default() };
-        let fleet = [cap("H100-80GB", 9.0), cap("A100-40GB", 2.5)];
-        assert_eq!(fleet_free("compute_slices", &fleet), "11.5 slices");
-        assert_eq!(fleet_free("gpu/H100-80GB", &fleet), "9 slices on H100-80GB");
-        assert_eq!(fleet_free("mig/A100-40GB/1g.5gb", &fleet), "2.5 slices on A100-40GB");
-        assert_eq!(fleet_free("memory_gib", &fleet), "—");
+    fn fleet_free_counts_in_the_resources_unit() {
+        let gpu = |model: &str, mig: bool, in_use: &[(&str, u8)], cordoned: bool| GpuView {
+            id: "g".into(),
+            index: 0,
+            uuid: "GPU-1".into(),
+            model: model.into(),
+            mig_enabled: mig,
+            cordoned,
+            layout: vec![],
+            layout_version: 0,
+            auto_layout: false,
+            applied: None,
+            errors: vec![],
+            in_use: in_use
+                .iter()
+                .map(|(p, s)| InUse {
+                    profile: (*p).into(),
+                    start: *s,
+                    request: "r".into(),
+                    tenant: "t".into(),
+                    state: "active".into(),
+                })
+                .collect(),
+        };
+        let node = |state: &str, gpus: Vec<GpuView>| NodeView {
+            id: "n".into(),
+            name: "n".into(),
+            created_at_ms: 0,
+            gpus,
+            state: state.into(),
+            generation: 0,
+            observed_generation: 0,
+            last_seen_ms: None,
+            agent: None,
+            errors: vec![],
+        };
+        let nodes = [
+            node("ready", vec![gpu("H100-80GB", true, &[("1g.10gb", 0)], false), gpu("H100-80GB", true, &[], false)]),
+            node("ready", vec![gpu("H100-80GB", true, &[], true), gpu("A30-24GB", false, &[], false)]),
+            node("not-ready", vec![gpu("H100-80GB", true, &[], false)]),
+        ];
+        // A 1g in use at 0 leaves room for one 3g; an empty H100 two; cordoned and unready GPUs count for nothing.
+        assert_eq!(fleet_free("mig/H100-80GB/3g.40gb", &nodes), "3 3g.40gb instances");
+        assert_eq!(fleet_free("mig/H100-80GB/7g.80gb", &nodes), "1 7g.80gb instance");
+        assert_eq!(fleet_free("gpu/A30-24GB", &nodes), "1 A30-24GB GPU with nothing on it");
+        assert_eq!(fleet_free("timeslice/H100-80GB", &nodes), "0 H100-80GB GPUs with nothing on them");
+        assert_eq!(fleet_free("memory_gib", &nodes), "—");
+        assert!(fleet_free("compute_slices", &nodes).ends_with(" slices"));
+    }
+
+    #[test]
+    fn the_last_30_days_read_in_the_resources_unit() {
+        let s = TimelineSummary {
+            peak_held: 6.0,
+            mean_held: 3.0,
+            mean_used: 2.26,
+            limit: Some(7.0),
+            never_used: Some(1.0),
+        };
+        assert_eq!(past_text(&s, "slices"), "peak 6 · 2.3 slices used on average");
     }
 
     #[test]

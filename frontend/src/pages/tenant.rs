@@ -39,26 +39,47 @@ pub struct QuotaBar {
     pub used: Milli,
     /// Held by pending requests.
     pub pending: Milli,
-    /// The limit (`None`: unlimited).
+    /// The limit (`None`: unlimited): what the tenant is guaranteed.
     pub limit: Option<Milli>,
+    /// In a cohort, the most it may hold by borrowing what the others do not use.
+    pub maximum: Option<Milli>,
+    /// More is held than allowed (the server's word: past the maximum in a cohort, past the limit otherwise).
+    pub over: bool,
 }
 
 impl QuotaBar {
     /// Widths of the used and pending parts, in percent of the limit; `None` when unlimited (no bar is drawn:
     /// there is nothing to fill).
     pub fn widths(&self) -> Option<(f64, f64)> {
-        let whole = self.limit?.max(1) as f64;
+        let whole = self.limit?.max(self.maximum.unwrap_or(0)).max(1) as f64;
         let used = (self.used as f64 / whole * 100.0).min(100.0);
         let pending = (self.pending as f64 / whole * 100.0).min(100.0 - used);
         Some((used, pending))
+    }
+
+    /// What is held above the limit, borrowed from the cohort.
+    pub fn borrowed(&self) -> Milli {
+        self.limit.map_or(0, |l| (self.used + self.pending).saturating_sub(l))
+    }
+
+    /// Where the limit sits on the bar, in percent of its length, when a maximum lies beyond it.
+    pub fn limit_mark(&self) -> Option<f64> {
+        let (l, m) = (self.limit?, self.maximum?);
+        (m > l).then(|| l as f64 / m.max(1) as f64 * 100.0)
     }
 
     /// `12 of 20 slices used · 2 pending`, `19.6 GiB used · no limit`: amounts to one decimal, with the unit.
     pub fn text(&self) -> String {
         let n = |m: Milli| quota::show_places(m, 1);
         let pending = if self.pending > 0 { format!(" · {} pending", n(self.pending)) } else { String::new() };
+        let borrowed = match (self.borrowed(), self.maximum) {
+            (0, Some(m)) if self.limit.is_some_and(|l| m > l) => format!(" · up to {} with the cohort", n(m)),
+            (0, _) => String::new(),
+            (b, Some(m)) => format!(" · {} borrowed (at most {})", n(b), n(m)),
+            (b, None) => format!(" · {} over", n(b)),
+        };
         match self.limit {
-            Some(l) => format!("{} of {} {} used{pending}", n(self.used), n(l), self.unit),
+            Some(l) => format!("{} of {} {} used{pending}{borrowed}", n(self.used), n(l), self.unit),
             None => format!("{} {} used{pending} · no limit", n(self.used), self.unit),
         }
     }
@@ -105,7 +126,20 @@ pub fn quota_bars(q: &QuotaView, requests: &[RequestView]) -> Vec<QuotaBar> {
             let h = held.get(r).copied().unwrap_or(0);
             let p = pending.get(r).copied().unwrap_or(0).min(h);
             let (name, unit) = r.describe();
-            QuotaBar { resource: r.to_string(), name, unit, used: h - p, pending: p, limit: limits.get(r).copied() }
+            let line = q
+                .resources
+                .iter()
+                .find(|l| QuotaResource::parse(Catalog::builtin(), &l.resource).ok().as_ref() == Some(r));
+            QuotaBar {
+                resource: r.to_string(),
+                name,
+                unit,
+                used: h - p,
+                pending: p,
+                limit: limits.get(r).copied(),
+                maximum: line.and_then(|l| l.maximum).map(milli),
+                over: line.is_some_and(|l| l.over),
+            }
         })
         .filter(|b| b.limit.is_some() || b.used + b.pending > 0)
         .collect()
@@ -160,6 +194,20 @@ pub fn feedback(
         }
     };
     let (limits, held) = limits_and_held(quotas);
+    // In a cohort a tenant may hold more than its limit, borrowing what the others do not use: the server says how
+    // much more it may take now, and the check counts that.
+    let limits: Usage = limits
+        .into_iter()
+        .map(|(r, l)| {
+            let line = quotas
+                .resources
+                .iter()
+                .find(|x| QuotaResource::parse(Catalog::builtin(), &x.resource).ok().as_ref() == Some(&r));
+            let reach =
+                line.and_then(|x| x.available).map(|a| held.get(&r).copied().unwrap_or(0).saturating_add(milli(a)));
+            (r, reach.filter(|&m| m > l).unwrap_or(l))
+        })
+        .collect();
     let charges = requested
         .iter()
         .map(|(r, &a)| {
@@ -294,6 +342,7 @@ pub fn TenantPage() -> impl IntoView {
                                 <RequestForm tenant=t.clone() quotas=latest_quotas.into() on_done />
                             </div>
                         </div>
+                        <crate::pages::governance::BudgetCard tenant=t.id.clone() tick=now />
                         <crate::pages::quotas::QuotaRequestsCard tenant=t.clone() can_ask />
                         <div class="card">
                             <h2>"Allocations"</h2>
@@ -306,6 +355,7 @@ pub fn TenantPage() -> impl IntoView {
                             </Transition>
                         </div>
                         <UsageCard tenant=t.id.clone() />
+                        <crate::pages::governance::TimelineCard tenant=t.id.clone() />
                         <Glossary />
                     }.into_any()
                 })}
@@ -322,8 +372,9 @@ fn quota_view(bars: Vec<QuotaBar>, draft: Option<crate::pages::quotas::AskDraft>
         <ul class="bars">
             {bars.into_iter().map(|b| {
                 let label = b.text();
-                let full = b.limit.is_some_and(|l| b.used + b.pending >= l);
-                let over = b.limit.is_some_and(|l| b.used + b.pending > l);
+                let full = b.limit.is_some_and(|l| b.used + b.pending >= l.max(b.maximum.unwrap_or(0)));
+                let over = b.over;
+                let mark = b.limit_mark();
                 let (key, limit) = (b.resource.clone(), b.limit.map(quota::show).unwrap_or_default());
                 view! {
                     <li data-resource=b.resource.clone()>
@@ -336,6 +387,7 @@ fn quota_view(bars: Vec<QuotaBar>, draft: Option<crate::pages::quotas::AskDraft>
                                 <div class="bar" role="img" aria-label=label>
                                     <span class="used" style=format!("width:{used:.1}%")></span>
                                     <span class="pending" style=format!("width:{pending:.1}%")></span>
+                                    {mark.map(|m| view! { <span class="limit-mark" title="the guarantee: above it, slices are borrowed" style=format!("left:{m:.1}%")></span> })}
                                 </div>
                             }.into_any(),
                             None => ().into_any(),
@@ -410,6 +462,10 @@ mod tests {
                 held,
                 limit: Some(limit),
                 over: held > limit,
+                maximum: None,
+                lending_limit: None,
+                borrowed: 0.0,
+                available: Some((limit - held).max(0.0)),
             }],
         }
     }
@@ -427,6 +483,10 @@ mod tests {
             updated_at_ms: 0,
             duration_s: None,
             expires_at_ms: None,
+            priority: Default::default(),
+            borrowed: false,
+            reclaim_at_ms: None,
+            reclaim_for: None,
         }
     }
 
@@ -448,8 +508,16 @@ mod tests {
             used: 19_625,
             pending: 0,
             limit: None,
+            maximum: None,
+            over: false,
         };
         assert_eq!((free.widths(), free.text()), (None, "19.6 GiB used · no limit".to_string()));
+        // In a cohort: the bar runs to the maximum, the guarantee marked on it, and what is above it borrowed.
+        let cohort = QuotaBar { used: 9_000, pending: 0, limit: Some(7_000), maximum: Some(14_000), ..free.clone() };
+        assert_eq!(cohort.text(), "9 of 7 GiB used · 2 borrowed (at most 14)");
+        assert_eq!((cohort.widths(), cohort.limit_mark()), (Some((9.0 / 14.0 * 100.0, 0.0)), Some(50.0)));
+        let lender = QuotaBar { used: 3_000, ..cohort };
+        assert_eq!(lender.text(), "3 of 7 GiB used · up to 14 with the cohort");
     }
 
     #[test]

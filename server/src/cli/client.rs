@@ -56,6 +56,9 @@ pub enum RequestCommand {
         /// Retry key: the same key never creates two requests.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// `low`, `normal` or `high`: high fills the tenant's guarantee first, low is reclaimed first.
+        #[arg(long, default_value = "normal", value_parser = parse_priority)]
+        priority: tessera_core::cohort::Priority,
     },
     /// List a tenant's requests (every page).
     List {
@@ -248,6 +251,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 reason,
                 duration,
                 idempotency_key,
+                priority,
             } => {
                 let body = NewRequestBody {
                     tenant,
@@ -255,6 +259,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                     count,
                     reason,
                     duration_s: duration,
+                    priority,
                 };
                 let key = idempotency_key.as_deref();
                 print(out, api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?)
@@ -304,4 +309,8 @@ pub(super) fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Res
             Ok(EXIT_NO)
         }
     }
+}
+
+fn parse_priority(text: &str) -> Result<tessera_core::cohort::Priority, String> {
+    tessera_core::cohort::Priority::parse(text).ok_or_else(|| format!("`{text}`: use low, normal or high"))
 }

@@ -5,10 +5,12 @@ use std::io::Write;
 
 use clap::Subcommand;
 use reqwest::Method;
+use tessera_api::cohorts::{CohortView, Membership, NewCohort};
 use tessera_api::quotas::{
     GrantBody, LimitChangeView, NewQuotaRequest, QuotaRequestPage, QuotaRequestState, QuotaRequestView,
 };
 use tessera_api::requests::RejectBody;
+use tessera_api::tenants::{QuotaUpdate, QuotaView, TenantView};
 
 use super::CliError;
 use super::client::{Api, print};
@@ -75,6 +77,50 @@ pub enum QuotaCommand {
         #[arg(long)]
         tenant: String,
     },
+    /// Set a tenant's guarantees (platform admins): `RESOURCE=LIMIT ...`, with `--max RESOURCE=MAX` to let it
+    /// borrow up to MAX from its cohort and `--lend RESOURCE=LEND` to lend at most LEND of its unused guarantee.
+    Set {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// Why (kept in the limits' history).
+        #[arg(long, default_value = "")]
+        reason: String,
+        /// `RESOURCE=MAX`: the most it may hold by borrowing.
+        #[arg(long = "max", value_name = "RESOURCE=MAX")]
+        maximums: Vec<String>,
+        /// `RESOURCE=LEND`: the most of its unused guarantee it lends.
+        #[arg(long = "lend", value_name = "RESOURCE=LEND")]
+        lending: Vec<String>,
+        /// `RESOURCE=LIMIT`, the guarantees.
+        #[arg(value_name = "RESOURCE=LIMIT")]
+        limits: Vec<String>,
+    },
+    /// Create a cohort (platform admins): tenants that lend each other what they guarantee but do not use.
+    CohortCreate {
+        /// Its name.
+        name: String,
+        /// Seconds between telling holders their borrowed slices are taken back and releasing them.
+        #[arg(long)]
+        grace: Option<u32>,
+    },
+    /// List cohorts with what each member guarantees, holds, borrows and can lend (platform admins).
+    Cohorts,
+    /// Put a tenant in a cohort (platform admins), or take it out with `--none`.
+    Join {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: String,
+        /// Cohort id or name.
+        #[arg(long, required_unless_present = "none")]
+        cohort: Option<String>,
+        /// Take the tenant out of its cohort.
+        #[arg(long, conflicts_with = "cohort")]
+        none: bool,
+        /// Its weight in sharing borrowed capacity (1-1000).
+        #[arg(long)]
+        weight: Option<u32>,
+    },
 }
 
 /// `RESOURCE=LIMIT` pairs as a map, or which one is not.
@@ -134,6 +180,27 @@ pub(super) async fn run(api: &Api, cmd: QuotaCommand, out: &mut dyn Write) -> Re
         }
         QuotaCommand::History { tenant } => {
             print(out, api.get::<Vec<LimitChangeView>>(&format!("/api/v1/tenants/{tenant}/quota-history")).await?)
+        }
+        QuotaCommand::Set { tenant, reason, maximums, lending, limits: pairs } => {
+            let some = |m: BTreeMap<String, f64>| m.into_iter().map(|(k, v)| (k, Some(v))).collect();
+            let body = QuotaUpdate {
+                limits: some(limits(&pairs)?),
+                maximums: some(limits(&maximums)?),
+                lending_limits: some(limits(&lending)?),
+                reason,
+            };
+            let path = format!("/api/v1/tenants/{tenant}/quotas");
+            print(out, api.call::<_, QuotaView>(Method::PUT, &path, Some(&body), None).await?)
+        }
+        QuotaCommand::CohortCreate { name, grace } => {
+            let body = NewCohort { name, grace_s: grace };
+            print(out, api.call::<_, CohortView>(Method::POST, "/api/v1/cohorts", Some(&body), None).await?)
+        }
+        QuotaCommand::Cohorts => print(out, api.get::<Vec<CohortView>>("/api/v1/cohorts").await?),
+        QuotaCommand::Join { tenant, cohort, none, weight } => {
+            let body = Membership { cohort: if none { None } else { cohort }, weight };
+            let path = format!("/api/v1/tenants/{tenant}/cohort");
+            print(out, api.call::<_, TenantView>(Method::PUT, &path, Some(&body), None).await?)
         }
     }
 }

@@ -5,7 +5,9 @@ pub mod agents;
 mod allocations;
 mod audit;
 pub mod auth;
+mod budgets;
 mod catalog;
+mod cohorts;
 mod docs;
 pub mod error;
 mod health;
@@ -62,7 +64,7 @@ pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::
     tags(
         (name = "health", description = "Liveness and readiness"),
         (name = "catalog", description = "GPU models and MIG profiles"),
-        (name = "tenants", description = "Tenants and quotas"),
+        (name = "tenants", description = "Tenants, quotas and cohorts"),
         (name = "requests", description = "Slice requests and approvals"),
         (name = "fleet", description = "Nodes and GPUs"),
         (name = "layouts", description = "MIG layout proposals"),
@@ -115,8 +117,14 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(tenants::get_tenant))
         .routes(routes!(tenants::get_quotas, tenants::set_quotas))
         .routes(routes!(tenants::set_policy))
+        .routes(routes!(cohorts::create_cohort, cohorts::list_cohorts))
+        .routes(routes!(cohorts::get_cohort, cohorts::update_cohort))
+        .routes(routes!(cohorts::set_membership))
         .routes(routes!(quotas::create_quota_request))
         .routes(routes!(quotas::quota_history))
+        .routes(routes!(quotas::quota_timeline))
+        .routes(routes!(quotas::quota_standing))
+        .routes(routes!(budgets::get_budget, budgets::set_budget))
         .routes(routes!(quotas::list_quota_requests))
         .routes(routes!(quotas::get_quota_request))
         .routes(routes!(quotas::approve_quota_request))

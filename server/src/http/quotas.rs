@@ -15,7 +15,7 @@ use crate::store::Principal;
 use crate::store::quotas::{LimitChange, QuotaRequest};
 pub use tessera_api::quotas::{
     GrantBody, LimitChangeView, NewQuotaRequest, QuotaRequestLine, QuotaRequestPage, QuotaRequestQuery,
-    QuotaRequestView,
+    QuotaRequestView, QuotaStanding, QuotaTimeline, TimelineQuery,
 };
 pub use tessera_api::requests::RejectBody;
 
@@ -61,6 +61,7 @@ impl From<LimitChange> for LimitChangeView {
             after: c.after.map(units),
             why: c.why,
             quota_request: c.quota_request,
+            kind: tessera_api::quotas::LimitKind::parse(&c.kind).unwrap_or_default(),
         }
     }
 }
@@ -195,4 +196,27 @@ pub async fn quota_history(
 ) -> Result<ApiJson<Vec<LimitChangeView>>, ApiError> {
     let changes = quotas::history(&state, &p, &id, q.limit.unwrap_or(200)).await?;
     Ok(ApiJson(changes.into_iter().map(Into::into).collect()))
+}
+
+/// A tenant's limit, maximum, held and used amounts of one resource, hour by hour over the last `days` days: what
+/// it was allowed, what it asked for and what ran.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/quota-timeline", tag = "tenants", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
+    params(("id" = String, Path, description = "The tenant's id or its name"), TimelineQuery),
+    responses((status = 200, body = QuotaTimeline), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_days or quota_bad_resource")))]
+pub async fn quota_timeline(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<TimelineQuery>,
+) -> Result<ApiJson<QuotaTimeline>, ApiError> {
+    Ok(ApiJson(crate::services::governance::timeline(&state, &p, &id, &q).await?))
+}
+
+/// Where every tenant stands (platform admins): who borrows from its cohort, who waits within its guarantee, who
+/// holds quota it did not use in 30 days, and how far its budgets are spent.
+#[utoipa::path(get, path = "/api/v1/quota-standing", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    responses((status = 200, body = QuotaStanding), (status = 403, body = Problem)))]
+pub async fn quota_standing(State(state): State<AppState>, p: Principal) -> Result<ApiJson<QuotaStanding>, ApiError> {
+    Ok(ApiJson(crate::services::governance::standing(&state, &p).await?))
 }

@@ -29,6 +29,10 @@ impl From<SliceRequest> for RequestView {
             updated_at_ms: r.updated_at_ms,
             duration_s: r.duration_s,
             expires_at_ms: r.expires_at_ms,
+            priority: r.priority,
+            borrowed: r.borrowed,
+            reclaim_at_ms: r.reclaim_at_ms,
+            reclaim_for: r.reclaim_for,
         }
     }
 }
@@ -91,6 +95,7 @@ pub async fn create_request(
         count: body.count,
         reason: &body.reason,
         duration_s: body.duration_s,
+        priority: body.priority,
     };
     let (request, created) = requests::create(&state, &p, ask, key).await?;
     Ok(with_etag(if created { StatusCode::CREATED } else { StatusCode::OK }, request))

@@ -17,6 +17,8 @@ impl From<Tenant> for TenantView {
             auto_approve: t.policy.auto_approve,
             auto_approve_max_compute_slices: t.policy.auto_approve_max_compute_slices,
             created_at_ms: t.created_at_ms,
+            cohort: t.cohort_id,
+            weight: t.weight,
         }
     }
 }
@@ -72,7 +74,8 @@ pub async fn get_quotas(
     Ok(ApiJson(tenants::quotas(&state, &p, &id).await?))
 }
 
-/// Set or remove limits (platform admins). Every resource key and amount is checked before any is written.
+/// Set or remove limits, and the maximums and lending limits beside them (platform admins). Every resource key and
+/// amount is checked, and all of them are written in one transaction or none is.
 #[utoipa::path(put, path = "/api/v1/tenants/{id}/quotas", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path)), request_body = QuotaUpdate,
     responses((status = 200, body = QuotaView), (status = 403, body = Problem), (status = 404, body = Problem),
@@ -83,7 +86,7 @@ pub async fn set_quotas(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<QuotaUpdate>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
-    Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body.limits, &body.reason).await?))
+    Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body).await?))
 }
 
 /// Tenants you may see: all of them for platform admins, your own otherwise.

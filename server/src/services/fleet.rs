@@ -159,6 +159,7 @@ pub async fn allocations(
         .filter_map(|a| {
             let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
             let whole = !gpu.mig_enabled;
+            let terms = expiries.iter().find(|t| t.0 == a.id);
             Some(AllocationView {
                 k8s_resource: if whole {
                     "nvidia.com/gpu".to_string()
@@ -168,7 +169,10 @@ pub async fn allocations(
                 waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
                 device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
                 cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                expires_at_ms: expiries.iter().find(|(id, _)| *id == a.id).and_then(|(_, e)| *e),
+                expires_at_ms: terms.map(|t| t.1).unwrap_or(None),
+                borrowed: terms.is_some_and(|t| t.2),
+                reclaim_at_ms: terms.and_then(|t| t.3),
+                reclaim_for: terms.and_then(|t| t.4.clone()),
                 model: gpu.model.clone(),
                 id: a.id,
                 request: a.request_id,

@@ -7,7 +7,10 @@
 pub mod agents;
 pub mod approvals;
 pub mod audit;
+pub mod budgets;
+pub mod cohorts;
 pub mod fleet;
+pub mod governance;
 pub mod hub;
 pub mod idle;
 pub mod lookup;

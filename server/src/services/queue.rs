@@ -26,6 +26,7 @@ struct Job {
     actor: String,
     idempotency: Option<(String, String)>,
     duration_s: Option<u64>,
+    priority: tessera_core::cohort::Priority,
     reply: oneshot::Sender<Result<Created, StoreError>>,
 }
 
@@ -41,6 +42,7 @@ impl Job {
             actor: &self.actor,
             idempotency: self.idempotency.as_ref().map(|(u, k)| (u.as_str(), k.as_str())),
             duration_s: self.duration_s,
+            priority: self.priority,
         }
     }
 }
@@ -70,6 +72,7 @@ impl CreateQueue {
             actor: new.actor.to_string(),
             idempotency: new.idempotency.map(|(u, k)| (u.to_string(), k.to_string())),
             duration_s: new.duration_s,
+            priority: new.priority,
             reply,
         };
         let stopped = || StoreError::Failed("the request writer stopped before answering".to_string());

@@ -44,6 +44,8 @@ pub struct Ask<'a> {
     pub reason: &'a str,
     /// How long, once active, in seconds.
     pub duration_s: Option<u64>,
+    /// Its priority within the tenant.
+    pub priority: tessera_core::cohort::Priority,
 }
 
 /// Creates a request. Returns it and whether it was created now (`false`: an idempotent replay).
@@ -53,7 +55,7 @@ pub async fn create(
     ask: Ask<'_>,
     idempotency_key: Option<&str>,
 ) -> Result<(SliceRequest, bool), ApiError> {
-    let Ask { tenant, spec, count, reason, duration_s } = ask;
+    let Ask { tenant, spec, count, reason, duration_s, priority } = ask;
     if !p.can_see(tenant) {
         return Err(ApiError::NotFound(format!("tenant {tenant} not found")));
     }
@@ -65,6 +67,7 @@ pub async fn create(
         let detail = format!("duration_s must be between {MIN_DURATION_S} and {MAX_DURATION_S} seconds");
         return Err(ApiError::invalid("invalid_duration", detail));
     }
+    super::budgets::check(state, tenant, spec)?;
     if let Some(key) = idempotency_key
         && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
     {
@@ -87,6 +90,7 @@ pub async fn create(
         actor: &actor,
         idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
         duration_s,
+        priority,
     };
     let Created { request, created, tenant: tenant_row } = match state.creates.create(new).await {
         Ok(done) => done,
@@ -99,6 +103,19 @@ pub async fn create(
     if !created && (request.tenant_id != tenant || request.spec != *spec || request.count != count) {
         return Err(key_reused());
     }
+    // In a cohort, the request may be borrowed, or may need back what is lent out: the cohort is rebalanced now,
+    // so holders of what is reclaimed are told at once.
+    if created
+        && let Some(cohort) = &tenant_row.cohort_id
+        && let Err(e) = super::cohorts::rebalance(state, cohort, Some(&tenant_row.id)).await
+    {
+        tracing::warn!(cohort = %cohort, error = %e, "rebalancing the cohort after a request failed");
+    }
+    let request = if created && tenant_row.cohort_id.is_some() {
+        state.store.request(&request.id).await.unwrap_or(request)
+    } else {
+        request
+    };
     // Within the tenant's auto-approval policy, the request is approved the way an admin would approve it: placed
     // by the planner. Where it cannot be placed now (no capacity, the fleet changed), it stays pending for an admin.
     if created && tenant_row.policy.decide(&charge) == Decision::AutoApprove {

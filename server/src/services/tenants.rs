@@ -1,14 +1,13 @@
 //! Tenants, their approval policies and their quotas: who may see and change them, and the checks a name, a
 //! policy and a limit must pass before anything is written.
 
-use std::collections::BTreeMap;
-
-use tessera_api::tenants::{QuotaLine, QuotaView};
+use tessera_api::tenants::{QuotaLine, QuotaUpdate, QuotaView};
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource};
 use tessera_core::quota_request::amount;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::store::cohorts::Bound;
 use crate::store::{Principal, Tenant};
 
 /// Most weighted compute slices an approval policy may name (what a 32-bit integer holds, as every release has
@@ -74,39 +73,62 @@ pub async fn set_policy(state: &AppState, p: &Principal, id: &str, policy: Appro
 
 /// A tenant's limits and what its live requests hold, for those who may see it.
 pub async fn quotas(state: &AppState, p: &Principal, id: &str) -> Result<QuotaView, ApiError> {
-    get(state, p, id).await?;
-    quota_view(state, id).await
+    let t = get(state, p, id).await?;
+    quota_view(state, &t.id).await
 }
 
-/// Sets or removes limits (platform admins): every resource key and amount is checked before any is written;
-/// `reason` is kept in the limits' history.
+/// Sets or removes limits, maximums and lending limits (platform admins): every resource key and amount is
+/// checked before any is written, and all are written in one transaction; `reason` is kept in the limits' history.
+/// A tenant in a cohort is rebalanced after: a lower guarantee may leave it borrowing.
 pub async fn set_quotas(
     state: &AppState,
     p: &Principal,
     id: &str,
-    limits: &BTreeMap<String, Option<f64>>,
-    reason: &str,
+    update: &QuotaUpdate,
 ) -> Result<QuotaView, ApiError> {
     p.require_platform_admin()?;
-    state.store.tenant(id).await?;
+    let tenant = get(state, p, id).await?;
+    let id = tenant.id.as_str();
+    let reason = update.reason.as_str();
     tessera_core::text::check_reason(reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
-    let mut parsed = Vec::with_capacity(limits.len());
-    for (key, limit) in limits {
+    let parse = |key: &str, value: Option<f64>| -> Result<(Resource, Option<u64>), ApiError> {
         let resource =
             Resource::parse(state.catalog, key).map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
-        let limit = match *limit {
+        let value = match value {
             Some(units) => Some(amount(key, units).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?),
             None => None,
         };
-        parsed.push((resource, limit));
+        Ok((resource, value))
+    };
+    let mut limits = Vec::with_capacity(update.limits.len());
+    for (key, limit) in &update.limits {
+        limits.push(parse(key, *limit)?);
     }
-    state.store.set_quotas(id, &parsed, &p.actor(), reason.trim()).await?;
+    let mut bounds = Vec::new();
+    for (kind, map) in [(Bound::Maximum, &update.maximums), (Bound::Lending, &update.lending_limits)] {
+        for (key, value) in map {
+            let (resource, value) = parse(key, *value)?;
+            bounds.push((resource, kind, value));
+        }
+    }
+    state.store.set_quota_lines(id, &limits, &bounds, &p.actor(), reason.trim()).await?;
+    if let Some(cohort) = &tenant.cohort_id {
+        super::cohorts::rebalance(state, cohort, None).await?;
+    }
     quota_view(state, id).await
 }
 
 async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiError> {
+    let t = state.store.tenant(tenant).await?;
+    let in_cohort = t.cohort_id.is_some();
+    let members = match &t.cohort_id {
+        Some(c) => super::cohorts::members(state, c).await?,
+        None => vec![super::cohorts::member(state, &t).await?],
+    };
+    let who = members.iter().position(|m| m.tenant == t.id);
     let limits = state.store.quotas(tenant).await?;
     let held = state.store.held(tenant).await?;
+    let (maximums, lending) = state.store.bounds(tenant).await?;
     let mut keys: Vec<&Resource> = limits.keys().chain(held.keys()).collect();
     keys.sort();
     keys.dedup();
@@ -115,11 +137,17 @@ async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiErro
         .into_iter()
         .map(|r| {
             let (limit, held) = (limits.get(r).copied(), held.get(r).copied().unwrap_or(0));
+            let maximum = maximums.get(r).copied();
+            let ceiling = limit.map(|l| if in_cohort { maximum.unwrap_or(l).max(l) } else { l });
             QuotaLine {
                 resource: r.to_string(),
                 limit: limit.map(units),
                 held: units(held),
-                over: limit.is_some_and(|l| held > l),
+                over: ceiling.is_some_and(|c| held > c),
+                maximum: maximum.map(units),
+                lending_limit: lending.get(r).copied().map(units),
+                borrowed: limit.map_or(0.0, |l| units(held.saturating_sub(l))),
+                available: who.and_then(|w| tessera_core::cohort::room(&members, w, in_cohort, r)).map(units),
             }
         })
         .collect();

@@ -7,14 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sqlx::QueryBuilder;
-use tessera_core::quota::{Usage, accumulate, check};
+use tessera_core::cohort::{Member, admit};
+use tessera_core::quota::{Usage, accumulate};
 
 use super::requests::{REQUEST_COLUMNS, TENANT_COLUMNS};
 use super::{
     NewRequest, SliceRequest, Store, StoreError, Tenant, TenantRow, now_ms, on_constraint, tenant_from, to_json,
 };
 
-/// Most requests in one batch (each row binds at most 11 values; SQLite allows 32,766 per statement).
+/// Most requests in one batch (each row binds at most 12 values; SQLite allows 32,766 per statement).
 pub const MAX_BATCH: usize = 256;
 
 /// A request of a batch, as created or replayed.
@@ -33,13 +34,67 @@ pub struct Created {
 pub(super) struct Loaded {
     /// Tenants by id (missing: no such tenant).
     pub tenants: HashMap<String, Tenant>,
-    /// Limits by tenant.
-    pub limits: HashMap<String, Usage>,
-    /// Running usage by tenant.
-    pub held: HashMap<String, Usage>,
+    /// The quota groups the batch's tenants are in: a cohort's members (by cohort id), or a tenant alone (by
+    /// `tenant:<id>`).
+    pub groups: HashMap<String, Vec<Member>>,
     /// Requests by the `(user, key)` that created them, for the keys the batch uses.
     pub keyed: HashMap<(String, String), SliceRequest>,
 }
+
+/// Where a tenant's quota is decided: its group's key, its index in the group, and whether the group is a cohort.
+fn place(tenant: &Tenant, groups: &HashMap<String, Vec<Member>>) -> Option<(String, usize, bool)> {
+    let (key, in_cohort) = match &tenant.cohort_id {
+        Some(c) => (c.clone(), true),
+        None => (format!("tenant:{}", tenant.id), false),
+    };
+    let index = groups.get(&key)?.iter().position(|m| m.tenant == tenant.id)?;
+    Some((key, index, in_cohort))
+}
+
+/// Builds the quota groups of `tenants` (the batch's and their cohorts' members) from their limits and holdings.
+pub(super) fn groups(
+    tenants: &[Tenant],
+    limits: Vec<LimitRow>,
+    mut held: HashMap<String, Usage>,
+) -> Result<HashMap<String, Vec<Member>>, StoreError> {
+    let mut members: HashMap<String, Member> = tenants
+        .iter()
+        .map(|t| {
+            let m = Member {
+                tenant: t.id.clone(),
+                held: held.remove(&t.id).unwrap_or_default(),
+                weight: t.weight,
+                ..Member::default()
+            };
+            (t.id.clone(), m)
+        })
+        .collect();
+    let catalog = tessera_core::Catalog::builtin();
+    for (tenant, resource, limit, max, lend) in limits {
+        let Some(m) = members.get_mut(&tenant) else { continue };
+        let r = tessera_core::quota::Resource::parse(catalog, &resource)
+            .map_err(|e| StoreError::Corrupt(format!("quota resource `{resource}`: {e}")))?;
+        let milli = |v: i64| u64::try_from(v).unwrap_or(0);
+        m.guaranteed.insert(r.clone(), milli(limit));
+        if let Some(max) = max {
+            m.maximum.insert(r.clone(), milli(max));
+        }
+        if let Some(lend) = lend {
+            m.lending.insert(r, milli(lend));
+        }
+    }
+    let mut groups: HashMap<String, Vec<Member>> = HashMap::new();
+    for t in tenants {
+        let key = t.cohort_id.clone().unwrap_or_else(|| format!("tenant:{}", t.id));
+        if let Some(m) = members.remove(&t.id) {
+            groups.entry(key).or_default().push(m);
+        }
+    }
+    Ok(groups)
+}
+
+/// A limit row: `(tenant, resource, limit_milli, max_milli, lend_milli)`.
+pub(super) type LimitRow = (String, String, i64, Option<i64>, Option<i64>);
 
 /// What to write for a batch, and what each request gets.
 #[derive(Debug)]
@@ -66,15 +121,21 @@ pub(super) fn plan(items: &[(SliceRequest, NewRequest<'_>)], mut loaded: Loaded)
             plan.outcomes.push(Ok(Created { request: first.clone(), created: false, tenant }));
             continue;
         }
+        let mut request = request.clone();
         if request.state.holds_quota() {
-            let empty = Usage::new();
-            let limits = loaded.limits.get(&tenant.id).unwrap_or(&empty);
-            let held = loaded.held.entry(tenant.id.clone()).or_default();
-            if let Err(errors) = check(limits, held, new.charge) {
-                plan.outcomes.push(Err(StoreError::Quota(errors)));
+            let Some((group, who, in_cohort)) = place(&tenant, &loaded.groups) else {
+                plan.outcomes.push(Err(StoreError::NotFound { what: format!("tenant {}", tenant.id) }));
                 continue;
+            };
+            let members = loaded.groups.get_mut(&group).expect("placed in it");
+            match admit(members, who, in_cohort, new.charge) {
+                Err(errors) => {
+                    plan.outcomes.push(Err(StoreError::Quota(errors)));
+                    continue;
+                }
+                Ok(admission) => request.borrowed = admission.borrowed,
             }
-            accumulate(held, new.charge);
+            accumulate(&mut members[who].held, new.charge);
             for (resource, amount) in new.charge {
                 let delta = plan.usage.entry((tenant.id.clone(), resource.to_string())).or_default();
                 *delta = delta.saturating_add(i64::try_from(*amount).unwrap_or(i64::MAX));
@@ -84,20 +145,39 @@ pub(super) fn plan(items: &[(SliceRequest, NewRequest<'_>)], mut loaded: Loaded)
             loaded.keyed.insert(k, request.clone());
         }
         plan.inserts.push(i);
-        plan.outcomes.push(Ok(Created { request: request.clone(), created: true, tenant }));
+        plan.outcomes.push(Ok(Created { request, created: true, tenant }));
     }
     plan
 }
 
-/// A request row led by the `(user, key)` that created it.
-pub(super) type KeyedRequestRow =
-    (String, String, String, String, String, i64, String, String, i64, i64, i64, Option<i64>, Option<i64>);
+/// A request row led by `<user id>/<key>` (user ids are UUIDs, with no `/`), for the key that created it.
+pub(super) type KeyedRequestRow = (
+    String,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    String,
+    bool,
+    Option<i64>,
+    Option<String>,
+);
 
 /// Files keyed request rows by their key.
 pub(super) fn keyed_requests(rows: Vec<KeyedRequestRow>, into: &mut Loaded) -> Result<(), StoreError> {
-    for (u, k, id, tenant, spec, count, state, reason, version, created, updated, duration, expires) in rows {
-        let row = (id, tenant, spec, count, state, reason, version, created, updated, duration, expires);
-        into.keyed.insert((u, k), super::request_from(row)?);
+    for row in rows {
+        let (uk, id, tenant, spec, count, state, reason, version, created, updated, duration, expires, p, b, at, to) =
+            row;
+        let (u, k) = uk.split_once('/').ok_or_else(|| StoreError::Corrupt(format!("idempotency key `{uk}`")))?;
+        let row = (id, tenant, spec, count, state, reason, version, created, updated, duration, expires, p, b, at, to);
+        into.keyed.insert((u.to_string(), k.to_string()), super::request_from(row)?);
     }
     Ok(())
 }
@@ -143,6 +223,11 @@ fn push_list<'a, DB: sqlx::Database>(q: &mut QueryBuilder<'a, DB>, values: &BTre
 where
     &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
+    if values.is_empty() {
+        // `IN ()` is a syntax error on PostgreSQL; `IN (NULL)` matches nothing on both backends.
+        q.push("NULL)");
+        return;
+    }
     let mut list = q.separated(", ");
     for v in values {
         list.push_bind(*v);
@@ -201,7 +286,7 @@ impl Store {
     /// Locks and reads what the batch needs (the batch's tenants in id order, so it serialises with every other
     /// writer for them and two batches cannot deadlock; on SQLite the transaction holds the write lock), plans it,
     /// and writes what was accepted with one statement per table.
-    async fn write_batch(
+    pub(super) async fn write_batch(
         &self,
         items: &[(SliceRequest, NewRequest<'_>)],
     ) -> Result<Vec<Result<Created, StoreError>>, StoreError> {
@@ -217,18 +302,40 @@ impl Store {
                 let tenant = tenant_from(row);
                 loaded.tenants.insert(tenant.id.clone(), tenant);
             }
-            let mut q =
-                QueryBuilder::<DB>::new("SELECT tenant_id, resource, limit_milli FROM quotas WHERE tenant_id IN (");
-            push_list(&mut q, &tenant_ids);
-            loaded.limits = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
+            // A cohort's admissions serialise on its row (after every tenant row, in id order: no deadlock), and
+            // read every member's limits and holdings.
+            let cohort_ids: BTreeSet<String> = loaded.tenants.values().filter_map(|t| t.cohort_id.clone()).collect();
+            let mut everyone: Vec<Tenant> = loaded.tenants.values().cloned().collect();
+            if !cohort_ids.is_empty() {
+                let ids: BTreeSet<&str> = cohort_ids.iter().map(String::as_str).collect();
+                let mut q = QueryBuilder::<DB>::new("SELECT id FROM cohorts WHERE id IN (");
+                push_list(&mut q, &ids);
+                q.push(format!(" ORDER BY id{}", dialect.lock()));
+                let _: Vec<(String,)> = q.build_query_as().fetch_all(&mut *tx).await?;
+                let mut q = QueryBuilder::<DB>::new(format!("SELECT {TENANT_COLUMNS} WHERE cohort_id IN ("));
+                push_list(&mut q, &ids);
+                for row in q.build_query_as::<TenantRow>().fetch_all(&mut *tx).await? {
+                    let t = tenant_from(row);
+                    if !loaded.tenants.contains_key(&t.id) {
+                        everyone.push(t);
+                    }
+                }
+            }
+            let all_ids: BTreeSet<&str> = everyone.iter().map(|t| t.id.as_str()).collect();
+            let mut q = QueryBuilder::<DB>::new(
+                "SELECT tenant_id, resource, limit_milli, max_milli, lend_milli FROM quotas WHERE tenant_id IN (",
+            );
+            push_list(&mut q, &all_ids);
+            let limits: Vec<LimitRow> = q.build_query_as().fetch_all(&mut *tx).await?;
             let mut q = QueryBuilder::<DB>::new(
                 "SELECT tenant_id, resource, held_milli FROM tenant_usage WHERE held_milli > 0 AND tenant_id IN (",
             );
-            push_list(&mut q, &tenant_ids);
-            loaded.held = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
+            push_list(&mut q, &all_ids);
+            let held = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
+            loaded.groups = groups(&everyone, limits, held)?;
             if !keys.is_empty() {
                 let mut q = QueryBuilder::<DB>::new(format!(
-                    "SELECT k.user_id, k.key, {REQUEST_COLUMNS} JOIN idempotency_keys k \
+                    "SELECT k.user_id || '/' || k.key, {REQUEST_COLUMNS} JOIN idempotency_keys k \
                      ON k.request_id = slice_requests.id WHERE (k.user_id, k.key) IN (VALUES "
                 ));
                 let mut list = q.separated(", ");
@@ -241,6 +348,13 @@ impl Store {
             }
 
             let plan = plan(items, loaded);
+            let borrowed: BTreeSet<&str> = plan
+                .outcomes
+                .iter()
+                .filter_map(|o| o.as_ref().ok())
+                .filter(|c| c.created && c.request.borrowed)
+                .map(|c| c.request.id.as_str())
+                .collect();
             let inserted: Vec<&(SliceRequest, NewRequest<'_>)> = plan.inserts.iter().map(|&i| &items[i]).collect();
             if inserted.is_empty() {
                 tx.commit().await?;
@@ -248,7 +362,7 @@ impl Store {
             }
             let mut q = QueryBuilder::<DB>::new(
                 "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
-                 updated_at_ms, duration_s) ",
+                 updated_at_ms, duration_s, priority, borrowed) ",
             );
             q.push_values(&inserted, |mut b, (r, _)| {
                 b.push_bind(&r.id).push_bind(&r.tenant_id).push_bind(to_json(&r.spec));
@@ -259,7 +373,9 @@ impl Store {
                     .push_bind(r.version)
                     .push_bind(r.created_at_ms)
                     .push_bind(r.updated_at_ms)
-                    .push_bind(r.duration_s.and_then(|d| i64::try_from(d).ok()));
+                    .push_bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
+                    .push_bind(r.priority.as_str())
+                    .push_bind(borrowed.contains(r.id.as_str()));
             });
             q.build().execute(&mut *tx).await?;
             let charges = charge_rows(&inserted);
@@ -300,7 +416,7 @@ impl Store {
                     .push_bind(format!("request/{}", r.id))
                     .push_bind(None::<String>)
                     .push_unseparated(dialect.json_cast())
-                    .push_bind(to_json(r))
+                    .push_bind(to_json(&SliceRequest { borrowed: borrowed.contains(r.id.as_str()), ..(*r).clone() }))
                     .push_unseparated(dialect.json_cast());
             });
             q.build().execute(&mut *tx).await?;

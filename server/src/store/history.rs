@@ -56,6 +56,17 @@ impl Store {
                 .bind(a.released_at_ms)
                 .execute(&mut *tx)
                 .await?;
+                // What it charged, so timelines of held and used quota count it as they count live requests.
+                let charge = tessera_core::quota::charge(tessera_core::Catalog::builtin(), &a.spec, 1)
+                    .map_err(|e| StoreError::Corrupt(format!("past allocation: {e}")))?;
+                for (resource, amount) in &charge {
+                    sqlx::query("INSERT INTO request_charges (request_id, resource, amount_milli) VALUES ($1, $2, $3)")
+                        .bind(&request_id)
+                        .bind(resource.to_string())
+                        .bind(i64::try_from(*amount).unwrap_or(i64::MAX))
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 sqlx::query(
                     "INSERT INTO allocations (id, request_id, tenant_id, gpu_id, profile, start, state, created_at_ms, \
                      device_uuid, activated_at_ms, released_at_ms) \

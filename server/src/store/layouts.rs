@@ -157,6 +157,10 @@ async fn insert_proposal<'c>(
     Ok(p)
 }
 
+/// How long a live allocation lasts: `(allocation id, expires_at_ms, borrowed, reclaim_at_ms, reclaim_for)`, from
+/// its request.
+pub type AllocationTerms = (String, Option<i64>, bool, Option<i64>, Option<String>);
+
 impl Store {
     /// Approves a request with its placement, in one transaction: the request moves to approved (version
     /// checked), each layout change becomes a proposal (or is applied, on auto-layout GPUs, if the GPU's layout
@@ -273,10 +277,11 @@ impl Store {
     }
 
     /// When the requests behind a tenant's live allocations expire: (allocation id, its request's expiry).
-    pub async fn allocation_expiries(&self, tenant_id: &str) -> Result<Vec<(String, Option<i64>)>, StoreError> {
+    pub async fn allocation_expiries(&self, tenant_id: &str) -> Result<Vec<AllocationTerms>, StoreError> {
         on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(
-                "SELECT a.id, r.expires_at_ms FROM allocations a JOIN slice_requests r ON r.id = a.request_id \
+                "SELECT a.id, r.expires_at_ms, r.borrowed, r.reclaim_at_ms, r.reclaim_for FROM allocations a \
+                 JOIN slice_requests r ON r.id = a.request_id \
                  WHERE a.tenant_id = $1 AND a.state IN ('reserved', 'active')",
             )
             .bind(tenant_id)

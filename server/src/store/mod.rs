@@ -17,7 +17,9 @@ pub mod audit;
 pub mod auth;
 pub mod batch;
 pub mod changes;
+pub mod cohorts;
 mod fleet;
+pub mod governance;
 pub mod history;
 mod layouts;
 pub mod people;
@@ -78,6 +80,14 @@ pub enum StoreError {
     /// Stored data that does not parse.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// A change the rules refuse, with a stable code.
+    #[error("{detail}")]
+    Rule {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What is wrong and what to do.
+        detail: String,
+    },
     /// A database error, as text (one error shared by every request of a failed batch).
     #[error("database error: {0}")]
     Failed(String),
@@ -217,12 +227,12 @@ pub(crate) fn audit_from((at_ms, actor, action, object, before, after): AuditRow
     AuditEntry { at_ms, actor, action, object, before, after }
 }
 
-/// A tenant row: `(id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms)`.
-pub(crate) type TenantRow = (String, String, bool, i64, i64);
+/// A tenant row: `(id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms, cohort_id, weight)`.
+pub(crate) type TenantRow = (String, String, bool, i64, i64, Option<String>, i64);
 
-pub(crate) fn tenant_from((id, name, auto_approve, max, created_at_ms): TenantRow) -> Tenant {
+pub(crate) fn tenant_from((id, name, auto_approve, max, created_at_ms, cohort_id, weight): TenantRow) -> Tenant {
     let policy = ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: u32::try_from(max).unwrap_or(0) };
-    Tenant { id, name, policy, created_at_ms }
+    Tenant { id, name, policy, created_at_ms, cohort_id, weight: u32::try_from(weight).unwrap_or(1).max(1) }
 }
 
 /// A user row: `(id, name, platform_admin, created_at_ms)`.

@@ -90,6 +90,8 @@ pub struct LimitChange {
     pub why: String,
     /// Via which quota request.
     pub quota_request: Option<String>,
+    /// What changed: `limit`, `maximum` or `lending`.
+    pub kind: String,
 }
 
 /// Which quota requests a listing returns.
@@ -520,15 +522,15 @@ impl Store {
 
     /// The changes of a tenant's limits, newest first, at most `limit`.
     pub async fn limit_changes(&self, tenant_id: &str, limit: u32) -> Result<Vec<LimitChange>, StoreError> {
-        let sql = "SELECT resource, at_ms, actor, before_milli, after_milli, why, quota_request_id \
+        let sql = "SELECT resource, at_ms, actor, before_milli, after_milli, why, quota_request_id, kind \
                    FROM quota_limit_changes WHERE tenant_id = $1 ORDER BY id DESC LIMIT $2";
-        type Row = (String, i64, String, Option<i64>, Option<i64>, String, Option<String>);
+        type Row = (String, i64, String, Option<i64>, Option<i64>, String, Option<String>, String);
         let rows: Vec<Row> = on_pool!(self, pool, _dialect => {
             sqlx::query_as(sql).bind(tenant_id).bind(i64::from(limit)).fetch_all(pool).await?
         });
         Ok(rows
             .into_iter()
-            .map(|(resource, at_ms, actor, before, after, why, quota_request)| LimitChange {
+            .map(|(resource, at_ms, actor, before, after, why, quota_request, kind)| LimitChange {
                 resource,
                 at_ms,
                 actor,
@@ -536,6 +538,7 @@ impl Store {
                 after: milli(after),
                 why,
                 quota_request,
+                kind,
             })
             .collect())
     }

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_api::Role;
+use tessera_core::cohort::Priority;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
@@ -20,6 +21,16 @@ pub struct Tenant {
     pub policy: ApprovalPolicy,
     /// Creation time, UTC milliseconds.
     pub created_at_ms: i64,
+    /// The cohort it lends to and borrows from, if any.
+    #[serde(default)]
+    pub cohort_id: Option<String>,
+    /// Its weight in sharing borrowed capacity (1 to `tessera_core::cohort::MAX_WEIGHT`).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// A slice request as stored.
@@ -47,15 +58,59 @@ pub struct SliceRequest {
     pub duration_s: Option<u64>,
     /// When an active request with a duration expires, UTC milliseconds.
     pub expires_at_ms: Option<i64>,
+    /// Its priority within its tenant.
+    #[serde(default)]
+    pub priority: Priority,
+    /// It holds more than its tenant's guarantee, borrowed from the tenant's cohort.
+    #[serde(default)]
+    pub borrowed: bool,
+    /// When it is released because a lender needs its guarantee back, UTC milliseconds.
+    #[serde(default)]
+    pub reclaim_at_ms: Option<i64>,
+    /// The tenant (id) it is reclaimed for.
+    #[serde(default)]
+    pub reclaim_for: Option<String>,
 }
 
 /// A request row: `(id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, duration_s,
-/// expires_at_ms)`.
-pub(crate) type RequestRow = (String, String, String, i64, String, String, i64, i64, i64, Option<i64>, Option<i64>);
+/// expires_at_ms, priority, borrowed, reclaim_at_ms, reclaim_for)`.
+pub(crate) type RequestRow = (
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    String,
+    bool,
+    Option<i64>,
+    Option<String>,
+);
 
 pub(crate) fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
-    let (id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, duration_s, expires_at_ms) =
-        row;
+    let (
+        id,
+        tenant_id,
+        spec,
+        count,
+        state,
+        reason,
+        version,
+        created_at_ms,
+        updated_at_ms,
+        duration_s,
+        expires_at_ms,
+        priority,
+        borrowed,
+        reclaim_at_ms,
+        reclaim_for,
+    ) = row;
+    let priority = Priority::parse(&priority).ok_or_else(|| StoreError::Corrupt(format!("priority `{priority}`")))?;
     Ok(SliceRequest {
         id,
         tenant_id,
@@ -68,6 +123,10 @@ pub(crate) fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> 
         updated_at_ms,
         duration_s: duration_s.and_then(|d| u64::try_from(d).ok()),
         expires_at_ms,
+        priority,
+        borrowed,
+        reclaim_at_ms,
+        reclaim_for,
     })
 }
 
@@ -277,6 +336,8 @@ pub struct NewRequest<'a> {
     pub idempotency: Option<(&'a str, &'a str)>,
     /// How long the slices are wanted once active, in seconds.
     pub duration_s: Option<u64>,
+    /// Its priority within its tenant.
+    pub priority: Priority,
 }
 
 impl NewRequest<'_> {
@@ -294,6 +355,10 @@ impl NewRequest<'_> {
             updated_at_ms: now,
             duration_s: self.duration_s,
             expires_at_ms: None,
+            priority: self.priority,
+            borrowed: false,
+            reclaim_at_ms: None,
+            reclaim_for: None,
         }
     }
 }

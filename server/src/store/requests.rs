@@ -16,11 +16,12 @@ use super::{
 
 /// The columns of a [`RequestRow`], and the table.
 pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), count, state, reason, version, \
-                                          created_at_ms, updated_at_ms, duration_s, expires_at_ms FROM slice_requests";
+                                          created_at_ms, updated_at_ms, duration_s, expires_at_ms, priority, \
+                                          borrowed, reclaim_at_ms, reclaim_for FROM slice_requests";
 
 /// The columns of a [`TenantRow`], and the table.
 pub(super) const TENANT_COLUMNS: &str =
-    "id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms FROM tenants";
+    "id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms, cohort_id, weight FROM tenants";
 
 /// Writes an audit entry, in the caller's transaction.
 pub(super) async fn audit_insert<'c>(
@@ -134,7 +135,14 @@ pub(super) async fn release_allocations<'c>(conn: impl Into<Conn<'c>>, request_i
 impl Store {
     /// Creates a tenant; a taken name is a conflict on `tenants.name`.
     pub async fn create_tenant(&self, name: &str, policy: ApprovalPolicy, actor: &str) -> Result<Tenant, StoreError> {
-        let t = Tenant { id: new_id(), name: name.to_string(), policy, created_at_ms: now_ms() };
+        let t = Tenant {
+            id: new_id(),
+            name: name.to_string(),
+            policy,
+            created_at_ms: now_ms(),
+            cohort_id: None,
+            weight: 1,
+        };
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
@@ -195,85 +203,13 @@ impl Store {
     /// tenant. Fails with [`StoreError::Quota`] listing every limit it would exceed. With an idempotency key already
     /// used by the same user, returns the request it created and `false`.
     pub async fn create_request(&self, new: NewRequest<'_>) -> Result<(SliceRequest, bool), StoreError> {
-        let r = new.to_request(now_ms());
-        let _changing = self.changing();
-        let replayed: Option<SliceRequest> = on_pool!(self, pool, dialect => {
-            let mut tx = pool.begin_with(dialect.begin()).await?;
-            let tenant: Option<(String,)> =
-                sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
-                    .bind(&r.tenant_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if tenant.is_none() {
-                return Err(StoreError::NotFound { what: format!("tenant {}", r.tenant_id) });
-            }
-            // Under the tenant's lock, so two retries with one key cannot both create.
-            let first: Option<(String,)> = match new.idempotency {
-                Some((user, key)) => {
-                    sqlx::query_as("SELECT request_id FROM idempotency_keys WHERE user_id = $1 AND key = $2")
-                        .bind(user)
-                        .bind(key)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                }
-                None => None,
-            };
-            match first {
-                Some((id,)) => Some(request_in(&mut tx, &id, false).await?),
-                None => {
-                    if r.state.holds_quota() {
-                        let limits = quotas_in(&mut tx, &r.tenant_id).await?;
-                        let held = held_in(&mut tx, &r.tenant_id).await?;
-                        tessera_core::quota::check(&limits, &held, new.charge).map_err(StoreError::Quota)?;
-                    }
-                    sqlx::query(&format!(
-                        "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, \
-                         created_at_ms, updated_at_ms, duration_s) VALUES ($1, $2, {}, $4, $5, $6, $7, $8, $9, $10)",
-                        dialect.json(3)
-                    ))
-                    .bind(&r.id)
-                    .bind(&r.tenant_id)
-                    .bind(to_json(&r.spec))
-                    .bind(i64::from(r.count))
-                    .bind(r.state.as_str())
-                    .bind(&r.reason)
-                    .bind(r.version)
-                    .bind(r.created_at_ms)
-                    .bind(r.updated_at_ms)
-                    .bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
-                    .execute(&mut *tx)
-                    .await?;
-                    for (resource, amount) in new.charge {
-                        sqlx::query("INSERT INTO request_charges (request_id, resource, amount_milli) VALUES ($1, $2, $3)")
-                            .bind(&r.id)
-                            .bind(resource.to_string())
-                            .bind(i64::try_from(*amount).unwrap_or(i64::MAX))
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    if r.state.holds_quota() {
-                        adjust_usage(&mut tx, &r.tenant_id, &r.id, 1).await?;
-                    }
-                    if let Some((user, key)) = new.idempotency {
-                        sqlx::query("INSERT INTO idempotency_keys (user_id, key, request_id) VALUES ($1, $2, $3)")
-                            .bind(user)
-                            .bind(key)
-                            .bind(&r.id)
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(|e| on_constraint(e, "idempotency_keys"))?;
-                    }
-                    let object = format!("request/{}", r.id);
-                    audit_insert(&mut tx, new.actor, "request.create", &object, None, Some(to_json(&r))).await?;
-                    tx.commit().await?;
-                    None
-                }
-            }
-        });
-        match replayed {
-            Some(first) => Ok((first, false)),
-            None => Ok((r, true)),
-        }
+        let items = [(new.to_request(now_ms()), new)];
+        let outcome = {
+            let _changing = self.changing();
+            self.write_batch(&items).await?
+        };
+        let created = outcome.into_iter().next().ok_or_else(|| StoreError::Failed("no outcome".to_string()))??;
+        Ok((created.request, created.created))
     }
 
     /// A request by id.

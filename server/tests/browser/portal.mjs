@@ -621,7 +621,7 @@ display_name = "Test IdP"
     await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"]').waitFor();
     const limits = await api('GET', `/api/v1/tenants/${research.id}/quotas`);
     check(limits.resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit === 3), 'tenants: the new limit is saved');
-    await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"] input').fill('');
+    await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"] input[aria-label^="Limit of"]').fill('');
     await quotaForm.locator('button[type=submit]').click();
     await waitFor('the cleared limit to be removed', async () => !(await api('GET', `/api/v1/tenants/${research.id}/quotas`))
       .resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit !== null));
@@ -674,6 +674,108 @@ display_name = "Test IdP"
     check(true, 'tenant: the dashboard is also reached by the tenant\'s id');
     check(true, 'usage: the admin reclaims the idle allocation; the tenant sees its request released');
 
+    // Cohorts (ada's research borrows from lender; lender asks for its guarantee back): research's borrowed slice is
+    // marked, its holder sees the notice with a countdown that runs, and the slice goes after the grace period.
+    const cohort = await api('POST', '/api/v1/cohorts', { name: 'lab', grace_s: 20 });
+    const lender = await api('POST', '/api/v1/tenants', { name: 'lender', auto_approve: false });
+    await api('PUT', `/api/v1/tenants/${lender.id}/quotas`, { limits: { compute_slices: 7 } });
+    await api('PUT', `/api/v1/tenants/${research.id}/quotas`, { limits: { compute_slices: 1 }, maximums: { compute_slices: 8 }, reason: 'cohort pilot' });
+    for (const t of [research.id, lender.id]) await api('PUT', `/api/v1/tenants/${t}/cohort`, { cohort: cohort.id });
+    await tp.goto(`${base}/t/research`);
+    await tp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await tp.locator('[data-testid=quota] li[data-resource=compute_slices]', { hasText: 'up to 8 with the cohort' }).waitFor({ timeout: 15000 });
+    check(true, 'cohort: the quota bar says how far research may borrow (up to 8 with the cohort)');
+    const cform = tp.locator('[data-testid=request-form]');
+    await cform.locator('select[name=model]').selectOption('H100-80GB');
+    await cform.locator('select[name=profile]').selectOption('2g.20gb');
+    await cform.locator('select[name=priority]').selectOption('low');
+    const why = tp.locator('[data-testid=request-form] input[name=reason]');
+    await why.click();
+    await why.pressSequentially('borrowed evaluation run', { delay: 120 });
+    check(await cform.locator('select[name=priority]').inputValue() === 'low', 'request form: the priority chosen is kept through refreshes');
+    await cform.locator('button[type=submit]').click();
+    await tp.locator('form .ok', { hasText: 'is pending' }).or(tp.locator('form .ok', { hasText: 'approved' })).first().waitFor();
+    const borrowedReq = (await api('GET', `/api/v1/requests?tenant=${research.id}&limit=500`)).items
+      .find((r) => r.reason === 'borrowed evaluation run');
+    check(borrowedReq && borrowedReq.borrowed && borrowedReq.priority === 'low', `cohort: a request above research's guarantee of 1 is borrowed, low priority (${JSON.stringify(borrowedReq && { borrowed: borrowedReq.borrowed, priority: borrowedReq.priority })})`);
+    // research auto-approves up to 2 compute slices: the request is approved at once, or by root if it waited.
+    if ((await api('GET', `/api/v1/requests/${borrowedReq.id}`)).state === 'pending') {
+      await api('POST', `/api/v1/requests/${borrowedReq.id}/approve`).catch(() => null);
+    }
+    // Where the planner put it needs a layout change, that change (on its GPU only) is approved.
+    const gpuIds = Object.fromEntries((await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).map((g) => [g.uuid, g.id]));
+    await waitFor('the borrowed slice to run', async () => {
+      const mine = (await api('GET', `/api/v1/allocations?tenant=${research.id}`)).find((a) => a.request === borrowedReq.id);
+      if (!mine) return false;
+      for (const l of await api('GET', '/api/v1/layouts?state=proposed')) {
+        if (l.gpu === gpuIds[mine.gpu_uuid]) await api('POST', `/api/v1/layouts/${l.id}/approve`).catch(() => null);
+      }
+      return mine.state === 'active' && !mine.waiting_for_layout;
+    }, 60000, 1000);
+    const borrowedItem = tp.locator(`[data-testid=allocations] li.allocation[data-state=active]`, { hasText: 'borrowed' });
+    await borrowedItem.waitFor({ timeout: 15000 });
+    check(true, 'cohort: the running slice is badged "borrowed" on the dashboard');
+    const lenderAsk = await api('POST', '/api/v1/requests', { tenant: lender.id, spec: { mode: 'mig', profile: '1g.10gb', model: 'H100-80GB' }, count: 7, reason: 'our guarantee back' });
+    const asked = Date.now();
+    const banner = tp.locator('[data-testid=reclaim-banner]');
+    await banner.waitFor({ timeout: 15000 });
+    const bannerText = (await banner.textContent()).trim();
+    check(bannerText.includes('team lender') && /released in \d+ s/.test(bannerText), `cohort: research sees its borrowed slice being taken back for lender, with a countdown ("${bannerText}")`);
+    await tp.waitForTimeout(3500);
+    const later = (await banner.textContent()).trim();
+    const secs = (t) => Number((t.match(/released in (\d+) s/) || [0, -1])[1]);
+    check(secs(later) >= 0 && secs(later) < secs(bannerText), `cohort: the countdown runs (${secs(bannerText)} s, then ${secs(later)} s)`);
+    await tp.locator(`[data-testid=requests] tr[data-request="${borrowedReq.id}"][data-state=released]`).waitFor({ timeout: 60000 });
+    const reclaimedAfter = (Date.now() - asked) / 1000;
+    const gone = await api('GET', `/api/v1/requests/${borrowedReq.id}`);
+    check(reclaimedAfter >= 19 && gone.reason.startsWith('reclaimed'), `cohort: the borrowed slice is released after the 20 s grace period (${reclaimedAfter.toFixed(0)} s after lender asked; "${gone.reason}")`);
+    check((await api('GET', `/api/v1/requests/${lenderAsk.id}`)).state === 'pending', "cohort: lender's request waits for an admin, its quota now covered");
+
+    // Where everyone stands (root): lender waits within its guarantee; the cohort on the tenants page.
+    await page.goto(`${base}/admin/quotas`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const lenderRow = page.locator('[data-testid=standing] tr[data-tenant=lender]');
+    await lenderRow.waitFor();
+    check(await lenderRow.getAttribute('data-starved') === 'true' && (await lenderRow.textContent()).includes('waiting within its guarantee'),
+      `standing: lender is shown waiting within its guarantee (${(await lenderRow.textContent()).trim()})`);
+    await page.goto(`${base}/admin/tenants`);
+    await page.locator('[data-testid=cohorts]', { hasText: 'lab' }).waitFor();
+    check((await page.locator('[data-testid=cohorts]').textContent()).includes('research'), 'tenants: the cohorts card lists lab with research in it');
+    await api('POST', `/api/v1/requests/${lenderAsk.id}/cancel`);
+
+    // Quota over time on the dashboard: 30 days by the hour, then 7.
+    const timeline = tp.locator('[data-testid=quota-timeline] svg.timeline');
+    await timeline.waitFor();
+    check(await timeline.getAttribute('data-hours') === '720' && Number(await timeline.getAttribute('data-peak')) >= 2,
+      `timeline: 30 days by the hour, with research's peak held (${await timeline.getAttribute('data-peak')})`);
+    check(/^Peak held [\d.]+ of a limit of 1 in 30 days/.test((await tp.locator('[data-testid=timeline-summary]').textContent()).trim()),
+      `timeline: the summary says the peak against the limit ("${(await tp.locator('[data-testid=timeline-summary]').textContent()).trim()}")`);
+    await tp.locator('select[name=timeline-days]').selectOption('7');
+    await tp.locator('[data-testid=quota-timeline] svg.timeline[data-hours="168"]').waitFor();
+    check(true, 'timeline: 7 days shows 168 hours');
+
+    // A monthly budget (root, on research's admin page): spent, and under `block` the form's request is refused.
+    await page.goto(`${base}/admin/tenants/${research.id}`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const bform = page.locator('[data-testid=budget-form]');
+    await bform.locator('select[name=budget-policy]').selectOption('block');
+    await bform.locator('input[name=budget-hours]').fill('0.01');
+    await bform.locator('button[type=submit]').click();
+    await bform.locator('[data-testid=budget-lines] tr[data-unit=compute_slice_hours]').waitFor();
+    const budget = await api('GET', `/api/v1/tenants/${research.id}/budget`);
+    check(budget.policy === 'block' && budget.level === 'exhausted', `budget: 0.01 compute-slice-hours with the block policy is spent (${budget.lines.map((l) => `${l.spent} of ${l.limit}`).join(', ')})`);
+    await tp.locator('[data-testid=budget][data-level=exhausted] [data-testid=budget-banner]').waitFor({ timeout: 15000 });
+    check((await tp.locator('[data-testid=budget-banner]').textContent()).includes('refused until'), 'budget: research sees that its budget is spent and what that means');
+    await cform.locator('select[name=profile]').selectOption('1g.10gb');
+    await why.fill('over budget');
+    await cform.locator('button[type=submit]').click();
+    const overBudget = tp.locator('[data-testid=request-form] [data-code=budget_exhausted]');
+    await overBudget.waitFor();
+    check((await overBudget.textContent()).includes('raise the budget'), `budget: a request over a spent budget is refused, saying what to do ("${(await overBudget.textContent()).trim()}")`);
+    await bform.locator('[data-testid=budget-lines] tr[data-unit=compute_slice_hours] button').click();
+    await waitFor('the budget to be removed', async () => (await api('GET', `/api/v1/tenants/${research.id}/budget`)).lines.length === 0, 15000);
+    check(true, 'budget: removed from the admin page');
+
     // A laptop screen: the tenant dashboard fits without horizontal scrolling.
     await tp.setViewportSize({ width: 1024, height: 700 });
     await tp.waitForTimeout(300);
@@ -711,7 +813,7 @@ display_name = "Test IdP"
     const anyGpu = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((g) => g.mig_enabled);
     const tour = [['overview', '/'], ['fleet', '/fleet'], ['approvals', '/approvals'], ['heatmap', '/heatmap'],
       ['usage', '/usage'], ['audit', '/audit'], ['tenants', '/admin/tenants'], ['tokens', '/tokens'],
-      ['tenant', '/t/research'], ['layout-editor', `/gpus/${anyGpu.id}/layout`]];
+      ['tenant', '/t/research'], ['layout-editor', `/gpus/${anyGpu.id}/layout`], ['standing', '/admin/quotas']];
     for (const theme of ['light', 'dark']) {
       await page.evaluate((t) => localStorage.setItem('tessera-theme', t), theme);
       for (const [name, where] of tour) {

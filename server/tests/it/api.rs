@@ -32,6 +32,7 @@ on_both_backends!(
     time_slicing_and_mps_never_share_a_node,
     the_api_reference_is_served_without_any_outside_asset,
     portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see,
+    pages_arrive_whole_under_load,
     offerings_show_any_signed_in_user_the_fleet_by_model_and_the_queue,
     the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them,
 );
@@ -166,8 +167,10 @@ async fn quota_updates_are_checked_whole_before_anything_is_written(db: &TestDb)
     assert_eq!(
         view["resources"],
         json!([
-            {"resource": "mig/H100-80GB/1g.10gb", "limit": 2.0, "held": 0.0, "over": false},
-            {"resource": "compute_slices", "limit": 1.75, "held": 0.0, "over": false},
+            {"resource": "mig/H100-80GB/1g.10gb", "limit": 2.0, "held": 0.0, "over": false, "maximum": null,
+             "lending_limit": null, "borrowed": 0.0, "available": 2.0},
+            {"resource": "compute_slices", "limit": 1.75, "held": 0.0, "over": false, "maximum": null,
+             "lending_limit": null, "borrowed": 0.0, "available": 1.75},
         ])
     );
 }
@@ -1292,4 +1295,38 @@ async fn the_tenant_dashboard_and_approvals_are_rendered_for_who_may_see_them(db
     assert!(page.contains("dash-team") && page.contains("1g.10gb@"), "{page}");
     let page = html(member, "/approvals".into()).await;
     assert!(page.contains("forbidden") && !page.contains("1g.10gb@"), "{page}");
+}
+
+/// Hundreds of page renders at once, as the admin (every page reads several resources in nested `<Suspense>`):
+/// each arrives whole, in time. Leptos' streaming renderer stalls a render now and then under such load; the
+/// server renders a page whole and tries again when a render stalls (`portal::whole_pages`).
+async fn pages_arrive_whole_under_load(db: &TestDb) {
+    use futures_util::StreamExt;
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("load-team", json!({})).await;
+    let pages =
+        ["/fleet".to_string(), "/".to_string(), "/approvals".to_string(), format!("/t/{t}"), "/admin/tenants".into()];
+    let started = std::time::Instant::now();
+    let mut calls = Vec::new();
+    for i in 0..200 {
+        let path = pages[i % pages.len()].clone();
+        let r = app.call(Method::GET, &path, Some(&app.admin));
+        calls.push(async move {
+            let resp = tokio::time::timeout(std::time::Duration::from_secs(40), r.send()).await;
+            let resp = resp.unwrap_or_else(|_| panic!("{path}: no answer in 40 s")).expect("send");
+            let status = resp.status();
+            let html = tokio::time::timeout(std::time::Duration::from_secs(40), resp.text()).await;
+            let html = html.unwrap_or_else(|_| panic!("{path}: the body never ended")).expect("html");
+            (path, status, html)
+        });
+    }
+    let mut done = futures_util::stream::iter(calls).buffer_unordered(24);
+    let mut n = 0;
+    while let Some((path, status, html)) = done.next().await {
+        assert_eq!(status, StatusCode::OK, "{path}: {html}");
+        assert!(html.contains("</html>"), "{path}: the page arrived whole");
+        n += 1;
+    }
+    assert_eq!(n, 200);
+    assert!(started.elapsed() < std::time::Duration::from_secs(120), "{:?}", started.elapsed());
 }

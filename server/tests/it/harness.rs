@@ -288,6 +288,24 @@ impl TestApp {
         self.send(Method::GET, path, token, None).await
     }
 
+    /// Runs the `tessera` binary against this server as `token` (`TESSERA_SERVER`, `TESSERA_TOKEN`): its exit code
+    /// and standard output.
+    pub(crate) async fn cli(&self, token: &str, args: &[&str]) -> (Option<i32>, String) {
+        let (base, token) = (self.base.clone(), token.to_string());
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+                .args(&args)
+                .env("TESSERA_SERVER", base)
+                .env("TESSERA_TOKEN", token)
+                .output()
+                .expect("run tessera");
+            (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
+        })
+        .await
+        .expect("join")
+    }
+
     /// A user with an API token and these memberships: (user id, token secret).
     pub(crate) async fn user(&self, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
         user_with_token(&self.store, name, memberships).await

@@ -33,6 +33,7 @@ struct World {
     node_id: String,
     join_token_id: String,
     layout: String,
+    cohort: String,
     _app: TestApp,
 }
 
@@ -124,6 +125,9 @@ async fn world() -> World {
     .expect("send");
     assert!(r.status().is_success(), "{:?}", r.text().await);
     let layout = r.json::<Value>().await.expect("json")["id"].as_str().expect("a layout proposal").to_string();
+    let r = call(Method::POST, "/api/v1/cohorts", json!({"name": "matrix-cohort"})).await.expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let cohort = r.json::<Value>().await.expect("json")["id"].as_str().expect("cohort").to_string();
     let node = new_node_secret();
     store.create_node_credential(&node_id, &token_hash(&node), "test").await.expect("node credential");
     let join_token_id =
@@ -147,6 +151,7 @@ async fn world() -> World {
         node_id,
         join_token_id,
         layout,
+        cohort,
         _app: app,
     }
 }
@@ -199,6 +204,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("nodes", "{id}") => w.node_id.clone(),
             ("join-tokens", "{id}") => w.join_token_id.clone(),
             ("models", "{model}") => "H100-80GB".into(),
+            ("cohorts", "{id}") => w.cohort.clone(),
             _ => {
                 panic!("{method} {template}: add a fixture for {segment} after `{collection}` to the isolation matrix")
             }
@@ -228,6 +234,10 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("post", "/api/v1/quota-requests/{id}/reject") => json!({"reason": "matrix"}),
         ("put", "/api/v1/tenants/{id}/members/{user}") => json!({"role": "member"}),
         ("put", "/api/v1/tenants/{id}/policy") => json!({"auto_approve": false}),
+        ("post", "/api/v1/cohorts") => json!({"name": format!("c-{}", &unique[20..])}),
+        ("patch", "/api/v1/cohorts/{id}") => json!({"grace_s": 60}),
+        ("put", "/api/v1/tenants/{id}/cohort") => json!({"cohort": w.cohort, "weight": 2}),
+        ("put", "/api/v1/tenants/{id}/budget") => json!({"limits": {"compute_slice_hours": 100}}),
         ("post", "/api/v1/requests/{id}/release") => json!({"reason": "matrix"}),
         ("post", "/api/v1/requests/{id}/reject") | ("post", "/api/v1/layouts/{id}/reject") => {
             json!({"reason": "matrix"})

@@ -325,6 +325,15 @@ async fn the_demo_starts_with_work_waiting_and_a_week_of_history() {
     let idle: Vec<_> = allocations.iter().filter(|a| a["idle"] == true).collect();
     assert_eq!(idle.len(), 1, "one idle allocation under the default threshold and look-back: {idle:?}");
     assert_eq!(idle[0]["tenant"], "vision");
+    // vision borrows from llm-serving in the cohort `ml`: 8 compute slices held against a guarantee of 7.
+    let cohorts = get("/api/v1/cohorts".into()).await;
+    let vision_line = cohorts[0]["members"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "vision"))
+        .and_then(|m| m["resources"].as_array()?.iter().find(|r| r["resource"] == "compute_slices").cloned())
+        .unwrap_or_else(|| panic!("vision in the demo cohort: {cohorts}"));
+    assert_eq!((cohorts[0]["name"].clone(), vision_line["guaranteed"].clone()), (json!("ml"), json!(7.0)), "{cohorts}");
+    assert!(vision_line["borrowed"].as_f64().is_some_and(|b| b > 0.0), "vision borrows: {vision_line}");
     for tenant in ["vision", "llm-serving"] {
         let released = allocations.iter().filter(|a| a["tenant"] == tenant && a["state"] == "released").count();
         assert!(released >= 20, "{tenant} used {released} slices in the past week");

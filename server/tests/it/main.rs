@@ -4,6 +4,8 @@ mod admin;
 mod agents;
 mod api;
 mod cli_mig;
+mod cohorts;
+mod governance;
 mod harness;
 mod hostile;
 mod isolation;

@@ -324,50 +324,35 @@ async fn of_two_admins_deciding_the_same_version_one_wins(db: &TestDb) {
 async fn the_quota_commands_ask_grant_and_show_the_history(db: &TestDb) {
     let app = TestApp::on(db).start().await;
     let (t, lead, _) = team(&app, "cli-team", 2.0).await;
-    let run = |token: String, args: &[&str]| {
-        let base = app.base.clone();
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            let o = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
-                .args(&args)
-                .env("TESSERA_SERVER", base)
-                .env("TESSERA_TOKEN", token)
-                .output()
-                .expect("run tessera");
-            (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
-        })
-    };
     // A refusal for quota prints the command that asks for what is missing.
-    let (code, out) = run(
-        lead.clone(),
-        &["request", "create", "--tenant", &t, "--profile", "1g.10gb", "--model", "H100-80GB", "--count", "3"],
-    )
-    .await
-    .expect("join");
+    let (code, out) = app
+        .cli(
+            &lead,
+            &["request", "create", "--tenant", &t, "--profile", "1g.10gb", "--model", "H100-80GB", "--count", "3"],
+        )
+        .await;
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("tessera quota ask --tenant TENANT --reason WHY compute_slices=3"), "{out}");
 
     let ask = ["quota", "ask", "--tenant", "cli-team", "--reason", "evaluation", "compute_slices=3", "memory_gib=40"];
-    let (code, out) = run(lead.clone(), &ask).await.expect("join");
+    let (code, out) = app.cli(&lead, &ask).await;
     assert_eq!(code, Some(0), "{out}");
     let id = serde_json::from_str::<Value>(&out).expect("json")["id"].as_str().expect("id").to_string();
-    let (code, out) = run(lead.clone(), &["quota", "ask", "--tenant", "cli-team", "--reason", "r", "compute_slices"])
-        .await
-        .expect("join");
+    let (code, out) =
+        app.cli(&lead, &["quota", "ask", "--tenant", "cli-team", "--reason", "r", "compute_slices"]).await;
     assert_eq!(code, Some(2), "RESOURCE=LIMIT: {out}");
-    let (code, out) = run(lead.clone(), &["quota", "list", "--state", "pending"]).await.expect("join");
+    let (code, out) = app.cli(&lead, &["quota", "list", "--state", "pending"]).await;
     assert_eq!(
         (code, serde_json::from_str::<Value>(&out).expect("json")[0]["id"].as_str()),
         (Some(0), Some(id.as_str()))
     );
-    let (code, out) = run(lead.clone(), &["quota", "approve", &id]).await.expect("join");
+    let (code, out) = app.cli(&lead, &["quota", "approve", &id]).await;
     assert_eq!((code, out.lines().next()), (Some(1), Some("error[forbidden]: platform admins only")));
-    let (code, out) =
-        run(app.admin.clone(), &["quota", "approve", &id, "compute_slices=3", "--comment", "ok"]).await.expect("join");
+    let (code, out) = app.cli(&app.admin, &["quota", "approve", &id, "compute_slices=3", "--comment", "ok"]).await;
     assert_eq!(code, Some(0), "{out}");
     let granted: Value = serde_json::from_str(&out).expect("json");
     assert_eq!((granted["state"].as_str(), granted["comment"].as_str()), (Some("approved"), Some("ok")));
-    let (code, out) = run(lead.clone(), &["quota", "history", "--tenant", "cli-team"]).await.expect("join");
+    let (code, out) = app.cli(&lead, &["quota", "history", "--tenant", "cli-team"]).await;
     assert_eq!(code, Some(0), "{out}");
     let history: Value = serde_json::from_str(&out).expect("json");
     assert_eq!((history[0]["after"].clone(), history[0]["quota_request"].clone()), (json!(3.0), json!(id)));

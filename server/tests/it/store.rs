@@ -36,6 +36,8 @@ on_both_backends!(
     people_tokens_and_policies_are_listed_and_changed_with_an_audit_trail,
     the_audit_log_filters_by_exact_prefixes_and_pages_by_id,
     utilisation_sums_are_sample_weighted_per_device_within_the_range,
+    cohorts_rebalance_tells_releases_and_withdraws_under_their_lock,
+    spans_and_budgets_are_read_back_as_written,
 );
 
 fn h100_1g() -> SliceSpec {
@@ -66,6 +68,7 @@ async fn request(
             actor: "user:alice",
             idempotency: None,
             duration_s: None,
+            priority: Default::default(),
         })
         .await
         .map(|(r, _)| r)
@@ -118,7 +121,8 @@ async fn requests_within_quota_are_held_until_they_end(store: &Store) {
         "cancelled holds nothing"
     );
     request(store, &t.id, &h100_1g(), 3).await.expect("the freed quota is usable");
-    assert!(matches!(request(store, "no-such-tenant", &h100_1g(), 1).await, Err(StoreError::NotFound { .. })));
+    let missing = request(store, "no-such-tenant", &h100_1g(), 1).await;
+    assert!(matches!(missing, Err(StoreError::NotFound { .. })), "{missing:?}");
 }
 
 async fn requests_over_quota_are_refused_with_every_limit(store: &Store) {
@@ -278,6 +282,7 @@ async fn a_retried_request_with_the_same_idempotency_key_creates_one_request(sto
                     actor: "user:bob",
                     idempotency: Some((&user, "key-1")),
                     duration_s: None,
+                    priority: Default::default(),
                 };
                 store.create_request(new).await.expect("create")
             })
@@ -458,6 +463,7 @@ async fn requests_with_a_duration_expire_and_free_their_instances(store: &Store)
         actor: "user:alice",
         idempotency: None,
         duration_s: Some(3600),
+        priority: Default::default(),
     };
     let (r, _) = store.create_request(new).await.expect("create");
     assert_eq!((r.duration_s, r.expires_at_ms), (Some(3600), None));
@@ -586,6 +592,7 @@ impl Ask {
             actor: "user:alice",
             idempotency: self.key,
             duration_s: None,
+            priority: Default::default(),
         }
     }
 }
@@ -1049,4 +1056,105 @@ async fn utilisation_sums_are_sample_weighted_per_device_within_the_range(store:
     let sums = store.util_sums(10 * 60_000, 12 * 60_000).await.expect("sums");
     assert_eq!(sums, [("MIG-a".to_string(), 360.0, 90), ("MIG-b".to_string(), 40.0, 1)]);
     assert!(store.util_sums(0, 9 * 60_000).await.expect("sums").is_empty());
+}
+
+async fn cohorts_rebalance_tells_releases_and_withdraws_under_their_lock(store: &Store) {
+    use tessera_server::store::cohorts::Bound;
+    let c = store.create_cohort("lab", 60, "admin").await.expect("cohort");
+    let (a, b) = (
+        store.create_tenant("borrower", POLICY, "admin").await.expect("a"),
+        store.create_tenant("lender", POLICY, "admin").await.expect("b"),
+    );
+    let cs = Resource::ComputeSlices;
+    store
+        .set_quota_lines(
+            &a.id,
+            &[(cs.clone(), Some(MILLI))],
+            &[(cs.clone(), Bound::Maximum, Some(4 * MILLI))],
+            "admin",
+            "",
+        )
+        .await
+        .expect("a's bounds");
+    store.set_quota_lines(&b.id, &[(cs.clone(), Some(3 * MILLI))], &[], "admin", "").await.expect("b's limit");
+    for t in [&a, &b] {
+        store.set_cohort(&t.id, Some(&c.id), 1, "admin").await.expect("join");
+    }
+    assert_eq!(store.cohort(&c.id).await.expect("cohort").members.len(), 2);
+    // a holds 3 against a guarantee of 1: 2 borrowed from b's 3; b then asks for 2 of its own.
+    let borrowed = request(store, &a.id, &h100_1g(), 3).await.expect("borrows");
+    assert!(borrowed.borrowed, "{borrowed:?}");
+    request(store, &b.id, &h100_1g(), 2).await.expect("within b's guarantee");
+    let now = 1_000_000;
+    let done = store.rebalance(&c.id, now, Some(&b.id), &[]).await.expect("rebalance");
+    assert_eq!(done.told, vec![borrowed.id.clone()]);
+    let told = store.request(&borrowed.id).await.expect("get");
+    assert_eq!((told.reclaim_at_ms, told.reclaim_for.as_deref()), (Some(now + 60_000), Some("lender")));
+    // Again before the deadline: nothing new; after it: released (cancelled, never running), quota given back.
+    assert_eq!(store.rebalance(&c.id, now + 1, None, &[]).await.expect("again"), Default::default());
+    let done = store.rebalance(&c.id, now + 60_000, None, &[]).await.expect("due");
+    assert_eq!(done.released.iter().map(|r| r.state).collect::<Vec<_>>(), vec![RequestState::Cancelled]);
+    assert_eq!(store.held(&a.id).await.expect("held").get(&cs), None);
+    let audit: Vec<String> =
+        store.audit(&format!("request/{}", borrowed.id)).await.expect("audit").into_iter().map(|e| e.action).collect();
+    assert!(
+        audit.contains(&"request.reclaim".to_string()) && audit.contains(&"request.cancelled".to_string()),
+        "{audit:?}"
+    );
+    // A bound without a limit is refused, and nothing of the change is written.
+    let refused = store
+        .set_quota_lines(
+            &a.id,
+            &[(cs.clone(), Some(5 * MILLI))],
+            &[(Resource::MemoryGib, Bound::Lending, Some(1))],
+            "admin",
+            "",
+        )
+        .await;
+    assert!(matches!(refused, Err(StoreError::Rule { code: "quota_bound_without_limit", .. })), "{refused:?}");
+    assert_eq!(store.quotas(&a.id).await.expect("quotas")[&cs], MILLI, "nothing half-applied");
+}
+
+async fn spans_and_budgets_are_read_back_as_written(store: &Store) {
+    use tessera_core::budget::{BudgetPolicy, BudgetUnit};
+    let t = store.create_tenant("vision", POLICY, "admin").await.expect("tenant");
+    let r = request(store, &t.id, &h100_1g(), 2).await.expect("request");
+    let spans = store.spans(Some(&t.id), &Resource::ComputeSlices, 0).await.expect("spans");
+    let mine = &spans[&t.id];
+    assert_eq!((mine.held.len(), mine.held[0].amount, mine.held[0].to_ms), (1, 2 * MILLI, None), "{mine:?}");
+    assert!(mine.used.is_empty(), "nothing runs yet");
+    store
+        .transition(Transition {
+            id: &r.id,
+            expected_version: Some(1),
+            to: RequestState::Cancelled,
+            reason: None,
+            actor: "a",
+        })
+        .await
+        .expect("cancel");
+    let ended = &store.spans(None, &Resource::ComputeSlices, 0).await.expect("spans")[&t.id].held[0];
+    assert!(ended.to_ms.is_some_and(|to| to >= ended.from_ms), "{ended:?}");
+    assert!(store.spans(None, &Resource::ComputeSlices, i64::MAX).await.expect("none").is_empty(), "ended before then");
+
+    assert_eq!(store.budgets(&t.id).await.expect("none"), Default::default());
+    let h100 = BudgetUnit::GpuHours { model: "H100-80GB".into() };
+    let b = store
+        .set_budgets(
+            &t.id,
+            Some(BudgetPolicy::Block),
+            &[(h100.clone(), Some(5 * MILLI)), (BudgetUnit::ComputeSliceHours, Some(MILLI))],
+            "admin",
+        )
+        .await
+        .expect("set");
+    assert_eq!((b.policy, b.limits.len(), b.limits["gpu_hours/H100-80GB"]), (BudgetPolicy::Block, 2, 5 * MILLI));
+    let b = store.set_budgets(&t.id, None, &[(h100, None)], "admin").await.expect("remove one");
+    assert_eq!(
+        (b.policy, b.limits.keys().cloned().collect::<Vec<_>>()),
+        (BudgetPolicy::Block, vec!["compute_slice_hours".to_string()])
+    );
+    assert_eq!(store.all_budgets(None).await.expect("all").len(), 1);
+    assert!(matches!(store.set_budgets("nope", None, &[], "admin").await, Err(StoreError::NotFound { .. })));
+    assert_eq!(store.audit(&format!("tenant/{}/budget", t.id)).await.expect("audit").len(), 2);
 }

@@ -25,7 +25,9 @@ fn roundtrip<T: DeserializeOwned + Serialize>(what: &str, v: &Value) {
 
 /// Decodes `v` with the type the document calls `schema` (`Vec<...>` for arrays).
 fn decode(what: &str, schema: &str, v: &Value) {
-    use tessera_api::{agents, allocations, audit, catalog, layouts, nodes, people, requests, signin, telemetry};
+    use tessera_api::{
+        agents, allocations, audit, catalog, cohorts, layouts, nodes, people, requests, signin, telemetry,
+    };
     use tessera_api::{tenants, usage};
     macro_rules! as_type {
         ($($name:literal => $t:ty),* $(,)?) => {
@@ -41,6 +43,10 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "ApprovalView" => requests::ApprovalView,
         "AuditPage" => audit::AuditPage,
         "AuditView" => audit::AuditView,
+        "CohortView" => cohorts::CohortView,
+        "BudgetView" => tessera_api::budgets::BudgetView,
+        "QuotaTimeline" => tessera_api::quotas::QuotaTimeline,
+        "QuotaStanding" => tessera_api::quotas::QuotaStanding,
         "CreatedToken" => people::CreatedToken,
         "GpuView" => nodes::GpuView,
         "Heatmap" => telemetry::Heatmap,
@@ -194,6 +200,28 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::POST, "/api/v1/quota-requests/{id}/cancel", &cancel, None, S::OK).await;
     let history = format!("/api/v1/tenants/{t}/quota-history");
     w.call(&admin, M::GET, "/api/v1/tenants/{id}/quota-history", &history, None, S::OK).await;
+    // Timelines, the standing of every tenant, budgets.
+    let timeline = format!("/api/v1/tenants/{t}/quota-timeline?days=2");
+    let tl = w.call(&admin, M::GET, "/api/v1/tenants/{id}/quota-timeline", &timeline, None, S::OK).await;
+    assert_eq!(tl["held"].as_array().map(Vec::len), Some(48), "{tl}");
+    w.call(&admin, M::GET, "/api/v1/quota-standing", "/api/v1/quota-standing", None, S::OK).await;
+    let budget = format!("/api/v1/tenants/{t}/budget");
+    let limits = Some(json!({"policy": "warn", "limits": {"compute_slice_hours": 500, "gpu_hours/H100-80GB": 20}}));
+    w.call(&admin, M::PUT, "/api/v1/tenants/{id}/budget", &budget, limits, S::OK).await;
+    let b = w.call(&admin, M::GET, "/api/v1/tenants/{id}/budget", &budget, None, S::OK).await;
+    assert_eq!(b["lines"].as_array().map(Vec::len), Some(2), "{b}");
+    // Cohorts: created, listed, read, changed; the tenant joins one.
+    let cohort =
+        w.call(&admin, M::POST, "/api/v1/cohorts", "/api/v1/cohorts", Some(json!({"name": "wire"})), S::CREATED).await;
+    let c = id(&cohort);
+    w.call(&admin, M::GET, "/api/v1/cohorts", "/api/v1/cohorts", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/cohorts/{id}", &format!("/api/v1/cohorts/{c}"), None, S::OK).await;
+    let grace = Some(json!({"grace_s": 120}));
+    w.call(&admin, M::PATCH, "/api/v1/cohorts/{id}", &format!("/api/v1/cohorts/{c}"), grace, S::OK).await;
+    let join = Some(json!({"cohort": c, "weight": 2}));
+    let path = format!("/api/v1/tenants/{t}/cohort");
+    let joined = w.call(&admin, M::PUT, "/api/v1/tenants/{id}/cohort", &path, join, S::OK).await;
+    assert_eq!(joined["cohort"], c.as_str(), "{joined}");
 
     let alice =
         w.call(&admin, M::POST, "/api/v1/users", "/api/v1/users", Some(json!({"name": "alice"})), S::CREATED).await;

@@ -51,6 +51,18 @@ pub fn state_text(a: &AllocationView) -> String {
     }
 }
 
+/// The notice on a borrowed slice that a lender needs back: who needs it, and when it is released.
+pub fn reclaim_text(a: &AllocationView, now: i64) -> Option<String> {
+    let at = a.reclaim_at_ms?;
+    let who =
+        a.reclaim_for.as_deref().map_or_else(|| "another team of your cohort".to_string(), |t| format!("team {t}"));
+    let when = if at <= now { "now".to_string() } else { format!("in {} (at {})", countdown(at, now), datetime(at)) };
+    Some(format!(
+        "Being taken back: this slice is borrowed and {who} needs its guaranteed capacity. Save your work: it is \
+         released {when}."
+    ))
+}
+
 /// The allocations card's content.
 #[component]
 pub fn AllocationsList(allocations: Resource<Result<Vec<AllocationView>, Problem>>) -> impl IntoView {
@@ -103,16 +115,28 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
     };
     let ready = a.state == "active" && !a.waiting_for_layout;
     let expiry = a.expires_at_ms;
+    let borrowed = a.borrowed;
+    let reclaim = {
+        let a = a.clone();
+        move || reclaim_text(&a, now.get())
+    };
+    let reclaimed = a.reclaim_at_ms.is_some();
     let request_link = format!("#request-{}", a.request);
     let snips = snippets(&a);
     let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
     let (state, profile, alloc_state, request_short) =
         (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", super::short(&a.request)));
     view! {
-        <li class="allocation" data-allocation=id data-state=alloc_state>
+        <li class="allocation" data-allocation=id data-state=alloc_state data-reclaim=reclaimed.to_string()>
+            <Show when=move || reclaimed>
+                <p class="notice reclaim" role="alert" data-testid="reclaim-banner">{reclaim.clone()}</p>
+            </Show>
             <div class="alloc-head">
                 <span class=format!("state {}", if ready { "ready" } else { "applying" })>{state}</span>
                 <strong>{profile}</strong>
+                <Show when=move || borrowed>
+                    <span class="badge" title="Held above your team's guarantee, lent by another team of your cohort; it can be taken back when the lender needs it">"borrowed"</span>
+                </Show>
                 <span class="muted">{where_.clone()}</span>
                 <span class="expiry" data-testid="expiry">
                     {move || match expiry {
@@ -174,6 +198,9 @@ mod tests {
             device_uuid: active.then(|| "MIG-abc".into()),
             cuda_visible_devices: active.then(|| "MIG-abc".into()),
             expires_at_ms: None,
+            borrowed: false,
+            reclaim_at_ms: None,
+            reclaim_for: None,
         }
     }
 

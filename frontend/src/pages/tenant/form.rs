@@ -52,6 +52,7 @@ pub(super) fn RequestForm(
     let replicas = RwSignal::new("4".to_string());
     let count = RwSignal::new("1".to_string());
     let hours = RwSignal::new(String::new());
+    let priority = RwSignal::new("normal".to_string());
     let reason = RwSignal::new(String::new());
     let sending = RwSignal::new(false);
     let result = RwSignal::new(None::<Result<String, api::Problem>>);
@@ -81,7 +82,9 @@ pub(super) fn RequestForm(
         ev.prevent_default();
         let (Some(spec), Some(n)) = (spec(), count_n()) else { return };
         let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as u64);
-        let body = NewRequestBody { tenant: tenant_id.clone(), spec, count: n, reason: reason.get(), duration_s };
+        let priority = tessera_core::cohort::Priority::parse(&priority.get()).unwrap_or_default();
+        let body =
+            NewRequestBody { tenant: tenant_id.clone(), spec, count: n, reason: reason.get(), duration_s, priority };
         sending.set(true);
         leptos::task::spawn_local(async move {
             let answer = api::send_json::<RequestView>("POST", "/api/v1/requests".into(), body).await;
@@ -159,6 +162,13 @@ pub(super) fn RequestForm(
                         <div class="row">
                             <label>"Count"<input name="count" type="number" min="1" max="64" bind:value=count /></label>
                             <label>"Duration (hours)"<input name="hours" type="number" min="0" step="0.5" placeholder="until released" bind:value=hours /></label>
+                            <label title="High fills your team's guarantee first; low is taken back first when a lender needs its capacity">"Priority"
+                                <select name="priority" bind:value=priority>
+                                    <option value="low">"Low"</option>
+                                    <option value="normal" selected>"Normal"</option>
+                                    <option value="high">"High"</option>
+                                </select>
+                            </label>
                         </div>
                         <label>"Reason"<input name="reason" type="text" maxlength="500" placeholder="What it is for" bind:value=reason /></label>
                         <div class="feedback" data-testid="feedback" aria-live="polite">

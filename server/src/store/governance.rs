@@ -1,0 +1,248 @@
+//! What quota governance reads and writes beside the limits: the spans a tenant held and used a resource (for
+//! timelines, `tessera_core::timeline`), the limit's changes on one resource, and monthly budgets with their
+//! policy (`tessera_core::budget`).
+
+use std::collections::BTreeMap;
+
+use tessera_core::budget::{BudgetPolicy, BudgetUnit};
+use tessera_core::quota::{Milli, Resource};
+use tessera_core::timeline::{Change, Span};
+
+use super::requests::{REQUEST_COLUMNS, audit_insert};
+use super::{RequestRow, SliceRequest, Store, StoreError, request_from, to_json};
+
+/// The live states: a request in one of them holds its charge.
+const LIVE: &str = "('pending', 'approved', 'provisioning', 'active')";
+
+/// What a tenant held and used of one resource from some time on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Spans {
+    /// Requests' charges, from creation until they ended.
+    pub held: Vec<Span>,
+    /// Allocations' shares of their requests' charges, from activation until release.
+    pub used: Vec<Span>,
+}
+
+/// A tenant's budgets.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Budgets {
+    /// What a spent budget does.
+    pub policy: BudgetPolicy,
+    /// Unit key (`compute_slice_hours`, `gpu_hours/<model>`) -> hours, in thousandths.
+    pub limits: BTreeMap<String, Milli>,
+}
+
+fn milli(v: i64) -> Milli {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl Store {
+    /// What tenants (one, or every one) held and used of `resource` at any time from `from_ms` on, by tenant.
+    pub async fn spans(
+        &self,
+        tenant_id: Option<&str>,
+        resource: &Resource,
+        from_ms: i64,
+    ) -> Result<BTreeMap<String, Spans>, StoreError> {
+        let key = resource.to_string();
+        type Held = (String, i64, Option<i64>, i64);
+        type Used = (String, i64, Option<i64>, i64, i64);
+        let (held, used): (Vec<Held>, Vec<Used>) = on_pool!(self, pool, _dialect => {
+            // A request that ended holds until its last change (ended requests change no more).
+            let held = sqlx::query_as(&format!(
+                "SELECT r.tenant_id, r.created_at_ms, CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END, \
+                 c.amount_milli FROM slice_requests r JOIN request_charges c ON c.request_id = r.id \
+                 WHERE c.resource = $1 AND (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT)) \
+                 AND (r.state IN {LIVE} OR r.updated_at_ms > $3)"
+            ))
+            .bind(&key)
+            .bind(tenant_id)
+            .bind(from_ms)
+            .fetch_all(pool)
+            .await?;
+            let used = sqlx::query_as(
+                "SELECT a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count FROM allocations a \
+                 JOIN slice_requests r ON r.id = a.request_id JOIN request_charges c ON c.request_id = r.id \
+                 WHERE c.resource = $1 AND a.activated_at_ms IS NOT NULL \
+                 AND (CAST($2 AS TEXT) IS NULL OR a.tenant_id = CAST($2 AS TEXT)) \
+                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $3)",
+            )
+            .bind(&key)
+            .bind(tenant_id)
+            .bind(from_ms)
+            .fetch_all(pool)
+            .await?;
+            (held, used)
+        });
+        let mut out: BTreeMap<String, Spans> = BTreeMap::new();
+        for (tenant, from_ms, to_ms, amount) in held {
+            out.entry(tenant).or_default().held.push(Span { from_ms, to_ms, amount: milli(amount) });
+        }
+        for (tenant, from_ms, to_ms, amount, count) in used {
+            // Each of a request's allocations uses an equal share of its charge.
+            let amount = milli(amount) / milli(count).max(1);
+            out.entry(tenant).or_default().used.push(Span { from_ms, to_ms, amount });
+        }
+        Ok(out)
+    }
+
+    /// The changes of a tenant's `kind` bound (`limit`, `maximum`, `lending`) on `resource` from `from_ms` on, with
+    /// the values in force now: `(limit, maximum)`.
+    pub async fn limit_changes_of(
+        &self,
+        tenant_id: &str,
+        resource: &Resource,
+        from_ms: i64,
+    ) -> Result<(BTreeMap<String, Vec<Change>>, Option<Milli>, Option<Milli>), StoreError> {
+        let key = resource.to_string();
+        type Row = (String, i64, Option<i64>, Option<i64>);
+        let (rows, now): (Vec<Row>, Option<(i64, Option<i64>)>) = on_pool!(self, pool, _dialect => {
+            let rows = sqlx::query_as(
+                "SELECT kind, at_ms, before_milli, after_milli FROM quota_limit_changes \
+                 WHERE tenant_id = $1 AND resource = $2 AND at_ms >= $3 ORDER BY id",
+            )
+            .bind(tenant_id)
+            .bind(&key)
+            .bind(from_ms)
+            .fetch_all(pool)
+            .await?;
+            let now = sqlx::query_as("SELECT limit_milli, max_milli FROM quotas WHERE tenant_id = $1 AND resource = $2")
+                .bind(tenant_id)
+                .bind(&key)
+                .fetch_optional(pool)
+                .await?;
+            (rows, now)
+        });
+        let mut changes: BTreeMap<String, Vec<Change>> = BTreeMap::new();
+        for (kind, at_ms, before, after) in rows {
+            changes.entry(kind).or_default().push(Change { at_ms, before: before.map(milli), after: after.map(milli) });
+        }
+        let (limit, maximum) = match now {
+            Some((l, m)) => (Some(milli(l)), m.map(milli)),
+            None => (None, None),
+        };
+        Ok((changes, limit, maximum))
+    }
+
+    /// Every live request (pending to active), by id.
+    pub async fn live_requests(&self) -> Result<Vec<SliceRequest>, StoreError> {
+        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE state IN {LIVE} ORDER BY id");
+        let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?);
+        rows.into_iter().map(request_from).collect()
+    }
+
+    /// A tenant's budgets (none: the `warn` policy and no limits).
+    pub async fn budgets(&self, tenant_id: &str) -> Result<Budgets, StoreError> {
+        Ok(self.all_budgets(Some(tenant_id)).await?.remove(tenant_id).unwrap_or_default())
+    }
+
+    /// Budgets by tenant: one tenant's, or every tenant's that has a budget or a policy.
+    pub async fn all_budgets(&self, tenant_id: Option<&str>) -> Result<BTreeMap<String, Budgets>, StoreError> {
+        type Lines = Vec<(String, String, i64)>;
+        let (policies, lines): (Vec<(String, String)>, Lines) = on_pool!(self, pool, _dialect => {
+            let policies = sqlx::query_as(
+                "SELECT tenant_id, policy FROM budget_policies WHERE CAST($1 AS TEXT) IS NULL OR tenant_id = CAST($1 AS TEXT)",
+            )
+            .bind(tenant_id)
+            .fetch_all(pool)
+            .await?;
+            let lines = sqlx::query_as(
+                "SELECT tenant_id, unit, limit_milli FROM budgets \
+                 WHERE CAST($1 AS TEXT) IS NULL OR tenant_id = CAST($1 AS TEXT)",
+            )
+            .bind(tenant_id)
+            .fetch_all(pool)
+            .await?;
+            (policies, lines)
+        });
+        let mut out: BTreeMap<String, Budgets> = BTreeMap::new();
+        for (tenant, policy) in policies {
+            let policy =
+                BudgetPolicy::parse(&policy).ok_or_else(|| StoreError::Corrupt(format!("policy `{policy}`")))?;
+            out.entry(tenant).or_default().policy = policy;
+        }
+        for (tenant, unit, limit) in lines {
+            out.entry(tenant).or_default().limits.insert(unit, milli(limit));
+        }
+        Ok(out)
+    }
+
+    /// Changes a tenant's budgets in one transaction: the policy (if given), and each unit's limit (`None`
+    /// removes it); audited as `tenant.budget` with the budgets before and after.
+    pub async fn set_budgets(
+        &self,
+        tenant_id: &str,
+        policy: Option<BudgetPolicy>,
+        limits: &[(BudgetUnit, Option<Milli>)],
+        actor: &str,
+    ) -> Result<Budgets, StoreError> {
+        let before = self.budgets(tenant_id).await?;
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let found: Option<(String,)> =
+                sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
+                    .bind(tenant_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if found.is_none() {
+                return Err(StoreError::NotFound { what: format!("tenant {tenant_id}") });
+            }
+            if let Some(policy) = policy {
+                sqlx::query(
+                    "INSERT INTO budget_policies (tenant_id, policy) VALUES ($1, $2) \
+                     ON CONFLICT (tenant_id) DO UPDATE SET policy = excluded.policy",
+                )
+                .bind(tenant_id)
+                .bind(policy.as_str())
+                .execute(&mut *tx)
+                .await?;
+            }
+            for (unit, limit) in limits {
+                match limit {
+                    Some(l) => {
+                        sqlx::query(
+                            "INSERT INTO budgets (tenant_id, unit, limit_milli) VALUES ($1, $2, $3) \
+                             ON CONFLICT (tenant_id, unit) DO UPDATE SET limit_milli = excluded.limit_milli",
+                        )
+                        .bind(tenant_id)
+                        .bind(unit.to_string())
+                        .bind(i64::try_from(*l).unwrap_or(i64::MAX))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    None => {
+                        sqlx::query("DELETE FROM budgets WHERE tenant_id = $1 AND unit = $2")
+                            .bind(tenant_id)
+                            .bind(unit.to_string())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+            }
+            let count: (i64,) = sqlx::query_as("SELECT COUNT(*) FROM budgets WHERE tenant_id = $1")
+                .bind(tenant_id)
+                .fetch_one(&mut *tx)
+                .await?;
+            if usize::try_from(count.0).unwrap_or(usize::MAX) > tessera_core::budget::MAX_LINES {
+                return Err(StoreError::Rule {
+                    code: "budget_too_many",
+                    detail: tessera_core::budget::BudgetError::TooMany.to_string(),
+                });
+            }
+            let mut after = before.clone();
+            if let Some(p) = policy {
+                after.policy = p;
+            }
+            for (unit, limit) in limits {
+                match limit {
+                    Some(l) => after.limits.insert(unit.to_string(), *l),
+                    None => after.limits.remove(&unit.to_string()),
+                };
+            }
+            let object = format!("tenant/{tenant_id}/budget");
+            audit_insert(&mut tx, actor, "tenant.budget", &object, Some(to_json(&before)), Some(to_json(&after))).await?;
+            tx.commit().await?;
+        });
+        self.budgets(tenant_id).await
+    }
+}
