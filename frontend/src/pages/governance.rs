@@ -403,7 +403,8 @@ pub fn StandingPage() -> impl IntoView {
                     match standing.await {
                         Err(p) => problem_view(&p),
                         Ok(s) => view! {
-                            <table class="card" data-testid="standing">
+                            <div class="card"><div class="table-wrap">
+                            <table data-testid="standing">
                                 <thead><tr>
                                     <th scope="col">"Tenant"</th><th scope="col">"Cohort"</th><th scope="col">"Compute slices held / limit (max)"</th>
                                     <th scope="col">"Peak · mean used, 30 days"</th><th scope="col">"Stands out"</th>
@@ -425,7 +426,7 @@ pub fn StandingPage() -> impl IntoView {
                                         let cohort = t.cohort.clone().unwrap_or_else(|| "—".into());
                                         view! {
                                             <tr data-tenant=row_name data-starved=t.starved.to_string() data-borrowing=t.borrowing.to_string() data-idle=t.idle_quota.to_string()>
-                                                <th scope="row"><A href=href>{name}</A></th>
+                                                <td><A href=href>{name}</A></td>
                                                 <td>{cohort}</td>
                                                 <td>{held}</td>
                                                 <td>{peak}</td>
@@ -435,6 +436,7 @@ pub fn StandingPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
+                            </div></div>
                         }.into_any(),
                     }
                 })}

@@ -178,7 +178,8 @@ pub fn check(state: &AppState, tenant: &str, spec: &SliceSpec) -> Result<(), Api
     let spent: Vec<String> = blocking
         .iter()
         .map(|(unit, limit, spent)| {
-            let n = |v: f64| tessera_core::clock::rounded(v, 1);
+            // Small budgets keep three decimals, so `0.044 of 0.01` does not read `0 of 0`.
+            let n = |v: f64| tessera_core::clock::rounded(v, if v.abs() < 10.0 { 3 } else { 1 });
             format!("{}: {} of {} spent this month", unit.describe(), n(*spent), n(*limit as f64 / MILLI as f64))
         })
         .collect();
