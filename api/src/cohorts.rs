@@ -33,8 +33,11 @@ pub struct CohortUpdate {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
-pub struct Membership {
-    /// The cohort's id or name; `null` takes the tenant out of its cohort.
+pub struct CohortMembership {
+    /// The cohort's id or name; `null` takes the tenant out of its cohort. Required, so that a body naming only the
+    /// weight never takes a tenant out by accident.
+    #[serde(deserialize_with = "present")]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub cohort: Option<String>,
     /// Weight in sharing borrowed capacity (1-1000, default 1).
     #[serde(default)]
@@ -91,4 +94,9 @@ pub struct CohortLine {
     pub borrowed: f64,
     /// Guaranteed but not held, up to its lending limit: what it can lend now.
     pub lendable: f64,
+}
+
+/// A field that must be present, `null` allowed.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
 }

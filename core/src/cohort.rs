@@ -13,8 +13,10 @@
 //! - nobody holds more than its maximum (a tenant outside any cohort: more than its guarantee);
 //! - a request within the tenant's guarantee is always admitted, even when what it needs is lent out: the cohort
 //!   then has a deficit, and borrowed requests are reclaimed ([`choose_reclaim`]) to cover it;
-//! - a request that borrows is admitted only when the cohort stays balanced with it, so borrowing never creates a
-//!   deficit, and a cohort never lends more than its members' lending limits allow.
+//! - a request that borrows is admitted when the cohort stays balanced with it, or when the tenants that borrow
+//!   more for their weight than this one would (fair sharing) can give back what is missing: the
+//!   cohort then has a deficit, reclaimed from them. Otherwise borrowing never creates a deficit, and a cohort never
+//!   lends more than its members' lending limits allow once its deficits are reclaimed.
 //!
 //! Which of a tenant's requests are *borrowed* ([`mark_borrowed`]): its live requests fill its guarantee in order
 //! of priority (high first), then age (oldest first); a request that does not fit beside the ones before it is
@@ -22,9 +24,9 @@
 //! can be covered without touching a guaranteed request.
 //!
 //! Reclaim ([`choose_reclaim`]) picks among borrowed requests only: those already told first (their deadline
-//! stands), then lowest priority, then requests not yet running, then the tenant borrowing most for its weight,
-//! then the newest. It stops as soon as every deficit is covered, then gives back any pick the others cover
-//! without: no pick can be spared.
+//! stands), then, one request at a time, from the tenant borrowing most of what is short for its weight, and within
+//! that tenant its lowest priority, then a request not yet running, then its newest. It stops as soon as every
+//! deficit is covered, then gives back any pick the others cover without: no pick can be spared.
 
 use std::cmp::Reverse;
 
@@ -172,9 +174,16 @@ pub fn admit(members: &[Member], who: usize, in_cohort: bool, charge: &Usage) ->
             admission.reclaims |= balance(members, r, Some(who)) + i128::from(mine.lendable(r)) < 0;
             continue;
         }
-        // Borrowing: the others must be able to lend what this member would borrow.
-        let pool = balance(members, r, Some(who)).max(0);
+        // Borrowing: the others must be able to lend what this member would borrow, counting what the tenants that
+        // borrow more for their weight than this one would give back (fair sharing).
+        let others = balance(members, r, Some(who));
+        let pool = others.max(0);
         let borrow = i128::from(after - g);
+        if borrow > pool && others + over_share(members, who, r, after - g) >= borrow {
+            admission.borrowed = true;
+            admission.reclaims = true;
+            continue;
+        }
         if borrow > pool {
             let available = Milli::try_from(pool).unwrap_or(Milli::MAX);
             errors.push(QuotaError::NothingToBorrow {
@@ -191,14 +200,45 @@ pub fn admit(members: &[Member], who: usize, in_cohort: bool, charge: &Usage) ->
     if errors.is_empty() { Ok(admission) } else { Err(errors) }
 }
 
-/// How much more of `r` member `who` may take now, borrowing included (`None`: unlimited): up to its maximum (outside
-/// a cohort, its guarantee), and above its guarantee only what the others can lend.
+/// What the members other than `who` borrow of `r` above the level at which their borrowing per unit of weight
+/// equals `who`'s if it borrowed `borrow`: what fair sharing lets `who` take back from them.
+fn over_share(members: &[Member], who: usize, r: &Resource, borrow: Milli) -> i128 {
+    let w = i128::from(members[who].weight.max(1));
+    members
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != who)
+        .map(|(_, m)| {
+            // Level for m: borrow * weight_m / weight_who, rounded up (m keeps at least its fair share).
+            let level = (i128::from(borrow) * i128::from(m.weight.max(1)) + w - 1) / w;
+            (i128::from(m.borrowed(r)) - level).max(0)
+        })
+        .sum()
+}
+
+/// How much more of `r` member `who` may take now, borrowing included (`None`: unlimited): exactly what [`admit`]
+/// would let through: up to its maximum (outside a cohort, its guarantee), and above its guarantee what the others
+/// can lend or, by fair sharing, give back.
 pub fn room(members: &[Member], who: usize, in_cohort: bool, r: &Resource) -> Option<Milli> {
     let me = members.get(who)?;
     let ceiling = me.ceiling(r, in_cohort)?;
     let g = me.guaranteed.get(r).copied().unwrap_or(0);
-    let pool = if in_cohort { Milli::try_from(balance(members, r, Some(who)).max(0)).unwrap_or(Milli::MAX) } else { 0 };
-    Some(ceiling.min(g.saturating_add(pool)).saturating_sub(me.held_of(r)))
+    if !in_cohort {
+        return Some(ceiling.saturating_sub(me.held_of(r)));
+    }
+    let others = balance(members, r, Some(who));
+    // Whether borrowing `b` in all is admitted; true up to some amount, false past it (what fair sharing gives back
+    // shrinks as `b` grows).
+    let fits = |b: Milli| i128::from(b) <= others.max(0) || others + over_share(members, who, r, b) >= i128::from(b);
+    let (mut lo, mut hi) = (0, ceiling.saturating_sub(g));
+    if fits(hi) {
+        lo = hi;
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) { lo = mid } else { hi = mid - 1 }
+    }
+    Some(g.saturating_add(lo).min(ceiling).saturating_sub(me.held_of(r)))
 }
 
 fn with(usage: &Usage, r: &Resource, amount: Milli) -> Usage {
@@ -260,6 +300,11 @@ pub struct Candidate {
 
 /// Which `candidates` (indexes) to reclaim so that the cohort has no deficit: none when it has none. Candidates
 /// must be borrowed requests ([`mark_borrowed`]); a candidate that charges no resource in deficit is never picked.
+///
+/// Those already told go first (their deadline stands). Then, one at a time, a request of the tenant borrowing the
+/// most of what is short for its weight (fair sharing: what is left borrowed evens out by weight), and within that
+/// tenant its lowest priority, then one not yet running, then its newest. It stops as soon as every deficit is
+/// covered, then gives back any pick the others cover without.
 pub fn choose_reclaim(members: &[Member], candidates: &[Candidate]) -> Vec<usize> {
     let mut state = members.to_vec();
     let needed = deficits(&state);
@@ -267,8 +312,8 @@ pub fn choose_reclaim(members: &[Member], candidates: &[Candidate]) -> Vec<usize
         return Vec::new();
     }
     let resources: Vec<&Resource> = needed.keys().collect();
-    let order: Vec<usize> = reclaim_order(members, candidates, &resources)
-        .into_iter()
+    let mut left: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates[i].member < members.len())
         .filter(|&i| candidates[i].charge.iter().any(|(r, a)| *a > 0 && needed.contains_key(r)))
         .collect();
     let remove = |state: &mut [Member], c: &Candidate, sign: i8| {
@@ -279,10 +324,24 @@ pub fn choose_reclaim(members: &[Member], candidates: &[Candidate]) -> Vec<usize
         }
     };
     let mut picked = Vec::new();
-    for i in order {
-        if deficits(&state).is_empty() {
-            break;
-        }
+    while !left.is_empty() && !deficits(&state).is_empty() {
+        let told = left
+            .iter()
+            .copied()
+            .filter(|&i| candidates[i].reclaim_at_ms.is_some())
+            .min_by_key(|&i| (candidates[i].reclaim_at_ms, i));
+        let next = told.or_else(|| {
+            let most = left
+                .iter()
+                .map(|&i| candidates[i].member)
+                .max_by_key(|&m| (share(&state[m], &resources), Reverse(m)))?;
+            left.iter()
+                .copied()
+                .filter(|&i| candidates[i].member == most)
+                .min_by_key(|&i| (within_tenant(&candidates[i]), i))
+        });
+        let Some(i) = next else { break };
+        left.retain(|&j| j != i);
         remove(&mut state, &candidates[i], -1);
         picked.push(i);
     }
@@ -299,23 +358,29 @@ pub fn choose_reclaim(members: &[Member], candidates: &[Candidate]) -> Vec<usize
     picked
 }
 
-/// The order reclaim takes candidates in: those already told first (their deadline stands), then lowest priority,
-/// then those not yet running, then the tenant borrowing most of `resources` for its weight, then the newest.
+/// What a member borrows of `resources` per unit of weight (thousandths).
+fn share(m: &Member, resources: &[&Resource]) -> u128 {
+    let borrowed: u128 = resources.iter().map(|r| u128::from(m.borrowed(r))).sum();
+    borrowed * 1000 / u128::from(m.weight.max(1))
+}
+
+/// The order of a tenant's own candidates: lowest priority first, then those not yet running, then the newest.
+fn within_tenant(c: &Candidate) -> (Priority, bool, Reverse<i64>) {
+    (c.priority, c.running, Reverse(c.created_at_ms))
+}
+
+/// The order room reclaim tries candidates in: those already told first, then the tenant borrowing most for its
+/// weight, then [`within_tenant`].
 fn reclaim_order(members: &[Member], candidates: &[Candidate], resources: &[&Resource]) -> Vec<usize> {
-    let share = |m: &Member| -> u128 {
-        let borrowed: u128 = resources.iter().map(|r| u128::from(m.borrowed(r))).sum();
-        borrowed * 1000 / u128::from(m.weight.max(1))
-    };
     let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| candidates[i].member < members.len()).collect();
     order.sort_by_key(|&i| {
         let c = &candidates[i];
         (
             c.reclaim_at_ms.is_none(),
             c.reclaim_at_ms.unwrap_or(0),
-            c.priority,
-            c.running,
-            Reverse(share(&members[c.member])),
-            Reverse(c.created_at_ms),
+            Reverse(share(&members[c.member], resources)),
+            c.member,
+            within_tenant(c),
             i,
         )
     });
@@ -425,6 +490,42 @@ mod tests {
         let mut picked = choose_reclaim(&cohort, &candidates);
         picked.sort_unstable();
         assert_eq!(picked, vec![1, 2]);
+    }
+
+    #[test]
+    fn two_borrowers_share_what_is_lent_by_weight() {
+        // a and b are guaranteed 2 and may hold 20; l lends its 10. a borrowed all 10 first.
+        let mut cohort = vec![member("a", 2, 20, 12), member("b", 2, 20, 2), member("l", 10, 10, 0)];
+        // b asks to borrow 4: nothing is left to lend, but a borrows 10 for its weight against b's 4: admitted, and a
+        // gives back what is missing.
+        let got = admit(&cohort, 1, true, &usage(4)).expect("fair sharing");
+        assert_eq!(got, Admission { borrowed: true, reclaims: true });
+        cohort[1].held = usage(6);
+        assert_eq!(deficits(&cohort), usage(4));
+        let c = |id: &str, member, n, at| Candidate {
+            id: id.to_string(),
+            member,
+            priority: Priority::Normal,
+            created_at_ms: at,
+            running: true,
+            charge: usage(n),
+            reclaim_at_ms: None,
+        };
+        // a's requests (2 each) and b's new one (4, low priority, the newest): a gives back, b keeps its own.
+        let mut b_new = c("b-new", 1, 4, 9);
+        b_new.priority = Priority::Low;
+        let candidates =
+            vec![c("a1", 0, 2, 1), c("a2", 0, 2, 2), c("a3", 0, 2, 3), c("a4", 0, 2, 4), c("a5", 0, 2, 5), b_new];
+        let mut picked = choose_reclaim(&cohort, &candidates);
+        picked.sort_unstable();
+        assert_eq!(picked, vec![3, 4], "a's two newest");
+        // Past an even split it is refused: b borrowing 6 more (10) against a's 10 leaves a nothing above b.
+        cohort[0].held = usage(8);
+        cohort[1].held = usage(6);
+        assert!(admit(&cohort, 1, true, &usage(6)).is_err(), "b would borrow more than a for the same weight");
+        // With three times a's weight, b may go further.
+        cohort[1].weight = 3;
+        assert_eq!(admit(&cohort, 1, true, &usage(2)).map(|a| a.reclaims), Ok(true));
     }
 
     #[test]

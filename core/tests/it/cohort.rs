@@ -96,6 +96,25 @@ fn candidates(ms: &[Member], live: &[Req]) -> (Vec<Candidate>, Vec<usize>) {
     (out, index)
 }
 
+/// Whether `who` adding `amount` of `r` is covered once every other member gives back what it borrows of `r` above
+/// `who`'s level for its weight (fair sharing), counted with `deficits` on the members as they would then be.
+fn fair_cover(ms: &[Member], who: usize, r: &Resource, amount: u64) -> bool {
+    let mut hyp = ms.to_vec();
+    *hyp[who].held.entry(r.clone()).or_default() += amount;
+    let borrow = u128::from(hyp[who].borrowed(r));
+    let w = u128::from(hyp[who].weight.max(1));
+    for (j, m) in hyp.iter_mut().enumerate() {
+        if j == who {
+            continue;
+        }
+        let level = (borrow * u128::from(m.weight.max(1))).div_ceil(w);
+        let excess = u128::from(m.borrowed(r)).saturating_sub(level);
+        let held = m.held.entry(r.clone()).or_default();
+        *held -= u64::try_from(excess).unwrap_or(0);
+    }
+    !deficits(&hyp).contains_key(r)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
 
@@ -123,6 +142,7 @@ proptest! {
                                 prop_assert!(held + requested > guaranteed, "a request within its guarantee is never refused");
                                 prop_assert!(held + requested - guaranteed > available, "refused what the cohort could lend");
                                 prop_assert!(resource == Resource::ComputeSlices || resource == Resource::MemoryGib);
+                                prop_assert!(!fair_cover(&ms, who, &resource, requested), "refused what fair sharing gives it on {resource}");
                             }
                             other => prop_assert!(false, "unexpected {other:?}"),
                         }
@@ -140,10 +160,20 @@ proptest! {
                         }
                     }
                     let short_after = deficits(&after);
-                    // Borrowing never makes the cohort short on what it borrows.
+                    // Borrowing makes the cohort short only by fair sharing: others borrow more for their weight, and
+                    // taking them down to this tenant's level covers it.
                     for r in charge.keys().filter(|r| after[who].borrowed(r) > 0) {
                         prop_assert!(borrowed);
-                        prop_assert!(!short_after.contains_key(r), "borrowing left the cohort short on {r}");
+                        if short_after.get(r).copied().unwrap_or(0) > short_before.get(r).copied().unwrap_or(0) {
+                            prop_assert!(reclaims, "a shortfall nobody was told of on {r}");
+                            prop_assert!(fair_cover(&ms, who, r, charge[r]), "borrowing left the cohort short on {r}");
+                            let per_weight = |m: &Member| u128::from(m.borrowed(r)) * 1000 / u128::from(m.weight.max(1));
+                            let mine = per_weight(&after[who]);
+                            prop_assert!(
+                                after.iter().enumerate().any(|(j, m)| j != who && per_weight(m) > mine),
+                                "short on {r} though nobody borrows more for its weight"
+                            );
+                        }
                     }
                     if !reclaims {
                         for (r, d) in &short_after {

@@ -3,7 +3,7 @@
 //! being taken back); forms to create a cohort and to put a tenant in one, with its weight.
 
 use leptos::prelude::*;
-use tessera_api::cohorts::{CohortLine, CohortView, Membership, NewCohort};
+use tessera_api::cohorts::{CohortLine, CohortMembership, CohortView, NewCohort};
 use tessera_api::tenants::TenantView;
 
 use crate::api::{self, ProblemExt};
@@ -59,8 +59,10 @@ pub fn CohortsCard() -> impl IntoView {
             return;
         }
         let c = cohort.get_untracked();
-        let body =
-            Membership { cohort: (!c.is_empty()).then_some(c), weight: weight.get_untracked().trim().parse().ok() };
+        let body = CohortMembership {
+            cohort: (!c.is_empty()).then_some(c),
+            weight: weight.get_untracked().trim().parse().ok(),
+        };
         leptos::task::spawn_local(async move {
             match api::send_json::<TenantView>("PUT", format!("/api/v1/tenants/{t}/cohort"), body).await {
                 Ok(t) => {
@@ -76,7 +78,7 @@ pub fn CohortsCard() -> impl IntoView {
     view! {
         <section class="card" data-testid="cohorts">
             <h2>"Cohorts"</h2>
-            <p class="muted small">"Tenants of a cohort lend each other what they are guaranteed but do not use. A tenant may borrow up to its maximum; when a lender asks for its guarantee back, borrowed slices are taken back after the cohort's grace period, lowest priority and newest first."</p>
+            <p class="muted small">"Tenants of a cohort lend each other what they are guaranteed but do not use. A tenant may borrow up to its maximum; when a lender asks for its guarantee back, or another team wants its fair share by weight, borrowed slices are taken back after the cohort's grace period: from the team borrowing most for its weight first, and within it lowest priority and newest first."</p>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     let list = match (cohorts.await, tenants.await) {

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use clap::Subcommand;
 use reqwest::Method;
-use tessera_api::cohorts::{CohortView, Membership, NewCohort};
+use tessera_api::cohorts::{CohortMembership, CohortView, NewCohort};
 use tessera_api::quotas::{
     GrantBody, LimitChangeView, NewQuotaRequest, QuotaRequestPage, QuotaRequestState, QuotaRequestView,
 };
@@ -198,7 +198,7 @@ pub(super) async fn run(api: &Api, cmd: QuotaCommand, out: &mut dyn Write) -> Re
         }
         QuotaCommand::Cohorts => print(out, api.get::<Vec<CohortView>>("/api/v1/cohorts").await?),
         QuotaCommand::Join { tenant, cohort, none, weight } => {
-            let body = Membership { cohort: if none { None } else { cohort }, weight };
+            let body = CohortMembership { cohort: if none { None } else { cohort }, weight };
             let path = format!("/api/v1/tenants/{tenant}/cohort");
             print(out, api.call::<_, TenantView>(Method::PUT, &path, Some(&body), None).await?)
         }

@@ -7,7 +7,7 @@ use super::error::{ApiError, ApiJson, Problem};
 use crate::app::AppState;
 use crate::services::cohorts;
 use crate::store::Principal;
-pub use tessera_api::cohorts::{CohortUpdate, CohortView, Membership, NewCohort};
+pub use tessera_api::cohorts::{CohortMembership, CohortUpdate, CohortView, NewCohort};
 use tessera_api::tenants::TenantView;
 
 /// Create a cohort (platform admins).
@@ -58,14 +58,14 @@ pub async fn update_cohort(
 /// Put a tenant in a cohort, or take it out, with its weight (platform admins). The cohorts it left and joined are
 /// rebalanced at once.
 #[utoipa::path(put, path = "/api/v1/tenants/{id}/cohort", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path, description = "The tenant's id or its name")), request_body = Membership,
+    params(("id" = String, Path, description = "The tenant's id or its name")), request_body = CohortMembership,
     responses((status = 200, body = TenantView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 422, body = Problem, description = "invalid_weight")))]
 pub async fn set_membership(
     State(state): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
-    ApiJson(body): ApiJson<Membership>,
+    ApiJson(body): ApiJson<CohortMembership>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
     let tenant = cohorts::set_membership(&state, &p, &id, body.cohort.as_deref(), body.weight).await?;
     Ok(ApiJson(tenant.into()))
