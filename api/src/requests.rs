@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_core::cohort::Priority;
+pub use tessera_core::pending::{ModelRoom, WaitReason};
 use tessera_core::request::{RequestState, SliceSpec};
 
 /// A request to create.
@@ -69,6 +70,31 @@ pub struct RequestView {
     /// The tenant (name) it is reclaimed for, when known.
     #[serde(default)]
     pub reclaim_for: Option<String>,
+    /// Why it waits (pending, approved and provisioning requests), as of this answer: in `GET /requests/{id}` and
+    /// `GET /tenants/{id}/waiting`; absent from lists.
+    #[serde(default)]
+    pub waiting: Option<Waiting>,
+}
+
+/// Why a request waits, where it stands and when it could start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Waiting {
+    /// The request's id.
+    pub request: String,
+    /// The reason, with its details (`code` is one of `awaiting_approval`, `queued`, `quota_exceeded`,
+    /// `no_capacity`, `waiting_for_reclaim`, `layout_awaiting_approval`, `gpu_cordoned`, `node_not_ready`,
+    /// `being_applied`).
+    pub reason: WaitReason,
+    /// The reason as a sentence.
+    pub sentence: String,
+    /// Pending requests only: 1 + the pending requests made before it that compete for the same slices (the same
+    /// MIG profile on a model both may use, or whole GPUs of the same model).
+    pub queue_position: Option<u32>,
+    /// Pending requests only: the earliest time it could start, UTC milliseconds: now when there is room, else the
+    /// first known end of a slice (an expiry or a reclaim deadline) after which the planner finds room; `null` when
+    /// nothing known frees enough.
+    pub earliest_start_ms: Option<i64>,
 }
 
 /// A page of requests.
@@ -143,4 +169,87 @@ pub struct ReservationView {
     pub start: u8,
     /// Whether the instance is created by a layout change (else it exists and was free).
     pub new: bool,
+}
+
+/// What creating a request would do now, without writing anything (`POST /api/v1/requests/preview`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RequestPreview {
+    /// The tenant's id.
+    pub tenant: String,
+    /// What would happen.
+    pub outcome: PreviewOutcome,
+    /// The problem creation would answer with (quota, budget), when it would be refused.
+    pub refused: Option<crate::Problem>,
+    /// Per resource it charges: what it takes, what the tenant holds, its limit and maximum, what it would hold.
+    pub quota: Vec<PreviewLine>,
+    /// It would hold more than the tenant's guarantee, borrowed from its cohort.
+    pub borrowed: bool,
+    /// It would take back capacity lent out: borrowed requests of the cohort would be reclaimed.
+    pub reclaims: bool,
+    /// The tenant's policy approves it on its own.
+    pub auto_approve: bool,
+    /// Where the planner would place it now (empty when it cannot).
+    pub slices: Vec<PreviewSlice>,
+    /// Why it would wait, when it would be pending.
+    pub waiting: Option<WaitReason>,
+    /// That reason as a sentence.
+    pub sentence: Option<String>,
+    /// When it could start, when it would be pending (see `Waiting`).
+    pub earliest_start_ms: Option<i64>,
+}
+
+/// What creating a request would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PreviewOutcome {
+    /// Approved at once and placed on existing instances or on layout changes that apply at once.
+    ApprovedNow,
+    /// Approved at once; a layout change it needs waits for a platform admin.
+    ApprovedWaitingForLayout,
+    /// Created pending (see `waiting`).
+    Pending,
+    /// Refused (see `refused`).
+    Refused,
+}
+
+/// One resource a previewed request charges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PreviewLine {
+    /// Resource key.
+    pub resource: String,
+    /// What the request charges.
+    pub charge: f64,
+    /// What the tenant holds now.
+    pub held: f64,
+    /// The limit (guarantee), if any.
+    pub limit: Option<f64>,
+    /// In a cohort, the most it may hold by borrowing.
+    pub maximum: Option<f64>,
+    /// What it would hold with the request.
+    pub after: f64,
+}
+
+/// Where one slice of a previewed request would go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PreviewSlice {
+    /// Node name.
+    pub node: String,
+    /// GPU id.
+    pub gpu: String,
+    /// GPU index on the node.
+    pub gpu_index: u32,
+    /// Catalog model key.
+    pub model: String,
+    /// MIG profile, or the sharing key of a whole-GPU share.
+    pub profile: String,
+    /// Start unit, or share index.
+    pub start: u8,
+    /// The instance is created by a layout change.
+    pub new_instance: bool,
+    /// That layout change waits for a platform admin (the GPU has no auto-layout).
+    pub layout_change_needs_admin: bool,
 }

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod clock;
 pub mod cohort;
 pub mod layout;
+pub mod pending;
 pub mod planner;
 pub mod quota;
 pub mod quota_request;

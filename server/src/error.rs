@@ -96,20 +96,18 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The problem report this error answers with.
+    pub fn problem(&self) -> Problem {
         let (status, code, title) = self.parts();
-        if let ApiError::Internal(cause) = &self {
-            tracing::error!(cause = %cause, "request failed");
-        }
-        let errors = match &self {
+        let errors = match self {
             ApiError::Conflict { errors, .. } => errors.clone(),
             ApiError::QuotaExceeded(errors) => {
                 errors.iter().map(|e| ProblemItem { code: e.code().to_string(), message: e.to_string() }).collect()
             }
             _ => Vec::new(),
         };
-        let ask_for = match &self {
+        let ask_for = match self {
             ApiError::QuotaExceeded(errors) => Some(
                 tessera_core::quota_request::needed_limits(errors)
                     .into_iter()
@@ -118,7 +116,7 @@ impl IntoResponse for ApiError {
             ),
             _ => None,
         };
-        let problem = Problem {
+        Problem {
             kind: format!("urn:tessera:problem:{code}"),
             title: title.to_string(),
             status: status.as_u16(),
@@ -126,7 +124,17 @@ impl IntoResponse for ApiError {
             code: code.to_string(),
             errors,
             ask_for,
-        };
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, _) = self.parts();
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(cause = %cause, "request failed");
+        }
+        let problem = self.problem();
         let mut response = (status, Json(problem)).into_response();
         response
             .headers_mut()

@@ -242,6 +242,11 @@ pub async fn serve(
                 Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
                 Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
             }
+            match crate::services::requests::place_queued(&sweeping, None).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(placed = n, "queued requests placed"),
+                Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),
+            }
             let idle_before = now - idle.as_millis() as i64;
             let attempts_before = now - crate::auth::LOGIN_TTL_MS;
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {

@@ -296,6 +296,7 @@ mod tests {
             borrowed: false,
             reclaim_at_ms: None,
             reclaim_for: None,
+            waiting: None,
         };
         assert!(matches(&r, "vision", ""));
         assert!(matches(&r, "vision", "VIS"));

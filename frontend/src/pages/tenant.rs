@@ -7,7 +7,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use tessera_api::allocations::AllocationView;
-use tessera_api::requests::{RequestPage, RequestView};
+use tessera_api::requests::{RequestPage, RequestView, Waiting};
 use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_api::usage::UsageReport;
 use tessera_core::catalog::Catalog;
@@ -281,6 +281,10 @@ pub fn TenantPage() -> impl IntoView {
         let id = tenant_key(key).await?;
         api::get_json::<Vec<AllocationView>>(format!("/api/v1/allocations?tenant={id}")).await
     });
+    let waiting = Resource::new(tenant_id, |key| async move {
+        let id = tenant_key(key).await?;
+        api::get_json::<Vec<Waiting>>(format!("/api/v1/tenants/{id}/waiting")).await
+    });
     // When the data was last asked for: the ages shown count from it.
     let now = RwSignal::new(now_ms());
     let refresh = move || {
@@ -288,6 +292,7 @@ pub fn TenantPage() -> impl IntoView {
         quotas.refetch();
         requests.refetch();
         allocations.refetch();
+        waiting.refetch();
     };
     #[cfg(feature = "hydrate")]
     {
@@ -351,7 +356,7 @@ pub fn TenantPage() -> impl IntoView {
                         <div class="card">
                             <h2>"Requests"</h2>
                             <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                                <RequestsTable requests now=now.into() on_done />
+                                <RequestsTable requests waiting now=now.into() on_done />
                             </Transition>
                         </div>
                         <UsageCard tenant=t.id.clone() />
@@ -487,6 +492,7 @@ mod tests {
             borrowed: false,
             reclaim_at_ms: None,
             reclaim_for: None,
+            waiting: None,
         }
     }
 

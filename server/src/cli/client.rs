@@ -9,7 +9,9 @@ use serde::de::DeserializeOwned;
 use tessera_api::Problem;
 use tessera_api::agents::{JoinTokenView, NewJoinToken};
 use tessera_api::nodes::NodeView;
-use tessera_api::requests::{ApprovalView, NewRequestBody, RejectBody, RequestPage, RequestView};
+use tessera_api::requests::{
+    ApprovalView, NewRequestBody, RejectBody, RequestPage, RequestPreview, RequestView, Waiting,
+};
 use tessera_core::request::{RequestState, SliceSpec};
 
 use super::{CliError, EXIT_NO, EXIT_OK};
@@ -25,40 +27,65 @@ pub struct Connection {
     token: Option<String>,
 }
 
+/// What a request asks for, as `create` and `preview` take it.
+#[derive(Debug, clap::Args)]
+pub struct AskArgs {
+    /// Tenant id.
+    #[arg(long)]
+    tenant: String,
+    /// `mig`, `timeslice`, `mps` or `exclusive`.
+    #[arg(long, default_value = "mig")]
+    mode: String,
+    /// MIG profile (mode `mig`), e.g. 1g.10gb.
+    #[arg(long)]
+    profile: Option<String>,
+    /// GPU model (required except for `mig`).
+    #[arg(long)]
+    model: Option<String>,
+    /// Shares per GPU (modes `timeslice` and `mps`).
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// How many slices.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Why.
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Seconds wanted once active.
+    #[arg(long)]
+    duration: Option<u64>,
+    /// `low`, `normal` or `high`: high fills the tenant's guarantee first, low is reclaimed first.
+    #[arg(long, default_value = "normal", value_parser = parse_priority)]
+    priority: tessera_core::cohort::Priority,
+}
+
+impl AskArgs {
+    fn body(self) -> Result<NewRequestBody, CliError> {
+        Ok(NewRequestBody {
+            spec: spec(&self.mode, self.profile, self.model, self.replicas)?,
+            tenant: self.tenant,
+            count: self.count,
+            reason: self.reason,
+            duration_s: self.duration,
+            priority: self.priority,
+        })
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum RequestCommand {
     /// Ask for slices; prints the request.
     Create {
-        /// Tenant id.
-        #[arg(long)]
-        tenant: String,
-        /// `mig`, `timeslice`, `mps` or `exclusive`.
-        #[arg(long, default_value = "mig")]
-        mode: String,
-        /// MIG profile (mode `mig`), e.g. 1g.10gb.
-        #[arg(long)]
-        profile: Option<String>,
-        /// GPU model (required except for `mig`).
-        #[arg(long)]
-        model: Option<String>,
-        /// Shares per GPU (modes `timeslice` and `mps`).
-        #[arg(long)]
-        replicas: Option<u32>,
-        /// How many slices.
-        #[arg(long, default_value_t = 1)]
-        count: u32,
-        /// Why.
-        #[arg(long, default_value = "")]
-        reason: String,
-        /// Seconds wanted once active.
-        #[arg(long)]
-        duration: Option<u64>,
+        #[command(flatten)]
+        ask: AskArgs,
         /// Retry key: the same key never creates two requests.
         #[arg(long)]
         idempotency_key: Option<String>,
-        /// `low`, `normal` or `high`: high fills the tenant's guarantee first, low is reclaimed first.
-        #[arg(long, default_value = "normal", value_parser = parse_priority)]
-        priority: tessera_core::cohort::Priority,
+    },
+    /// What asking for slices would do now, without asking: quota, approval, placement, why it would wait.
+    Preview {
+        #[command(flatten)]
+        ask: AskArgs,
     },
     /// List a tenant's requests (every page).
     List {
@@ -241,28 +268,19 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
         };
         match cmd {
-            RequestCommand::Create {
-                tenant,
-                mode,
-                profile,
-                model,
-                replicas,
-                count,
-                reason,
-                duration,
-                idempotency_key,
-                priority,
-            } => {
-                let body = NewRequestBody {
-                    tenant,
-                    spec: spec(&mode, profile, model, replicas)?,
-                    count,
-                    reason,
-                    duration_s: duration,
-                    priority,
-                };
+            RequestCommand::Create { ask, idempotency_key } => {
+                let body = ask.body()?;
                 let key = idempotency_key.as_deref();
                 print(out, api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?)
+            }
+            RequestCommand::Preview { ask } => {
+                let body = ask.body()?;
+                let answer =
+                    api.call::<_, RequestPreview>(Method::POST, "/api/v1/requests/preview", Some(&body), None).await?;
+                if let Answer::Ok(p) = &answer {
+                    say(&preview_text(p));
+                }
+                print(out, answer)
             }
             RequestCommand::List { tenant, state } => {
                 let state = state.map(|s| s.to_string());
@@ -271,7 +289,14 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 });
                 print(out, pages.await?)
             }
-            RequestCommand::Get { id } => print(out, api.get::<RequestView>(&format!("/api/v1/requests/{id}")).await?),
+            RequestCommand::Get { id } => {
+                let answer = api.get::<RequestView>(&format!("/api/v1/requests/{id}")).await?;
+                // The JSON stays alone on standard output for scripts; why it waits goes to people on standard error.
+                if let Answer::Ok(RequestView { waiting: Some(w), .. }) = &answer {
+                    say(&waiting_text(w));
+                }
+                print(out, answer)
+            }
             RequestCommand::Approve { id } => {
                 let path = format!("/api/v1/requests/{id}/approve");
                 print(out, api.call::<(), ApprovalView>(Method::POST, &path, None, None).await?)
@@ -307,6 +332,50 @@ pub(super) fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Res
                 writeln!(out, "  ask for it: tessera quota ask --tenant TENANT --reason WHY {}", args.join(" "))?;
             }
             Ok(EXIT_NO)
+        }
+    }
+}
+
+/// A line for people, on standard error.
+fn say(line: &str) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("{line}");
+    }
+}
+
+/// Why a request waits, in a sentence with its place in the queue and its earliest start.
+pub fn waiting_text(w: &Waiting) -> String {
+    let mut text = format!("waiting: {}", w.sentence);
+    if let Some(p) = w.queue_position {
+        text.push_str(&format!(" Position {p} in the queue for these slices."));
+    }
+    match (w.queue_position, w.earliest_start_ms) {
+        (Some(_), Some(at)) => {
+            text.push_str(&format!(" Earliest start {} (UTC).", tessera_core::clock::utc_minute(at)))
+        }
+        (Some(_), None) => text.push_str(" No known end of other slices makes room for it."),
+        _ => {}
+    }
+    text
+}
+
+/// What a preview says, in a sentence.
+pub fn preview_text(p: &RequestPreview) -> String {
+    use tessera_api::requests::PreviewOutcome;
+    let place = p
+        .slices
+        .first()
+        .map(|s| format!(" on {} GPU {} ({} at {})", s.node, s.gpu_index, s.profile, s.start))
+        .unwrap_or_default();
+    match p.outcome {
+        PreviewOutcome::ApprovedNow => format!("preview: approved at once{place}."),
+        PreviewOutcome::ApprovedWaitingForLayout => {
+            format!("preview: approved at once{place}; a layout change it needs waits for a platform admin.")
+        }
+        PreviewOutcome::Pending => format!("preview: pending. {}", p.sentence.clone().unwrap_or_default()),
+        PreviewOutcome::Refused => {
+            format!("preview: refused: {}", p.refused.as_ref().map(|r| r.detail.clone()).unwrap_or_default())
         }
     }
 }

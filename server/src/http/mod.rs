@@ -125,6 +125,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(quotas::quota_timeline))
         .routes(routes!(quotas::quota_standing))
         .routes(routes!(budgets::get_budget, budgets::set_budget))
+        .routes(routes!(requests::tenant_waiting))
+        .routes(routes!(requests::preview_request))
         .routes(routes!(quotas::list_quota_requests))
         .routes(routes!(quotas::get_quota_request))
         .routes(routes!(quotas::approve_quota_request))

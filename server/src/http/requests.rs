@@ -12,7 +12,8 @@ use crate::app::AppState;
 use crate::services::requests::{self, Action};
 use crate::store::{Principal, RequestFilter, SliceRequest};
 pub use tessera_api::requests::{
-    ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestView, ReservationView,
+    ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestPreview, RequestView,
+    ReservationView, Waiting,
 };
 
 impl From<SliceRequest> for RequestView {
@@ -33,7 +34,20 @@ impl From<SliceRequest> for RequestView {
             borrowed: r.borrowed,
             reclaim_at_ms: r.reclaim_at_ms,
             reclaim_for: r.reclaim_for,
+            waiting: None,
         }
+    }
+}
+
+/// What a request body asks for, as the services take it.
+fn ask_of(body: &NewRequestBody) -> requests::Ask<'_> {
+    requests::Ask {
+        tenant: &body.tenant,
+        spec: &body.spec,
+        count: body.count,
+        reason: &body.reason,
+        duration_s: body.duration_s,
+        priority: body.priority,
     }
 }
 
@@ -89,16 +103,26 @@ pub async fn create_request(
     ApiJson(body): ApiJson<NewRequestBody>,
 ) -> Result<Response, ApiError> {
     let key = headers.get("idempotency-key").map(|v| v.to_str().unwrap_or(""));
-    let ask = requests::Ask {
-        tenant: &body.tenant,
-        spec: &body.spec,
-        count: body.count,
-        reason: &body.reason,
-        duration_s: body.duration_s,
-        priority: body.priority,
-    };
+    let ask = ask_of(&body);
     let (request, created) = requests::create(&state, &p, ask, key).await?;
     Ok(with_etag(if created { StatusCode::CREATED } else { StatusCode::OK }, request))
+}
+
+/// What creating this request would do now, without writing anything: the quota it takes (and whether it would be
+/// refused, with the problem creation would answer), whether the tenant's policy approves it, where the planner
+/// would place it (and whether a layout change needs an admin), and, if it would wait, why and from when it could
+/// start. The same checks and rules as creation, so a preview that says `approved_now` and a creation a moment later
+/// with nothing changed in between agree.
+#[utoipa::path(post, path = "/api/v1/requests/preview", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])), request_body = NewRequestBody,
+    responses((status = 200, body = RequestPreview), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_reason, invalid_count, invalid_duration, request_invalid")))]
+pub async fn preview_request(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NewRequestBody>,
+) -> Result<ApiJson<RequestPreview>, ApiError> {
+    let ask = ask_of(&body);
+    Ok(ApiJson(requests::preview(&state, &p, ask).await?))
 }
 
 /// List requests, oldest first, a page at a time.
@@ -142,7 +166,8 @@ fn json_body(body: axum::body::Bytes) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
-/// A request, with its `ETag`.
+/// A request, with its `ETag`; while it waits, why (`waiting`: the reason, its place in the queue, its earliest
+/// start), as of this answer.
 #[utoipa::path(get, path = "/api/v1/requests/{id}", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), responses((status = 200, body = RequestView), (status = 404, body = Problem)))]
 pub async fn get_request(
@@ -150,7 +175,27 @@ pub async fn get_request(
     p: Principal,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(with_etag(StatusCode::OK, requests::get(&state, &p, &id).await?))
+    let request = requests::get(&state, &p, &id).await?;
+    let mut ctx = crate::services::waits::Context::read(&state).await?;
+    let waiting = crate::services::waits::explain(&state, &mut ctx, &request).await?;
+    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
+    let view = RequestView { waiting, ..RequestView::from(request) };
+    Ok(versioned(StatusCode::OK, version, &location, view))
+}
+
+/// Why each of a tenant's waiting requests (pending, approved, provisioning) waits, oldest first (at most 500):
+/// the reason, its place in the queue, its earliest start. Read now, so always current.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/waiting", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
+    params(("id" = String, Path, description = "The tenant's id or its name")),
+    responses((status = 200, body = Vec<Waiting>), (status = 404, body = Problem)))]
+pub async fn tenant_waiting(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Vec<Waiting>>, ApiError> {
+    let t = crate::services::tenants::get(&state, &p, &id).await?;
+    let all = crate::services::waits::waiting(&state, Some(&t.id)).await?;
+    Ok(ApiJson(all.into_iter().map(|(_, w)| w).collect()))
 }
 
 /// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout

@@ -343,7 +343,20 @@ pub async fn metrics(State(state): State<AppState>, p: Principal) -> Result<Resp
     let nodes = state.store.nodes().await?;
     let holders = current_holders(&state, &p).await?;
     let now = now_ms();
-    let text = exposition(&state, &nodes, &holders, now);
+    let mut text = exposition(&state, &nodes, &holders, now);
+    // Why requests wait, counted by reason (every reason, 0 included, so a series never vanishes).
+    {
+        use std::fmt::Write;
+        let counts = crate::services::waits::counts(&state).await?;
+        let _ = writeln!(
+            text,
+            "# HELP tessera_pending_requests Requests waiting (pending, approved or provisioning), by why they wait.\n\
+             # TYPE tessera_pending_requests gauge"
+        );
+        for (reason, n) in counts {
+            let _ = writeln!(text, "tessera_pending_requests{{reason=\"{reason}\"}} {n}");
+        }
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 

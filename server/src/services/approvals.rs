@@ -33,27 +33,43 @@ pub async fn approve(state: &AppState, p: &Principal, id: &str, if_match: Option
     approve_as(state, &p.actor(), request, if_match).await
 }
 
-/// Approves `request` on behalf of `actor` (an admin, or `system:auto-approve` for the tenant's policy).
-pub async fn approve_as(
+/// The fleet as the planner sees it: nodes, live allocations and undecided layout proposals, read together.
+#[derive(Debug, Clone)]
+pub struct FleetNow {
+    /// Nodes with their GPUs.
+    pub nodes: Vec<crate::store::Node>,
+    /// Reserved and active allocations.
+    pub live: Vec<crate::store::Allocation>,
+    /// Layout proposals waiting for an admin.
+    pub open: Vec<LayoutProposal>,
+}
+
+impl FleetNow {
+    /// Reads the fleet now.
+    pub async fn read(state: &AppState) -> Result<FleetNow, ApiError> {
+        Ok(FleetNow {
+            nodes: state.store.nodes().await?,
+            live: state.store.live_allocations().await?,
+            open: state.store.proposals(Some("proposed")).await?,
+        })
+    }
+}
+
+/// Where `count` slices of `spec` go on `fleet`: exact instances (and the layout changes they need) for MIG, shares
+/// of whole GPUs otherwise. The one placement approvals, previews and wait reasons use. `409 no_capacity` when the
+/// fleet cannot take them.
+pub fn placement(
     state: &AppState,
-    actor: &str,
-    request: SliceRequest,
-    if_match: Option<i64>,
-) -> Result<Approval, ApiError> {
-    let id = request.id.as_str();
-    let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
-    // Fail fast, before planning, when the request is not pending.
-    request.state.transition(RequestState::Approved).map_err(StoreError::from)?;
-    let nodes = state.store.nodes().await?;
-    let live = state.store.live_allocations().await?;
-    let SliceSpec::Mig { profile, model } = &request.spec else {
-        let reservations = place_whole(state, &request, &nodes, &live)?;
-        return commit(state, t, &[], reservations).await;
+    fleet: &FleetNow,
+    spec: &SliceSpec,
+    count: u32,
+) -> Result<(Vec<LayoutChange>, Vec<Reservation>), ApiError> {
+    let SliceSpec::Mig { profile, model } = spec else {
+        return Ok((Vec::new(), place_whole(state, spec, count, &fleet.nodes, &fleet.live)?));
     };
-    let open = state.store.proposals(Some("proposed")).await?;
-    let gpus: Vec<_> = nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
-    let demand = DemandInput { profile: profile.clone(), count: request.count, model: model.clone() };
-    let input = super::fleet::planner_input(&nodes, &live, &open, demand, |_, g| g.id.clone());
+    let gpus: Vec<_> = fleet.nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.mig_enabled).collect();
+    let demand = DemandInput { profile: profile.clone(), count, model: model.clone() };
+    let input = super::fleet::planner_input(&fleet.nodes, &fleet.live, &fleet.open, demand, |_, g| g.id.clone());
     let planned = plan(state.catalog, &input).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
     if !planned.unplaced.is_empty() {
         let detail = planned.unplaced.iter().map(|u| u.reason.clone()).collect::<Vec<_>>().join("; ");
@@ -84,6 +100,22 @@ pub async fn approve_as(
             change: if s.new { changes.iter().position(|c| c.gpu_id == s.gpu) } else { None },
         })
         .collect();
+    Ok((changes, reservations))
+}
+
+/// Approves `request` on behalf of `actor` (an admin, or `system:auto-approve` for the tenant's policy).
+pub async fn approve_as(
+    state: &AppState,
+    actor: &str,
+    request: SliceRequest,
+    if_match: Option<i64>,
+) -> Result<Approval, ApiError> {
+    let id = request.id.as_str();
+    let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
+    // Fail fast, before planning, when the request is not pending.
+    request.state.transition(RequestState::Approved).map_err(StoreError::from)?;
+    let fleet = FleetNow::read(state).await?;
+    let (changes, reservations) = placement(state, &fleet, &request.spec, request.count)?;
     commit(state, t, &changes, reservations).await
 }
 
@@ -134,11 +166,12 @@ fn held_on<'a>(
 /// core's sharing rules accept its node with the new sharing (time-slicing and MPS never share a node).
 fn place_whole(
     state: &AppState,
-    request: &SliceRequest,
+    spec: &SliceSpec,
+    count: u32,
     nodes: &[crate::store::Node],
     live: &[crate::store::Allocation],
 ) -> Result<Vec<Reservation>, ApiError> {
-    let Some((model, want, per_gpu)) = share_of(&request.spec) else { return Ok(vec![]) };
+    let Some((model, want, per_gpu)) = share_of(spec) else { return Ok(vec![]) };
     let profile = want.key();
     let key = state.catalog.resolve(model).map(|(m, _)| m.key.clone()).unwrap_or_else(|| model.to_string());
     let mut candidates = Vec::new();
@@ -186,14 +219,14 @@ fn place_whole(
                 change: None,
             })
         })
-        .take(request.count as usize)
+        .take(count as usize)
         .collect();
-    if reservations.len() < request.count as usize {
+    if reservations.len() < count as usize {
         let detail = format!(
             "only {} of {} {profile} slices of {key} are free: the other GPUs of that model are in MIG mode, cordoned, \
              or shared another way",
             reservations.len(),
-            request.count
+            count
         );
         return Err(ApiError::Conflict { code: "no_capacity", detail, errors: vec![] });
     }

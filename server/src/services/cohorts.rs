@@ -12,7 +12,7 @@ use tessera_core::request::RequestState;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::store::cohorts::{Cohort, Rebalanced};
-use crate::store::{Principal, RequestFilter, Tenant};
+use crate::store::{Principal, Tenant};
 
 fn valid_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
@@ -221,22 +221,15 @@ async fn after_rebalance(state: &AppState, cohort: &str, done: &Rebalanced) {
 /// Approves, oldest first, the pending requests of the cohort's members that their policy approves, now that
 /// capacity came back.
 async fn place_waiting(state: &AppState, cohort: &str) -> Result<(), ApiError> {
-    let members: Vec<Tenant> =
-        state.store.tenants().await?.into_iter().filter(|t| t.cohort_id.as_deref() == Some(cohort)).collect();
-    for t in members.iter().filter(|t| t.policy.auto_approve) {
-        let filter = RequestFilter { tenant: Some(&t.id), state: Some(RequestState::Pending), after: None, limit: 200 };
-        for request in state.store.list_requests(filter).await? {
-            let charge = tessera_core::quota::charge(state.catalog, &request.spec, request.count)
-                .map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
-            if t.policy.decide(&charge) != Decision::AutoApprove {
-                continue;
-            }
-            let actor = super::requests::AUTO_APPROVER;
-            if let Err(e) = super::approvals::approve_as(state, actor, request.clone(), Some(request.version)).await {
-                tracing::info!(request = %request.id, error = %e, "still waiting after a reclaim");
-            }
-        }
-    }
+    let members: Vec<String> = state
+        .store
+        .tenants()
+        .await?
+        .into_iter()
+        .filter(|t| t.cohort_id.as_deref() == Some(cohort))
+        .map(|t| t.id)
+        .collect();
+    super::requests::place_queued(state, Some(&members)).await?;
     Ok(())
 }
 

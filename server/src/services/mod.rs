@@ -21,3 +21,4 @@ pub mod requests;
 pub mod telemetry;
 pub mod tenants;
 pub mod usage;
+pub mod waits;

@@ -9,6 +9,7 @@ pub use super::queue::CreateQueue;
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::store::{Created, NewRequest, Principal, SliceRequest, Transition};
+pub use tessera_api::requests::RequestPreview;
 
 /// Most slices one request may ask for.
 pub const MAX_COUNT: u32 = 1000;
@@ -48,6 +49,133 @@ pub struct Ask<'a> {
     pub priority: tessera_core::cohort::Priority,
 }
 
+/// The checks every request passes before the quota (creation and preview run them alike): the tenant is
+/// visible, the reason, count and duration are within bounds, and no spent budget refuses it.
+fn check(state: &AppState, p: &Principal, ask: &Ask<'_>) -> Result<(), ApiError> {
+    check_bounds(p, ask)?;
+    super::budgets::check(state, ask.tenant, ask.spec)
+}
+
+/// The checks of [`check`] but the budget's.
+fn check_bounds(p: &Principal, ask: &Ask<'_>) -> Result<(), ApiError> {
+    if !p.can_see(ask.tenant) {
+        return Err(ApiError::NotFound(format!("tenant {} not found", ask.tenant)));
+    }
+    tessera_core::text::check_reason(ask.reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    if !(1..=MAX_COUNT).contains(&ask.count) {
+        return Err(ApiError::invalid("invalid_count", format!("count must be between 1 and {MAX_COUNT}")));
+    }
+    if ask.duration_s.is_some_and(|d| !(MIN_DURATION_S..=MAX_DURATION_S).contains(&d)) {
+        let detail = format!("duration_s must be between {MIN_DURATION_S} and {MAX_DURATION_S} seconds");
+        return Err(ApiError::invalid("invalid_duration", detail));
+    }
+    Ok(())
+}
+
+/// What creating `ask` would do now, without writing anything: the same checks, the same quota rule on the quota
+/// as it is ([`tessera_core::cohort::admit`]), the tenant's policy, and the placement an approval would choose
+/// ([`super::approvals::placement`]); if it would wait, why, and its earliest start. A preview that says "approved
+/// now" and a creation a moment later with nothing changed in between agree.
+pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<RequestPreview, ApiError> {
+    use tessera_api::requests::{PreviewLine, PreviewOutcome, PreviewSlice};
+    use tessera_core::pending::Room;
+    check_bounds(p, &ask)?;
+    let tenant = state.store.tenant(ask.tenant).await?;
+    let budget = super::budgets::check(state, ask.tenant, ask.spec);
+    let charge = charge(state.catalog, ask.spec, ask.count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+    let (members, who, in_cohort) = state.store.quota_group(&tenant.id).await?;
+    let units = |m: u64| m as f64 / tessera_core::quota::MILLI as f64;
+    let me = &members[who];
+    let quota: Vec<PreviewLine> = charge
+        .iter()
+        .map(|(r, amount)| {
+            let held = me.held.get(r).copied().unwrap_or(0);
+            PreviewLine {
+                resource: r.to_string(),
+                charge: units(*amount),
+                held: units(held),
+                limit: me.guaranteed.get(r).copied().map(units),
+                maximum: if in_cohort { me.ceiling(r, true).map(units) } else { None },
+                after: units(held.saturating_add(*amount)),
+            }
+        })
+        .collect();
+    let refusal = match budget {
+        Err(e) => Some(e),
+        Ok(()) => tessera_core::cohort::admit(&members, who, in_cohort, &charge).err().map(ApiError::QuotaExceeded),
+    };
+    let admission = tessera_core::cohort::admit(&members, who, in_cohort, &charge).ok();
+    let auto_approve = tenant.policy.decide(&charge) == Decision::AutoApprove;
+    let ctx = super::waits::Context::read(state).await?;
+    let fleet = ctx.fleet();
+    let placed = super::approvals::placement(state, fleet, ask.spec, ask.count).ok();
+    let slices: Vec<PreviewSlice> = placed
+        .as_ref()
+        .map(|(changes, reservations)| {
+            reservations
+                .iter()
+                .filter_map(|res| {
+                    let node = fleet.nodes.iter().find(|n| n.gpus.iter().any(|g| g.id == res.gpu_id))?;
+                    let gpu = node.gpus.iter().find(|g| g.id == res.gpu_id)?;
+                    let change = res.change.and_then(|i| changes.get(i));
+                    Some(PreviewSlice {
+                        node: node.name.clone(),
+                        gpu: gpu.id.clone(),
+                        gpu_index: gpu.index,
+                        model: gpu.model.clone(),
+                        profile: res.profile.clone(),
+                        start: res.start,
+                        new_instance: change.is_some(),
+                        layout_change_needs_admin: change.is_some_and(|c| !c.auto_apply),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let outcome = match (&refusal, auto_approve, placed.is_some()) {
+        (Some(_), _, _) => PreviewOutcome::Refused,
+        (None, true, true) if slices.iter().all(|s| !s.layout_change_needs_admin) => PreviewOutcome::ApprovedNow,
+        (None, true, true) => PreviewOutcome::ApprovedWaitingForLayout,
+        (None, _, _) => PreviewOutcome::Pending,
+    };
+    // Why it would wait, as the request it would be (pending, holding what it charges).
+    let (waiting, sentence, earliest_start_ms) = if outcome == PreviewOutcome::Pending {
+        // Taking back what it needs would start with its creation: the deadline is a grace period away.
+        let grace_ms = match (&tenant.cohort_id, admission.as_ref().is_some_and(|a| a.reclaims)) {
+            (Some(c), true) => Some(i64::from(state.store.cohort(c).await?.grace_s) * 1000),
+            _ => None,
+        };
+        let room = if placed.is_some() { Room::Placeable } else { ctx.room(state, ask.spec, ask.count) };
+        let facts = tessera_core::pending::Facts {
+            state: RequestState::Pending,
+            over_quota: None,
+            reclaim_until: grace_ms.map(|g| crate::store::now_ms() + g),
+            auto_approves: auto_approve,
+            room: room.clone(),
+            approvers: ctx.approvers(),
+            slices: vec![],
+        };
+        let why = tessera_core::pending::reason(&facts);
+        let start = ctx.start(state, ask.spec, ask.count, &room);
+        (why.clone(), why.map(|w| w.sentence()), start)
+    } else {
+        (None, None, None)
+    };
+    Ok(RequestPreview {
+        tenant: tenant.id.clone(),
+        outcome,
+        refused: refusal.map(|e| e.problem()),
+        quota,
+        borrowed: admission.as_ref().is_some_and(|a| a.borrowed),
+        reclaims: admission.as_ref().is_some_and(|a| a.reclaims),
+        auto_approve,
+        slices,
+        waiting,
+        sentence,
+        earliest_start_ms,
+    })
+}
+
 /// Creates a request. Returns it and whether it was created now (`false`: an idempotent replay).
 pub async fn create(
     state: &AppState,
@@ -56,18 +184,7 @@ pub async fn create(
     idempotency_key: Option<&str>,
 ) -> Result<(SliceRequest, bool), ApiError> {
     let Ask { tenant, spec, count, reason, duration_s, priority } = ask;
-    if !p.can_see(tenant) {
-        return Err(ApiError::NotFound(format!("tenant {tenant} not found")));
-    }
-    tessera_core::text::check_reason(reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
-    if !(1..=MAX_COUNT).contains(&count) {
-        return Err(ApiError::invalid("invalid_count", format!("count must be between 1 and {MAX_COUNT}")));
-    }
-    if duration_s.is_some_and(|d| !(MIN_DURATION_S..=MAX_DURATION_S).contains(&d)) {
-        let detail = format!("duration_s must be between {MIN_DURATION_S} and {MAX_DURATION_S} seconds");
-        return Err(ApiError::invalid("invalid_duration", detail));
-    }
-    super::budgets::check(state, tenant, spec)?;
+    check(state, p, &ask)?;
     if let Some(key) = idempotency_key
         && (key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY)
     {
@@ -130,6 +247,37 @@ pub async fn create(
 
 /// The audit actor of approvals made by a tenant's policy.
 pub const AUTO_APPROVER: &str = "system:auto-approve";
+
+/// Most queued requests one sweep tries to place.
+pub const QUEUED_PER_SWEEP: usize = 50;
+
+/// Places pending requests that their tenant's policy approves on its own and that found no room when they were
+/// made (`queued` once room appears), oldest first, at most [`QUEUED_PER_SWEEP`]; only `tenants`' when given.
+/// Returns how many were placed. The server's sweep runs it, and a cohort after a reclaim.
+pub async fn place_queued(state: &AppState, tenants: Option<&[String]>) -> Result<usize, ApiError> {
+    let all = state.store.tenants().await?;
+    let mut waiting: Vec<SliceRequest> = state
+        .store
+        .live_requests()
+        .await?
+        .into_iter()
+        .filter(|r| r.state == RequestState::Pending)
+        .filter(|r| tenants.is_none_or(|ts| ts.contains(&r.tenant_id)))
+        .filter(|r| {
+            let Some(t) = all.iter().find(|t| t.id == r.tenant_id) else { return false };
+            charge(state.catalog, &r.spec, r.count).is_ok_and(|c| t.policy.decide(&c) == Decision::AutoApprove)
+        })
+        .collect();
+    waiting.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    let mut placed = 0;
+    for r in waiting.into_iter().take(QUEUED_PER_SWEEP) {
+        match crate::services::approvals::approve_as(state, AUTO_APPROVER, r.clone(), Some(r.version)).await {
+            Ok(_) => placed += 1,
+            Err(e) => tracing::debug!(request = %r.id, error = %e, "a queued request still finds no room"),
+        }
+    }
+    Ok(placed)
+}
 
 pub use super::lookup::get;
 

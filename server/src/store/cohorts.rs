@@ -513,6 +513,45 @@ impl Store {
         Ok(done)
     }
 
+    /// The quota group a tenant's admission is decided in, as it is now (no lock: for previews): its cohort's
+    /// members (or the tenant alone), the tenant's index among them, and whether it is a cohort.
+    pub async fn quota_group(&self, tenant_id: &str) -> Result<(Vec<Member>, usize, bool), StoreError> {
+        let tenant = self.tenant(tenant_id).await?;
+        let tenants: Vec<Tenant> = match &tenant.cohort_id {
+            Some(c) => self.tenants().await?.into_iter().filter(|t| t.cohort_id.as_deref() == Some(c)).collect(),
+            None => vec![tenant.clone()],
+        };
+        let ids: Vec<String> = tenants.iter().map(|t| t.id.clone()).collect();
+        let (limits, held): (Vec<LimitRow>, Vec<(String, String, i64)>) = on_pool!(self, pool, _dialect => {
+            let mut limits = Vec::new();
+            let mut held = Vec::new();
+            for id in &ids {
+                let l: Vec<LimitRow> = sqlx::query_as(
+                    "SELECT tenant_id, resource, limit_milli, max_milli, lend_milli FROM quotas WHERE tenant_id = $1",
+                )
+                .bind(id)
+                .fetch_all(pool)
+                .await?;
+                limits.extend(l);
+                let h: Vec<(String, String, i64)> = sqlx::query_as(
+                    "SELECT tenant_id, resource, held_milli FROM tenant_usage WHERE tenant_id = $1 AND held_milli > 0",
+                )
+                .bind(id)
+                .fetch_all(pool)
+                .await?;
+                held.extend(h);
+            }
+            (limits, held)
+        });
+        let key = tenant.cohort_id.clone().unwrap_or_else(|| format!("tenant:{}", tenant.id));
+        let members = groups(&tenants, limits, usage_by_tenant(held)?)?.remove(&key).unwrap_or_default();
+        let who = members
+            .iter()
+            .position(|m| m.tenant == tenant.id)
+            .ok_or_else(|| StoreError::NotFound { what: format!("tenant {tenant_id}") })?;
+        Ok((members, who, tenant.cohort_id.is_some()))
+    }
+
     /// Clears the borrowed flags and reclaim notices of a tenant's requests (it left its cohort).
     pub async fn clear_borrowed(&self, tenant_id: &str) -> Result<(), StoreError> {
         let _changing = self.changing();

@@ -301,6 +301,12 @@ display_name = "Test IdP"
     await tp.locator('[data-testid=feedback] [data-verdict=admin]').waitFor();
     check((await tp.locator('[data-testid=feedback]').textContent()).includes('Compute slices: 2 slices'),
       'request form: the core quota arithmetic shows what it takes (2 compute slices) and that it waits for an admin');
+    // The server's preview, asked as the form changes: where it would go, or why it would wait.
+    const preview = tp.locator('[data-testid=request-form] [data-testid=preview]');
+    await preview.waitFor();
+    const previewText = (await preview.textContent()).trim();
+    check(await preview.getAttribute('data-outcome') === 'pending' && previewText.includes('platform admin'),
+      `request form: the server's preview says it would wait for an admin ("${previewText}")`);
     await form.locator('button[type=submit]').click();
     const confirmation = tp.locator('form .ok', { hasText: 'is pending' });
     await confirmation.waitFor();
@@ -308,6 +314,11 @@ display_name = "Test IdP"
     await pendingRow.waitFor();
     const requestId = await pendingRow.getAttribute('data-request');
     check(true, `tenant: request ${requestId} made through the form is pending`);
+    const pendingWhy = tp.locator(`[data-testid=requests] tr[data-request="${requestId}"] [data-testid=why]`);
+    await pendingWhy.waitFor({ timeout: 15000 });
+    const whyText = (await pendingWhy.textContent()).trim();
+    check(await pendingWhy.getAttribute('data-code') === 'awaiting_approval' && whyText.includes('Position 1 in the queue'),
+      `tenant: the pending request says why it waits and where it stands ("${whyText}")`);
     await tp.waitForTimeout(4500);
     check(await confirmation.isVisible(), 'request form: the confirmation is still shown 4.5 s (refreshes) later');
     // An open history panel stays open, the same element, through refreshes.

@@ -364,20 +364,7 @@ async fn room_is_reclaimed_for_a_request_within_its_guarantee(db: &TestDb) {
         tokens.push((t.clone(), app.user(&format!("{name}-dev"), &[(&t, Role::Member)]).await.1));
     }
     // One H100 takes new work; the others are cordoned.
-    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
-    let h100s: Vec<String> = nodes
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
-        .filter(|g| g["model"] == "H100-80GB" && g["mig_enabled"] == true)
-        .filter_map(|g| g["id"].as_str().map(str::to_string))
-        .collect();
-    assert!(!h100s.is_empty(), "{nodes}");
-    for g in &h100s[1..] {
-        let (s, _) = app.send(Method::POST, &format!("/api/v1/gpus/{g}/cordon"), &app.admin, None).await;
-        assert_eq!(s, StatusCode::OK);
-    }
+    app.one_gpu_of("H100-80GB").await;
     let ask = |t: &str, profile: &str| json!({"tenant": t, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"}, "count": 1});
     let (vision, vision_dev) = &tokens[0];
     let (s, guaranteed) = app.send(Method::POST, "/api/v1/requests", vision_dev, Some(ask(vision, "3g.40gb"))).await;

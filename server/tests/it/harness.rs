@@ -306,6 +306,29 @@ impl TestApp {
         .expect("join")
     }
 
+    /// The ids of the fleet's GPUs of `model` in MIG mode.
+    pub(crate) async fn mig_gpus(&self, model: &str) -> Vec<String> {
+        let (_, nodes) = self.get("/api/v1/nodes", &self.admin).await;
+        nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
+            .filter(|g| g["model"] == model && g["mig_enabled"] == true)
+            .filter_map(|g| g["id"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Cordons every GPU of `model` in MIG mode but the first: one takes new work.
+    pub(crate) async fn one_gpu_of(&self, model: &str) {
+        let gpus = self.mig_gpus(model).await;
+        assert!(!gpus.is_empty(), "no {model} in MIG mode");
+        for g in &gpus[1..] {
+            let (s, b) = self.send(Method::POST, &format!("/api/v1/gpus/{g}/cordon"), &self.admin, None).await;
+            assert_eq!(s, StatusCode::OK, "{b}");
+        }
+    }
+
     /// A user with an API token and these memberships: (user id, token secret).
     pub(crate) async fn user(&self, name: &str, memberships: &[(&str, Role)]) -> (String, String) {
         user_with_token(&self.store, name, memberships).await

@@ -238,6 +238,9 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("patch", "/api/v1/cohorts/{id}") => json!({"grace_s": 60}),
         ("put", "/api/v1/tenants/{id}/cohort") => json!({"cohort": w.cohort, "weight": 2}),
         ("put", "/api/v1/tenants/{id}/budget") => json!({"limits": {"compute_slice_hours": 100}}),
+        ("post", "/api/v1/requests/preview") => {
+            json!({"tenant": w.b_tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1})
+        }
         ("post", "/api/v1/requests/{id}/release") => json!({"reason": "matrix"}),
         ("post", "/api/v1/requests/{id}/reject") | ("post", "/api/v1/layouts/{id}/reject") => {
             json!({"reason": "matrix"})

@@ -17,4 +17,5 @@ mod sso;
 mod store;
 mod telemetry;
 mod upgrade;
+mod waiting;
 mod wire;

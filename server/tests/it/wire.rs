@@ -46,6 +46,8 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "CohortView" => cohorts::CohortView,
         "BudgetView" => tessera_api::budgets::BudgetView,
         "QuotaTimeline" => tessera_api::quotas::QuotaTimeline,
+        "Waiting" => requests::Waiting,
+        "RequestPreview" => requests::RequestPreview,
         "QuotaStanding" => tessera_api::quotas::QuotaStanding,
         "CreatedToken" => people::CreatedToken,
         "GpuView" => nodes::GpuView,
@@ -210,6 +212,12 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::PUT, "/api/v1/tenants/{id}/budget", &budget, limits, S::OK).await;
     let b = w.call(&admin, M::GET, "/api/v1/tenants/{id}/budget", &budget, None, S::OK).await;
     assert_eq!(b["lines"].as_array().map(Vec::len), Some(2), "{b}");
+    // Why requests wait, and what one would do.
+    let waits = format!("/api/v1/tenants/{t}/waiting");
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/waiting", &waits, None, S::OK).await;
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb"}, "count": 1});
+    let p = w.call(&admin, M::POST, "/api/v1/requests/preview", "/api/v1/requests/preview", Some(ask), S::OK).await;
+    assert!(p["outcome"].is_string(), "{p}");
     // Cohorts: created, listed, read, changed; the tenant joins one.
     let cohort =
         w.call(&admin, M::POST, "/api/v1/cohorts", "/api/v1/cohorts", Some(json!({"name": "wire"})), S::CREATED).await;

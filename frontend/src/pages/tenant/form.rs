@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 use tessera_api::nodes::Offerings;
-use tessera_api::requests::{NewRequestBody, RequestView};
+use tessera_api::requests::{NewRequestBody, PreviewOutcome, RequestPreview, RequestView};
 use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_core::quota::Decision;
 use tessera_core::request::SliceSpec;
@@ -77,6 +77,49 @@ pub(super) fn RequestForm(
         let id = tenant.id.clone();
         Memo::new(move |_| quotas.with(|q| q.clone().filter(|q| !matches!(q, Ok(q) if q.tenant != id))))
     };
+    // The server's preview of what is being asked for: asked again 400 ms after the last change (in the browser
+    // only; the server renders the form without one), answers to earlier versions ignored.
+    let preview = RwSignal::new(None::<Result<RequestPreview, api::Problem>>);
+    let asked = StoredValue::new(0u64);
+    let preview_tenant = tenant.id.clone();
+    Effect::new(move |_| {
+        let body = match (spec(), count_n()) {
+            (Some(spec), Some(n)) => {
+                let duration_s =
+                    hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as u64);
+                let priority = tessera_core::cohort::Priority::parse(&priority.get()).unwrap_or_default();
+                NewRequestBody {
+                    tenant: preview_tenant.clone(),
+                    spec,
+                    count: n,
+                    reason: String::new(),
+                    duration_s,
+                    priority,
+                }
+            }
+            _ => {
+                preview.set(None);
+                return;
+            }
+        };
+        asked.update_value(|n| *n += 1);
+        let mine = asked.get_value();
+        set_timeout(
+            move || {
+                if asked.get_value() != mine {
+                    return;
+                }
+                leptos::task::spawn_local(async move {
+                    let answer =
+                        api::send_json::<RequestPreview>("POST", "/api/v1/requests/preview".into(), body).await;
+                    if asked.get_value() == mine {
+                        preview.set(Some(answer));
+                    }
+                });
+            },
+            std::time::Duration::from_millis(400),
+        );
+    });
     let tenant_id = tenant.id.clone();
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
@@ -181,6 +224,10 @@ pub(super) fn RequestForm(
                                 (_, None) => view! { <p class="muted">"The count is a whole number from 1."</p> }.into_any(),
                                 _ => view! { <p class="muted">"Choose what you need to see what it takes from the quota."</p> }.into_any(),
                             }}
+                            {move || preview.get().map(|p| match p {
+                                Ok(p) => preview_view(&p),
+                                Err(p) => view! { <p class="error small" data-testid="preview">{p.message()}</p> }.into_any(),
+                            })}
                             <p class="muted small">{wait.clone()}</p>
                         </div>
                         <button class="button primary" type="submit" disabled=move || sending.get() || spec().is_none() || count_n().is_none()>"Request"</button>
@@ -193,6 +240,50 @@ pub(super) fn RequestForm(
             })}}
         </Suspense>
     }
+}
+
+/// What the server says creating it would do now: where it goes, or why it would wait and from when it could
+/// start, or why it would be refused.
+pub fn preview_text(p: &RequestPreview, now: i64) -> String {
+    let place = |p: &RequestPreview| {
+        let s = p.slices.first();
+        s.map(|s| format!("{} · GPU {} · {} at {}", s.node, s.gpu_index, s.profile, s.start)).unwrap_or_default()
+    };
+    match p.outcome {
+        PreviewOutcome::ApprovedNow => format!("Placed now: {}.", place(p)),
+        PreviewOutcome::ApprovedWaitingForLayout => {
+            format!("Approved now on {}; a layout change it needs waits for a platform admin.", place(p))
+        }
+        PreviewOutcome::Pending => {
+            let mut text = format!("It would wait. {}", p.sentence.clone().unwrap_or_default());
+            match p.earliest_start_ms {
+                Some(at) if at > now + 60_000 => {
+                    text.push_str(&format!(" It could start in {}.", crate::pages::countdown(at, now)))
+                }
+                Some(_) => {}
+                None => text.push_str(" No known end of other slices makes room for it yet."),
+            }
+            text
+        }
+        PreviewOutcome::Refused => {
+            format!("It would be refused: {}", p.refused.as_ref().map(|r| r.detail.clone()).unwrap_or_default())
+        }
+    }
+}
+
+fn preview_view(p: &RequestPreview) -> AnyView {
+    let outcome = match p.outcome {
+        PreviewOutcome::ApprovedNow => "approved_now",
+        PreviewOutcome::ApprovedWaitingForLayout => "approved_waiting_for_layout",
+        PreviewOutcome::Pending => "pending",
+        PreviewOutcome::Refused => "refused",
+    };
+    let class = match p.outcome {
+        PreviewOutcome::ApprovedNow => "ok small",
+        PreviewOutcome::Refused => "error small",
+        _ => "warn small",
+    };
+    view! { <p class=class data-testid="preview" data-outcome=outcome>{preview_text(p, now_ms())}</p> }.into_any()
 }
 
 fn feedback_view(f: Feedback, draft: Option<AskDraft>) -> AnyView {

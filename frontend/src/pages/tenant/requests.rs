@@ -7,7 +7,7 @@
 use leptos::html;
 use leptos::prelude::*;
 use tessera_api::audit::AuditView;
-use tessera_api::requests::{RequestPage, RequestView};
+use tessera_api::requests::{RequestPage, RequestView, Waiting};
 use tessera_core::request::RequestState;
 
 use super::{cancellable, describe, state_name};
@@ -20,9 +20,17 @@ use crate::widgets::problem_view;
 #[component]
 pub(super) fn RequestsTable(
     requests: Resource<Result<RequestPage, api::Problem>>,
+    waiting: Resource<Result<Vec<Waiting>, api::Problem>>,
     now: Signal<i64>,
     on_done: Callback<()>,
 ) -> impl IntoView {
+    // Why each waiting request waits, as last read (a failed read keeps the last answer).
+    let why = Memo::new(move |prev: Option<&Vec<Waiting>>| {
+        waiting.with(|w| match w {
+            Some(Ok(list)) => list.clone(),
+            _ => prev.cloned().unwrap_or_default(),
+        })
+    });
     // The last list that loaded, newest first: a refresh that fails keeps it, and says why above it.
     let latest = Memo::new(move |prev: Option<&Vec<RequestView>>| {
         requests.with(|r| match r {
@@ -44,7 +52,7 @@ pub(super) fn RequestsTable(
                 <thead><tr><th>"State"</th><th>"What"</th><th>"Asked"</th><th>"Reason"</th><th></th></tr></thead>
                 <tbody>
                     <For each=move || ids.get() key=String::clone let:id>
-                        <RequestRow id latest now on_done />
+                        <RequestRow id latest why now on_done />
                     </For>
                 </tbody>
             </table>
@@ -54,7 +62,17 @@ pub(super) fn RequestsTable(
 }
 
 #[component]
-fn RequestRow(id: String, latest: Memo<Vec<RequestView>>, now: Signal<i64>, on_done: Callback<()>) -> impl IntoView {
+fn RequestRow(
+    id: String,
+    latest: Memo<Vec<RequestView>>,
+    why: Memo<Vec<Waiting>>,
+    now: Signal<i64>,
+    on_done: Callback<()>,
+) -> impl IntoView {
+    let waits = Memo::new({
+        let id = id.clone();
+        move |_| why.with(|w| w.iter().find(|w| w.request == id).cloned())
+    });
     let row = Memo::new({
         let id = id.clone();
         move |_| latest.with(|l| l.iter().find(|r| r.id == id).cloned())
@@ -130,7 +148,11 @@ fn RequestRow(id: String, latest: Memo<Vec<RequestView>>, now: Signal<i64>, on_d
             <td title=text(|r| r.created_at_ms.to_string())>
                 {move || row.with(|r| r.as_ref().map(|r| ago(r.created_at_ms, now.get())).unwrap_or_default())}
             </td>
-            <td class="muted">{text(|r| r.reason.clone())}</td>
+            <td class="muted">{text(|r| r.reason.clone())}
+                {move || waits.get().map(|w| view! {
+                    <p class="why small" data-testid="why" data-code=w.reason.code()>{waiting_text(&w, now.get())}</p>
+                })}
+            </td>
             <td class="actions">
                 <button class="link" data-testid="history" aria-expanded=move || open.get().to_string() on:click=toggle_history>"History"</button>
                 {move || can_cancel.get().then(|| view! {
@@ -177,4 +199,20 @@ fn focus_when_drawn(button: NodeRef<html::Button>) {
     });
     #[cfg(not(feature = "hydrate"))]
     let _ = button;
+}
+
+/// Why a request waits, for its row: the reason, then its place in the queue and when it could start.
+pub fn waiting_text(w: &Waiting, now: i64) -> String {
+    let mut text = w.sentence.clone();
+    if let Some(p) = w.queue_position {
+        text.push_str(&format!(" Position {p} in the queue for these slices."));
+    }
+    match (w.queue_position, w.earliest_start_ms) {
+        (Some(_), Some(at)) if at > now + 60_000 => {
+            text.push_str(&format!(" It could start in {}.", crate::pages::countdown(at, now)))
+        }
+        (Some(_), None) => text.push_str(" No known end of other slices makes room for it yet."),
+        _ => {}
+    }
+    text
 }

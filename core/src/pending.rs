@@ -1,0 +1,345 @@
+//! Why a request waits: one reason from a fixed list, with what it depends on, decided from facts the server
+//! gathers (the quota now, reclaim notices, the tenant's policy, what the planner says of the fleet now, the layout
+//! proposals, nodes and GPUs its slices are on). The same rules answer a preview of a request not yet made.
+//!
+//! A pending request waits, in this order of precedence, for: its tenant to be back under a limit
+//! (`quota_exceeded`), borrowed capacity being taken back for it (`waiting_for_reclaim`), room on the fleet
+//! (`no_capacity`, each model marked `fragmented` when its free compute slices would be enough but no legal
+//! placement exists), or an
+//! admin (`awaiting_approval`); one its tenant's policy approves, with room, is placed at the next sweep (`queued`). An approved request waits for a layout change an admin must approve
+//! (`layout_awaiting_approval`), a cordoned GPU (`gpu_cordoned`), a node that is not ready (`node_not_ready`), or the
+//! node's agent applying it (`being_applied`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::request::RequestState;
+
+/// Why a request waits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum WaitReason {
+    /// A platform admin must approve it: the tenant's policy does not approve it on its own.
+    AwaitingApproval {
+        /// Who can approve it (platform admins' names; at most 10).
+        approvers: Vec<String>,
+    },
+    /// The tenant's policy approves it and the fleet has room: the server's next sweep places it (within 15 s).
+    Queued,
+    /// The tenant holds more than a limit allows now (a limit was lowered or a temporary increase ended): it waits
+    /// until the tenant is back under.
+    QuotaExceeded {
+        /// Resource key.
+        resource: String,
+        /// What the tenant holds, this request included.
+        held: f64,
+        /// What this request charges.
+        requested: f64,
+        /// The limit (the maximum, in a cohort).
+        limit: f64,
+    },
+    /// The fleet has no room for it now.
+    NoCapacity {
+        /// Per GPU model it may use: what is free and what it needs.
+        models: Vec<ModelRoom>,
+    },
+    /// Capacity its tenant lent is being taken back for it; it can be placed once released.
+    WaitingForReclaim {
+        /// When the last borrowed request taken back for it is released, UTC milliseconds.
+        until_ms: i64,
+    },
+    /// A layout change it needs waits for a platform admin.
+    LayoutAwaitingApproval {
+        /// The layout proposal's id.
+        proposal: String,
+        /// The GPU's id.
+        gpu: String,
+    },
+    /// A GPU its slices are on is cordoned: nothing new starts there until it is uncordoned.
+    GpuCordoned {
+        /// The GPU's id.
+        gpu: String,
+    },
+    /// The node its slices are on has not been heard from: the slices start once it is back.
+    NodeNotReady {
+        /// The node's name.
+        node: String,
+    },
+    /// The node's agent is applying its configuration.
+    BeingApplied {
+        /// The node's name.
+        node: String,
+    },
+}
+
+impl WaitReason {
+    /// The stable code (`awaiting_approval`, ...), as serialized.
+    pub fn code(&self) -> &'static str {
+        match self {
+            WaitReason::AwaitingApproval { .. } => "awaiting_approval",
+            WaitReason::Queued => "queued",
+            WaitReason::QuotaExceeded { .. } => "quota_exceeded",
+            WaitReason::NoCapacity { .. } => "no_capacity",
+            WaitReason::WaitingForReclaim { .. } => "waiting_for_reclaim",
+            WaitReason::LayoutAwaitingApproval { .. } => "layout_awaiting_approval",
+            WaitReason::GpuCordoned { .. } => "gpu_cordoned",
+            WaitReason::NodeNotReady { .. } => "node_not_ready",
+            WaitReason::BeingApplied { .. } => "being_applied",
+        }
+    }
+
+    /// Every code, for counting requests by reason (`tessera_pending_requests{reason}`).
+    pub const CODES: [&'static str; 9] = [
+        "awaiting_approval",
+        "queued",
+        "quota_exceeded",
+        "no_capacity",
+        "waiting_for_reclaim",
+        "layout_awaiting_approval",
+        "gpu_cordoned",
+        "node_not_ready",
+        "being_applied",
+    ];
+
+    /// The reason as a sentence.
+    pub fn sentence(&self) -> String {
+        let n = |v: f64| crate::clock::rounded(v, 1);
+        match self {
+            WaitReason::AwaitingApproval { approvers } if approvers.is_empty() => {
+                "It waits for a platform admin to approve it.".to_string()
+            }
+            WaitReason::AwaitingApproval { approvers } => {
+                format!("It waits for a platform admin to approve it ({}).", approvers.join(", "))
+            }
+            WaitReason::Queued => {
+                "Its tenant's policy approves it and there is room: it is placed within seconds.".to_string()
+            }
+            WaitReason::QuotaExceeded { resource, held, requested, limit } => format!(
+                "The tenant holds {} of {resource} with this request, over its limit of {} (this request asks {}): it \
+                 waits until the tenant is back under.",
+                n(*held),
+                n(*limit),
+                n(*requested)
+            ),
+            WaitReason::NoCapacity { models } => {
+                let parts: Vec<String> = models
+                    .iter()
+                    .map(|m| {
+                        let free = format!(
+                            "{}: {} compute slices free, {} needed",
+                            m.model,
+                            n(m.free_slices),
+                            n(m.needed_slices)
+                        );
+                        if m.fragmented { format!("{free}, but scattered so that no instance fits") } else { free }
+                    })
+                    .collect();
+                if parts.is_empty() {
+                    "No GPU of the fleet can take it.".to_string()
+                } else {
+                    format!("The fleet has no room for it now ({}).", parts.join("; "))
+                }
+            }
+            WaitReason::WaitingForReclaim { until_ms } => format!(
+                "Capacity the tenant lent is being taken back for it, until {} (UTC).",
+                crate::clock::utc_minute(*until_ms)
+            ),
+            WaitReason::LayoutAwaitingApproval { proposal, .. } => {
+                format!("A layout change it needs (proposal {proposal}) waits for a platform admin.")
+            }
+            WaitReason::GpuCordoned { gpu } => format!("The GPU it is on ({gpu}) is cordoned."),
+            WaitReason::NodeNotReady { node } => {
+                format!("Node {node} has not been heard from; it starts once the node is back.")
+            }
+            WaitReason::BeingApplied { node } => format!("Node {node} is applying it."),
+        }
+    }
+}
+
+/// What one GPU model has free for a waiting request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelRoom {
+    /// Catalog model key.
+    pub model: String,
+    /// Compute slices free on GPUs of the model that take new work.
+    pub free_slices: f64,
+    /// Compute slices the request needs.
+    pub needed_slices: f64,
+    /// The free slices would be enough, but no legal placement of the request exists among them.
+    pub fragmented: bool,
+}
+
+/// What the planner says of a pending request on the fleet now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Room {
+    /// It can be placed now.
+    Placeable,
+    /// It cannot, with what each model has free.
+    Unplaceable(Vec<ModelRoom>),
+}
+
+/// Where one of an approved request's slices stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceFacts {
+    /// An open layout proposal it waits for, if any.
+    pub proposal: Option<String>,
+    /// Its GPU's id.
+    pub gpu: String,
+    /// Whether its GPU is cordoned.
+    pub cordoned: bool,
+    /// Its node's name.
+    pub node: String,
+    /// Whether its node is ready.
+    pub node_ready: bool,
+}
+
+/// What the server knows of a request, to say why it waits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Facts {
+    /// Its state.
+    pub state: RequestState,
+    /// A limit its tenant is over now, this request included: `(resource, held, requested, limit)`.
+    pub over_quota: Option<(String, f64, f64, f64)>,
+    /// When borrowed capacity taken back for its tenant is released, if any is being taken back.
+    pub reclaim_until: Option<i64>,
+    /// Whether its tenant's policy approves it on its own.
+    pub auto_approves: bool,
+    /// What the planner says (pending requests).
+    pub room: Room,
+    /// Who can approve it.
+    pub approvers: Vec<String>,
+    /// Its slices (approved and provisioning requests).
+    pub slices: Vec<SliceFacts>,
+}
+
+/// Why a request waits; `None` when it does not (active, or ended).
+pub fn reason(f: &Facts) -> Option<WaitReason> {
+    match f.state {
+        RequestState::Pending => Some(pending(f)),
+        RequestState::Approved | RequestState::Provisioning => Some(placed(f)),
+        _ => None,
+    }
+}
+
+fn pending(f: &Facts) -> WaitReason {
+    if let Some((resource, held, requested, limit)) = &f.over_quota {
+        return WaitReason::QuotaExceeded {
+            resource: resource.clone(),
+            held: *held,
+            requested: *requested,
+            limit: *limit,
+        };
+    }
+    match &f.room {
+        Room::Unplaceable(models) => match f.reclaim_until {
+            Some(until_ms) => WaitReason::WaitingForReclaim { until_ms },
+            None => WaitReason::NoCapacity { models: models.clone() },
+        },
+        Room::Placeable if f.auto_approves => WaitReason::Queued,
+        Room::Placeable => WaitReason::AwaitingApproval { approvers: f.approvers.iter().take(10).cloned().collect() },
+    }
+}
+
+fn placed(f: &Facts) -> WaitReason {
+    if let Some((proposal, gpu)) = f.slices.iter().find_map(|s| Some((s.proposal.clone()?, s.gpu.clone()))) {
+        return WaitReason::LayoutAwaitingApproval { proposal, gpu };
+    }
+    if let Some(s) = f.slices.iter().find(|s| s.cordoned) {
+        return WaitReason::GpuCordoned { gpu: s.gpu.clone() };
+    }
+    if let Some(s) = f.slices.iter().find(|s| !s.node_ready) {
+        return WaitReason::NodeNotReady { node: s.node.clone() };
+    }
+    WaitReason::BeingApplied { node: f.slices.first().map(|s| s.node.clone()).unwrap_or_default() }
+}
+
+/// Whether a request's free compute slices would suffice on some model that the planner still cannot use:
+/// `free` and `needed` per model.
+pub fn fragmented(free: f64, needed: f64) -> bool {
+    needed > 0.0 && free + 1e-9 >= needed
+}
+
+/// The earliest time a waiting request could start, from the known ends of the slices that hold room: `fits(k)`
+/// says whether it fits once the first `k` of `ends` (ascending) are released. `None` when it fits only after
+/// slices with no known end, or never. `Some(now)` when it fits now.
+pub fn earliest_start(now_ms: i64, ends: &[i64], mut fits: impl FnMut(usize) -> bool) -> Option<i64> {
+    if fits(0) {
+        return Some(now_ms);
+    }
+    // Binary search over the number released: fitting only grows as more is released.
+    let (mut lo, mut hi) = (1, ends.len());
+    if hi == 0 || !fits(hi) {
+        return None;
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if fits(mid) { hi = mid } else { lo = mid + 1 }
+    }
+    Some(ends[lo - 1].max(now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(state: RequestState) -> Facts {
+        Facts {
+            state,
+            over_quota: None,
+            reclaim_until: None,
+            auto_approves: false,
+            room: Room::Placeable,
+            approvers: vec!["root".into()],
+            slices: vec![],
+        }
+    }
+
+    fn slice(node_ready: bool, cordoned: bool, proposal: Option<&str>) -> SliceFacts {
+        SliceFacts { proposal: proposal.map(str::to_string), gpu: "g1".into(), cordoned, node: "n1".into(), node_ready }
+    }
+
+    #[test]
+    fn pending_requests_wait_for_quota_then_reclaim_then_room_then_an_admin() {
+        let mut f = facts(RequestState::Pending);
+        assert_eq!(reason(&f), Some(WaitReason::AwaitingApproval { approvers: vec!["root".into()] }));
+        f.auto_approves = true;
+        assert_eq!(reason(&f), Some(WaitReason::Queued));
+        let room = ModelRoom { model: "H100-80GB".into(), free_slices: 3.0, needed_slices: 3.0, fragmented: true };
+        f.room = Room::Unplaceable(vec![room]);
+        let r = reason(&f).expect("waits");
+        assert_eq!(r.code(), "no_capacity");
+        assert!(r.sentence().contains("scattered"), "{}", r.sentence());
+        f.reclaim_until = Some(60_000);
+        assert_eq!(reason(&f).map(|r| r.code()), Some("waiting_for_reclaim"));
+        f.over_quota = Some(("compute_slices".into(), 9.0, 2.0, 7.0));
+        let r = reason(&f).expect("waits");
+        assert_eq!(r.code(), "quota_exceeded");
+        assert!(r.sentence().contains("over its limit of 7"), "{}", r.sentence());
+        assert_eq!(reason(&facts(RequestState::Active)), None);
+        assert_eq!(reason(&facts(RequestState::Released)), None);
+    }
+
+    #[test]
+    fn approved_requests_wait_for_a_layout_then_the_gpu_then_the_node() {
+        let mut f = facts(RequestState::Approved);
+        f.slices = vec![slice(false, true, Some("p1"))];
+        assert_eq!(reason(&f).map(|r| r.code()), Some("layout_awaiting_approval"));
+        f.slices = vec![slice(false, true, None)];
+        assert_eq!(reason(&f).map(|r| r.code()), Some("gpu_cordoned"));
+        f.slices = vec![slice(false, false, None)];
+        assert_eq!(reason(&f).map(|r| r.code()), Some("node_not_ready"));
+        f.slices = vec![slice(true, false, None)];
+        assert_eq!(reason(&f), Some(WaitReason::BeingApplied { node: "n1".into() }));
+    }
+
+    #[test]
+    fn the_earliest_start_is_the_first_end_after_which_it_fits() {
+        let ends = [100, 200, 300, 400];
+        assert_eq!(earliest_start(50, &ends, |k| k >= 3), Some(300));
+        assert_eq!(earliest_start(50, &ends, |_| true), Some(50));
+        assert_eq!(earliest_start(50, &ends, |_| false), None);
+        assert_eq!(earliest_start(50, &[], |k| k > 0), None);
+        assert_eq!(earliest_start(250, &ends, |k| k >= 1), Some(250), "an end already passed counts from now");
+    }
+}

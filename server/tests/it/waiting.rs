@@ -1,0 +1,222 @@
+//! Why requests wait and what a request would do, over real HTTP on SQLite and PostgreSQL: each waiting request
+//! carries one reason from the documented list, kept current as approvals, layouts, cordons and reclaims change;
+//! its place in the queue and its earliest start; a Prometheus gauge by reason; the CLI's sentence; and a preview
+//! that writes nothing and agrees with the creation that follows it.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::store::Role;
+
+use crate::harness::{TestApp, TestDb, on_both_backends};
+
+on_both_backends!(
+    every_waiting_request_says_why_and_where_it_stands,
+    a_request_waiting_for_reclaimed_room_knows_when_it_can_start,
+    a_preview_writes_nothing_and_the_creation_that_follows_agrees,
+);
+
+async fn waiting(app: &TestApp, id: &Value) -> Value {
+    let (s, r) = app.get(&format!("/api/v1/requests/{}", id.as_str().expect("id")), &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    r["waiting"].clone()
+}
+
+fn mig(t: &str, profile: &str, count: u32) -> Value {
+    json!({"tenant": t, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"}, "count": count})
+}
+
+async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    // Two pending requests for the same slices: both wait for an admin, in the order they were made.
+    let (_, first) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
+    let (_, second) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
+    let w = waiting(&app, &first["id"]).await;
+    assert_eq!(w["reason"]["code"], "awaiting_approval", "{w}");
+    assert_eq!(w["reason"]["approvers"], json!(["admin"]), "{w}");
+    assert_eq!((w["queue_position"].clone(), w["request"].clone()), (json!(1), first["id"].clone()));
+    let now = tessera_server::store::now_ms();
+    assert!(w["earliest_start_ms"].as_i64().is_some_and(|t| (now - 5_000..=now).contains(&t)), "room now: {w}");
+    assert_eq!(waiting(&app, &second["id"]).await["queue_position"], 2);
+    // More than the fleet has: no capacity, per model, with what is free and what it needs.
+    let (_, huge) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "7g.80gb", 5))).await;
+    let w = waiting(&app, &huge["id"]).await;
+    assert_eq!(w["reason"]["code"], "no_capacity", "{w}");
+    let h100 = &w["reason"]["models"][0];
+    assert_eq!(
+        (h100["model"].clone(), h100["needed_slices"].clone(), h100["fragmented"].clone()),
+        (json!("H100-80GB"), json!(35.0), json!(false))
+    );
+    assert_eq!(w["earliest_start_ms"], Value::Null, "nothing known frees enough: {w}");
+    assert!(w["sentence"].as_str().unwrap_or("").contains("no room"), "{w}");
+    // Approved onto a layout change that waits for an admin; then the GPU is cordoned after the change.
+    let path = format!("/api/v1/requests/{}/approve", first["id"].as_str().expect("id"));
+    let (s, approval) = app.send(Method::POST, &path, &app.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    let w = waiting(&app, &first["id"]).await;
+    match approval["layout_proposals"].as_array().map(Vec::len) {
+        Some(1..) => {
+            assert_eq!(w["reason"]["code"], "layout_awaiting_approval", "{w}");
+            assert_eq!(w["reason"]["proposal"], approval["layout_proposals"][0]["id"], "{w}");
+        }
+        _ => assert_eq!(
+            w["reason"]["code"], "node_not_ready",
+            "on a free instance, the demo node has no agent here: {w}"
+        ),
+    }
+    assert_eq!(w["queue_position"], Value::Null, "only pending requests queue");
+    let gpu = approval["reservations"][0]["gpu"].as_str().expect("gpu").to_string();
+    for l in approval["layout_proposals"].as_array().into_iter().flatten() {
+        let path = format!("/api/v1/layouts/{}/approve", l["id"].as_str().expect("id"));
+        let (s, b) = app.send(Method::POST, &path, &app.admin, None).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let (s, _) = app.send(Method::POST, &format!("/api/v1/gpus/{gpu}/cordon"), &app.admin, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let w = waiting(&app, &first["id"]).await;
+    assert_eq!((w["reason"]["code"].clone(), w["reason"]["gpu"].clone()), (json!("gpu_cordoned"), json!(gpu)), "{w}");
+    // The tenant's list, oldest first; other tenants see nothing of it.
+    let (s, list) = app.get(&format!("/api/v1/tenants/{t}/waiting"), &dev).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let codes: Vec<&str> = list.as_array().into_iter().flatten().filter_map(|w| w["reason"]["code"].as_str()).collect();
+    assert_eq!(codes, vec!["gpu_cordoned", "awaiting_approval", "no_capacity"], "{list}");
+    let other = app.tenant("speech", json!({})).await;
+    let outsider = app.member("speech-dev", &other).await;
+    let (s, _) = app.get(&format!("/api/v1/tenants/{t}/waiting"), &outsider).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = app.get(&format!("/api/v1/requests/{}", first["id"].as_str().expect("id")), &outsider).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // Counted by reason for Prometheus, every reason present.
+    let metrics =
+        app.call(Method::GET, "/metrics", Some(&app.admin)).send().await.expect("metrics").text().await.expect("text");
+    for (reason, n) in [("awaiting_approval", 1), ("no_capacity", 1), ("gpu_cordoned", 1), ("queued", 0)] {
+        let line = format!("tessera_pending_requests{{reason=\"{reason}\"}} {n}");
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+    // The CLI prints the JSON, and the reason as a sentence for people.
+    let id = second["id"].as_str().expect("id").to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["request", "get", &id])
+        .env("TESSERA_SERVER", &app.base)
+        .env("TESSERA_TOKEN", &dev)
+        .output()
+        .expect("run tessera");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json")["waiting"]["reason"]["code"], "awaiting_approval");
+    assert!(
+        stderr.contains("waiting: It waits for a platform admin to approve it (admin). Position 1 in the queue"),
+        "{stderr}"
+    );
+}
+
+async fn a_request_waiting_for_reclaimed_room_knows_when_it_can_start(db: &TestDb) {
+    let app = TestApp::on(db).auto_layout().start().await;
+    let (s, c) =
+        app.send(Method::POST, "/api/v1/cohorts", &app.admin, Some(json!({"name": "research", "grace_s": 300}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{c}");
+    let auto = json!({"auto_approve": true, "auto_approve_max_compute_slices": 14});
+    let mut tokens = Vec::new();
+    for (name, g, max) in [("vision", 4.0, 14.0), ("speech", 10.0, 10.0)] {
+        let t = app.tenant(name, auto.clone()).await;
+        let body = json!({"limits": {"compute_slices": g}, "maximums": {"compute_slices": max}});
+        app.send(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(body)).await;
+        app.send(Method::PUT, &format!("/api/v1/tenants/{t}/cohort"), &app.admin, Some(json!({"cohort": "research"})))
+            .await;
+        tokens.push((t.clone(), app.user(&format!("{name}-dev"), &[(&t, Role::Member)]).await.1));
+    }
+    // One H100 takes new work; the others are cordoned.
+    app.one_gpu_of("H100-80GB").await;
+    let (vision, vision_dev) = &tokens[0];
+    app.send(Method::POST, "/api/v1/requests", vision_dev, Some(mig(vision, "3g.40gb", 1))).await;
+    let (_, borrowed) = app.send(Method::POST, "/api/v1/requests", vision_dev, Some(mig(vision, "4g.40gb", 1))).await;
+    let (speech, speech_dev) = &tokens[1];
+    // The preview says it would wait for the room being taken back, and from when.
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", speech_dev, Some(mig(speech, "1g.10gb", 1))).await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!(p["outcome"], "pending", "{p}");
+    assert_eq!(p["waiting"]["code"], "no_capacity", "nobody is told yet when it is only previewed: {p}");
+    let (_, w) = app.send(Method::POST, "/api/v1/requests", speech_dev, Some(mig(speech, "1g.10gb", 1))).await;
+    let told = app.get(&format!("/api/v1/requests/{}", borrowed["id"].as_str().expect("id")), &app.admin).await.1;
+    let until = told["reclaim_at_ms"].as_i64().expect("the borrowed 4g is told");
+    let why = waiting(&app, &w["id"]).await;
+    assert_eq!(
+        (why["reason"]["code"].clone(), why["reason"]["until_ms"].clone()),
+        (json!("waiting_for_reclaim"), json!(until)),
+        "{why}"
+    );
+    assert_eq!(why["earliest_start_ms"], until, "it fits once the 4g's deadline passes: {why}");
+}
+
+async fn a_preview_writes_nothing_and_the_creation_that_follows_agrees(db: &TestDb) {
+    let app = TestApp::on(db).auto_layout().start().await;
+    let t = app.tenant("vision", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7})).await;
+    let (s, _) = app
+        .send(
+            Method::PUT,
+            &format!("/api/v1/tenants/{t}/quotas"),
+            &app.admin,
+            Some(json!({"limits": {"compute_slices": 4}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let dev = app.member("vision-dev", &t).await;
+    let (_, audit_before) = app.get("/api/v1/audit?object=request/", &app.admin).await;
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "3g.40gb", 1))).await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!(
+        (p["outcome"].clone(), p["auto_approve"].clone(), p["refused"].clone()),
+        (json!("approved_now"), json!(true), Value::Null),
+        "{p}"
+    );
+    let line = p["quota"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["resource"] == "compute_slices"))
+        .cloned()
+        .expect("line");
+    assert_eq!(
+        (line["charge"].clone(), line["held"].clone(), line["limit"].clone(), line["after"].clone()),
+        (json!(3.0), json!(0.0), json!(4.0), json!(3.0))
+    );
+    let slice = p["slices"][0].clone();
+    // Nothing was written.
+    let (_, page) = app.get(&format!("/api/v1/requests?tenant={t}"), &dev).await;
+    assert_eq!(page["items"], json!([]), "{page}");
+    assert_eq!(app.get("/api/v1/audit?object=request/", &app.admin).await.1, audit_before);
+    // The creation a moment later lands where the preview said.
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "3g.40gb", 1))).await;
+    assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("approved")), "{r}");
+    let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
+    let a = &allocations[0];
+    assert_eq!(
+        (a["node"].clone(), a["gpu_index"].clone(), a["profile"].clone(), a["start"].clone()),
+        (slice["node"].clone(), slice["gpu_index"].clone(), slice["profile"].clone(), slice["start"].clone()),
+        "preview {slice}, allocation {a}"
+    );
+    // Over the quota: refused with the problem creation answers, and what to ask for.
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "2g.20gb", 1))).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (p["outcome"].clone(), p["refused"]["code"].clone(), p["refused"]["ask_for"]["compute_slices"].clone()),
+        (json!("refused"), json!("quota_exceeded"), json!(5.0)),
+        "{p}"
+    );
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
+    assert_eq!((s, r["code"].clone()), (StatusCode::CONFLICT, json!("quota_exceeded")), "the creation agrees: {r}");
+    // Bounds and owners, as creation checks them.
+    let (s, b) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "1g.10gb", 0))).await;
+    assert_eq!((s, b["code"].clone()), (StatusCode::UNPROCESSABLE_ENTITY, json!("invalid_count")), "{b}");
+    let other = app.tenant("speech", json!({})).await;
+    let (s, _) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&other, "1g.10gb", 1))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    // The CLI says it in a sentence.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["request", "preview", "--tenant", &t, "--profile", "1g.10gb", "--model", "H100-80GB"])
+        .env("TESSERA_SERVER", &app.base)
+        .env("TESSERA_TOKEN", &dev)
+        .output()
+        .expect("run tessera");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("preview: approved at once on "), "{stderr}");
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).expect("json")["outcome"], "approved_now");
+}
