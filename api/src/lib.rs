@@ -17,6 +17,7 @@ pub mod people;
 pub mod problem;
 pub mod quotas;
 pub mod requests;
+pub mod reservations;
 pub mod signin;
 pub mod telemetry;
 pub mod tenants;

@@ -152,7 +152,7 @@ pub struct ApprovalView {
     /// The request, now approved.
     pub request: RequestView,
     /// The exact instances reserved for its slices.
-    pub reservations: Vec<ReservationView>,
+    pub reservations: Vec<ReservedInstance>,
     /// Layout changes it needs: `proposed` (waiting for an admin) or `approved` (GPUs with auto-layout).
     pub layout_proposals: Vec<super::layouts::LayoutView>,
 }
@@ -160,7 +160,7 @@ pub struct ApprovalView {
 /// An instance reserved for one slice.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ReservationView {
+pub struct ReservedInstance {
     /// GPU id.
     pub gpu: String,
     /// Profile name.

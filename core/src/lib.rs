@@ -14,6 +14,7 @@ pub mod planner;
 pub mod quota;
 pub mod quota_request;
 pub mod request;
+pub mod reservation;
 pub mod sharing;
 pub mod text;
 pub mod timeline;

@@ -70,6 +70,22 @@ pub enum WaitReason {
         /// The node's name.
         node: String,
     },
+    /// Placing it now would leave an accepted reservation without room: it waits until that reservation ends (a
+    /// request with a duration ending before the reservation's start is placed, limited to end by then).
+    Reserved {
+        /// The reservation's id.
+        reservation: String,
+        /// When the reservation starts, UTC milliseconds.
+        starts_at_ms: i64,
+    },
+    /// It was made for a reservation whose window has not begun: its slices are prepared ahead and turn active at
+    /// the start.
+    ReservationNotStarted {
+        /// The reservation's id.
+        reservation: String,
+        /// When the window begins, UTC milliseconds.
+        starts_at_ms: i64,
+    },
 }
 
 impl WaitReason {
@@ -85,11 +101,13 @@ impl WaitReason {
             WaitReason::GpuCordoned { .. } => "gpu_cordoned",
             WaitReason::NodeNotReady { .. } => "node_not_ready",
             WaitReason::BeingApplied { .. } => "being_applied",
+            WaitReason::Reserved { .. } => "reserved",
+            WaitReason::ReservationNotStarted { .. } => "reservation_not_started",
         }
     }
 
     /// Every code, for counting requests by reason (`tessera_pending_requests{reason}`).
-    pub const CODES: [&'static str; 9] = [
+    pub const CODES: [&'static str; 11] = [
         "awaiting_approval",
         "queued",
         "quota_exceeded",
@@ -99,6 +117,8 @@ impl WaitReason {
         "gpu_cordoned",
         "node_not_ready",
         "being_applied",
+        "reserved",
+        "reservation_not_started",
     ];
 
     /// The reason as a sentence.
@@ -152,6 +172,15 @@ impl WaitReason {
                 format!("Node {node} has not been heard from; it starts once the node is back.")
             }
             WaitReason::BeingApplied { node } => format!("Node {node} is applying it."),
+            WaitReason::Reserved { reservation, starts_at_ms } => format!(
+                "Its room is booked by reservation {reservation} from {} (UTC): it waits until that ends; a request \
+                 with a duration ending before then is placed at once.",
+                crate::clock::utc_minute(*starts_at_ms)
+            ),
+            WaitReason::ReservationNotStarted { reservation, starts_at_ms } => format!(
+                "It is made for reservation {reservation}: its slices are prepared ahead and become usable at {} (UTC).",
+                crate::clock::utc_minute(*starts_at_ms)
+            ),
         }
     }
 }
@@ -211,6 +240,10 @@ pub struct Facts {
     pub approvers: Vec<String>,
     /// Its slices (approved and provisioning requests).
     pub slices: Vec<SliceFacts>,
+    /// Placing it now would leave this accepted reservation `(id, start)` without room.
+    pub reserved: Option<(String, i64)>,
+    /// It was made for this reservation `(id, start)`, whose window has not begun.
+    pub not_before: Option<(String, i64)>,
 }
 
 /// Why a request waits; `None` when it does not (active, or ended).
@@ -236,6 +269,14 @@ fn pending(f: &Facts) -> WaitReason {
             Some(until_ms) => WaitReason::WaitingForReclaim { until_ms },
             None => WaitReason::NoCapacity { models: models.clone() },
         },
+        Room::Placeable if f.reserved.is_some() => {
+            let (reservation, starts_at_ms) = f.reserved.clone().unwrap_or_default();
+            WaitReason::Reserved { reservation, starts_at_ms }
+        }
+        Room::Placeable if f.not_before.is_some() => {
+            let (reservation, starts_at_ms) = f.not_before.clone().unwrap_or_default();
+            WaitReason::ReservationNotStarted { reservation, starts_at_ms }
+        }
         Room::Placeable if f.auto_approves => WaitReason::Queued,
         Room::Placeable => WaitReason::AwaitingApproval { approvers: f.approvers.iter().take(10).cloned().collect() },
     }
@@ -250,6 +291,9 @@ fn placed(f: &Facts) -> WaitReason {
     }
     if let Some(s) = f.slices.iter().find(|s| !s.node_ready) {
         return WaitReason::NodeNotReady { node: s.node.clone() };
+    }
+    if let Some((reservation, starts_at_ms)) = f.not_before.clone() {
+        return WaitReason::ReservationNotStarted { reservation, starts_at_ms };
     }
     WaitReason::BeingApplied { node: f.slices.first().map(|s| s.node.clone()).unwrap_or_default() }
 }
@@ -292,6 +336,8 @@ mod tests {
             room: Room::Placeable,
             approvers: vec!["root".into()],
             slices: vec![],
+            reserved: None,
+            not_before: None,
         }
     }
 
@@ -331,6 +377,23 @@ mod tests {
         assert_eq!(reason(&f).map(|r| r.code()), Some("node_not_ready"));
         f.slices = vec![slice(true, false, None)];
         assert_eq!(reason(&f), Some(WaitReason::BeingApplied { node: "n1".into() }));
+        f.not_before = Some(("r1".into(), 600_000));
+        let r = reason(&f).expect("waits");
+        assert_eq!(r, WaitReason::ReservationNotStarted { reservation: "r1".into(), starts_at_ms: 600_000 });
+        assert!(r.sentence().contains("1970-01-01 00:10"), "{}", r.sentence());
+    }
+
+    #[test]
+    fn room_booked_by_a_reservation_is_said_before_the_queue() {
+        let mut f = facts(RequestState::Pending);
+        f.auto_approves = true;
+        f.reserved = Some(("r9".into(), 120_000));
+        let r = reason(&f).expect("waits");
+        assert_eq!(r.code(), "reserved");
+        assert!(WaitReason::CODES.contains(&r.code()));
+        assert!(r.sentence().contains("reservation r9"), "{}", r.sentence());
+        f.reserved = None;
+        assert_eq!(reason(&f), Some(WaitReason::Queued));
     }
 
     #[test]

@@ -242,6 +242,17 @@ pub async fn serve(
                 Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
                 Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
             }
+            match crate::services::reservations::sweep(&sweeping).await {
+                Ok(s) if s == Default::default() => {}
+                Ok(s) => tracing::info!(
+                    started = s.started,
+                    activated = s.activated,
+                    ended = s.ended,
+                    failed = s.failed,
+                    "reservations moved on"
+                ),
+                Err(e) => tracing::warn!(error = %e, "reservation sweep failed"),
+            }
             match crate::services::requests::place_queued(&sweeping, None).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(placed = n, "queued requests placed"),

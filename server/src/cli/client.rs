@@ -121,7 +121,7 @@ pub enum RequestCommand {
     },
 }
 
-fn spec(
+pub(super) fn spec(
     mode: &str,
     profile: Option<String>,
     model: Option<String>,
@@ -166,6 +166,8 @@ pub enum ApiCommand {
     Node(NodeCommand),
     /// `tessera quota ...`.
     Quota(super::quota::QuotaCommand),
+    /// `tessera reservation ...`.
+    Reservation(super::reservation::ReservationCommand),
 }
 
 /// What the server answered: the typed view, or its problem report.
@@ -266,6 +268,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 return print(out, api.get::<Vec<NodeView>>("/api/v1/nodes").await?);
             }
             ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
+            ApiCommand::Reservation(cmd) => return super::reservation::run(&api, cmd, out).await,
         };
         match cmd {
             RequestCommand::Create { ask, idempotency_key } => {
@@ -337,7 +340,7 @@ pub(super) fn print<T: Serialize>(out: &mut dyn Write, answer: Answer<T>) -> Res
 }
 
 /// A line for people, on standard error.
-fn say(line: &str) {
+pub(super) fn say(line: &str) {
     #[allow(clippy::print_stderr)]
     {
         eprintln!("{line}");

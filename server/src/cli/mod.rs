@@ -6,6 +6,7 @@
 mod client;
 mod mig;
 mod quota;
+mod reservation;
 mod table;
 mod user;
 
@@ -61,6 +62,13 @@ enum Command {
         #[command(subcommand)]
         cmd: quota::QuotaCommand,
     },
+    /// Reservations on a running server: book slices for a window ahead, preview, list, accept, reject, cancel.
+    Reservation {
+        #[command(flatten)]
+        conn: client::Connection,
+        #[command(subcommand)]
+        cmd: reservation::ReservationCommand,
+    },
     /// Nodes on a running server: join tokens for node agents, the node list.
     Node {
         #[command(flatten)]
@@ -110,6 +118,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         Command::Request { conn, cmd } => client::run(conn, client::ApiCommand::Request(cmd), out),
         Command::Node { conn, cmd } => client::run(conn, client::ApiCommand::Node(cmd), out),
         Command::Quota { conn, cmd } => client::run(conn, client::ApiCommand::Quota(cmd), out),
+        Command::Reservation { conn, cmd } => client::run(conn, client::ApiCommand::Reservation(cmd), out),
         Command::User { place, cmd } => user::run(place, cmd, &mut std::io::stdin().lock(), out),
     };
     match result {

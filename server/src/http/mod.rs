@@ -16,6 +16,7 @@ pub(crate) mod nodes;
 mod people;
 mod quotas;
 mod requests;
+mod reservations;
 pub mod signin;
 pub mod telemetry;
 mod tenants;
@@ -65,6 +66,7 @@ pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::
         (name = "health", description = "Liveness and readiness"),
         (name = "catalog", description = "GPU models and MIG profiles"),
         (name = "tenants", description = "Tenants, quotas and cohorts"),
+        (name = "reservations", description = "Slices booked for a window ahead, and the policies that bound them"),
         (name = "requests", description = "Slice requests and approvals"),
         (name = "fleet", description = "Nodes and GPUs"),
         (name = "layouts", description = "MIG layout proposals"),
@@ -132,6 +134,16 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(quotas::approve_quota_request))
         .routes(routes!(quotas::reject_quota_request))
         .routes(routes!(quotas::cancel_quota_request))
+        .routes(routes!(reservations::create_reservation))
+        .routes(routes!(reservations::preview_reservation))
+        .routes(routes!(reservations::list_reservations))
+        .routes(routes!(reservations::get_reservation))
+        .routes(routes!(reservations::approve_reservation))
+        .routes(routes!(reservations::reject_reservation))
+        .routes(routes!(reservations::cancel_reservation))
+        .routes(routes!(reservations::get_global_policy, reservations::set_global_policy))
+        .routes(routes!(reservations::calendar))
+        .routes(routes!(reservations::get_tenant_policy, reservations::set_tenant_policy))
         .routes(routes!(requests::create_request, requests::list_requests))
         .routes(routes!(requests::get_request))
         .routes(routes!(requests::approve_request))

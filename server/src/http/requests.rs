@@ -13,7 +13,7 @@ use crate::services::requests::{self, Action};
 use crate::store::{Principal, RequestFilter, SliceRequest};
 pub use tessera_api::requests::{
     ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestPreview, RequestView,
-    ReservationView, Waiting,
+    ReservedInstance, Waiting,
 };
 
 impl From<SliceRequest> for RequestView {
@@ -218,7 +218,7 @@ pub async fn approve_request(
         reservations: approval
             .reservations
             .into_iter()
-            .map(|r| ReservationView { gpu: r.gpu_id, profile: r.profile, start: r.start, new: r.change.is_some() })
+            .map(|r| ReservedInstance { gpu: r.gpu_id, profile: r.profile, start: r.start, new: r.change.is_some() })
             .collect(),
         layout_proposals: approval.proposals.into_iter().map(Into::into).collect(),
         request: approval.request.into(),

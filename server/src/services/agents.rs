@@ -262,7 +262,15 @@ pub async fn ingest_status(
             steps.push(RequestState::Provisioning);
             now = RequestState::Provisioning;
         }
-        if all && now == RequestState::Provisioning {
+        // Slices made for a reservation turn active at its start (the server's sweep does it then), not before.
+        if all
+            && now == RequestState::Provisioning
+            && crate::store::reservations::may_activate(
+                now,
+                state.store.request_starts_at(request_id).await?,
+                crate::store::now_ms(),
+            )
+        {
             steps.push(RequestState::Active);
         }
         for to in steps {

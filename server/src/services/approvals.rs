@@ -10,7 +10,7 @@ use tessera_core::sharing::{GpuSharing, Sharing, validate_node};
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::store::{LayoutChange, LayoutProposal, Principal, Reservation, SliceRequest, StoreError, Transition};
+use crate::store::{Guard, LayoutChange, LayoutProposal, Principal, Reservation, SliceRequest, StoreError, Transition};
 
 /// What an approval did.
 #[derive(Debug, Clone)]
@@ -114,9 +114,28 @@ pub async fn approve_as(
     let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
     // Fail fast, before planning, when the request is not pending.
     request.state.transition(RequestState::Approved).map_err(StoreError::from)?;
-    let fleet = FleetNow::read(state).await?;
-    let (changes, reservations) = placement(state, &fleet, &request.spec, request.count)?;
-    commit(state, t, &changes, reservations).await
+    let mut tries = 0;
+    loop {
+        // The calendar is read before the fleet: a reservation accepted after this reading fails the commit.
+        let calendar = super::reservations::CalendarRead::read(state).await?;
+        let fleet = FleetNow::read(state).await?;
+        let (changes, reservations) = placement(state, &fleet, &request.spec, request.count)?;
+        let guard = calendar.guard(state, &fleet, &request, &reservations).await?;
+        match commit(state, t, &changes, reservations, guard).await {
+            // A reservation was accepted meanwhile: place again against it.
+            Err(ApiError::Conflict { code: "reservation_calendar", .. }) if tries < 3 => tries += 1,
+            Err(ApiError::Conflict { code: "reservation_calendar", .. }) => return Err(stale()),
+            other => return other,
+        }
+    }
+}
+
+fn stale() -> ApiError {
+    ApiError::Conflict {
+        code: "plan_stale",
+        detail: "the fleet changed while the placement was planned; approve again".to_string(),
+        errors: vec![],
+    }
 }
 
 async fn commit(
@@ -124,34 +143,24 @@ async fn commit(
     t: Transition<'_>,
     changes: &[LayoutChange],
     reservations: Vec<Reservation>,
+    guard: Guard,
 ) -> Result<Approval, ApiError> {
-    match state.store.approve_request(t, changes, &reservations).await {
+    match state.store.approve_request(t, changes, &reservations, guard).await {
         Ok((request, proposals)) => {
             let gpus: Vec<String> =
                 reservations.iter().map(|r| r.gpu_id.clone()).chain(changes.iter().map(|c| c.gpu_id.clone())).collect();
             crate::services::agents::refresh_gpus(state, &gpus).await;
             Ok(Approval { request, reservations, proposals })
         }
-        Err(StoreError::Conflict { constraint }) if STALE.contains(&constraint.as_str()) => Err(ApiError::Conflict {
-            code: "plan_stale",
-            detail: "the fleet changed while the placement was planned; approve again".to_string(),
-            errors: vec![],
-        }),
+        Err(StoreError::Conflict { constraint }) if STALE.contains(&constraint.as_str()) => Err(stale()),
+        Err(StoreError::Conflict { constraint }) if constraint == "reservation_calendar" => {
+            Err(ApiError::Conflict { code: "reservation_calendar", detail: String::new(), errors: vec![] })
+        }
         Err(e) => Err(e.into()),
     }
 }
 
-/// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
-pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
-    match spec {
-        SliceSpec::Mig { .. } => None,
-        SliceSpec::Exclusive { model } => Some((model, Sharing::Exclusive, 1)),
-        SliceSpec::Timeslice { model, replicas } => {
-            Some((model, Sharing::Timeslice { replicas: *replicas }, *replicas))
-        }
-        SliceSpec::Mps { model, replicas } => Some((model, Sharing::Mps { replicas: *replicas }, *replicas)),
-    }
-}
+pub use tessera_core::reservation::share_of;
 
 /// The live allocations on one GPU.
 fn held_on<'a>(

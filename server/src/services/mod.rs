@@ -18,6 +18,7 @@ pub mod people;
 pub mod queue;
 pub mod quotas;
 pub mod requests;
+pub mod reservations;
 pub mod telemetry;
 pub mod tenants;
 pub mod usage;

@@ -132,7 +132,10 @@ pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<Re
                 .collect()
         })
         .unwrap_or_default();
-    let outcome = match (&refusal, auto_approve, placed.is_some()) {
+    // Room booked by an accepted reservation: the request would wait for it (or, with a duration, be placed limited
+    // to end before it).
+    let reserved = ctx.reserved_for(state, ask.spec, ask.count, ask.duration_s);
+    let outcome = match (&refusal, auto_approve, placed.is_some() && reserved.is_none()) {
         (Some(_), _, _) => PreviewOutcome::Refused,
         (None, true, true) if slices.iter().all(|s| !s.layout_change_needs_admin) => PreviewOutcome::ApprovedNow,
         (None, true, true) => PreviewOutcome::ApprovedWaitingForLayout,
@@ -154,6 +157,8 @@ pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<Re
             room: room.clone(),
             approvers: ctx.approvers(),
             slices: vec![],
+            reserved: reserved.clone(),
+            not_before: None,
         };
         let why = tessera_core::pending::reason(&facts);
         let start = ctx.start(state, ask.spec, ask.count, &room);
@@ -246,7 +251,7 @@ pub async fn create(
 }
 
 /// The audit actor of approvals made by a tenant's policy.
-pub const AUTO_APPROVER: &str = "system:auto-approve";
+pub use crate::store::reservations::AUTO_APPROVER;
 
 /// Most queued requests one sweep tries to place.
 pub const QUEUED_PER_SWEEP: usize = 50;

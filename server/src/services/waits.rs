@@ -32,6 +32,8 @@ pub struct Context {
     ready: HashMap<String, bool>,
     /// Tenant id -> (limits or maximums in force, held).
     quotas: HashMap<String, (Usage, Usage)>,
+    /// Accepted reservations and requests bounded in time.
+    calendar: super::reservations::CalendarRead,
     now: i64,
 }
 
@@ -39,6 +41,7 @@ impl Context {
     /// Reads what explanations need.
     pub async fn read(state: &AppState) -> Result<Context, ApiError> {
         let now = now_ms();
+        let calendar = super::reservations::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
         let ready = state
             .store
@@ -58,6 +61,7 @@ impl Context {
             live: state.store.live_requests().await?,
             ready,
             quotas: HashMap::new(),
+            calendar,
             now,
         })
     }
@@ -75,6 +79,35 @@ impl Context {
     /// What the planner says of `count` slices of `spec` on the fleet now.
     pub fn room(&self, state: &AppState, spec: &SliceSpec, count: u32) -> Room {
         room(state, self, spec, count)
+    }
+
+    /// The accepted reservation that placing `count` slices of `spec` now (for as long as `duration_s`, or for
+    /// ever) would leave without room, and its start.
+    pub fn reserved_for(
+        &self,
+        state: &AppState,
+        spec: &SliceSpec,
+        count: u32,
+        duration_s: Option<u64>,
+    ) -> Option<(String, i64)> {
+        if !self.calendar.any_ahead() {
+            return None;
+        }
+        let (_, placed) = placement(state, &self.fleet, spec, count).ok()?;
+        let s = self.calendar.protect(state, &self.fleet, &self.live, None, duration_s.is_some(), &placed).err()?;
+        Some((s.booking, s.start_ms))
+    }
+
+    /// The accepted reservation that placing `request` now would leave without room, and its start.
+    pub fn reserved_by(&self, state: &AppState, request: &SliceRequest) -> Option<(String, i64)> {
+        if !self.calendar.any_ahead() {
+            return None;
+        }
+        let (_, placed) = placement(state, &self.fleet, &request.spec, request.count).ok()?;
+        let bounded = self.calendar.window(&request.id).1.or(request.expires_at_ms);
+        let has_duration = request.duration_s.is_some();
+        let s = self.calendar.protect(state, &self.fleet, &self.live, bounded, has_duration, &placed).err()?;
+        Some((s.booking, s.start_ms))
     }
 
     /// When `count` slices of `spec` could start (see [`start`]).
@@ -161,6 +194,12 @@ async fn explain_as(
         room: room.clone(),
         approvers: ctx.admins.clone(),
         slices,
+        reserved: if r.state == RequestState::Pending && room == Room::Placeable {
+            ctx.reserved_by(state, r)
+        } else {
+            None
+        },
+        not_before: ctx.calendar.not_before(&r.id),
     };
     let Some(why) = reason(&facts) else { return Ok(None) };
     let (queue_position, earliest_start_ms) = if full && r.state == RequestState::Pending {

@@ -84,6 +84,15 @@ impl Dialect {
         }
     }
 
+    /// What takes a shared lock on the rows a `SELECT` reads inside a writing transaction (others may share it,
+    /// a writer waits): PostgreSQL's `FOR SHARE`; SQLite holds the database's write lock already.
+    pub(super) fn share_lock(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR SHARE",
+        }
+    }
+
     /// What locks the rows a `SELECT` inside a writing transaction reads: PostgreSQL locks them; SQLite holds the
     /// database's write lock already (see [`Dialect::begin`]).
     pub(super) fn lock(self) -> &'static str {

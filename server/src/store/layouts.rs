@@ -10,8 +10,8 @@ use tessera_core::request::RequestState;
 use super::dialect::Conn;
 use super::requests::{adjust_usage, audit_insert, release_allocations, request_in};
 use super::{
-    Allocation, AllocationRow, LayoutChange, LayoutProposal, ProposalRow, Reservation, SliceRequest, Store, StoreError,
-    Transition, allocation_from, layout_from, new_id, now_ms, on_constraint, proposal_from, to_json,
+    Allocation, AllocationRow, Guard, LayoutChange, LayoutProposal, ProposalRow, Reservation, SliceRequest, Store,
+    StoreError, Transition, allocation_from, layout_from, new_id, now_ms, on_constraint, proposal_from, to_json,
 };
 
 /// The columns of a [`ProposalRow`], and the table.
@@ -171,11 +171,21 @@ impl Store {
         t: Transition<'_>,
         changes: &[LayoutChange],
         reservations: &[Reservation],
+        guard: Guard,
     ) -> Result<(SliceRequest, Vec<LayoutProposal>), StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before = request_in(&mut tx, t.id, true).await?;
+            // No reservation accepted since the placement was checked against the calendar.
+            super::reservations::check_bookings(&mut tx, guard.bookings_version).await?;
+            if let Some(by) = guard.ends_by_ms {
+                sqlx::query("UPDATE slice_requests SET ends_by_ms = $1 WHERE id = $2 AND (ends_by_ms IS NULL OR ends_by_ms > $1)")
+                    .bind(by)
+                    .bind(&before.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             // Every GPU the approval touches, locked in id order (concurrent approvals cannot deadlock).
             let mut gpu_ids: Vec<&str> = changes
                 .iter()

@@ -26,6 +26,7 @@ pub mod people;
 mod postgres;
 pub mod quotas;
 mod requests;
+pub mod reservations;
 mod sqlite;
 pub mod telemetry;
 

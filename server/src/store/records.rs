@@ -315,6 +315,17 @@ pub struct NewGpu {
     pub layout: Vec<tessera_core::layout::PlacedInstance>,
 }
 
+/// What an approval's placement was checked against: the reservation calendar's version it read (the approval
+/// commits only if no reservation was accepted since), and the time the request must end by so that it leaves an
+/// accepted reservation its room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    /// `reservation_calendar.bookings_version` as read before placing.
+    pub bookings_version: i64,
+    /// The request ends by then at the latest, UTC milliseconds.
+    pub ends_by_ms: Option<i64>,
+}
+
 /// A request to create.
 #[derive(Debug, Clone, Copy)]
 pub struct NewRequest<'a> {

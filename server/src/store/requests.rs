@@ -228,12 +228,23 @@ impl Store {
             }
             let state = before.state.transition(t.to)?;
             let now = now_ms();
+            let mut expires_at_ms = expiry(state, before.duration_s, now, before.expires_at_ms);
+            if state == RequestState::Active {
+                // A request made for a reservation, or limited to end before one, ends by then at the latest.
+                let (ends_by,): (Option<i64>,) = sqlx::query_as("SELECT ends_by_ms FROM slice_requests WHERE id = $1")
+                    .bind(t.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if let Some(by) = ends_by {
+                    expires_at_ms = Some(expires_at_ms.map_or(by, |e| e.min(by)));
+                }
+            }
             let after = SliceRequest {
                 state,
                 reason: t.reason.map_or_else(|| before.reason.clone(), str::to_string),
                 version: before.version + 1,
                 updated_at_ms: now,
-                expires_at_ms: expiry(state, before.duration_s, now, before.expires_at_ms),
+                expires_at_ms,
                 ..before.clone()
             };
             let done = sqlx::query(

@@ -29,6 +29,7 @@ struct World {
     b_token_ids: Vec<String>,
     b_requests: Vec<String>,
     b_quota_requests: Vec<String>,
+    b_reservations: Vec<String>,
     gpu: String,
     node_id: String,
     join_token_id: String,
@@ -105,6 +106,21 @@ async fn world() -> World {
         assert!(r.status().is_success(), "{:?}", r.text().await);
         b_quota_requests.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
     }
+    let mut b_reservations = Vec::new();
+    let day = 86_400_000;
+    for i in 0..8 {
+        let start = tessera_server::store::now_ms() + (i + 1) * day;
+        let r = client
+            .post(format!("{base}/api/v1/tenants/{b}/reservations"))
+            .bearer_auth(&b_member)
+            .json(&json!({"spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1,
+                          "start_ms": start, "end_ms": start + 3_600_000}))
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+        b_reservations.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
+    }
     // One of B's requests is approved.
     let r = client
         .post(format!("{base}/api/v1/requests/{}/approve", b_requests[7]))
@@ -147,6 +163,7 @@ async fn world() -> World {
         b_token_ids,
         b_requests,
         b_quota_requests,
+        b_reservations,
         gpu,
         node_id,
         join_token_id,
@@ -197,6 +214,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("members", "{user}") => w.b_user.clone(),
             ("requests", "{id}") => w.b_requests[round % 7].clone(),
             ("quota-requests", "{id}") => w.b_quota_requests[round % w.b_quota_requests.len()].clone(),
+            ("reservations", "{id}") => w.b_reservations[round % w.b_reservations.len()].clone(),
             ("gpus", "{id}") => w.gpu.clone(),
             ("layouts", "{id}") => w.layout.clone(),
             ("users", "{id}") => w.b_user.clone(),
@@ -212,7 +230,10 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         path.push_str(&value);
     }
     let query = match (method, template) {
-        ("get", "/api/v1/requests") | ("get", "/api/v1/allocations") | ("get", "/api/v1/quota-requests") => {
+        ("get", "/api/v1/requests")
+        | ("get", "/api/v1/allocations")
+        | ("get", "/api/v1/quota-requests")
+        | ("get", "/api/v1/reservations") => {
             format!("?tenant={}", w.b_tenant)
         }
         ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
@@ -231,6 +252,15 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             json!({"limits": {"compute_slices": 70}, "reason": "matrix"})
         }
         ("post", "/api/v1/quota-requests/{id}/approve") => json!({}),
+        ("post", "/api/v1/tenants/{id}/reservations") | ("post", "/api/v1/tenants/{id}/reservations/preview") => {
+            let start = tessera_server::store::now_ms() + 20 * 86_400_000;
+            json!({"spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1,
+                   "start_ms": start, "end_ms": start + 3_600_000})
+        }
+        ("put", "/api/v1/reservation-policy") | ("put", "/api/v1/tenants/{id}/reservation-policy") => {
+            json!({"max_duration_s": 604_800, "max_ahead_s": 2_592_000, "max_concurrent": 10})
+        }
+        ("post", "/api/v1/reservations/{id}/reject") => json!({"reason": "matrix"}),
         ("post", "/api/v1/quota-requests/{id}/reject") => json!({"reason": "matrix"}),
         ("put", "/api/v1/tenants/{id}/members/{user}") => json!({"role": "member"}),
         ("put", "/api/v1/tenants/{id}/policy") => json!({"auto_approve": false}),
@@ -356,6 +386,7 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
                     .iter()
                     .chain(&w.b_token_ids)
                     .chain(&w.b_quota_requests)
+                    .chain(&w.b_reservations)
                     .any(|id| url.contains(id.as_str()))
                 || body.to_string().contains(&w.b_tenant);
             for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {

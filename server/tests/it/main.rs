@@ -13,6 +13,7 @@ mod links;
 mod logging;
 mod prometheus;
 mod quotas;
+mod reservations;
 mod sso;
 mod store;
 mod telemetry;

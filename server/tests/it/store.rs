@@ -358,8 +358,10 @@ async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
         Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None },
         Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 5, change: Some(0) },
     ];
-    let (approved, proposals) =
-        store.approve_request(approve(&r1.id, 1), std::slice::from_ref(&change), &reservations).await.expect("approve");
+    let (approved, proposals) = store
+        .approve_request(approve(&r1.id, 1), std::slice::from_ref(&change), &reservations, unguarded())
+        .await
+        .expect("approve");
     assert_eq!((approved.state, approved.version), (RequestState::Approved, 2));
     assert_eq!(proposals.len(), 1);
     assert_eq!((proposals[0].state.as_str(), proposals[0].created.clone()), ("proposed", vec![inst("1g.10gb", 5)]));
@@ -370,14 +372,14 @@ async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
     // Another request planned on the same instance is refused whole: still pending, nothing reserved.
     let r2 = request(store, &t.id, &h100_1g(), 1).await.expect("r2");
     let same = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
-    match store.approve_request(approve(&r2.id, 1), &[], &same).await {
+    match store.approve_request(approve(&r2.id, 1), &[], &same, unguarded()).await {
         Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "allocations_live_instance"),
         other => panic!("expected a conflict, got {other:?}"),
     }
     assert_eq!(store.request(&r2.id).await.expect("r2").state, RequestState::Pending);
     // A second open proposal for the GPU is refused too.
     let free = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 4, change: Some(0) }];
-    match store.approve_request(approve(&r2.id, 1), std::slice::from_ref(&change), &free).await {
+    match store.approve_request(approve(&r2.id, 1), std::slice::from_ref(&change), &free, unguarded()).await {
         Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "layout_proposals_open"),
         other => panic!("expected a conflict, got {other:?}"),
     }
@@ -413,7 +415,7 @@ async fn decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests
     // r1 holds the existing 1g at unit 6.
     let r1 = request(store, &t.id, &h100_1g(), 1).await.expect("r1");
     let hold = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
-    store.approve_request(approve(&r1.id, 1), &[], &hold).await.expect("r1 approved");
+    store.approve_request(approve(&r1.id, 1), &[], &hold, unguarded()).await.expect("r1 approved");
     // r2 waits for a proposal that (wrongly) destroys it: approving that layout must be refused.
     let r2 = request(store, &t.id, &SliceSpec::Mig { profile: "7g.80gb".into(), model: Some("H100-80GB".into()) }, 1)
         .await
@@ -427,7 +429,8 @@ async fn decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests
         auto_apply: false,
     };
     let waits = [Reservation { gpu_id: gpu.id.clone(), profile: "7g.80gb".into(), start: 0, change: Some(0) }];
-    let (_, proposals) = store.approve_request(approve(&r2.id, 1), &[bad], &waits).await.expect("r2 approved");
+    let (_, proposals) =
+        store.approve_request(approve(&r2.id, 1), &[bad], &waits, unguarded()).await.expect("r2 approved");
     match store.decide_proposal(&proposals[0].id, true, "", "admin").await {
         Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "instance_in_use"),
         other => panic!("expected instance_in_use, got {other:?}"),
@@ -468,7 +471,7 @@ async fn requests_with_a_duration_expire_and_free_their_instances(store: &Store)
     let (r, _) = store.create_request(new).await.expect("create");
     assert_eq!((r.duration_s, r.expires_at_ms), (Some(3600), None));
     let hold = [Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 6, change: None }];
-    store.approve_request(approve(&r.id, 1), &[], &hold).await.expect("approve");
+    store.approve_request(approve(&r.id, 1), &[], &hold, unguarded()).await.expect("approve");
     let step = |to, v| Transition { id: &r.id, expected_version: Some(v), to, reason: None, actor: "agent" };
     store.transition(step(RequestState::Provisioning, 2)).await.expect("provision");
     let active = store.transition(step(RequestState::Active, 3)).await.expect("activate");
@@ -506,7 +509,7 @@ async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store)
     let keep = |start| Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start, change: None };
     // A holds 1g@1. B was planned before that: it would destroy both 1g to make a 2g, applied at once.
     let a = request(store, &t.id, &h100_1g(), 1).await.expect("a");
-    store.approve_request(approve(&a.id, 1), &[], &[keep(1)]).await.expect("a approved");
+    store.approve_request(approve(&a.id, 1), &[], &[keep(1)], unguarded()).await.expect("a approved");
     let b = request(store, &t.id, &SliceSpec::Mig { profile: "2g.20gb".into(), model: Some("H100-80GB".into()) }, 1)
         .await
         .expect("b");
@@ -519,7 +522,7 @@ async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store)
         auto_apply: true,
     };
     let b_slot = [Reservation { gpu_id: gpu.id.clone(), profile: "2g.20gb".into(), start: 0, change: Some(0) }];
-    match store.approve_request(approve(&b.id, 1), std::slice::from_ref(&destroy), &b_slot).await {
+    match store.approve_request(approve(&b.id, 1), std::slice::from_ref(&destroy), &b_slot, unguarded()).await {
         Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "instance_in_use"),
         other => panic!("an auto-applied change destroyed a reserved instance: {other:?}"),
     }
@@ -539,7 +542,7 @@ async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store)
     let proposal = store.propose_layout(&edit, "admin").await.expect("propose");
     store.decide_proposal(&proposal.id, true, "", "admin").await.expect("apply");
     let c = request(store, &t.id, &h100_1g(), 1).await.expect("c");
-    match store.approve_request(approve(&c.id, 1), &[], &[keep(6)]).await {
+    match store.approve_request(approve(&c.id, 1), &[], &[keep(6)], unguarded()).await {
         Err(StoreError::Conflict { constraint }) => assert_eq!(constraint, "gpu_layout_version"),
         other => panic!("a reservation on a destroyed instance was accepted: {other:?}"),
     }
@@ -557,7 +560,8 @@ async fn stale_plans_can_neither_destroy_nor_reserve_what_changed(store: &Store)
     };
     let d_slots =
         [keep(0), Reservation { gpu_id: gpu.id.clone(), profile: "1g.10gb".into(), start: 2, change: Some(0) }];
-    let (_, props) = store.approve_request(approve(&d.id, 1), &[grow], &d_slots).await.expect("d approved");
+    let (_, props) =
+        store.approve_request(approve(&d.id, 1), &[grow], &d_slots, unguarded()).await.expect("d approved");
     store.decide_proposal(&props[0].id, false, "no", "admin").await.expect("reject");
     assert_eq!(store.request(&d.id).await.expect("d").state, RequestState::Failed);
     let live: Vec<(String, u8)> =
@@ -1157,4 +1161,9 @@ async fn spans_and_budgets_are_read_back_as_written(store: &Store) {
     assert_eq!(store.all_budgets(None).await.expect("all").len(), 1);
     assert!(matches!(store.set_budgets("nope", None, &[], "admin").await, Err(StoreError::NotFound { .. })));
     assert_eq!(store.audit(&format!("tenant/{}/budget", t.id)).await.expect("audit").len(), 2);
+}
+
+/// An approval checked against an empty reservation calendar.
+fn unguarded() -> tessera_server::store::Guard {
+    tessera_server::store::Guard { bookings_version: 0, ends_by_ms: None }
 }

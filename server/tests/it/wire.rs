@@ -65,6 +65,11 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "QuotaView" => tenants::QuotaView,
         "QuotaRequestView" => tessera_api::quotas::QuotaRequestView,
         "QuotaRequestPage" => tessera_api::quotas::QuotaRequestPage,
+        "ReservationView" => tessera_api::reservations::ReservationView,
+        "ReservationPage" => tessera_api::reservations::ReservationPage,
+        "ReservationPreview" => tessera_api::reservations::ReservationPreview,
+        "ReservationPolicyView" => tessera_api::reservations::ReservationPolicyView,
+        "CalendarView" => tessera_api::reservations::CalendarView,
         "LimitChangeView" => tessera_api::quotas::LimitChangeView,
         "RequestPage" => requests::RequestPage,
         "RequestView" => requests::RequestView,
@@ -212,6 +217,44 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::PUT, "/api/v1/tenants/{id}/budget", &budget, limits, S::OK).await;
     let b = w.call(&admin, M::GET, "/api/v1/tenants/{id}/budget", &budget, None, S::OK).await;
     assert_eq!(b["lines"].as_array().map(Vec::len), Some(2), "{b}");
+    // Reservations: previewed, booked, listed, read, accepted, refused, withdrawn; their policies.
+    let start = tessera_server::store::now_ms() + 86_400_000;
+    let booking = |h: i64| {
+        json!({"spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1,
+               "start_ms": start + h * 3_600_000, "end_ms": start + (h + 1) * 3_600_000, "reason": "wire"})
+    };
+    let books = format!("/api/v1/tenants/{t}/reservations");
+    let p = format!("{books}/preview");
+    w.call(&admin, M::POST, "/api/v1/tenants/{id}/reservations/preview", &p, Some(booking(0)), S::OK).await;
+    let mut rs = Vec::new();
+    for h in 0..3 {
+        rs.push(id(&w
+            .call(&admin, M::POST, "/api/v1/tenants/{id}/reservations", &books, Some(booking(h)), S::CREATED)
+            .await));
+    }
+    let list = format!("/api/v1/reservations?tenant={t}");
+    w.call(&admin, M::GET, "/api/v1/reservations", &list, None, S::OK).await;
+    let one = format!("/api/v1/reservations/{}", rs[0]);
+    let r0 = w.call(&admin, M::GET, "/api/v1/reservations/{id}", &one, None, S::OK).await;
+    if r0["state"] == "pending" {
+        w.call(&admin, M::POST, "/api/v1/reservations/{id}/approve", &format!("{one}/approve"), None, S::OK).await;
+        let reject = format!("/api/v1/reservations/{}/reject", rs[1]);
+        w.call(&admin, M::POST, "/api/v1/reservations/{id}/reject", &reject, Some(json!({"reason": "no"})), S::OK)
+            .await;
+    } else {
+        panic!("the wire tenant waits for approval: {r0}");
+    }
+    let cancel = format!("/api/v1/reservations/{}/cancel", rs[2]);
+    w.call(&admin, M::POST, "/api/v1/reservations/{id}/cancel", &cancel, None, S::OK).await;
+    let policy = json!({"max_duration_s": 604_800, "max_ahead_s": 2_592_000, "max_concurrent": 10});
+    w.call(&admin, M::PUT, "/api/v1/reservation-policy", "/api/v1/reservation-policy", Some(policy.clone()), S::OK)
+        .await;
+    w.call(&admin, M::GET, "/api/v1/reservation-policy", "/api/v1/reservation-policy", None, S::OK).await;
+    let cal = w.call(&admin, M::GET, "/api/v1/calendar", "/api/v1/calendar?model=H100-80GB", None, S::OK).await;
+    assert!(cal["gpus"].as_array().is_some_and(|g| !g.is_empty()), "{cal}");
+    let tp = format!("/api/v1/tenants/{t}/reservation-policy");
+    w.call(&admin, M::PUT, "/api/v1/tenants/{id}/reservation-policy", &tp, Some(policy), S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/reservation-policy", &tp, None, S::OK).await;
     // Why requests wait, and what one would do.
     let waits = format!("/api/v1/tenants/{t}/waiting");
     w.call(&admin, M::GET, "/api/v1/tenants/{id}/waiting", &waits, None, S::OK).await;

@@ -1,0 +1,776 @@
+//! Reservations: slices booked for a window `[start, end)` ahead of time.
+//!
+//! A reservation is accepted only if the fleet can hold it at every moment of its window, together with every
+//! reservation already accepted and every live allocation whose end is known (an allocation without an expiry is
+//! taken to last for ever). From then on its capacity is protected: a new allocation that would leave an accepted
+//! reservation without room is refused (the request waits with reason `reserved`, or is shortened to end before).
+//!
+//! [`Calendar::simulate`] replays the future: at each start of a reservation, in time order, it places that
+//! reservation's slices with the planner (MIG) or the share packing (whole GPUs) on the fleet as it will be then —
+//! instances whose holder has ended are free, slices placed for earlier reservations are held until their end. A
+//! reservation whose slices find no place at its start is a shortfall. Admission, protection and previews all ask
+//! the same question of one simulation, so they agree.
+//!
+//! ```text
+//! pending ──approve──> accepted ──start (lead time)──> started ──end──> ended
+//!    │ reject / cancel     │ cancel / fail                │ (its request is released early: ended)
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::Catalog;
+use crate::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
+use crate::quota::{QuotaError, Usage, accumulate};
+use crate::request::SliceSpec;
+use crate::sharing::Sharing;
+
+/// How long before its start a reservation's slices are placed (layout changes proposed or applied), in
+/// milliseconds: 10 minutes.
+pub const LEAD_MS: i64 = 10 * 60 * 1000;
+/// Shortest reservation, in seconds.
+pub const MIN_DURATION_S: u64 = 60;
+/// How far in the past a start may lie when booked (a clock skew allowance), in milliseconds.
+pub const START_SLACK_MS: i64 = 60_000;
+
+/// Where a reservation is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReservationState {
+    /// Waiting for a platform admin (the tenant's policy does not approve it on its own).
+    Pending,
+    /// Booked: its capacity is protected for its window.
+    Accepted,
+    /// Its slices are placed (from the lead time on) and become usable at its start.
+    Started,
+    /// Its window is over, or its slices were released early.
+    Ended,
+    /// Refused by an admin.
+    Rejected,
+    /// Withdrawn by the tenant before it started.
+    Cancelled,
+    /// Its slices could not be placed by its start, or it was still pending at its start.
+    Failed,
+}
+
+impl ReservationState {
+    /// The states this one may move to.
+    pub fn next_states(self) -> &'static [ReservationState] {
+        use ReservationState::*;
+        match self {
+            Pending => &[Accepted, Rejected, Cancelled, Failed],
+            Accepted => &[Started, Cancelled, Failed],
+            Started => &[Ended],
+            Ended | Rejected | Cancelled | Failed => &[],
+        }
+    }
+
+    /// Whether nothing can happen to it any more.
+    pub fn is_terminal(self) -> bool {
+        self.next_states().is_empty()
+    }
+
+    /// Moves to `to`, or says why not.
+    pub fn transition(self, to: ReservationState) -> Result<ReservationState, ReservationError> {
+        if self.next_states().contains(&to) {
+            Ok(to)
+        } else {
+            Err(ReservationError::Transition { from: self.as_str(), to: to.as_str() })
+        }
+    }
+
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        use ReservationState::*;
+        match self {
+            Pending => "pending",
+            Accepted => "accepted",
+            Started => "started",
+            Ended => "ended",
+            Rejected => "rejected",
+            Cancelled => "cancelled",
+            Failed => "failed",
+        }
+    }
+
+    /// Parses [`ReservationState::as_str`]'s form.
+    pub fn parse(text: &str) -> Option<ReservationState> {
+        use ReservationState::*;
+        [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ReservationState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Limits on what a tenant may book, per tenant or for every tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ReservationPolicy {
+    /// Longest window, in seconds (60 to 90 days).
+    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 7_776_000))]
+    pub max_duration_s: u64,
+    /// Furthest a start may lie ahead, in seconds (up to 365 days).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 31_536_000))]
+    pub max_ahead_s: u64,
+    /// Most reservations a tenant may have pending, accepted or started at once (0 to 1000).
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1000))]
+    pub max_concurrent: u32,
+}
+
+impl Default for ReservationPolicy {
+    fn default() -> Self {
+        ReservationPolicy { max_duration_s: 7 * 24 * 3600, max_ahead_s: 30 * 24 * 3600, max_concurrent: 10 }
+    }
+}
+
+impl ReservationPolicy {
+    /// Longest `max_duration_s` a policy may set.
+    pub const DURATION_BOUND_S: u64 = 90 * 24 * 3600;
+    /// Longest `max_ahead_s` a policy may set.
+    pub const AHEAD_BOUND_S: u64 = 365 * 24 * 3600;
+    /// Largest `max_concurrent` a policy may set.
+    pub const CONCURRENT_BOUND: u32 = 1000;
+
+    /// Whether the policy's own values are within their bounds.
+    pub fn validate(&self) -> Result<(), ReservationError> {
+        if !(MIN_DURATION_S..=Self::DURATION_BOUND_S).contains(&self.max_duration_s)
+            || self.max_ahead_s > Self::AHEAD_BOUND_S
+            || self.max_concurrent > Self::CONCURRENT_BOUND
+        {
+            return Err(ReservationError::PolicyOutOfBounds);
+        }
+        Ok(())
+    }
+
+    /// Checks a window `[start_ms, end_ms)` booked at `now_ms` by a tenant that has `open` reservations already.
+    pub fn check(&self, now_ms: i64, start_ms: i64, end_ms: i64, open: u32) -> Result<(), ReservationError> {
+        if end_ms <= start_ms {
+            return Err(ReservationError::EmptyWindow);
+        }
+        if start_ms < now_ms - START_SLACK_MS {
+            return Err(ReservationError::StartInPast);
+        }
+        let duration_s = ((end_ms - start_ms) / 1000) as u64;
+        if duration_s < MIN_DURATION_S {
+            return Err(ReservationError::TooShort);
+        }
+        if duration_s > self.max_duration_s {
+            return Err(ReservationError::TooLong { max_s: self.max_duration_s });
+        }
+        let ahead_s = ((start_ms - now_ms).max(0) / 1000) as u64;
+        if ahead_s > self.max_ahead_s {
+            return Err(ReservationError::TooFarAhead { max_s: self.max_ahead_s });
+        }
+        if open >= self.max_concurrent {
+            return Err(ReservationError::TooMany { max: self.max_concurrent });
+        }
+        Ok(())
+    }
+}
+
+/// Why a reservation cannot be made or moved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationError {
+    /// A move its life does not allow.
+    #[error("a {from} reservation cannot become {to}")]
+    Transition {
+        /// From.
+        from: &'static str,
+        /// To.
+        to: &'static str,
+    },
+    /// `end` is not after `start`.
+    #[error("the window is empty: its end must come after its start")]
+    EmptyWindow,
+    /// `start` has passed.
+    #[error("the window starts in the past: choose a start from now on")]
+    StartInPast,
+    /// Shorter than [`MIN_DURATION_S`].
+    #[error("the window is shorter than a minute")]
+    TooShort,
+    /// Longer than the policy allows.
+    #[error("the window is longer than the policy allows ({max_s} s)")]
+    TooLong {
+        /// The policy's longest window, in seconds.
+        max_s: u64,
+    },
+    /// Further ahead than the policy allows.
+    #[error("the window starts further ahead than the policy allows ({max_s} s)")]
+    TooFarAhead {
+        /// The policy's furthest start, in seconds from now.
+        max_s: u64,
+    },
+    /// The tenant has as many open reservations as the policy allows.
+    #[error("the tenant has {max} open reservations, the most the policy allows")]
+    TooMany {
+        /// The policy's most open reservations.
+        max: u32,
+    },
+    /// A policy value outside its bounds.
+    #[error("max_duration_s must be 60 to 7776000, max_ahead_s at most 31536000 and max_concurrent at most 1000")]
+    PolicyOutOfBounds,
+}
+
+impl ReservationError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ReservationError::Transition { .. } => "invalid_transition",
+            ReservationError::EmptyWindow | ReservationError::StartInPast | ReservationError::TooShort => {
+                "invalid_window"
+            }
+            ReservationError::TooLong { .. } => "reservation_too_long",
+            ReservationError::TooFarAhead { .. } => "reservation_too_far_ahead",
+            ReservationError::TooMany { .. } => "too_many_reservations",
+            ReservationError::PolicyOutOfBounds => "invalid_policy",
+        }
+    }
+}
+
+/// A GPU as the calendar sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalGpu {
+    /// GPU id.
+    pub id: String,
+    /// Catalog model key.
+    pub model: String,
+    /// In MIG mode.
+    pub mig: bool,
+    /// Cordoned: nothing new goes there.
+    pub cordoned: bool,
+    /// Its MIG instances now `(profile, start)`.
+    pub layout: Vec<(String, u8)>,
+}
+
+/// A slice held on a GPU until a known time (or for ever): a live allocation, or a reservation's slice placed by
+/// the simulation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    /// GPU id.
+    pub gpu: String,
+    /// MIG profile, or the sharing key of a whole-GPU share (`exclusive`, `timeslice:4`, ...).
+    pub profile: String,
+    /// Start unit, or share index.
+    pub start: u8,
+    /// When it ends, UTC milliseconds; `None`: not known (for ever).
+    pub until_ms: Option<i64>,
+}
+
+impl Hold {
+    /// Whether it is held at `t`.
+    pub fn at(&self, t: i64) -> bool {
+        self.until_ms.is_none_or(|u| u > t)
+    }
+}
+
+/// An accepted reservation, as the calendar sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Booking {
+    /// Reservation id.
+    pub id: String,
+    /// What one slice is.
+    pub spec: SliceSpec,
+    /// How many slices.
+    pub count: u32,
+    /// Window start, UTC milliseconds.
+    pub start_ms: i64,
+    /// Window end, UTC milliseconds.
+    pub end_ms: i64,
+}
+
+impl Booking {
+    /// Whether its window contains `t`.
+    pub fn at(&self, t: i64) -> bool {
+        self.start_ms <= t && t < self.end_ms
+    }
+}
+
+/// A reservation the simulation could not place at its start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shortfall {
+    /// Reservation id.
+    pub booking: String,
+    /// Its start, UTC milliseconds.
+    pub start_ms: i64,
+    /// Slices it wants.
+    pub wanted: u32,
+    /// Slices that found room.
+    pub placed: u32,
+}
+
+/// The fleet's future: GPUs, what is held on them and until when, and the accepted reservations.
+#[derive(Debug, Clone)]
+pub struct Calendar<'a> {
+    catalog: &'a Catalog,
+    gpus: Vec<CalGpu>,
+    holds: Vec<Hold>,
+    bookings: Vec<Booking>,
+}
+
+/// What a simulation found: where each reservation's slices go, and which found no room.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Simulation {
+    /// Per reservation id, the slices placed for it (held until its end).
+    pub placed: BTreeMap<String, Vec<Hold>>,
+    /// Reservations short of room at their start, in time order.
+    pub short: Vec<Shortfall>,
+}
+
+impl<'a> Calendar<'a> {
+    /// A calendar of `gpus` with `holds` and accepted `bookings`.
+    pub fn new(catalog: &'a Catalog, gpus: Vec<CalGpu>, holds: Vec<Hold>, bookings: Vec<Booking>) -> Self {
+        Calendar { catalog, gpus, holds, bookings }
+    }
+
+    /// The accepted reservations.
+    pub fn bookings(&self) -> &[Booking] {
+        &self.bookings
+    }
+
+    /// Replays the reservations that end after `from_ms`, in start order (ties by id), with `extra` holds added
+    /// (slices an approval would place now). A reservation starting before `from_ms` is placed as of `from_ms`.
+    pub fn simulate(&self, from_ms: i64, extra: &[Hold]) -> Simulation {
+        let mut order: Vec<&Booking> = self.bookings.iter().filter(|b| b.end_ms > from_ms).collect();
+        order.sort_by(|a, b| (a.start_ms, &a.id).cmp(&(b.start_ms, &b.id)));
+        let mut sim = Simulation::default();
+        let mut held: Vec<Hold> = self.holds.iter().chain(extra).cloned().collect();
+        // Bookings that start at the same moment are placed together, so the planner sees all their demand.
+        let mut i = 0;
+        while i < order.len() {
+            let t = order[i].start_ms.max(from_ms);
+            let mut group = vec![order[i]];
+            while i + group.len() < order.len() && order[i + group.len()].start_ms.max(from_ms) == t {
+                group.push(order[i + group.len()]);
+            }
+            i += group.len();
+            for (b, slices) in self.place_at(t, &held, &group) {
+                if (slices.len() as u32) < b.count {
+                    sim.short.push(Shortfall {
+                        booking: b.id.clone(),
+                        start_ms: b.start_ms,
+                        wanted: b.count,
+                        placed: slices.len() as u32,
+                    });
+                }
+                held.extend(slices.iter().cloned());
+                sim.placed.insert(b.id.clone(), slices);
+            }
+        }
+        sim
+    }
+
+    /// Whether `new` fits: the simulation with it added leaves every reservation (it included) its room. Returns
+    /// the shortfalls otherwise.
+    pub fn admit(&self, new: &Booking, now_ms: i64) -> Result<Simulation, Vec<Shortfall>> {
+        let mut with = self.clone();
+        with.bookings.push(new.clone());
+        let sim = with.simulate(now_ms, &[]);
+        if sim.short.is_empty() { Ok(sim) } else { Err(sim.short) }
+    }
+
+    /// Whether holding `extra` leaves every accepted reservation its room; else the first reservation it would
+    /// leave short (an allocation ending before that reservation's start would fit).
+    pub fn protects(&self, extra: &[Hold], now_ms: i64) -> Result<(), Shortfall> {
+        if extra.is_empty() || self.bookings.iter().all(|b| b.end_ms <= now_ms) {
+            return Ok(());
+        }
+        let before = self.simulate(now_ms, &[]);
+        let after = self.simulate(now_ms, extra);
+        // Only shortfalls the extra holds cause: one already short without them is not this allocation's doing.
+        match after.short.into_iter().find(|s| !before.short.iter().any(|b| b.booking == s.booking)) {
+            Some(s) => Err(s),
+            None => Ok(()),
+        }
+    }
+
+    /// Places the `group` of reservations starting at `t` on the fleet as it is at `t` given `held`.
+    fn place_at<'b>(&self, t: i64, held: &[Hold], group: &[&'b Booking]) -> Vec<(&'b Booking, Vec<Hold>)> {
+        let live: Vec<&Hold> = held.iter().filter(|h| h.at(t)).collect();
+        let mut out: Vec<(&Booking, Vec<Hold>)> = group.iter().map(|b| (*b, Vec::new())).collect();
+        // MIG: one planner run for every MIG reservation of the group.
+        let mig: Vec<(usize, &str, Option<&String>)> = group
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| match &b.spec {
+                SliceSpec::Mig { profile, model } => Some((i, profile.as_str(), model.as_ref())),
+                _ => None,
+            })
+            .collect();
+        if !mig.is_empty() {
+            let input = PlanInput {
+                gpus: self.gpus.iter().filter(|g| g.mig).map(|g| mig_input(g, &live)).collect(),
+                demand: mig
+                    .iter()
+                    .map(|(i, profile, model)| DemandInput {
+                        profile: profile.to_string(),
+                        count: group[*i].count,
+                        model: model.cloned(),
+                    })
+                    .collect(),
+            };
+            if let Ok(planned) = plan(self.catalog, &input) {
+                for s in planned.placed {
+                    let (i, _, _) = mig[s.demand];
+                    let until_ms = Some(group[i].end_ms);
+                    out[i].1.push(Hold { gpu: s.gpu, profile: s.profile, start: s.start, until_ms });
+                }
+            }
+        }
+        // Whole GPUs and shares: packed one reservation after another.
+        let mut taken: Vec<Hold> = live.iter().map(|h| (*h).clone()).collect();
+        for (i, b) in group.iter().enumerate() {
+            if matches!(b.spec, SliceSpec::Mig { .. }) {
+                continue;
+            }
+            let slices = self.place_shares(&taken, b);
+            taken.extend(slices.iter().cloned());
+            out[i].1 = slices;
+        }
+        out
+    }
+
+    /// Shares for `b` on whole GPUs of its model: GPUs already shared the same way first (fewest free shares), then
+    /// unused ones, as approvals place them.
+    fn place_shares(&self, taken: &[Hold], b: &Booking) -> Vec<Hold> {
+        let Some((model, sharing, per_gpu)) = share_of(&b.spec) else { return vec![] };
+        let key = sharing.key();
+        let model = self.catalog.resolve(model).map(|(m, _)| m.key.clone()).unwrap_or_else(|| model.to_string());
+        let mut candidates: Vec<(bool, usize, &str, Vec<u8>)> = Vec::new();
+        for g in self.gpus.iter().filter(|g| !g.mig && !g.cordoned && g.model == model) {
+            let on: Vec<&Hold> = taken.iter().filter(|h| h.gpu == g.id).collect();
+            if on.iter().any(|h| h.profile != key) {
+                continue;
+            }
+            let free: Vec<u8> =
+                (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !on.iter().any(|h| h.start == *s)).collect();
+            if !free.is_empty() {
+                candidates.push((on.is_empty(), free.len(), g.id.as_str(), free));
+            }
+        }
+        candidates.sort();
+        candidates
+            .into_iter()
+            .flat_map(|(_, _, gpu, free)| {
+                let key = key.clone();
+                free.into_iter().map(move |start| Hold {
+                    gpu: gpu.to_string(),
+                    profile: key.clone(),
+                    start,
+                    until_ms: Some(b.end_ms),
+                })
+            })
+            .take(b.count as usize)
+            .collect()
+    }
+}
+
+/// The planner's view of one MIG GPU at a moment: what is held then is in use; the rest of its layout is free. A
+/// held instance missing from the layout (created by a layout change still to apply) replaces the free ones.
+fn mig_input(g: &CalGpu, live: &[&Hold]) -> GpuInput {
+    let mine: Vec<&&Hold> = live.iter().filter(|h| h.gpu == g.id).collect();
+    let in_layout = |h: &&&Hold| g.layout.iter().any(|(p, s)| *p == h.profile && *s == h.start);
+    let instances = if mine.iter().all(in_layout) {
+        g.layout
+            .iter()
+            .map(|(profile, start)| InstanceInput {
+                profile: profile.clone(),
+                start: *start,
+                in_use: mine.iter().any(|h| h.profile == *profile && h.start == *start),
+            })
+            .collect()
+    } else {
+        mine.iter().map(|h| InstanceInput { profile: h.profile.clone(), start: h.start, in_use: true }).collect()
+    };
+    GpuInput { id: g.id.clone(), model: g.model.clone(), instances, cordoned: g.cordoned }
+}
+
+/// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
+pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
+    match spec {
+        SliceSpec::Mig { .. } => None,
+        SliceSpec::Exclusive { model } => Some((model, Sharing::Exclusive, 1)),
+        SliceSpec::Timeslice { model, replicas } => {
+            Some((model, Sharing::Timeslice { replicas: *replicas }, *replicas))
+        }
+        SliceSpec::Mps { model, replicas } => Some((model, Sharing::Mps { replicas: *replicas }, *replicas)),
+    }
+}
+
+/// What a tenant will hold at `t`: its live requests that last past `t` (`(charge, until)`; `None`: for ever),
+/// and its accepted reservations whose window contains `t` (`(charge, start, end)`).
+pub fn held_at(live: &[(Usage, Option<i64>)], booked: &[(Usage, i64, i64)], t: i64) -> Usage {
+    let mut held = Usage::new();
+    for (charge, until) in live {
+        if until.is_none_or(|u| u > t) {
+            accumulate(&mut held, charge);
+        }
+    }
+    for (charge, start, end) in booked {
+        if *start <= t && t < *end {
+            accumulate(&mut held, charge);
+        }
+    }
+    held
+}
+
+/// Checks a tenant's quota over the window `[start, end)` of a reservation charging `charge`: at its start and at
+/// each start of the tenant's other reservations within it (what the tenant holds only falls between those
+/// moments), what it will hold then plus `charge` stays within `limits`.
+pub fn check_window(
+    limits: &Usage,
+    live: &[(Usage, Option<i64>)],
+    booked: &[(Usage, i64, i64)],
+    start_ms: i64,
+    end_ms: i64,
+    charge: &Usage,
+) -> Result<(), Vec<QuotaError>> {
+    let mut points: Vec<i64> = vec![start_ms];
+    points.extend(booked.iter().map(|b| b.1).filter(|s| *s > start_ms && *s < end_ms));
+    for t in points {
+        crate::quota::check(limits, &held_at(live, booked, t), charge)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn catalog() -> &'static Catalog {
+        Catalog::builtin()
+    }
+
+    fn mig_gpu(id: &str) -> CalGpu {
+        CalGpu { id: id.into(), model: "H100-80GB".into(), mig: true, cordoned: false, layout: vec![] }
+    }
+
+    fn whole_gpu(id: &str) -> CalGpu {
+        CalGpu { id: id.into(), model: "H100-80GB".into(), mig: false, cordoned: false, layout: vec![] }
+    }
+
+    fn mig(profile: &str, count: u32, id: &str, start_ms: i64, end_ms: i64) -> Booking {
+        let spec = SliceSpec::Mig { profile: profile.into(), model: None };
+        Booking { id: id.into(), spec, count, start_ms, end_ms }
+    }
+
+    #[test]
+    fn policy_bounds_each_window() {
+        let p = ReservationPolicy::default();
+        let now = 1_000_000_000;
+        assert_eq!(p.check(now, now + 60_000, now + 3_660_000, 0), Ok(()));
+        assert_eq!(p.check(now, now + 60_000, now + 60_000, 0), Err(ReservationError::EmptyWindow));
+        assert_eq!(p.check(now, now - 120_000, now + 60_000, 0), Err(ReservationError::StartInPast));
+        assert_eq!(p.check(now, now, now + 59_000, 0), Err(ReservationError::TooShort));
+        let week = 7 * 24 * 3_600_000;
+        assert_eq!(
+            p.check(now, now, now + week + 1000, 0),
+            Err(ReservationError::TooLong { max_s: week as u64 / 1000 })
+        );
+        assert!(matches!(
+            p.check(now, now + 31 * 86_400_000, now + 32 * 86_400_000, 0),
+            Err(ReservationError::TooFarAhead { .. })
+        ));
+        assert_eq!(p.check(now, now, now + 60_000, 10), Err(ReservationError::TooMany { max: 10 }));
+        assert!(ReservationPolicy { max_duration_s: 59, ..p }.validate().is_err());
+        assert!(p.validate().is_ok());
+    }
+
+    #[test]
+    fn states_move_only_forward() {
+        use ReservationState::*;
+        assert!(Pending.transition(Accepted).is_ok());
+        assert!(Accepted.transition(Started).is_ok());
+        assert!(Started.transition(Cancelled).is_err());
+        assert!(Ended.is_terminal() && !Accepted.is_terminal());
+        for s in [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed] {
+            assert_eq!(ReservationState::parse(s.as_str()), Some(s));
+        }
+    }
+
+    #[test]
+    fn a_full_window_refuses_and_a_later_one_fits() {
+        // One H100: seven 1g slices. Five booked 10-20, three more 15-25 overlap them; 20-30 is free again.
+        let cal = Calendar::new(catalog(), vec![mig_gpu("g")], vec![], vec![mig("1g.10gb", 5, "a", 10, 20)]);
+        let short = cal.admit(&mig("1g.10gb", 3, "b", 15, 25), 0).expect_err("refused");
+        assert_eq!(short[0].booking, "b");
+        assert_eq!((short[0].wanted, short[0].placed), (3, 2));
+        assert!(cal.admit(&mig("1g.10gb", 2, "b", 15, 25), 0).is_ok());
+        assert!(cal.admit(&mig("1g.10gb", 7, "c", 20, 30), 0).is_ok());
+    }
+
+    #[test]
+    fn allocations_count_until_their_known_end() {
+        let hold =
+            |start: u8, until_ms: Option<i64>| Hold { gpu: "g".into(), profile: "1g.10gb".into(), start, until_ms };
+        let holds = vec![hold(0, Some(50)), hold(1, None)];
+        let layout = (0..7).map(|s| ("1g.10gb".to_string(), s)).collect();
+        let g = CalGpu { layout, ..mig_gpu("g") };
+        let cal = Calendar::new(catalog(), vec![g], holds, vec![]);
+        assert!(cal.admit(&mig("1g.10gb", 6, "x", 40, 60), 0).is_err());
+        assert!(cal.admit(&mig("1g.10gb", 6, "x", 50, 60), 0).is_ok());
+        assert!(cal.admit(&mig("1g.10gb", 7, "x", 50, 60), 0).is_err());
+    }
+
+    #[test]
+    fn protection_names_the_reservation_an_allocation_would_starve() {
+        let cal = Calendar::new(catalog(), vec![mig_gpu("g")], vec![], vec![mig("7g.80gb", 1, "big", 100, 200)]);
+        let slice = |until_ms| vec![Hold { gpu: "g".into(), profile: "1g.10gb".into(), start: 0, until_ms }];
+        assert_eq!(cal.protects(&slice(None), 0).expect_err("refused").booking, "big");
+        assert_eq!(cal.protects(&slice(Some(150)), 0).expect_err("refused").start_ms, 100);
+        assert!(cal.protects(&slice(Some(100)), 0).is_ok());
+    }
+
+    #[test]
+    fn shares_pack_before_taking_whole_gpus() {
+        let spec = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 4 };
+        let ts = |id: &str, count| Booking { id: id.into(), spec: spec.clone(), count, start_ms: 0, end_ms: 10 };
+        let gpus = vec![whole_gpu("a"), whole_gpu("b")];
+        let cal = Calendar::new(catalog(), gpus, vec![], vec![ts("one", 3)]);
+        let sim = cal.admit(&ts("two", 5), 0).expect("present");
+        assert_eq!(sim.placed["two"].iter().filter(|h| h.gpu == sim.placed["one"][0].gpu).count(), 1);
+        assert!(cal.admit(&ts("three", 6), 0).is_err());
+        let excl = Booking {
+            id: "x".into(),
+            spec: SliceSpec::Exclusive { model: "H100-80GB".into() },
+            count: 1,
+            start_ms: 5,
+            end_ms: 9,
+        };
+        assert!(cal.admit(&excl, 0).is_ok());
+        let cal2 =
+            Calendar::new(catalog(), vec![whole_gpu("a"), whole_gpu("b")], vec![], vec![ts("one", 3), ts("four", 4)]);
+        assert!(cal2.admit(&excl, 0).is_err());
+    }
+
+    #[test]
+    fn window_quota_counts_what_is_held_then() {
+        let r = crate::quota::Resource::ComputeSlices;
+        let u = |n: u64| Usage::from([(r.clone(), n * 1000)]);
+        let limits = u(7);
+        let live = vec![(u(3), Some(100)), (u(2), None)];
+        let booked = vec![(u(4), 150, 300)];
+        assert!(check_window(&limits, &live, &booked, 50, 120, &u(3)).is_err());
+        assert!(check_window(&limits, &live, &booked, 100, 140, &u(5)).is_ok());
+        // 100-200 overlaps the booking from 150: 2 + 4 + 2 = 8 > 7.
+        assert!(check_window(&limits, &live, &booked, 100, 200, &u(2)).is_err());
+        assert!(check_window(&limits, &live, &booked, 100, 200, &u(1)).is_ok());
+    }
+
+    fn arb_booking(i: usize) -> impl Strategy<Value = Booking> {
+        let profiles = prop::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "1g.20gb"]);
+        (profiles, 1u32..4, 0i64..20, 1i64..8, any::<bool>()).prop_map(move |(p, count, start, len, whole)| {
+            let spec = if whole && p == "1g.10gb" {
+                SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 2 }
+            } else {
+                SliceSpec::Mig { profile: p.into(), model: None }
+            };
+            Booking { id: format!("b{i:03}"), spec, count, start_ms: start * 10, end_ms: (start + len) * 10 }
+        })
+    }
+
+    /// A step of a random history: book, cancel one, or place an allocation now.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Book(Booking),
+        Cancel(usize),
+        Hold(usize, Option<i64>),
+    }
+
+    fn arb_steps() -> impl Strategy<Value = Vec<Step>> {
+        prop::collection::vec(
+            prop_oneof![
+                4 => (0usize..1000).prop_flat_map(arb_booking).prop_map(Step::Book),
+                1 => (0usize..50).prop_map(Step::Cancel),
+                2 => (0usize..7, prop::option::of(1i64..200)).prop_map(|(s, u)| Step::Hold(s, u)),
+            ],
+            1..25,
+        )
+    }
+
+    /// What is held at `t` (holds and the simulation's placements) is a valid set on every GPU: each MIG GPU's
+    /// instances form a valid layout (no two overlap, each at a legal start), each whole GPU is shared one way with
+    /// distinct shares within its replicas.
+    fn valid_at(gpus: &[CalGpu], held: &[&Hold]) -> bool {
+        gpus.iter().all(|g| {
+            let on: Vec<&&Hold> = held.iter().filter(|h| h.gpu == g.id).collect();
+            if g.mig {
+                let model = catalog().model(&g.model).expect("present");
+                let specs: Vec<crate::layout::InstanceSpec> = on
+                    .iter()
+                    .map(|h| crate::layout::InstanceSpec { profile: h.profile.clone(), start: Some(h.start) })
+                    .collect();
+                crate::layout::validate(model, &specs).is_ok()
+            } else {
+                let mut starts: Vec<u8> = on.iter().map(|h| h.start).collect();
+                let n = starts.len();
+                starts.sort_unstable();
+                starts.dedup();
+                let per = on.first().and_then(|h| Sharing::from_key(&h.profile)).map_or(1, |s| match s {
+                    Sharing::Exclusive => 1,
+                    Sharing::Timeslice { replicas } | Sharing::Mps { replicas } => replicas,
+                });
+                starts.len() == n && on.iter().all(|h| h.profile == on[0].profile && u32::from(h.start) < per)
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Replays random reservations, cancellations and allocations made now (a reservation only if admitted,
+        /// an allocation only if it protects the accepted reservations): at every moment, every accepted
+        /// reservation in its window has all its slices, and what is held then is valid on every GPU.
+        #[test]
+        fn accepted_reservations_never_over_commit(steps in arb_steps()) {
+            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let mut bookings: Vec<Booking> = vec![];
+            let mut holds: Vec<Hold> = vec![];
+            for step in steps {
+                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone());
+                match step {
+                    Step::Book(b) => {
+                        if bookings.iter().all(|x| x.id != b.id) && cal.admit(&b, 0).is_ok() {
+                            bookings.push(b);
+                        }
+                    }
+                    Step::Cancel(i) => {
+                        if !bookings.is_empty() {
+                            bookings.remove(i % bookings.len());
+                        }
+                    }
+                    Step::Hold(start, until_ms) => {
+                        // A 1g slice at `start` on g0, made now, when that unit is free now.
+                        let h = Hold { gpu: "g0".into(), profile: "1g.10gb".into(), start: start as u8, until_ms };
+                        let mut all: Vec<&Hold> = holds.iter().collect();
+                        all.push(&h);
+                        if valid_at(&gpus, &all) && cal.protects(std::slice::from_ref(&h), 0).is_ok() {
+                            holds.push(h);
+                        }
+                    }
+                }
+                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone());
+                let sim = cal.simulate(0, &[]);
+                prop_assert!(sim.short.is_empty(), "accepted set short: {:?}", sim.short);
+                let mut moments: Vec<i64> = bookings.iter().flat_map(|b| [b.start_ms, b.end_ms - 1]).collect();
+                moments.extend(holds.iter().filter_map(|h| h.until_ms));
+                moments.push(0);
+                for t in moments {
+                    let mut at: Vec<&Hold> = holds.iter().filter(|h| h.at(t)).collect();
+                    for b in bookings.iter().filter(|b| b.at(t)) {
+                        prop_assert_eq!(sim.placed[&b.id].len() as u32, b.count);
+                        at.extend(sim.placed[&b.id].iter());
+                    }
+                    prop_assert!(valid_at(&gpus, &at), "over-committed at {}", t);
+                }
+            }
+        }
+    }
+}
