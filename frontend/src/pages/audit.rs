@@ -118,17 +118,23 @@ pub fn AuditLogPage() -> impl IntoView {
     // The filter applied (on submit), and the pages loaded for it.
     let applied = RwSignal::new(audit_query("", "", "", None));
     let first = Resource::new(move || applied.get(), api::get_json::<AuditPage>);
-    // Names for the ids in object paths; a list that fails to load leaves its ids short.
-    let names = LocalResource::new(|| async {
-        let (tenants, users, nodes) = futures_util::future::join3(
-            api::get_json::<Vec<TenantView>>("/api/v1/tenants".into()),
-            api::get_json::<Vec<UserView>>("/api/v1/users".into()),
-            api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()),
-        )
-        .await;
-        Names::new(&tenants.unwrap_or_default(), &users.unwrap_or_default(), &nodes.unwrap_or_default())
+    // Names for the ids in object paths, read in the browser once the page is live; until then (and when a list
+    // fails to load) ids show short. A plain signal, not a resource: the server renders the rows with the ids as
+    // the browser first hydrates them, whenever the names arrive (a local resource read inside the rows left the
+    // server's table empty, and a browser that had the names before hydrating then found a different page).
+    let names = RwSignal::new(Names::default());
+    Effect::new(move |_| {
+        leptos::task::spawn_local(async move {
+            let (tenants, users, nodes) = futures_util::future::join3(
+                api::get_json::<Vec<TenantView>>("/api/v1/tenants".into()),
+                api::get_json::<Vec<UserView>>("/api/v1/users".into()),
+                api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()),
+            )
+            .await;
+            names.set(Names::new(&tenants.unwrap_or_default(), &users.unwrap_or_default(), &nodes.unwrap_or_default()));
+        });
     });
-    let names = Signal::derive(move || names.get().unwrap_or_default());
+    let names: Signal<Names> = names.into();
     let more = RwSignal::new(Vec::<AuditView>::new());
     let next = RwSignal::new(None::<String>);
     let error = RwSignal::new(None::<String>);

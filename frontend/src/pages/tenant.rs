@@ -21,10 +21,12 @@ use crate::widgets::{Glossary, problem_view};
 mod allocations;
 mod form;
 mod requests;
+mod reservations;
 
 use allocations::AllocationsList;
 use form::RequestForm;
 use requests::RequestsTable;
+use reservations::ReservationsCard;
 
 /// One quota bar: amounts in thousandths.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,6 +355,7 @@ pub fn TenantPage() -> impl IntoView {
                             <h2>"Allocations"</h2>
                             <AllocationsList allocations />
                         </div>
+                        <ReservationsCard tenant=t.clone() tick=now />
                         <div class="card">
                             <h2>"Requests"</h2>
                             <Transition fallback=|| view! { <p>"Loading…"</p> }>

@@ -272,7 +272,15 @@ async fn check(
         .await?;
     policy.check(now, body.start_ms, body.end_ms, open.len() as u32).map_err(rule)?;
     // Quota over the window: what the tenant's live requests will still hold, and its other reservations.
-    let limits = state.store.quotas(&tenant.id).await?;
+    // The limits as request creation counts them: in a cohort, the maximums where set.
+    let mut limits = state.store.quotas(&tenant.id).await?;
+    if tenant.cohort_id.is_some() {
+        let (maximums, _) = state.store.bounds(&tenant.id).await?;
+        for (r, m) in maximums {
+            let l = limits.entry(r).or_default();
+            *l = (*l).max(m);
+        }
+    }
     let windows: HashMap<String, Option<i64>> =
         state.store.request_windows().await?.into_iter().map(|(id, _, e, _)| (id, e)).collect();
     let live: Vec<(Usage, Option<i64>)> = state
