@@ -15,10 +15,10 @@ pub struct NewReservationBody {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1000))]
     pub count: u32,
     /// Window start, UTC milliseconds (from now on, within the policy's `max_ahead_s`).
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub start_ms: i64,
     /// Window end, UTC milliseconds (after the start, within the policy's `max_duration_s`).
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub end_ms: i64,
     /// Why (shown to approvers).
     #[serde(default)]
@@ -82,10 +82,10 @@ pub struct ReservationQuery {
     /// Only in this state.
     pub state: Option<ReservationState>,
     /// Only windows ending after this time, UTC milliseconds (default: 7 days ago).
-    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub from_ms: Option<i64>,
     /// Only windows starting before this time, UTC milliseconds (default: no bound).
-    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub to_ms: Option<i64>,
     /// At most this many: 1-1000 (default 500).
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
@@ -125,10 +125,10 @@ pub struct ReservationPolicyView {
 #[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct CalendarQuery {
     /// From, UTC milliseconds (default: now).
-    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub from_ms: Option<i64>,
     /// To, UTC milliseconds (default: 7 days after `from_ms`; at most 31 days after it).
-    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 8_640_000_000_000_000i64))]
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub to_ms: Option<i64>,
     /// Only GPUs of this model (key or product name).
     pub model: Option<String>,

@@ -16,11 +16,12 @@
 //!    │ reject / cancel     │ cancel / fail                │ (its request is released early: ended)
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, GpuModel};
+use crate::layout::{Inst, Occupancy};
 use crate::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
 use crate::quota::{QuotaError, Usage, accumulate};
 use crate::request::SliceSpec;
@@ -312,6 +313,8 @@ pub struct Calendar<'a> {
     gpus: Vec<CalGpu>,
     holds: Vec<Hold>,
     bookings: Vec<Booking>,
+    /// Per reservation id, the slices an earlier simulation placed it on (see [`Calendar::with_hints`]).
+    hints: HashMap<String, Vec<Hold>>,
 }
 
 /// What a simulation found: where each reservation's slices go, and which found no room.
@@ -326,7 +329,18 @@ pub struct Simulation {
 impl<'a> Calendar<'a> {
     /// A calendar of `gpus` with `holds` and accepted `bookings`.
     pub fn new(catalog: &'a Catalog, gpus: Vec<CalGpu>, holds: Vec<Hold>, bookings: Vec<Booking>) -> Self {
-        Calendar { catalog, gpus, holds, bookings }
+        Calendar { catalog, gpus, holds, bookings, hints: HashMap::new() }
+    }
+
+    /// The same calendar where each reservation keeps the slices an earlier simulation placed it on (`hints`, by
+    /// reservation id) whenever they are still free at its start; the others are planned around them. With the
+    /// last simulation's placements as hints, releasing anything (a cancelled reservation, an allocation ending
+    /// early) never leaves an accepted reservation short: every hint stays free, since less is held at every
+    /// moment. Without hints, a replay plans every reservation anew, and a heuristic planner may then place an
+    /// earlier reservation where a later one needed room.
+    pub fn with_hints(mut self, hints: HashMap<String, Vec<Hold>>) -> Self {
+        self.hints = hints;
+        self
     }
 
     /// The accepted reservations.
@@ -334,45 +348,40 @@ impl<'a> Calendar<'a> {
         &self.bookings
     }
 
+    /// The same calendar with `b` accepted too.
+    pub fn with_booking(mut self, b: Booking) -> Self {
+        self.bookings.push(b);
+        self
+    }
+
     /// Replays the reservations that end after `from_ms`, in start order (ties by id), with `extra` holds added
     /// (slices an approval would place now). A reservation starting before `from_ms` is placed as of `from_ms`.
     pub fn simulate(&self, from_ms: i64, extra: &[Hold]) -> Simulation {
-        let mut order: Vec<&Booking> = self.bookings.iter().filter(|b| b.end_ms > from_ms).collect();
-        order.sort_by(|a, b| (a.start_ms, &a.id).cmp(&(b.start_ms, &b.id)));
-        let mut sim = Simulation::default();
-        let mut held: Vec<Hold> = self.holds.iter().chain(extra).cloned().collect();
-        // Bookings that start at the same moment are placed together, so the planner sees all their demand.
-        let mut i = 0;
-        while i < order.len() {
-            let t = order[i].start_ms.max(from_ms);
-            let mut group = vec![order[i]];
-            while i + group.len() < order.len() && order[i + group.len()].start_ms.max(from_ms) == t {
-                group.push(order[i + group.len()]);
-            }
-            i += group.len();
-            for (b, slices) in self.place_at(t, &held, &group) {
-                if (slices.len() as u32) < b.count {
-                    sim.short.push(Shortfall {
-                        booking: b.id.clone(),
-                        start_ms: b.start_ms,
-                        wanted: b.count,
-                        placed: slices.len() as u32,
-                    });
-                }
-                held.extend(slices.iter().cloned());
-                sim.placed.insert(b.id.clone(), slices);
-            }
+        if extra.is_empty() {
+            return Prepared::new(self.clone(), from_ms).simulation();
         }
-        sim
+        let mut with = self.clone();
+        with.holds.extend(extra.iter().cloned());
+        Prepared::new(with, from_ms).simulation()
+    }
+
+    /// Simulates the accepted reservations once from `now_ms`, so that many questions (admissions, previews,
+    /// protection) replay only what each changes.
+    pub fn prepare(&self, now_ms: i64) -> Prepared<'a> {
+        Prepared::new(self.clone(), now_ms)
     }
 
     /// Whether `new` fits: the simulation with it added leaves every reservation (it included) its room. Returns
     /// the shortfalls otherwise.
     pub fn admit(&self, new: &Booking, now_ms: i64) -> Result<Simulation, Vec<Shortfall>> {
-        let mut with = self.clone();
-        with.bookings.push(new.clone());
-        let sim = with.simulate(now_ms, &[]);
-        if sim.short.is_empty() { Ok(sim) } else { Err(sim.short) }
+        let mut p = self.prepare(now_ms);
+        p.accept(new.clone())?;
+        Ok(p.simulation())
+    }
+
+    /// The most slices of `b`'s spec that fit its window (`b.count` is ignored), at most 1000.
+    pub fn most_that_fit(&self, b: &Booking, now_ms: i64) -> u32 {
+        self.prepare(now_ms).most_that_fit(b)
     }
 
     /// Whether holding `extra` leaves every accepted reservation its room; else the first reservation it would
@@ -381,77 +390,531 @@ impl<'a> Calendar<'a> {
         if extra.is_empty() || self.bookings.iter().all(|b| b.end_ms <= now_ms) {
             return Ok(());
         }
-        let before = self.simulate(now_ms, &[]);
-        let after = self.simulate(now_ms, extra);
-        // Only shortfalls the extra holds cause: one already short without them is not this allocation's doing.
-        match after.short.into_iter().find(|s| !before.short.iter().any(|b| b.booking == s.booking)) {
-            Some(s) => Err(s),
-            None => Ok(()),
+        self.prepare(now_ms).protects(extra)
+    }
+}
+
+/// A calendar whose accepted reservations are simulated once. A question about a change (a new reservation, holds
+/// added now) replays only from the change's start, and stops as soon as every slice the change moved has ended:
+/// from then on the fleet is as the prepared simulation has it, so the rest of the future is the same. Answers are
+/// those of a whole replay.
+#[derive(Debug, Clone)]
+pub struct Prepared<'a> {
+    cal: Calendar<'a>,
+    from_ms: i64,
+    /// The GPUs' models, as the catalog resolves them.
+    models: Vec<Option<&'a GpuModel>>,
+    /// GPU id -> index in `cal.gpus`.
+    index: HashMap<String, usize>,
+    /// The fleet's distinct models, and per GPU the index of its model among them.
+    distinct: Vec<&'a GpuModel>,
+    slot: Vec<Option<usize>>,
+    /// Indices of the bookings that end after `from_ms`, in start order (ties by id).
+    order: Vec<usize>,
+    /// The moments at which bookings start, with their range in `order`.
+    groups: Vec<Group>,
+    /// Per booking, the slices placed for it.
+    placed: Vec<Vec<Hold>>,
+    /// Per booking, how short of room it was.
+    short: Vec<Option<Shortfall>>,
+}
+
+/// Bookings starting at one moment (placed together, so that the planner sees all their demand).
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    t: i64,
+    first: usize,
+    end: usize,
+}
+
+/// Who a replayed placement is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Booked(usize),
+    New,
+}
+
+/// What a replay with a change found.
+#[derive(Debug, Default)]
+struct Replay {
+    /// Slices placed in the replay, in order.
+    fresh: Vec<Hold>,
+    /// Per member replayed: its slices (a range of `fresh`) and its shortfall.
+    members: Vec<(Member, std::ops::Range<usize>, Option<Shortfall>)>,
+}
+
+impl Replay {
+    fn short_of(&self, m: Member) -> Option<&Option<Shortfall>> {
+        self.members.iter().find(|x| x.0 == m).map(|x| &x.2)
+    }
+}
+
+impl<'a> Prepared<'a> {
+    fn new(cal: Calendar<'a>, from_ms: i64) -> Self {
+        let models: Vec<Option<&GpuModel>> =
+            cal.gpus.iter().map(|g| cal.catalog.resolve(&g.model).map(|(m, _)| m)).collect();
+        let index = cal.gpus.iter().enumerate().map(|(i, g)| (g.id.clone(), i)).collect();
+        let mut distinct: Vec<&GpuModel> = Vec::new();
+        let slot = models
+            .iter()
+            .map(|m: &Option<&GpuModel>| {
+                let m = (*m)?;
+                Some(distinct.iter().position(|d| std::ptr::eq(*d, m)).unwrap_or_else(|| {
+                    distinct.push(m);
+                    distinct.len() - 1
+                }))
+            })
+            .collect();
+        let n = cal.bookings.len();
+        let mut p = Prepared {
+            cal,
+            from_ms,
+            models,
+            index,
+            distinct,
+            slot,
+            order: vec![],
+            groups: vec![],
+            placed: vec![vec![]; n],
+            short: vec![None; n],
+        };
+        p.regroup();
+        let replay = p.replay_from(0, None, &[], false);
+        p.absorb(replay);
+        p
+    }
+
+    /// The calendar it simulates.
+    pub fn calendar(&self) -> &Calendar<'a> {
+        &self.cal
+    }
+
+    /// The whole simulation.
+    pub fn simulation(&self) -> Simulation {
+        let mut sim = Simulation::default();
+        for &i in &self.order {
+            sim.placed.insert(self.cal.bookings[i].id.clone(), self.placed[i].clone());
+            sim.short.extend(self.short[i].clone());
+        }
+        sim
+    }
+
+    /// Whether `new` would fit with every accepted reservation keeping its room; the shortfalls otherwise.
+    pub fn fits(&self, new: &Booking) -> Result<(), Vec<Shortfall>> {
+        let replay = self.replay_new(new);
+        let short = self.shortfalls(&replay);
+        if short.is_empty() { Ok(()) } else { Err(short) }
+    }
+
+    /// Accepts `new` if it fits (see [`Prepared::fits`]); the simulation then includes it.
+    pub fn accept(&mut self, new: Booking) -> Result<(), Vec<Shortfall>> {
+        let replay = self.replay_new(&new);
+        let short = self.shortfalls(&replay);
+        if !short.is_empty() {
+            return Err(short);
+        }
+        self.cal.bookings.push(new);
+        self.placed.push(vec![]);
+        self.short.push(None);
+        let n = self.cal.bookings.len() - 1;
+        let replay = Replay {
+            members: replay
+                .members
+                .into_iter()
+                .map(|(m, r, s)| (if m == Member::New { Member::Booked(n) } else { m }, r, s))
+                .collect(),
+            ..replay
+        };
+        self.absorb(replay);
+        self.regroup();
+        Ok(())
+    }
+
+    /// The most slices of `b`'s spec that fit its window (`b.count` is ignored), at most 1000: a binary search of
+    /// [`Prepared::fits`] bounded by what the fleet could ever hold. The count it answers always fits; the planner
+    /// is a heuristic, so on rare fleets a larger count that the search skipped could fit too.
+    pub fn most_that_fit(&self, b: &Booking) -> u32 {
+        let (mut lo, mut hi) = (0u32, self.capacity(&b.spec).min(1000));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.fits(&Booking { count: mid, ..b.clone() }).is_ok() { lo = mid } else { hi = mid - 1 }
+        }
+        lo
+    }
+
+    /// Whether holding `extra` from now leaves every accepted reservation its room; else the first reservation it
+    /// would leave short that was not short already.
+    pub fn protects(&self, extra: &[Hold]) -> Result<(), Shortfall> {
+        if extra.is_empty() || self.order.is_empty() {
+            return Ok(());
+        }
+        let replay = self.replay_from(0, None, extra, true);
+        self.shortfalls(&replay)
+            .into_iter()
+            .find(|s| {
+                self.cal.bookings.iter().zip(&self.short).all(|(b, before)| b.id != s.booking || before.is_none())
+            })
+            .map_or(Ok(()), Err)
+    }
+
+    /// Most slices of `spec` the fleet could hold at once, ignoring everything held: an upper bound for searches.
+    fn capacity(&self, spec: &SliceSpec) -> u32 {
+        let total: usize = self
+            .cal
+            .gpus
+            .iter()
+            .zip(&self.models)
+            .filter(|(g, _)| !g.cordoned)
+            .map(|(g, m)| match (spec, m) {
+                (SliceSpec::Mig { profile, .. }, Some(m)) if g.mig && self.eligible(spec, m) => {
+                    m.profile(profile).map_or(0, |p| p.placements.len())
+                }
+                (_, Some(m)) if !g.mig && self.eligible(spec, m) => {
+                    share_of(spec).map_or(0, |(_, _, per)| per as usize)
+                }
+                _ => 0,
+            })
+            .sum();
+        u32::try_from(total).unwrap_or(u32::MAX)
+    }
+
+    /// Whether a GPU of model `m` can take a slice of `spec`.
+    fn eligible(&self, spec: &SliceSpec, m: &GpuModel) -> bool {
+        let named = |model: &str| self.cal.catalog.resolve(model).is_some_and(|(x, _)| x.key == m.key);
+        match spec {
+            SliceSpec::Mig { profile, model } => {
+                m.profile_index(profile).is_some() && model.as_deref().is_none_or(named)
+            }
+            other => share_of(other).is_some_and(|(model, _, _)| named(model)),
         }
     }
 
-    /// Places the `group` of reservations starting at `t` on the fleet as it is at `t` given `held`.
-    fn place_at<'b>(&self, t: i64, held: &[Hold], group: &[&'b Booking]) -> Vec<(&'b Booking, Vec<Hold>)> {
-        let live: Vec<&Hold> = held.iter().filter(|h| h.at(t)).collect();
-        let mut out: Vec<(&Booking, Vec<Hold>)> = group.iter().map(|b| (*b, Vec::new())).collect();
-        // MIG: one planner run for every MIG reservation of the group.
-        let mig: Vec<(usize, &str, Option<&String>)> = group
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| match &b.spec {
-                SliceSpec::Mig { profile, model } => Some((i, profile.as_str(), model.as_ref())),
-                _ => None,
-            })
-            .collect();
-        if !mig.is_empty() {
-            let input = PlanInput {
-                gpus: self.gpus.iter().filter(|g| g.mig).map(|g| mig_input(g, &live)).collect(),
-                demand: mig
-                    .iter()
-                    .map(|(i, profile, model)| DemandInput {
-                        profile: profile.to_string(),
-                        count: group[*i].count,
-                        model: model.cloned(),
-                    })
-                    .collect(),
-            };
-            if let Ok(planned) = plan(self.catalog, &input) {
-                for s in planned.placed {
-                    let (i, _, _) = mig[s.demand];
-                    let until_ms = Some(group[i].end_ms);
-                    out[i].1.push(Hold { gpu: s.gpu, profile: s.profile, start: s.start, until_ms });
-                }
+    /// Rebuilds the start order and the groups after the bookings changed.
+    fn regroup(&mut self) {
+        let bookings = &self.cal.bookings;
+        let mut order: Vec<usize> = (0..bookings.len()).filter(|&i| bookings[i].end_ms > self.from_ms).collect();
+        order.sort_by(|&a, &b| (bookings[a].start_ms, &bookings[a].id).cmp(&(bookings[b].start_ms, &bookings[b].id)));
+        let mut groups: Vec<Group> = Vec::new();
+        for (k, &i) in order.iter().enumerate() {
+            let t = bookings[i].start_ms.max(self.from_ms);
+            match groups.last_mut() {
+                Some(g) if g.t == t => g.end = k + 1,
+                _ => groups.push(Group { t, first: k, end: k + 1 }),
             }
         }
-        // Whole GPUs and shares: packed one reservation after another.
-        let mut taken: Vec<Hold> = live.iter().map(|h| (*h).clone()).collect();
-        for (i, b) in group.iter().enumerate() {
-            if matches!(b.spec, SliceSpec::Mig { .. }) {
-                continue;
+        self.order = order;
+        self.groups = groups;
+    }
+
+    /// Takes a replay's placements as the prepared simulation's.
+    fn absorb(&mut self, replay: Replay) {
+        for (m, range, short) in replay.members {
+            if let Member::Booked(i) = m {
+                self.placed[i] = replay.fresh[range].to_vec();
+                self.short[i] = short;
             }
-            let slices = self.place_shares(&taken, b);
-            taken.extend(slices.iter().cloned());
-            out[i].1 = slices;
+        }
+    }
+
+    /// Every shortfall with `replay`'s changes, in time order.
+    fn shortfalls(&self, replay: &Replay) -> Vec<Shortfall> {
+        let mut out: Vec<Shortfall> = Vec::new();
+        for &i in &self.order {
+            match replay.short_of(Member::Booked(i)) {
+                Some(s) => out.extend(s.clone()),
+                None => out.extend(self.short[i].clone()),
+            }
+        }
+        if let Some(Some(s)) = replay.short_of(Member::New) {
+            let at = out.partition_point(|x| (x.start_ms, &x.booking) <= (s.start_ms, &s.booking));
+            out.insert(at, s.clone());
         }
         out
     }
 
-    /// Shares for `b` on whole GPUs of its model: GPUs already shared the same way first (fewest free shares), then
-    /// unused ones, as approvals place them.
-    fn place_shares(&self, taken: &[Hold], b: &Booking) -> Vec<Hold> {
-        let Some((model, sharing, per_gpu)) = share_of(&b.spec) else { return vec![] };
+    /// The replay with `new` added, from the first moment at or after its start.
+    fn replay_new(&self, new: &Booking) -> Replay {
+        if new.end_ms <= self.from_ms {
+            return Replay::default();
+        }
+        let t = new.start_ms.max(self.from_ms);
+        let first = self.groups.partition_point(|g| g.t < t);
+        self.replay_from(first, Some(new), &[], false)
+    }
+
+    /// Replays the groups from `first` with `new` added and `extra` held from now. With `stop_early`, or with a new
+    /// booking, it stops at the first moment by which every slice that differs from the prepared simulation has
+    /// ended; from `first = 0` without changes it is the whole simulation.
+    fn replay_from(&self, first: usize, new: Option<&Booking>, extra: &[Hold], stop_early: bool) -> Replay {
+        let bookings = &self.cal.bookings;
+        let tag = |h: &Hold| self.index.get(&h.gpu).copied().unwrap_or(usize::MAX);
+        let mut base: Vec<(usize, &Hold)> = self.cal.holds.iter().chain(extra).map(|h| (tag(h), h)).collect();
+        for g in &self.groups[..first] {
+            for &i in &self.order[g.first..g.end] {
+                base.extend(self.placed[i].iter().map(|h| (tag(h), h)));
+            }
+        }
+        base.retain(|(g, _)| *g != usize::MAX);
+        let mut fresh_gpu: Vec<usize> = Vec::new();
+        let stop_early = stop_early || new.is_some();
+        // Every slice that differs from the prepared simulation has ended by `horizon`.
+        let mut horizon = extra.iter().map(|h| h.until_ms.unwrap_or(i64::MAX)).max().unwrap_or(i64::MIN);
+        if let Some(b) = new {
+            horizon = horizon.max(b.end_ms);
+        }
+        let mut pending = new.map(|b| (b, b.start_ms.max(self.from_ms)));
+        let mut replay = Replay::default();
+        let mut g = first;
+        loop {
+            let next = self.groups.get(g);
+            let (t, mut members): (i64, Vec<Member>) = match (pending, next) {
+                (Some((_, nt)), Some(grp)) if nt < grp.t => (nt, vec![Member::New]),
+                (Some((b, nt)), Some(grp)) if nt == grp.t => {
+                    let mut m: Vec<Member> =
+                        self.order[grp.first..grp.end].iter().map(|&i| Member::Booked(i)).collect();
+                    let at = self.order[grp.first..grp.end]
+                        .partition_point(|&i| (bookings[i].start_ms, &bookings[i].id) < (b.start_ms, &b.id));
+                    m.insert(at, Member::New);
+                    g += 1;
+                    (grp.t, m)
+                }
+                (Some((_, nt)), None) => (nt, vec![Member::New]),
+                (None, Some(grp)) => {
+                    if stop_early && grp.t >= horizon {
+                        break;
+                    }
+                    g += 1;
+                    (grp.t, self.order[grp.first..grp.end].iter().map(|&i| Member::Booked(i)).collect())
+                }
+                (None, None) => break,
+                (Some(_), Some(_)) => unreachable!("the guards above cover every order"),
+            };
+            if members.contains(&Member::New) {
+                pending = None;
+            }
+            let group: Vec<&Booking> = members
+                .iter()
+                .map(|m| match m {
+                    Member::Booked(i) => &bookings[*i],
+                    Member::New => new.unwrap_or_else(|| unreachable!("a new member comes with a booking")),
+                })
+                .collect();
+            let mut live: Vec<(usize, &Hold)> = base
+                .iter()
+                .copied()
+                .chain(fresh_gpu.iter().copied().zip(&replay.fresh))
+                .filter(|(g, h)| *g != usize::MAX && h.at(t))
+                .collect();
+            live.sort_by_key(|(g, _)| *g);
+            let placed = self.place_at(&live, &group);
+            drop(live);
+            for ((m, b), slices) in members.drain(..).zip(&group).zip(placed) {
+                let changed = match m {
+                    Member::Booked(i) => self.placed[i] != slices,
+                    Member::New => true,
+                };
+                if changed && !slices.is_empty() {
+                    horizon = horizon.max(b.end_ms);
+                }
+                let short = ((slices.len() as u32) < b.count).then(|| Shortfall {
+                    booking: b.id.clone(),
+                    start_ms: b.start_ms,
+                    wanted: b.count,
+                    placed: slices.len() as u32,
+                });
+                let range = replay.fresh.len()..replay.fresh.len() + slices.len();
+                fresh_gpu.extend(slices.iter().map(tag));
+                replay.fresh.extend(slices);
+                replay.members.push((m, range, short));
+            }
+        }
+        replay
+    }
+
+    /// Places the `group` of reservations starting at one moment on the fleet as it is then (`live` is what is held
+    /// at that moment). Returns each reservation's slices.
+    fn place_at(&self, live: &[(usize, &Hold)], group: &[&Booking]) -> Vec<Vec<Hold>> {
+        let mut out: Vec<Vec<Hold>> = vec![Vec::new(); group.len()];
+        // Reservations whose hinted slices are still free keep them.
+        let mut hinted: Vec<Hold> = Vec::new();
+        let mut keeps = vec![false; group.len()];
+        for (i, b) in group.iter().enumerate() {
+            if let Some(hint) = self.cal.hints.get(&b.id)
+                && hint.len() == b.count as usize
+                && self.hint_free(b, hint, live, &hinted)
+            {
+                out[i] = hint.iter().map(|h| Hold { until_ms: Some(b.end_ms), ..h.clone() }).collect();
+                hinted.extend(out[i].iter().cloned());
+                keeps[i] = true;
+            }
+        }
+        // What is held, by GPU (`live` is sorted by GPU).
+        let mut by_gpu: Vec<(usize, &Hold)> = live.to_vec();
+        if !hinted.is_empty() {
+            by_gpu.extend(hinted.iter().filter_map(|h| self.index.get(&h.gpu).map(|&i| (i, h))));
+            by_gpu.sort_by_key(|(i, _)| *i);
+        }
+        let on = |gpu: usize| -> Vec<&Hold> {
+            let from = by_gpu.partition_point(|(i, _)| *i < gpu);
+            let to = by_gpu.partition_point(|(i, _)| *i <= gpu);
+            by_gpu[from..to].iter().map(|(_, h)| *h).collect()
+        };
+        // MIG: one planner run for every MIG reservation of the group, on the GPUs that could take any of them.
+        let mig: Vec<usize> =
+            (0..group.len()).filter(|&i| !keeps[i] && matches!(group[i].spec, SliceSpec::Mig { .. })).collect();
+        if !mig.is_empty() {
+            // A GPU where no demanded profile fits beside the instances held there (nor a cordoned one) could take
+            // nothing: the planner is not shown it.
+            // Per model of the fleet, the profiles demanded that it can take.
+            let wanted: Vec<Vec<usize>> = self
+                .distinct
+                .iter()
+                .map(|m| {
+                    mig.iter()
+                        .filter(|&&d| self.eligible(&group[d].spec, m))
+                        .filter_map(|&d| match &group[d].spec {
+                            SliceSpec::Mig { profile, .. } => m.profile_index(profile),
+                            _ => None,
+                        })
+                        .collect()
+                })
+                .collect();
+            let gpus: Vec<GpuInput> = self
+                .cal
+                .gpus
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.mig && !g.cordoned)
+                .filter_map(|(i, g)| {
+                    let (m, slot) = (self.models[i]?, self.slot[i]?);
+                    let wanted = &wanted[slot];
+                    if wanted.is_empty() {
+                        return None;
+                    }
+                    let held = on(i);
+                    let mut occ = Occupancy::EMPTY;
+                    for h in &held {
+                        if let Some(p) = m.profile_index(&h.profile) {
+                            occ.add(m, Inst { profile: p, start: h.start });
+                        }
+                    }
+                    wanted.iter().any(|&p| occ.can_add_profile(m, p)).then(|| mig_input(g, &held))
+                })
+                .collect();
+            let demand = mig
+                .iter()
+                .filter_map(|&i| match &group[i].spec {
+                    SliceSpec::Mig { profile, model } => {
+                        Some(DemandInput { profile: profile.clone(), count: group[i].count, model: model.clone() })
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !gpus.is_empty()
+                && let Ok(planned) = plan(self.cal.catalog, &PlanInput { gpus, demand })
+            {
+                for s in planned.placed {
+                    let i = mig[s.demand];
+                    let until_ms = Some(group[i].end_ms);
+                    out[i].push(Hold { gpu: s.gpu, profile: s.profile, start: s.start, until_ms });
+                }
+            }
+        }
+        // Whole GPUs and shares: packed one reservation after another.
+        let mut added: Vec<Hold> = Vec::new();
+        for (i, b) in group.iter().enumerate() {
+            if keeps[i] || matches!(b.spec, SliceSpec::Mig { .. }) {
+                continue;
+            }
+            let slices = self.place_shares(&on, &added, b);
+            added.extend(slices.iter().cloned());
+            out[i] = slices;
+        }
+        out
+    }
+
+    /// Whether `hint`'s slices can hold `b` beside what is `live` and the slices `hinted` at the same moment: each
+    /// on a GPU that takes `b`'s spec and is not cordoned, a MIG instance that fits beside the instances held there,
+    /// or a share that is free on a GPU shared the same way.
+    fn hint_free(&self, b: &Booking, hint: &[Hold], live: &[(usize, &Hold)], hinted: &[Hold]) -> bool {
+        let mut seen: Vec<&str> = Vec::new();
+        for h in hint {
+            if seen.contains(&h.gpu.as_str()) {
+                continue;
+            }
+            seen.push(&h.gpu);
+            let Some(&gi) = self.index.get(&h.gpu) else { return false };
+            let (g, Some(model)) = (&self.cal.gpus[gi], self.models[gi]) else { return false };
+            if g.cordoned || !self.eligible(&b.spec, model) {
+                return false;
+            }
+            let from = live.partition_point(|(i, _)| *i < gi);
+            let to = live.partition_point(|(i, _)| *i <= gi);
+            let held: Vec<&Hold> =
+                live[from..to].iter().map(|(_, x)| *x).chain(hinted.iter().filter(|x| x.gpu == h.gpu)).collect();
+            let mine: Vec<&Hold> = hint.iter().filter(|x| x.gpu == h.gpu).collect();
+            let free = match &b.spec {
+                SliceSpec::Mig { profile, .. } => {
+                    g.mig && {
+                        let mut occ = Occupancy::EMPTY;
+                        let inst =
+                            |x: &Hold| model.profile_index(&x.profile).map(|p| Inst { profile: p, start: x.start });
+                        for x in &held {
+                            if let Some(i) = inst(x) {
+                                occ.add(model, i);
+                            }
+                        }
+                        mine.iter().all(|x| match inst(x) {
+                            Some(i) if model.profile_index(profile) == Some(i.profile) && occ.can_add(model, i) => {
+                                occ.add(model, i);
+                                true
+                            }
+                            _ => false,
+                        })
+                    }
+                }
+                spec => match share_of(spec) {
+                    Some((_, sharing, per_gpu)) => {
+                        let key = sharing.key();
+                        !g.mig
+                            && held.iter().all(|x| x.profile == key)
+                            && mine.iter().enumerate().all(|(k, x)| {
+                                x.profile == key
+                                    && u32::from(x.start) < per_gpu
+                                    && !held.iter().any(|y| y.start == x.start)
+                                    && !mine[..k].iter().any(|y| y.start == x.start)
+                            })
+                    }
+                    None => false,
+                },
+            };
+            if !free {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Shares for `b` on whole GPUs of its model (`on` gives what is held on a GPU, `added` what this moment placed
+    /// already): GPUs already shared the same way first (fewest free shares), then unused ones, as approvals place
+    /// them.
+    fn place_shares<'h>(&self, on: &dyn Fn(usize) -> Vec<&'h Hold>, added: &[Hold], b: &Booking) -> Vec<Hold> {
+        let Some((_, sharing, per_gpu)) = share_of(&b.spec) else { return vec![] };
         let key = sharing.key();
-        let model = self.catalog.resolve(model).map(|(m, _)| m.key.clone()).unwrap_or_else(|| model.to_string());
         let mut candidates: Vec<(bool, usize, &str, Vec<u8>)> = Vec::new();
-        for g in self.gpus.iter().filter(|g| !g.mig && !g.cordoned && g.model == model) {
-            let on: Vec<&Hold> = taken.iter().filter(|h| h.gpu == g.id).collect();
-            if on.iter().any(|h| h.profile != key) {
+        for (i, g) in self.cal.gpus.iter().enumerate() {
+            if g.mig || g.cordoned || !self.models[i].is_some_and(|m| self.eligible(&b.spec, m)) {
+                continue;
+            }
+            let held = on(i);
+            let taken: Vec<&Hold> = held.into_iter().chain(added.iter().filter(|h| h.gpu == g.id)).collect();
+            if taken.iter().any(|h| h.profile != key) {
                 continue;
             }
             let free: Vec<u8> =
-                (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !on.iter().any(|h| h.start == *s)).collect();
+                (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !taken.iter().any(|h| h.start == *s)).collect();
             if !free.is_empty() {
-                candidates.push((on.is_empty(), free.len(), g.id.as_str(), free));
+                candidates.push((taken.is_empty(), free.len(), g.id.as_str(), free));
             }
         }
         candidates.sort();
@@ -471,10 +934,12 @@ impl<'a> Calendar<'a> {
     }
 }
 
-/// The planner's view of one MIG GPU at a moment: what is held then is in use; the rest of its layout is free. A
-/// held instance missing from the layout (created by a layout change still to apply) replaces the free ones.
-fn mig_input(g: &CalGpu, live: &[&Hold]) -> GpuInput {
-    let mine: Vec<&&Hold> = live.iter().filter(|h| h.gpu == g.id).collect();
+/// The planner's view of one MIG GPU at a moment, given what is held on it then (`mine`): that is in use; the rest
+/// of its layout is free. A held instance missing from the layout (created by a layout change still to apply)
+/// replaces the free ones.
+fn mig_input(g: &CalGpu, mine: &[&Hold]) -> GpuInput {
+    let mut mine: Vec<&&Hold> = mine.iter().collect();
+    mine.sort_by(|a, b| (a.start, &a.profile).cmp(&(b.start, &b.profile)));
     let in_layout = |h: &&&Hold| g.layout.iter().any(|(p, s)| *p == h.profile && *s == h.start);
     let instances = if mine.iter().all(in_layout) {
         g.layout
@@ -725,16 +1190,85 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
+        /// A prepared calendar replays only from a change's start and stops once the change's slices have ended:
+        /// its admissions, simulations after accepting, previews' counts and protection answer exactly as whole
+        /// replays do.
+        #[test]
+        fn prepared_answers_match_whole_replays(
+            books in prop::collection::vec((0usize..1000).prop_flat_map(arb_booking), 1..30),
+            held in prop::collection::vec((0usize..2, 0u8..7, prop::option::of(1i64..150)), 0..6),
+            probe in (5000usize..6000).prop_flat_map(arb_booking),
+            extra in (0u8..7, prop::option::of(1i64..200)),
+            hinted in any::<bool>(),
+        ) {
+            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let mut holds: Vec<Hold> = vec![];
+            for (g, start, until_ms) in held {
+                let h = Hold { gpu: format!("g{g}"), profile: "1g.10gb".into(), start, until_ms };
+                let mut all: Vec<&Hold> = holds.iter().collect();
+                all.push(&h);
+                if valid_at(&gpus, &all) {
+                    holds.push(h);
+                }
+            }
+            let mut prepared = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
+            let mut accepted: Vec<Booking> = vec![];
+            let mut hints: HashMap<String, Vec<Hold>> = HashMap::new();
+            for b in books {
+                if accepted.iter().any(|x| x.id == b.id) {
+                    continue;
+                }
+                let whole = Calendar::new(catalog(), gpus.clone(), holds.clone(), accepted.clone())
+                    .with_hints(hints.clone())
+                    .with_booking(b.clone())
+                    .simulate(0, &[]);
+                let fits = prepared.fits(&b);
+                prop_assert_eq!(fits.clone().err(), (!whole.short.is_empty()).then(|| whole.short.clone()));
+                if fits.is_ok() {
+                    prepared.accept(b.clone()).expect("fits");
+                    accepted.push(b);
+                    prop_assert_eq!(prepared.simulation(), whole.clone());
+                    if hinted {
+                        hints = whole.placed.into_iter().collect();
+                        prepared = Calendar::new(catalog(), gpus.clone(), holds.clone(), accepted.clone())
+                            .with_hints(hints.clone())
+                            .prepare(0);
+                    }
+                }
+            }
+            let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), accepted.clone()).with_hints(hints.clone());
+            // The same binary search over whole replays (the planner does not promise that fitting is monotone
+            // in the count, so the search is compared step for step).
+            let fits_whole = |n: u32| {
+                cal.clone().with_booking(Booking { count: n, ..probe.clone() }).simulate(0, &[]).short.is_empty()
+            };
+            let (mut lo, mut hi) = (0u32, prepared.capacity(&probe.spec).min(1000));
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if fits_whole(mid) { lo = mid } else { hi = mid - 1 }
+            }
+            prop_assert_eq!(prepared.most_that_fit(&probe), lo);
+            prop_assert!(lo == 0 || fits_whole(lo));
+            // Protection: the first reservation the extra slice leaves short that was not short before.
+            let h = Hold { gpu: "g0".into(), profile: "1g.10gb".into(), start: extra.0, until_ms: extra.1 };
+            let before = cal.simulate(0, &[]);
+            let after = cal.simulate(0, std::slice::from_ref(&h));
+            let expected = after.short.into_iter().find(|s| !before.short.iter().any(|b| b.booking == s.booking));
+            prop_assert_eq!(prepared.protects(std::slice::from_ref(&h)).err(), expected);
+        }
+
         /// Replays random reservations, cancellations and allocations made now (a reservation only if admitted,
-        /// an allocation only if it protects the accepted reservations): at every moment, every accepted
-        /// reservation in its window has all its slices, and what is held then is valid on every GPU.
+        /// an allocation only if it protects the accepted reservations), each calendar hinted with the last
+        /// simulation's placements as the server keeps them: at every moment, every accepted reservation in its
+        /// window has all its slices, and what is held then is valid on every GPU.
         #[test]
         fn accepted_reservations_never_over_commit(steps in arb_steps()) {
             let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
             let mut bookings: Vec<Booking> = vec![];
             let mut holds: Vec<Hold> = vec![];
+            let mut hints: HashMap<String, Vec<Hold>> = HashMap::new();
             for step in steps {
-                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone());
+                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone()).with_hints(hints.clone());
                 match step {
                     Step::Book(b) => {
                         if bookings.iter().all(|x| x.id != b.id) && cal.admit(&b, 0).is_ok() {
@@ -756,9 +1290,10 @@ mod tests {
                         }
                     }
                 }
-                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone());
+                let cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), bookings.clone()).with_hints(hints.clone());
                 let sim = cal.simulate(0, &[]);
                 prop_assert!(sim.short.is_empty(), "accepted set short: {:?}", sim.short);
+                hints = sim.placed.clone().into_iter().collect();
                 let mut moments: Vec<i64> = bookings.iter().flat_map(|b| [b.start_ms, b.end_ms - 1]).collect();
                 moments.extend(holds.iter().filter_map(|h| h.until_ms));
                 moments.push(0);

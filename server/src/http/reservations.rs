@@ -44,6 +44,14 @@ pub fn view(r: ReservationRecord, now: i64) -> ReservationView {
     }
 }
 
+/// A booking's window is two times in `0..=MAX_TIME_MS` (422 `invalid_time` otherwise), so that no arithmetic on
+/// them can overflow.
+fn window_times(body: &NewReservationBody) -> Result<(), ApiError> {
+    super::time_param("start_ms", Some(body.start_ms))?;
+    super::time_param("end_ms", Some(body.end_ms))?;
+    Ok(())
+}
+
 fn with_etag(status: StatusCode, r: ReservationRecord) -> Response {
     let (version, location) = (r.version, format!("/api/v1/reservations/{}", r.id));
     versioned(status, version, &location, view(r, crate::store::now_ms()))
@@ -58,7 +66,7 @@ fn with_etag(status: StatusCode, r: ReservationRecord) -> Response {
     responses((status = 201, body = ReservationView, description = "booked: `accepted`, or `pending` for a platform admin"),
         (status = 404, body = Problem),
         (status = 409, body = Problem, description = "no_room_in_window, quota_exceeded or calendar_busy"),
-        (status = 422, body = Problem, description = "invalid_window, reservation_too_long, reservation_too_far_ahead, \
+        (status = 422, body = Problem, description = "invalid_time, invalid_window, reservation_too_long, reservation_too_far_ahead, \
             too_many_reservations, invalid_count, invalid_reason, unknown_model or unknown_profile")))]
 pub async fn create_reservation(
     State(state): State<AppState>,
@@ -66,6 +74,7 @@ pub async fn create_reservation(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<NewReservationBody>,
 ) -> Result<Response, ApiError> {
+    window_times(&body)?;
     Ok(with_etag(StatusCode::CREATED, reservations::book(&state, &p, &id, &body).await?))
 }
 
@@ -73,13 +82,15 @@ pub async fn create_reservation(
 /// how many slices of the spec the window has room for.
 #[utoipa::path(post, path = "/api/v1/tenants/{id}/reservations/preview", tag = "reservations", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path, description = "The tenant's id or its name")), request_body = NewReservationBody,
-    responses((status = 200, body = ReservationPreview), (status = 404, body = Problem), (status = 422, body = Problem)))]
+    responses((status = 200, body = ReservationPreview), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_time: a window time outside 0 to 253402300799999")))]
 pub async fn preview_reservation(
     State(state): State<AppState>,
     p: Principal,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<NewReservationBody>,
 ) -> Result<ApiJson<ReservationPreview>, ApiError> {
+    window_times(&body)?;
     Ok(ApiJson(reservations::preview(&state, &p, &id, &body).await?))
 }
 
@@ -87,12 +98,14 @@ pub async fn preview_reservation(
 #[utoipa::path(get, path = "/api/v1/reservations", tag = "reservations", security(("token" = ["user"]), ("session" = ["user"])),
     params(ReservationQuery),
     responses((status = 200, body = ReservationPage), (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "tenant_required, invalid_limit or invalid_query")))]
+        (status = 422, body = Problem, description = "tenant_required, invalid_limit, invalid_time or invalid_query")))]
 pub async fn list_reservations(
     State(state): State<AppState>,
     p: Principal,
     ApiQuery(q): ApiQuery<ReservationQuery>,
 ) -> Result<ApiJson<ReservationPage>, ApiError> {
+    super::time_param("from_ms", q.from_ms)?;
+    super::time_param("to_ms", q.to_ms)?;
     let now = crate::store::now_ms();
     let items = reservations::list(&state, &p, &q).await?.into_iter().map(|r| view(r, now)).collect();
     Ok(ApiJson(ReservationPage { items }))
@@ -223,11 +236,13 @@ pub async fn set_tenant_policy(
 /// tenants the caller may not see carry no tenant.
 #[utoipa::path(get, path = "/api/v1/calendar", tag = "reservations", security(("token" = ["user"]), ("session" = ["user"])),
     params(CalendarQuery),
-    responses((status = 200, body = CalendarView), (status = 422, body = Problem, description = "invalid_range, unknown_model or invalid_query")))]
+    responses((status = 200, body = CalendarView), (status = 422, body = Problem, description = "invalid_range, invalid_time, unknown_model or invalid_query")))]
 pub async fn calendar(
     State(state): State<AppState>,
     p: Principal,
     ApiQuery(q): ApiQuery<CalendarQuery>,
 ) -> Result<ApiJson<CalendarView>, ApiError> {
+    super::time_param("from_ms", q.from_ms)?;
+    super::time_param("to_ms", q.to_ms)?;
     Ok(ApiJson(reservations::calendar(&state, &p, &q).await?))
 }

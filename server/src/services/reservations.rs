@@ -46,6 +46,8 @@ pub struct CalendarRead {
     made_for: HashMap<String, String>,
     /// Accepted reservation id -> its tenant's id.
     owners: HashMap<String, String>,
+    /// Accepted reservation id -> the slices the last simulation placed it on.
+    hints: HashMap<String, Vec<Hold>>,
 }
 
 impl CalendarRead {
@@ -60,7 +62,14 @@ impl CalendarRead {
         let rows = state.store.request_windows().await?;
         let made_for = rows.iter().filter_map(|(id, _, _, r)| Some((id.clone(), r.clone()?))).collect();
         let windows = rows.into_iter().map(|(id, s, e, _)| (id, (s, e))).collect();
-        Ok(CalendarRead { holdings, bookings, windows, made_for, owners })
+        let hints = state
+            .store
+            .reservation_slices()
+            .await?
+            .into_iter()
+            .filter_map(|(id, json)| Some((id, slices_from_json(&json)?)))
+            .collect();
+        Ok(CalendarRead { holdings, bookings, windows, made_for, owners, hints })
     }
 
     /// When request `id` may start and must end by, if bounded.
@@ -83,7 +92,7 @@ impl CalendarRead {
                 until_ms: ends.get(a.request_id.as_str()).copied().flatten(),
             })
             .collect();
-        Calendar::new(state.catalog, gpus(fleet), holds, self.bookings.clone())
+        Calendar::new(state.catalog, gpus(fleet), holds, self.bookings.clone()).with_hints(self.hints.clone())
     }
 
     /// Whether placing `request`'s slices at `placed` leaves every accepted reservation its room: the guard its
@@ -164,6 +173,47 @@ pub fn reserved(s: &Shortfall) -> ApiError {
         ),
         errors: vec![],
     }
+}
+
+/// A reservation's kept slices as stored: `[[gpu, profile or sharing key, start], ...]`.
+fn slices_to_json(slices: &[Hold]) -> String {
+    let rows: Vec<(&str, &str, u8)> = slices.iter().map(|h| (h.gpu.as_str(), h.profile.as_str(), h.start)).collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_string())
+}
+
+/// [`slices_to_json`]'s form read back (`None` when it is not that form: the reservation is then planned anew).
+fn slices_from_json(json: &str) -> Option<Vec<Hold>> {
+    let rows: Vec<(String, String, u8)> = serde_json::from_str(json).ok()?;
+    Some(rows.into_iter().map(|(gpu, profile, start)| Hold { gpu, profile, start, until_ms: None }).collect())
+}
+
+/// Simulates the calendar as it is and keeps where each accepted reservation's slices went, for the reservations
+/// whose placement changed: the next simulation keeps them there while those slices are free (see
+/// [`Calendar::with_hints`]). Run after every acceptance and cancellation, and by the sweep.
+pub async fn keep_slices(state: &AppState) -> Result<(), ApiError> {
+    let read = CalendarRead::read(state).await?;
+    if read.bookings.is_empty() {
+        return Ok(());
+    }
+    let fleet = FleetNow::read(state).await?;
+    let live = state.store.live_requests().await?;
+    let sim = read.calendar(state, &fleet, &live).simulate(now_ms(), &[]);
+    let changed: Vec<(String, String)> = sim
+        .placed
+        .into_iter()
+        .filter(|(id, slices)| {
+            let same = |kept: &Vec<Hold>| {
+                kept.len() == slices.len()
+                    && kept
+                        .iter()
+                        .zip(slices)
+                        .all(|(a, b)| (&a.gpu, &a.profile, a.start) == (&b.gpu, &b.profile, b.start))
+            };
+            !slices.is_empty() && !read.hints.get(id).is_some_and(same)
+        })
+        .map(|(id, slices)| (id, slices_to_json(&slices)))
+        .collect();
+    Ok(state.store.set_reservation_slices(&changed).await?)
 }
 
 fn booking(r: ReservationRecord) -> Booking {
@@ -366,10 +416,22 @@ pub async fn book(
         match state.store.book(new, accept, checked.policy.max_concurrent).await {
             Err(StoreError::Conflict { constraint }) if constraint == "reservation_calendar" => continue,
             Err(e) => return Err(e.into()),
-            Ok(r) => return Ok(r),
+            Ok(r) => {
+                if r.state == ReservationState::Accepted {
+                    keep_slices_after(state).await;
+                }
+                return Ok(r);
+            }
         }
     }
     Err(busy())
+}
+
+/// [`keep_slices`] after a change that has committed: a failure is logged (the next sweep keeps them).
+async fn keep_slices_after(state: &AppState) {
+    if let Err(e) = keep_slices(state).await {
+        tracing::warn!(error = %e, "keeping the reservations' slices failed; the next sweep tries again");
+    }
 }
 
 fn busy() -> ApiError {
@@ -395,45 +457,29 @@ pub async fn preview(
     let read = CalendarRead::read(state).await?;
     let fleet = FleetNow::read(state).await?;
     let live = state.store.live_requests().await?;
-    let cal = read.calendar(state, &fleet, &live);
-    let now = now_ms();
-    let fits_n = |n: u32| {
-        let b = Booking {
-            id: "preview".into(),
-            spec: body.spec.clone(),
-            count: n,
-            start_ms: body.start_ms,
-            end_ms: body.end_ms,
-        };
-        cal.admit(&b, now).is_ok()
+    // One simulation of the accepted reservations; each question then replays only from the window's start.
+    let prepared = read.calendar(state, &fleet, &live).prepare(now_ms());
+    let asked = Booking {
+        id: "preview".into(),
+        spec: body.spec.clone(),
+        count: body.count,
+        start_ms: body.start_ms,
+        end_ms: body.end_ms,
     };
-    // The most that fits: a binary search over the count (fitting is monotone in it).
-    let (mut lo, mut hi) = (0u32, super::requests::MAX_COUNT);
-    if body.end_ms > body.start_ms && charge(state.catalog, &body.spec, 1).is_ok() {
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if fits_n(mid) { lo = mid } else { hi = mid - 1 }
-        }
-    }
+    let most = if body.end_ms > body.start_ms && charge(state.catalog, &body.spec, 1).is_ok() {
+        prepared.most_that_fit(&asked).min(super::requests::MAX_COUNT)
+    } else {
+        0
+    };
     let refused = match &checked {
         Err(e) => Some(e.problem()),
-        Ok(_) if lo < body.count => {
-            let b = Booking {
-                id: "preview".into(),
-                spec: body.spec.clone(),
-                count: body.count,
-                start_ms: body.start_ms,
-                end_ms: body.end_ms,
-            };
-            cal.admit(&b, now).err().map(|s| no_room(&s, "preview").problem())
-        }
-        Ok(_) => None,
+        Ok(_) => prepared.fits(&asked).err().map(|s| no_room(&s, "preview").problem()),
     };
     Ok(ReservationPreview {
         fits: refused.is_none(),
         auto_approve: checked.as_ref().is_ok_and(|c| c.auto_approve),
         refused,
-        free_in_window: lo,
+        free_in_window: most,
         policy,
     })
 }
@@ -503,7 +549,11 @@ pub async fn approve(
             .await
         {
             Err(StoreError::Conflict { constraint }) if constraint == "reservation_calendar" => continue,
-            other => return other.map_err(store_rule),
+            Err(e) => return Err(store_rule(e)),
+            Ok(accepted) => {
+                keep_slices_after(state).await;
+                return Ok(accepted);
+            }
         }
     }
     Err(busy())
@@ -673,6 +723,7 @@ pub async fn sweep_at(state: &AppState, now: i64) -> Result<Swept, ApiError> {
             done.ended += 1;
         }
     }
+    keep_slices_after(state).await;
     Ok(done)
 }
 

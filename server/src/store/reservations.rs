@@ -500,6 +500,38 @@ impl Store {
         Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(now).fetch_all(pool).await?))
     }
 
+    /// Where the calendar's last simulation placed the slices of reservations still accepted: `(reservation id,
+    /// slices as JSON)`.
+    pub async fn reservation_slices(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let sql = "SELECT s.reservation_id, s.slices FROM reservation_slices s \
+                   JOIN reservations r ON r.id = s.reservation_id WHERE r.state = 'accepted' ORDER BY s.reservation_id";
+        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?))
+    }
+
+    /// Keeps where a simulation placed reservations' slices (`(reservation id, slices as JSON)`), replacing what
+    /// was kept for them. Rows for reservations that no longer exist are skipped.
+    pub async fn set_reservation_slices(&self, placed: &[(String, String)]) -> Result<(), StoreError> {
+        if placed.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for (id, slices) in placed {
+                sqlx::query(
+                    "INSERT INTO reservation_slices (reservation_id, slices) \
+                     SELECT id, $2 FROM reservations WHERE id = $1 \
+                     ON CONFLICT (reservation_id) DO UPDATE SET slices = excluded.slices",
+                )
+                .bind(id)
+                .bind(slices)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
     /// The reservation policy of `scope` (a tenant id, or `*` for every tenant), if one is set.
     pub async fn reservation_policy(&self, scope: &str) -> Result<Option<ReservationPolicy>, StoreError> {
         let sql = "SELECT max_duration_s, max_ahead_s, max_concurrent FROM reservation_policies WHERE scope = $1";

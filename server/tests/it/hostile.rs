@@ -391,6 +391,10 @@ async fn numbers_bodies_reasons_and_names_past_their_bounds_are_clear_problems()
         ("/api/v1/usage?to=-9223372036854775808", "invalid_time"),
         ("/api/v1/usage?from=9223372036854775807", "invalid_time"),
         ("/api/v1/audit/entries?from=-1", "invalid_time"),
+        ("/api/v1/calendar?from_ms=-1", "invalid_time"),
+        ("/api/v1/calendar?from_ms=253402300800000", "invalid_time"),
+        ("/api/v1/reservations?to_ms=-1", "invalid_time"),
+        ("/api/v1/reservations?from_ms=9223372036854775807", "invalid_time"),
         ("/api/v1/requests?limit=4294967296", "invalid_query"),
     ] {
         let r =
@@ -400,6 +404,14 @@ async fn numbers_bodies_reasons_and_names_past_their_bounds_are_clear_problems()
         let v: Value = r.json().await.expect("json");
         assert!(status.is_client_error(), "{path}: {}", problem(status, &v));
         assert_eq!(v["code"], code, "{path}: {v}");
+    }
+    // A booking's window past the time bounds, in the booking and in its preview.
+    for (start, end) in [(-1, 0), (0, 253_402_300_800_000i64), (i64::MIN, i64::MAX)] {
+        for path in ["/api/v1/tenants/nobody/reservations", "/api/v1/tenants/nobody/reservations/preview"] {
+            let body = json!({"spec": {"mode": "exclusive", "model": "H100-80GB"}, "count": 1, "start_ms": start, "end_ms": end});
+            let (s, v) = server.call(Method::POST, path, Some(body)).await;
+            assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_time")), "{path} {v}");
+        }
     }
     let (s, v) = server.call(Method::GET, "/api/v1/telemetry/heatmap?from=0&to=253402300799999&step=60", None).await;
     assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("heatmap_too_large")), "{v}");

@@ -151,6 +151,19 @@ async fn racing_bookings_for_the_last_room_accept_exactly_what_fits(db: &TestDb)
     }
     let (_, list) = app.get(&format!("/api/v1/reservations?tenant={t}&state=accepted"), &app.admin).await;
     assert_eq!(list["items"].as_array().map(Vec::len), Some(2), "{list}");
+    // Where the simulation put them is kept (as the sweep keeps it): one 3g.40gb each, at different starts.
+    tessera_server::services::reservations::keep_slices(&app.state).await.expect("keep");
+    let kept = app.store.reservation_slices().await.expect("kept slices");
+    let mut starts: Vec<i64> = kept
+        .iter()
+        .map(|(_, json)| {
+            let v: Value = serde_json::from_str(json).expect("json");
+            assert_eq!((v.as_array().map(Vec::len), v[0][1].as_str()), (Some(1), Some("3g.40gb")), "{v}");
+            v[0][2].as_i64().expect("start")
+        })
+        .collect();
+    starts.sort_unstable();
+    assert_eq!(starts, vec![0, 4], "{kept:?}");
 }
 
 async fn booked_room_is_protected_from_requests_made_meanwhile(db: &TestDb) {

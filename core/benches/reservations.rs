@@ -1,0 +1,289 @@
+//! Reservation benchmark: the calendar's cost on a large fleet, measured the way the server spends it.
+//!
+//! `cargo bench -p tessera-core --bench reservations` (add `-- --quick` for a smaller run that CI uses to check that
+//! it runs and that both paths agree).
+//!
+//! # Model
+//! - **Fleet** (seeded): 1,000 GPUs: 900 in MIG mode (H100-80GB, A100-40GB, A100-80GB drawn uniformly) with random
+//!   valid layouts of base profiles, 100 whole H100-80GB GPUs shared by time-slicing (8 replicas).
+//! - **Live allocations**: 5,000 of the fleet's instances and shares are held; 80 % end at a known time within the
+//!   month (uniform), 20 % have no known end (held for ever, as the calendar counts them).
+//! - **Reservations**: offered one after another, starting uniformly within the next 30 days, lasting 1 h to 3 days
+//!   (log-uniform), 1-4 slices: 80 % a MIG profile of a named model (small profiles favoured, as in real queues), 10 %
+//!   a MIG profile of any model, 10 % time-sliced shares. A reservation is accepted when [`Calendar::admit`] says it
+//!   fits; the calendar is built that way up to 500 accepted reservations.
+//! - **Preview**: what `POST /tenants/{id}/reservations/preview` asks of the calendar: the most slices of the spec
+//!   that fit the window ([`Calendar::most_that_fit`], a binary search of admissions) and whether the asked count fits.
+//!
+//! # Measures
+//! - Preview latency (p50, p99) against 500 accepted reservations, with the prepared calendar (one simulation of the
+//!   accepted reservations, then each probe replays only from the new window's start until the replay agrees with
+//!   the prepared one again) against the baseline (each probe replays the whole future, as before), on the same
+//!   previews; the two must give the same answers.
+//! - Admission of 10,000 offered reservations over a month-long calendar, each admitted against everything accepted
+//!   before it: total time and per-admission p50/p99, and the baseline's per-admission time on the first offers.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use tessera_core::catalog::Catalog;
+use tessera_core::layout::{Inst, Occupancy};
+use tessera_core::planner::synth::Rng;
+use tessera_core::request::SliceSpec;
+use tessera_core::reservation::{Booking, CalGpu, Calendar, Hold};
+
+const NOW: i64 = 1_800_000_000_000;
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+const MIG_MODELS: [&str; 3] = ["H100-80GB", "A100-40GB", "A100-80GB"];
+const SHARED_MODEL: &str = "H100-80GB";
+const REPLICAS: u32 = 8;
+
+struct Setup {
+    gpus: usize,
+    allocations: usize,
+    accepted: usize,
+    previews: usize,
+    offers: usize,
+    baseline_offers: usize,
+    baseline_previews: usize,
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let setup = if quick {
+        Setup {
+            gpus: 200,
+            allocations: 1_000,
+            accepted: 100,
+            previews: 20,
+            offers: 1_000,
+            baseline_offers: 100,
+            baseline_previews: 20,
+        }
+    } else {
+        Setup {
+            gpus: 1_000,
+            allocations: 5_000,
+            accepted: 500,
+            previews: 200,
+            offers: 10_000,
+            baseline_offers: 300,
+            baseline_previews: 30,
+        }
+    };
+    let catalog = Catalog::builtin();
+    let mut rng = Rng::new(7);
+    let (gpus, holds) = fleet(catalog, &mut rng, &setup);
+    let mig = gpus.iter().filter(|g| g.mig).count();
+    let forever = holds.iter().filter(|h| h.until_ms.is_none()).count();
+    println!("# Tessera reservation benchmark{}", if quick { " (quick)" } else { "" });
+    println!(
+        "Setup: {} GPUs ({mig} MIG, {} time-sliced x{REPLICAS}); {} live allocations ({forever} without a known end); \
+         reservations 1 h - 3 d within 30 days, 1-4 slices.",
+        gpus.len(),
+        gpus.len() - mig,
+        holds.len()
+    );
+
+    // The calendar of `setup.accepted` reservations, built by admission.
+    let mut accepted: Vec<Booking> = Vec::new();
+    let mut offered = 0;
+    while accepted.len() < setup.accepted {
+        let b = offer(catalog, &mut rng, offered);
+        offered += 1;
+        let cal = Calendar::new(catalog, gpus.clone(), holds.clone(), accepted.clone());
+        if cal.admit(&b, NOW).is_ok() {
+            accepted.push(b);
+        }
+        assert!(offered < setup.accepted * 20, "the fleet stopped accepting reservations");
+    }
+    println!("Calendar: {} accepted of {offered} offered.", accepted.len());
+
+    // Previews.
+    let cal = Calendar::new(catalog, gpus.clone(), holds.clone(), accepted.clone());
+    let asks: Vec<Booking> = (0..setup.previews).map(|i| offer(catalog, &mut rng, 1_000_000 + i)).collect();
+    let mut fast = Vec::new();
+    let mut answers = Vec::new();
+    for b in &asks {
+        // As the server's preview: one simulation, the most that fit, and the asked count.
+        let t = Instant::now();
+        let prepared = cal.prepare(NOW);
+        let most = prepared.most_that_fit(b);
+        let fits = prepared.fits(b).is_ok();
+        fast.push(t.elapsed());
+        answers.push((most, fits));
+    }
+    let mut slow = Vec::new();
+    for (b, answer) in asks.iter().zip(&answers).take(setup.baseline_previews) {
+        let t = Instant::now();
+        let most = baseline_most(&cal, b);
+        let fits = baseline_admit(&cal, b);
+        slow.push(t.elapsed());
+        assert_eq!((most, fits), *answer, "the prepared calendar and the full replay disagree on {b:?}");
+    }
+    let fits = answers.iter().filter(|a| a.1).count();
+    println!();
+    println!(
+        "## Preview against {} accepted reservations ({} previews, {fits} fit; baseline on the first {})",
+        accepted.len(),
+        asks.len(),
+        slow.len()
+    );
+    println!("| path | p50 | p99 | max |");
+    println!("|---|---|---|---|");
+    row("prepared calendar", &mut fast);
+    row("baseline: full replay per probe", &mut slow);
+    let ratio = quantile(&mut slow.clone(), 0.5).as_secs_f64() / quantile(&mut fast.clone(), 0.5).as_secs_f64();
+    println!("p50 speed-up: {ratio:.1}x (target: p99 < 20 ms{})", if quick { "; quick mode is smaller" } else { "" });
+
+    // Admission of many offers over a month.
+    let mut rng = Rng::new(11);
+    let offers: Vec<Booking> = (0..setup.offers).map(|i| offer(catalog, &mut rng, 2_000_000 + i)).collect();
+    let mut prepared = Calendar::new(catalog, gpus.clone(), holds.clone(), Vec::new()).prepare(NOW);
+    let mut times = Vec::new();
+    let mut slow = Vec::new();
+    let mut taken = 0;
+    for (i, b) in offers.iter().enumerate() {
+        if i < setup.baseline_offers {
+            let t = Instant::now();
+            let full = baseline_admit(prepared.calendar(), b);
+            slow.push(t.elapsed());
+            assert_eq!(
+                prepared.fits(b).is_ok(),
+                full,
+                "the prepared calendar and the full replay disagree on offer {i}"
+            );
+        }
+        let t = Instant::now();
+        let ok = prepared.accept(b.clone()).is_ok();
+        times.push(t.elapsed());
+        if ok {
+            taken += 1;
+        }
+    }
+    println!();
+    println!(
+        "## Admission of {} offers over 30 days ({taken} accepted; baseline on the first {})",
+        offers.len(),
+        slow.len()
+    );
+    println!("Total {:.1} s for the prepared calendar.", times.iter().map(Duration::as_secs_f64).sum::<f64>());
+    println!("| path | p50 | p99 | max |");
+    println!("|---|---|---|---|");
+    let mut first: Vec<Duration> = times[..slow.len()].to_vec();
+    row(&format!("prepared calendar, first {}", slow.len()), &mut first);
+    row("baseline: full replay, same offers", &mut slow);
+    row(&format!("prepared calendar, all {}", times.len()), &mut times);
+}
+
+/// Admission as the calendar did it before it was prepared: the whole future replayed with `b` added.
+fn baseline_admit(cal: &Calendar<'_>, b: &Booking) -> bool {
+    cal.clone().with_booking(b.clone()).simulate(NOW, &[]).short.is_empty()
+}
+
+/// The preview's binary search, each probe a full replay.
+fn baseline_most(cal: &Calendar<'_>, b: &Booking) -> u32 {
+    let (mut lo, mut hi) = (0u32, 1000u32);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if baseline_admit(cal, &Booking { count: mid, ..b.clone() }) { lo = mid } else { hi = mid - 1 }
+    }
+    lo
+}
+
+fn row(name: &str, d: &mut [Duration]) {
+    if d.is_empty() {
+        return;
+    }
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
+    let max = *d.iter().max().unwrap();
+    println!("| {name} | {} | {} | {} |", ms(quantile(d, 0.5)), ms(quantile(d, 0.99)), ms(max));
+}
+
+fn quantile(d: &mut [Duration], q: f64) -> Duration {
+    d.sort();
+    d[((d.len() as f64 - 1.0) * q).round() as usize]
+}
+
+/// The fleet and its live allocations.
+fn fleet(catalog: &Catalog, rng: &mut Rng, setup: &Setup) -> (Vec<CalGpu>, Vec<Hold>) {
+    let shared = setup.gpus / 10;
+    let mut gpus = Vec::new();
+    let mut candidates: Vec<Hold> = Vec::new();
+    for i in 0..setup.gpus - shared {
+        let model = catalog.model(MIG_MODELS[rng.below(MIG_MODELS.len())]).unwrap();
+        let mut occ = Occupancy::EMPTY;
+        let base: Vec<usize> = model.base_profiles().collect();
+        let mut layout = Vec::new();
+        for _ in 0..20 {
+            // Small profiles favoured: layouts as busy fleets have them.
+            let p = base[rng.below(base.len()).min(rng.below(base.len())).min(rng.below(base.len()))];
+            let pls = &model.profiles[p].placements;
+            let inst = Inst { profile: p, start: pls[rng.below(pls.len())].start };
+            if occ.can_add(model, inst) {
+                occ.add(model, inst);
+                layout.push((model.profiles[p].name.clone(), inst.start));
+            }
+        }
+        // The rest of the GPU in its smallest profile, as a fully laid-out fleet has it.
+        let small = base[0];
+        for pl in &model.profiles[small].placements {
+            let inst = Inst { profile: small, start: pl.start };
+            if occ.can_add(model, inst) {
+                occ.add(model, inst);
+                layout.push((model.profiles[small].name.clone(), inst.start));
+            }
+        }
+        let id = format!("gpu-{i}");
+        candidates.extend(layout.iter().map(|(p, s)| Hold {
+            gpu: id.clone(),
+            profile: p.clone(),
+            start: *s,
+            until_ms: None,
+        }));
+        gpus.push(CalGpu { id, model: model.key.clone(), mig: true, cordoned: false, layout });
+    }
+    for i in 0..shared {
+        let id = format!("shared-{i}");
+        for s in 0..REPLICAS {
+            candidates.push(Hold {
+                gpu: id.clone(),
+                profile: format!("timeslice:{REPLICAS}"),
+                start: s as u8,
+                until_ms: None,
+            });
+        }
+        gpus.push(CalGpu { id, model: SHARED_MODEL.into(), mig: false, cordoned: false, layout: vec![] });
+    }
+    // Hold `allocations` of the candidates, chosen at random.
+    for i in (1..candidates.len()).rev() {
+        candidates.swap(i, rng.below(i + 1));
+    }
+    assert!(candidates.len() >= setup.allocations, "the fleet has {} slices", candidates.len());
+    candidates.truncate(setup.allocations);
+    for h in &mut candidates {
+        h.until_ms = rng.chance(0.8).then(|| NOW + 1 + rng.below((30 * DAY) as usize) as i64);
+    }
+    (gpus, candidates)
+}
+
+/// A reservation to offer.
+fn offer(catalog: &Catalog, rng: &mut Rng, i: usize) -> Booking {
+    let start = NOW + 10 * 60_000 + rng.below((30 * DAY) as usize) as i64;
+    // Log-uniform from 1 h to 3 days.
+    let len = (HOUR as f64 * (72f64.ln() * (rng.below(1_000_000) as f64 / 1e6)).exp()) as i64;
+    let count = 1 + rng.below(4) as u32;
+    let roll = rng.below(10);
+    let spec = if roll < 9 {
+        let model = catalog.model(MIG_MODELS[rng.below(MIG_MODELS.len())]).unwrap();
+        let base: Vec<usize> = model.base_profiles().collect();
+        let p = base[rng.below(base.len()).min(rng.below(base.len()))];
+        let named = roll < 8;
+        SliceSpec::Mig { profile: model.profiles[p].name.clone(), model: named.then(|| model.key.clone()) }
+    } else {
+        SliceSpec::Timeslice { model: SHARED_MODEL.into(), replicas: REPLICAS }
+    };
+    Booking { id: format!("r{i:07}"), spec, count, start_ms: start, end_ms: start + len }
+}
