@@ -83,7 +83,10 @@ pub async fn create_reservation(
 #[utoipa::path(post, path = "/api/v1/tenants/{id}/reservations/preview", tag = "reservations", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path, description = "The tenant's id or its name")), request_body = NewReservationBody,
     responses((status = 200, body = ReservationPreview), (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "invalid_time: a window time outside 0 to 253402300799999")))]
+        (status = 422, body = Problem, description = "invalid_time (a window time outside 0 to 253402300799999), \
+            invalid_count, invalid_reason, request_invalid (an unknown model or profile, replicas out of range): a \
+            body booking would refuse as malformed; what booking would refuse for the policy, quota or room is in \
+            `refused`")))]
 pub async fn preview_reservation(
     State(state): State<AppState>,
     p: Principal,

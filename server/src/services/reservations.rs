@@ -452,6 +452,13 @@ pub async fn preview(
 ) -> Result<ReservationPreview, ApiError> {
     let tenant = super::tenants::get(state, p, tenant).await?;
     p.require_visible(&tenant.id, "tenant")?;
+    // A body that is not a booking at all (its reason, count or spec) is a 422, as booking it would be; what
+    // booking would refuse (the policy, the quota, the room) is answered in `refused`.
+    tessera_core::text::check_reason(&body.reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    if !(1..=super::requests::MAX_COUNT).contains(&body.count) {
+        return Err(ApiError::invalid("invalid_count", "count must be between 1 and 1000"));
+    }
+    charge(state.catalog, &body.spec, body.count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
     let (policy, _) = policy(state, &tenant.id).await?;
     let checked = check(state, p, &tenant, body, now_ms()).await;
     let read = CalendarRead::read(state).await?;

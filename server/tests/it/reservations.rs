@@ -55,6 +55,25 @@ async fn a_booking_fits_its_window_or_says_how_many_do(db: &TestDb) {
     assert_eq!(s, StatusCode::OK, "{p}");
     assert_eq!((p["fits"].clone(), p["free_in_window"].clone()), (json!(false), json!(0)), "{p}");
     assert_eq!(p["refused"]["code"], "no_room_in_window", "{p}");
+    // A body booking would refuse as malformed is a 422, not a preview.
+    for (body, code) in [
+        (mig("1g.10gb", 0, a, b), "invalid_count"),
+        (mig("1g.10gb", 1001, a, b), "invalid_count"),
+        (mig("9g.1gb", 1, a, b), "request_invalid"),
+        (
+            json!({"spec": {"mode": "mps", "model": "H100-80GB", "replicas": 2_147_483_648u64}, "count": 1,
+                "start_ms": a, "end_ms": b}),
+            "request_invalid",
+        ),
+        (
+            json!({"spec": {"mode": "exclusive", "model": "H100-80GB"}, "count": 1, "start_ms": a, "end_ms": b,
+                "reason": "x".repeat(2001)}),
+            "invalid_reason",
+        ),
+    ] {
+        let (s, e) = app.send(Method::POST, &path, &dev, Some(body)).await;
+        assert_eq!((s, e["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(code)), "{e}");
+    }
     // Right after it, the GPU is free again: seven 1g slices fit, not eight.
     let (s, p) = app.send(Method::POST, &path, &dev, Some(mig("1g.10gb", 8, b, b + HOUR))).await;
     assert_eq!((s, p["free_in_window"].clone(), p["fits"].clone()), (StatusCode::OK, json!(7), json!(false)), "{p}");
