@@ -618,10 +618,18 @@ impl<'a> Prepared<'a> {
 
     /// Every shortfall with `replay`'s changes, in time order.
     fn shortfalls(&self, replay: &Replay) -> Vec<Shortfall> {
+        let replayed: HashMap<usize, &Option<Shortfall>> = replay
+            .members
+            .iter()
+            .filter_map(|(m, _, s)| match m {
+                Member::Booked(i) => Some((*i, s)),
+                Member::New => None,
+            })
+            .collect();
         let mut out: Vec<Shortfall> = Vec::new();
         for &i in &self.order {
-            match replay.short_of(Member::Booked(i)) {
-                Some(s) => out.extend(s.clone()),
+            match replayed.get(&i) {
+                Some(s) => out.extend((*s).clone()),
                 None => out.extend(self.short[i].clone()),
             }
         }

@@ -303,12 +303,7 @@ async fn check(
     now: i64,
 ) -> Result<Checked, ApiError> {
     p.require_visible(&tenant.id, "tenant")?;
-    tessera_core::text::check_reason(&body.reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
-    if !(1..=super::requests::MAX_COUNT).contains(&body.count) {
-        return Err(ApiError::invalid("invalid_count", "count must be between 1 and 1000"));
-    }
-    let charge =
-        charge(state.catalog, &body.spec, body.count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+    let charge = shape(state, body)?;
     let (policy, _) = policy(state, &tenant.id).await?;
     let open = state
         .store
@@ -354,6 +349,16 @@ async fn check(
     check_window(&limits, &live, &booked, body.start_ms, body.end_ms, &charge).map_err(ApiError::QuotaExceeded)?;
     let auto_approve = tenant.policy.decide(&charge) == Decision::AutoApprove;
     Ok(Checked { charge, auto_approve, policy })
+}
+
+/// Whether `body` is a booking at all: its reason, its count (1-1000) and its spec (a known model and profile,
+/// replicas in range); what it charges, or a 422.
+fn shape(state: &AppState, body: &NewReservationBody) -> Result<Usage, ApiError> {
+    tessera_core::text::check_reason(&body.reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    if !(1..=super::requests::MAX_COUNT).contains(&body.count) {
+        return Err(ApiError::invalid("invalid_count", "count must be between 1 and 1000"));
+    }
+    charge(state.catalog, &body.spec, body.count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))
 }
 
 /// Whether `spec` x `count` over `[start, end)` fits the calendar as read: `409 no_room_in_window` otherwise.
@@ -454,11 +459,7 @@ pub async fn preview(
     p.require_visible(&tenant.id, "tenant")?;
     // A body that is not a booking at all (its reason, count or spec) is a 422, as booking it would be; what
     // booking would refuse (the policy, the quota, the room) is answered in `refused`.
-    tessera_core::text::check_reason(&body.reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
-    if !(1..=super::requests::MAX_COUNT).contains(&body.count) {
-        return Err(ApiError::invalid("invalid_count", "count must be between 1 and 1000"));
-    }
-    charge(state.catalog, &body.spec, body.count).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+    shape(state, body)?;
     let (policy, _) = policy(state, &tenant.id).await?;
     let checked = check(state, p, &tenant, body, now_ms()).await;
     let read = CalendarRead::read(state).await?;
