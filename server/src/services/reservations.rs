@@ -189,7 +189,8 @@ fn slices_from_json(json: &str) -> Option<Vec<Hold>> {
 
 /// Simulates the calendar as it is and keeps where each accepted reservation's slices went, for the reservations
 /// whose placement changed: the next simulation keeps them there while those slices are free (see
-/// [`Calendar::with_hints`]). Run after every acceptance and cancellation, and by the sweep.
+/// [`Calendar::with_hints`]). Run after every acceptance and by the sweep (a cancellation only frees room, so the
+/// kept slices stay free).
 pub async fn keep_slices(state: &AppState) -> Result<(), ApiError> {
     let read = CalendarRead::read(state).await?;
     if read.bookings.is_empty() {
