@@ -721,7 +721,9 @@ impl<'a> Prepared<'a> {
                     Member::Booked(i) => self.placed[i] != slices,
                     Member::New => true,
                 };
-                if changed && !slices.is_empty() {
+                // A reservation placed otherwise than in the prepared simulation (with fewer slices too: holding less
+                // changes what the planner does later) differs until its end.
+                if changed {
                     horizon = horizon.max(b.end_ms);
                 }
                 let short = ((slices.len() as u32) < b.count).then(|| Shortfall {
