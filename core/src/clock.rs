@@ -1,6 +1,14 @@
 //! Calendar arithmetic for UTC millisecond times, the one time format of the API: dates for people and ISO 8601 for
 //! files. No time zones (the browser shows local times itself).
 
+/// Now, in UTC milliseconds (native targets only: the portal in the browser reads `Date.now()`).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The date of a day count since 1970-01-01 (proleptic Gregorian): (year, month 1-12, day 1-31).
 pub fn civil(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;

@@ -151,7 +151,11 @@ impl WaitReason {
                             n(m.free_slices),
                             n(m.needed_slices)
                         );
-                        if m.fragmented { format!("{free}, but scattered so that no instance fits") } else { free }
+                        match (m.fragmented, room_changes_sentence(&m.make_room)) {
+                            (true, Some(change)) => format!("{free}, but scattered so that no instance fits; {change}"),
+                            (true, None) => format!("{free}, but scattered so that no instance fits"),
+                            (false, _) => free,
+                        }
                     })
                     .collect();
                 if parts.is_empty() {
@@ -197,6 +201,67 @@ pub struct ModelRoom {
     pub needed_slices: f64,
     /// The free slices would be enough, but no legal placement of the request exists among them.
     pub fragmented: bool,
+    /// When `fragmented`: the layout changes that would make room by moving instances in use (each move restarts
+    /// its holder's work, so a platform admin decides); empty when moving instances cannot make room either.
+    #[serde(default)]
+    pub make_room: Vec<RoomChange>,
+}
+
+/// One GPU laid out again, moving instances in use, so that more of a profile fits on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RoomChange {
+    /// The GPU's id.
+    pub gpu: String,
+    /// The GPU's index on its node.
+    pub index: u32,
+    /// Its node's name.
+    pub node: String,
+    /// Instances in use that move (their profiles stay; only where they start changes).
+    pub moves: Vec<InstanceMove>,
+    /// Instances of the profile asked for that fit on the GPU afterwards.
+    pub fits: u32,
+    /// The GPU's instances in use after the moves, with the new instances: a layout an admin can propose.
+    pub layout: Vec<crate::layout::PlacedInstance>,
+}
+
+/// An instance in use moved to another start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InstanceMove {
+    /// The request it serves.
+    pub request: String,
+    /// Its profile.
+    pub profile: String,
+    /// Where it starts now.
+    pub from: u8,
+    /// Where it would start.
+    pub to: u8,
+}
+
+/// The layout changes in words: `moving 1 instance in use would make room (GPU 0 of node-a: 1g.10gb from unit 4 to
+/// 1)`; at most three moves are spelled out.
+pub fn room_changes_sentence(changes: &[RoomChange]) -> Option<String> {
+    let moves: usize = changes.iter().map(|c| c.moves.len()).sum();
+    if moves == 0 {
+        return None;
+    }
+    let spelled: Vec<String> = changes
+        .iter()
+        .flat_map(|c| {
+            c.moves
+                .iter()
+                .map(move |m| format!("GPU {} of {}: {} from unit {} to {}", c.index, c.node, m.profile, m.from, m.to))
+        })
+        .take(3)
+        .collect();
+    let more = if moves > spelled.len() { format!("; {} more", moves - spelled.len()) } else { String::new() };
+    let plural = if moves == 1 { "" } else { "s" };
+    Some(format!(
+        "moving {moves} instance{plural} in use would make room ({}{more}), which restarts their holders' work: a \
+         platform admin decides",
+        spelled.join("; ")
+    ))
 }
 
 /// What the planner says of a pending request on the fleet now.
@@ -351,11 +416,35 @@ mod tests {
         assert_eq!(reason(&f), Some(WaitReason::AwaitingApproval { approvers: vec!["root".into()] }));
         f.auto_approves = true;
         assert_eq!(reason(&f), Some(WaitReason::Queued));
-        let room = ModelRoom { model: "H100-80GB".into(), free_slices: 3.0, needed_slices: 3.0, fragmented: true };
+        let room = ModelRoom {
+            model: "H100-80GB".into(),
+            free_slices: 3.0,
+            needed_slices: 3.0,
+            fragmented: true,
+            make_room: vec![],
+        };
         f.room = Room::Unplaceable(vec![room]);
         let r = reason(&f).expect("waits");
         assert_eq!(r.code(), "no_capacity");
         assert!(r.sentence().contains("scattered"), "{}", r.sentence());
+        let change = RoomChange {
+            gpu: "g1".into(),
+            index: 2,
+            node: "node-a".into(),
+            moves: vec![InstanceMove { request: "r9".into(), profile: "1g.10gb".into(), from: 4, to: 1 }],
+            fits: 1,
+            layout: vec![],
+        };
+        if let Room::Unplaceable(models) = &mut f.room {
+            models[0].make_room = vec![change];
+        }
+        let r = reason(&f).expect("waits");
+        assert!(
+            r.sentence()
+                .contains("moving 1 instance in use would make room (GPU 2 of node-a: 1g.10gb from unit 4 to 1)"),
+            "{}",
+            r.sentence()
+        );
         f.reclaim_until = Some(60_000);
         assert_eq!(reason(&f).map(|r| r.code()), Some("waiting_for_reclaim"));
         f.over_quota = Some(("compute_slices".into(), 9.0, 2.0, 7.0));

@@ -348,6 +348,25 @@ impl<'a> Calendar<'a> {
         &self.bookings
     }
 
+    /// Whether `other` is the same calendar: the same GPUs, holds, reservations and kept slices (a simulation of one
+    /// answers for the other).
+    pub fn same_inputs(&self, other: &Calendar<'_>) -> bool {
+        std::ptr::eq(self.catalog, other.catalog)
+            && self.gpus == other.gpus
+            && self.holds == other.holds
+            && self.bookings == other.bookings
+            && self.hints == other.hints
+    }
+
+    /// Whether nothing happens in `(from_ms, to_ms]`: no hold ends and no reservation starts or ends. A simulation
+    /// prepared at `from_ms` then answers exactly as one prepared at `to_ms` (the fleet is the same at `to_ms`, and
+    /// reservations starting before the simulation's start are placed as of it, in the same order).
+    pub fn quiet_between(&self, from_ms: i64, to_ms: i64) -> bool {
+        let inside = |t: i64| from_ms < t && t <= to_ms;
+        !self.holds.iter().any(|h| h.until_ms.is_some_and(inside))
+            && !self.bookings.iter().any(|b| inside(b.start_ms) || inside(b.end_ms))
+    }
+
     /// The same calendar with `b` accepted too.
     pub fn with_booking(mut self, b: Booking) -> Self {
         self.bookings.push(b);
@@ -487,6 +506,20 @@ impl<'a> Prepared<'a> {
     /// The calendar it simulates.
     pub fn calendar(&self) -> &Calendar<'a> {
         &self.cal
+    }
+
+    /// When the simulation starts, UTC milliseconds.
+    pub fn from_ms(&self) -> i64 {
+        self.from_ms
+    }
+
+    /// Whether this simulation answers for `cal` at `now_ms` exactly as a new one would, about reservations that
+    /// start after `now_ms` and slices held from `now_ms`: the same calendar, and nothing happening between the
+    /// simulation's start and `now_ms` (see [`Calendar::quiet_between`]). (A reservation starting exactly at a
+    /// simulation's start is placed together with those that started before it, so one starting at `now_ms` is
+    /// not answered for.)
+    pub fn answers_for(&self, cal: &Calendar<'_>, now_ms: i64) -> bool {
+        now_ms >= self.from_ms && self.cal.same_inputs(cal) && cal.quiet_between(self.from_ms, now_ms)
     }
 
     /// The whole simulation.
@@ -1197,6 +1230,20 @@ mod tests {
         })
     }
 
+    /// 1g.10gb slices held `(GPU g0 or g1, start, until)`, each kept only if it is valid beside those before it.
+    fn valid_holds(gpus: &[CalGpu], held: Vec<(usize, u8, Option<i64>)>) -> Vec<Hold> {
+        let mut holds: Vec<Hold> = vec![];
+        for (g, start, until_ms) in held {
+            let h = Hold { gpu: format!("g{g}"), profile: "1g.10gb".into(), start, until_ms };
+            let mut all: Vec<&Hold> = holds.iter().collect();
+            all.push(&h);
+            if valid_at(gpus, &all) {
+                holds.push(h);
+            }
+        }
+        holds
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -1212,15 +1259,7 @@ mod tests {
             hinted in any::<bool>(),
         ) {
             let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
-            let mut holds: Vec<Hold> = vec![];
-            for (g, start, until_ms) in held {
-                let h = Hold { gpu: format!("g{g}"), profile: "1g.10gb".into(), start, until_ms };
-                let mut all: Vec<&Hold> = holds.iter().collect();
-                all.push(&h);
-                if valid_at(&gpus, &all) {
-                    holds.push(h);
-                }
-            }
+            let holds = valid_holds(&gpus, held);
             let mut prepared = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
             let mut accepted: Vec<Booking> = vec![];
             let mut hints: HashMap<String, Vec<Hold>> = HashMap::new();
@@ -1265,6 +1304,43 @@ mod tests {
             let after = cal.simulate(0, std::slice::from_ref(&h));
             let expected = after.short.into_iter().find(|s| !before.short.iter().any(|b| b.booking == s.booking));
             prop_assert_eq!(prepared.protects(std::slice::from_ref(&h)).err(), expected);
+        }
+
+        /// A simulation prepared earlier answers for the same calendar later, when nothing happened in between
+        /// (no hold ended, no reservation started or ended), exactly as one prepared then, for reservations
+        /// starting after then and slices held from then: what the server's cache of prepared simulations relies
+        /// on.
+        #[test]
+        fn a_quiet_prepared_simulation_answers_as_a_new_one(
+            books in prop::collection::vec((0usize..1000).prop_flat_map(arb_booking), 1..20),
+            held in prop::collection::vec((0usize..2, 0u8..7, prop::option::of(1i64..150)), 0..6),
+            probe in (5000usize..6000).prop_flat_map(arb_booking),
+            extra in (0u8..7, prop::option::of(1i64..200)),
+            t0 in 0i64..120,
+            wait in 0i64..40,
+        ) {
+            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let holds = valid_holds(&gpus, held);
+            let mut cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]);
+            for b in books {
+                if cal.bookings().iter().all(|x| x.id != b.id) && cal.admit(&b, 0).is_ok() {
+                    cal = cal.with_booking(b);
+                }
+            }
+            let t1 = t0 + wait;
+            let early = cal.prepare(t0);
+            prop_assert_eq!(early.answers_for(&cal, t1), cal.quiet_between(t0, t1));
+            prop_assume!(cal.quiet_between(t0, t1));
+            let late = cal.prepare(t1);
+            let probe = Booking { start_ms: probe.start_ms.max(t1 + 1), end_ms: probe.end_ms.max(t1 + 11), ..probe };
+            prop_assert_eq!(early.fits(&probe), late.fits(&probe));
+            prop_assert_eq!(early.most_that_fit(&probe), late.most_that_fit(&probe));
+            let h = Hold { gpu: "g0".into(), profile: "1g.10gb".into(), start: extra.0, until_ms: extra.1.map(|u| u + t1) };
+            prop_assert_eq!(early.protects(std::slice::from_ref(&h)), late.protects(std::slice::from_ref(&h)));
+            // Another calendar (one more hold) is not answered for.
+            let mut other = cal.clone();
+            other.holds.push(Hold { gpu: "w0".into(), profile: "exclusive".into(), start: 0, until_ms: None });
+            prop_assert!(!early.answers_for(&other, t1));
         }
 
         /// Replays random reservations, cancellations and allocations made now (a reservation only if admitted,

@@ -174,11 +174,7 @@ async fn telemetry_loop(
 }
 
 /// Now, in ms since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use tessera_core::clock::now_ms;
 
 /// Sends one batch; an error says whether sending it again may succeed.
 async fn send_telemetry(

@@ -43,6 +43,8 @@ pub struct App {
     pub max_connections: usize,
     /// What tenants' budgets have spent, as the sweep last found it.
     pub budgets: crate::services::budgets::BudgetCache,
+    /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
+    pub prepared: crate::services::reservations::PreparedCache,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

@@ -169,6 +169,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         node_gpus: Default::default(),
         max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
         budgets: Default::default(),
+        prepared: Default::default(),
     }));
     Ok((state, generated))
 }

@@ -227,36 +227,62 @@ impl Search<'_> {
 
     fn leaf(&mut self, new_mask: UnitMask) {
         let model = self.model;
-        let mut occ = self.fixed_occ;
         let mut new = vec![Inst { profile: 0, start: 0 }; self.new.len()];
         for (pos, &i) in self.order.iter().enumerate() {
-            let inst = Inst { profile: self.new[i], start: self.chosen[pos] };
-            new[i] = inst;
-            occ.add(model, inst);
+            new[i] = Inst { profile: self.new[i], start: self.chosen[pos] };
         }
-        let mut reused: Vec<Option<usize>> = vec![None; new.len()];
-        for (i, inst) in new.iter().enumerate() {
-            reused[i] = self.optional.iter().position(|o| o == inst);
-        }
-        // Keep every other optional instance not in the way, unless it breaks a maximum or the compute total:
-        // keeping the smallest first destroys as few as possible.
-        let mut kept: Vec<usize> = (0..self.optional.len())
-            .filter(|k| !reused.contains(&Some(*k)) && self.optional[*k].mask(model) & new_mask == 0)
-            .collect();
-        kept.sort_by_key(|&i| model.profiles[self.optional[i].profile].compute_slices);
-        let mut keep = Vec::with_capacity(kept.len());
-        for i in kept {
-            let inst = self.optional[i];
-            if occ.has_room_for(model, inst.profile) {
-                occ.add(model, inst);
-                keep.push(i);
-            }
-        }
-        let destroyed: Vec<usize> =
-            (0..self.optional.len()).filter(|i| !keep.contains(i) && !reused.contains(&Some(*i))).collect();
-        let candidate = Solution { new, destroyed, reused, fragmentation: Fragmentation::of(model, &occ) };
+        let candidate = finish(model, self.fixed_occ, self.optional, new, new_mask);
         if self.best.as_ref().is_none_or(|b| candidate.key() < b.key()) {
             self.best = Some(candidate);
         }
     }
+}
+
+/// Puts `new` exactly where they are given, beside `fixed` (never moved or destroyed) and `optional` (existing free
+/// instances: kept unless in the way). `None` when `fixed` and `new` together are not a valid layout (a placement
+/// not allowed, an overlap, a maximum, the compute slices or the engines).
+pub fn solve_at(model: &GpuModel, fixed: &[Inst], optional: &[Inst], new: &[Inst]) -> Option<Solution> {
+    let fixed_occ = Occupancy::of(model, fixed);
+    let mut occ = fixed_occ;
+    let mut new_mask: UnitMask = 0;
+    for &i in new {
+        if i.profile >= model.profiles.len() || !occ.can_add(model, i) {
+            return None;
+        }
+        occ.add(model, i);
+        new_mask |= i.mask(model);
+    }
+    if !occ.engines_fit(model) {
+        return None;
+    }
+    Some(finish(model, fixed_occ, optional, new.to_vec(), new_mask))
+}
+
+/// The solution with `new` placed: which optional instances it hands out, keeps and destroys.
+fn finish(model: &GpuModel, fixed_occ: Occupancy, optional: &[Inst], new: Vec<Inst>, new_mask: UnitMask) -> Solution {
+    let mut occ = fixed_occ;
+    for &inst in &new {
+        occ.add(model, inst);
+    }
+    let mut reused: Vec<Option<usize>> = vec![None; new.len()];
+    for (i, inst) in new.iter().enumerate() {
+        reused[i] = optional.iter().position(|o| o == inst);
+    }
+    // Keep every other optional instance not in the way, unless it breaks a maximum or the compute total:
+    // keeping the smallest first destroys as few as possible.
+    let mut kept: Vec<usize> = (0..optional.len())
+        .filter(|k| !reused.contains(&Some(*k)) && optional[*k].mask(model) & new_mask == 0)
+        .collect();
+    kept.sort_by_key(|&i| model.profiles[optional[i].profile].compute_slices);
+    let mut keep = Vec::with_capacity(kept.len());
+    for i in kept {
+        let inst = optional[i];
+        if occ.has_room_for(model, inst.profile) {
+            occ.add(model, inst);
+            keep.push(i);
+        }
+    }
+    let destroyed: Vec<usize> =
+        (0..optional.len()).filter(|i| !keep.contains(i) && !reused.contains(&Some(*i))).collect();
+    Solution { new, destroyed, reused, fragmentation: Fragmentation::of(model, &occ) }
 }

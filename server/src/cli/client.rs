@@ -27,12 +27,9 @@ pub struct Connection {
     token: Option<String>,
 }
 
-/// What a request asks for, as `create` and `preview` take it.
+/// What one slice is and how many, as requests and reservations take them.
 #[derive(Debug, clap::Args)]
-pub struct AskArgs {
-    /// Tenant id.
-    #[arg(long)]
-    tenant: String,
+pub struct SpecArgs {
     /// `mig`, `timeslice`, `mps` or `exclusive`.
     #[arg(long, default_value = "mig")]
     mode: String,
@@ -47,7 +44,39 @@ pub struct AskArgs {
     replicas: Option<u32>,
     /// How many slices.
     #[arg(long, default_value_t = 1)]
-    count: u32,
+    pub(super) count: u32,
+}
+
+impl SpecArgs {
+    /// The spec the flags describe.
+    pub(super) fn spec(&self) -> Result<SliceSpec, CliError> {
+        let mode = self.mode.as_str();
+        let need = |v: &Option<String>, what: &str| {
+            v.clone().ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --{what}")))
+        };
+        let replicas = || self.replicas.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --replicas")));
+        Ok(match mode {
+            "mig" => SliceSpec::Mig { profile: need(&self.profile, "profile")?, model: self.model.clone() },
+            "exclusive" => SliceSpec::Exclusive { model: need(&self.model, "model")? },
+            "timeslice" => SliceSpec::Timeslice { model: need(&self.model, "model")?, replicas: replicas()? },
+            "mps" => SliceSpec::Mps { model: need(&self.model, "model")?, replicas: replicas()? },
+            other => {
+                return Err(CliError::BadInput(format!(
+                    "unknown mode `{other}`: use mig, timeslice, mps or exclusive"
+                )));
+            }
+        })
+    }
+}
+
+/// What a request asks for, as `create` and `preview` take it.
+#[derive(Debug, clap::Args)]
+pub struct AskArgs {
+    /// Tenant id.
+    #[arg(long)]
+    tenant: String,
+    #[command(flatten)]
+    slices: SpecArgs,
     /// Why.
     #[arg(long, default_value = "")]
     reason: String,
@@ -62,9 +91,9 @@ pub struct AskArgs {
 impl AskArgs {
     fn body(self) -> Result<NewRequestBody, CliError> {
         Ok(NewRequestBody {
-            spec: spec(&self.mode, self.profile, self.model, self.replicas)?,
+            spec: self.slices.spec()?,
             tenant: self.tenant,
-            count: self.count,
+            count: self.slices.count,
             reason: self.reason,
             duration_s: self.duration,
             priority: self.priority,
@@ -119,26 +148,6 @@ pub enum RequestCommand {
         /// Request id.
         id: String,
     },
-}
-
-pub(super) fn spec(
-    mode: &str,
-    profile: Option<String>,
-    model: Option<String>,
-    replicas: Option<u32>,
-) -> Result<SliceSpec, CliError> {
-    let need =
-        |v: Option<String>, what: &str| v.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --{what}")));
-    let replicas = || replicas.ok_or_else(|| CliError::BadInput(format!("mode {mode} needs --replicas")));
-    Ok(match mode {
-        "mig" => SliceSpec::Mig { profile: need(profile, "profile")?, model },
-        "exclusive" => SliceSpec::Exclusive { model: need(model, "model")? },
-        "timeslice" => SliceSpec::Timeslice { model: need(model, "model")?, replicas: replicas()? },
-        "mps" => SliceSpec::Mps { model: need(model, "model")?, replicas: replicas()? },
-        other => {
-            return Err(CliError::BadInput(format!("unknown mode `{other}`: use mig, timeslice, mps or exclusive")));
-        }
-    })
 }
 
 /// Nodes and their agents.

@@ -136,14 +136,10 @@ fn limits(pairs: &[String]) -> Result<BTreeMap<String, f64>, CliError> {
         .collect()
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
 pub(super) async fn run(api: &Api, cmd: QuotaCommand, out: &mut dyn Write) -> Result<u8, CliError> {
     match cmd {
         QuotaCommand::Ask { tenant, reason, for_hours, limits: pairs } => {
-            let until_ms = for_hours.map(|h| now_ms() + i64::from(h) * 3_600_000);
+            let until_ms = for_hours.map(|h| tessera_core::clock::now_ms() + i64::from(h) * 3_600_000);
             let body = NewQuotaRequest { limits: limits(&pairs)?, reason, until_ms };
             let path = format!("/api/v1/tenants/{tenant}/quota-requests");
             print(out, api.call::<_, QuotaRequestView>(Method::POST, &path, Some(&body), None).await?)

@@ -8,7 +8,7 @@ use tessera_api::requests::RejectBody;
 use tessera_api::reservations::{NewReservationBody, ReservationPage, ReservationPreview, ReservationView};
 
 use super::CliError;
-use super::client::{Answer, Api, print, say, spec};
+use super::client::{Answer, Api, SpecArgs, print, say};
 
 /// What to book: the slices and the window.
 #[derive(Debug, clap::Args)]
@@ -16,21 +16,8 @@ pub struct BookArgs {
     /// Tenant id or name.
     #[arg(long)]
     tenant: String,
-    /// `mig`, `timeslice`, `mps` or `exclusive`.
-    #[arg(long, default_value = "mig")]
-    mode: String,
-    /// MIG profile (mode `mig`), e.g. 3g.40gb.
-    #[arg(long)]
-    profile: Option<String>,
-    /// GPU model (required except for `mig`).
-    #[arg(long)]
-    model: Option<String>,
-    /// Shares per GPU (modes `timeslice` and `mps`).
-    #[arg(long)]
-    replicas: Option<u32>,
-    /// How many slices.
-    #[arg(long, default_value_t = 1)]
-    count: u32,
+    #[command(flatten)]
+    slices: SpecArgs,
     /// When the window starts: `+30m`, `+2h`, `+1d` from now, or UTC `2026-12-01T09:00`.
     #[arg(long)]
     start: String,
@@ -44,24 +31,20 @@ pub struct BookArgs {
 
 impl BookArgs {
     fn body(self) -> Result<NewReservationBody, CliError> {
-        let now = tessera_core_now();
+        let now = tessera_core::clock::now_ms();
         let bad = |what: &str, v: &str| {
             CliError::BadInput(format!("--{what} `{v}`: write +30m, +2h, +1d or a UTC time such as 2026-12-01T09:00"))
         };
         let start_ms = tessera_core::clock::parse_time(&self.start, now).ok_or_else(|| bad("start", &self.start))?;
         let end_ms = tessera_core::clock::parse_time(&self.end, start_ms).ok_or_else(|| bad("end", &self.end))?;
         Ok(NewReservationBody {
-            spec: spec(&self.mode, self.profile, self.model, self.replicas)?,
-            count: self.count,
+            spec: self.slices.spec()?,
+            count: self.slices.count,
             start_ms,
             end_ms,
             reason: self.reason,
         })
     }
-}
-
-fn tessera_core_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 #[derive(Debug, Subcommand)]

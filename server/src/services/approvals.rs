@@ -103,12 +103,93 @@ pub fn placement(
     Ok((changes, reservations))
 }
 
+/// Where `count` slices of `spec` go when they go exactly on `kept` (a reservation's slices, kept by the calendar's
+/// simulations): the layout changes that create those instances, destroying only free instances in the way.
+/// `None` when they cannot all go there now (a GPU gone, cordoned or with an open proposal, an instance in use in
+/// the way, another profile or count); the planner then places them as any approval.
+pub fn placement_on(
+    state: &AppState,
+    fleet: &FleetNow,
+    spec: &SliceSpec,
+    count: u32,
+    kept: &[tessera_core::reservation::Hold],
+) -> Option<(Vec<LayoutChange>, Vec<Reservation>)> {
+    use tessera_core::layout::{Inst, solve_at, to_placed};
+    let SliceSpec::Mig { profile, model: wanted } = spec else { return None };
+    if kept.is_empty() || u32::try_from(kept.len()).ok()? != count || kept.iter().any(|h| h.profile != *profile) {
+        return None;
+    }
+    let mut gpus: Vec<&str> = kept.iter().map(|h| h.gpu.as_str()).collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let (mut changes, mut reservations) = (Vec::new(), Vec::new());
+    for gpu_id in gpus {
+        let g = fleet.nodes.iter().flat_map(|n| n.gpus.iter()).find(|g| g.id == gpu_id)?;
+        let model = state.catalog.model(&g.model)?;
+        let wanted_ok =
+            wanted.as_deref().is_none_or(|w| state.catalog.resolve(w).is_some_and(|(m, _)| m.key == model.key));
+        if !g.mig_enabled || g.cordoned || !wanted_ok || fleet.open.iter().any(|o| o.gpu_id == g.id) {
+            return None;
+        }
+        let inst = |p: &str, start: u8| Some(Inst { profile: model.profile_index(p)?, start });
+        let live: Vec<&crate::store::Allocation> = held_on(&fleet.live, &g.id).collect();
+        let fixed: Vec<Inst> = live.iter().map(|a| inst(&a.profile, a.start)).collect::<Option<_>>()?;
+        let optional: Vec<Inst> = g
+            .layout
+            .iter()
+            .filter(|i| !live.iter().any(|a| a.start == i.start))
+            .map(|i| inst(&i.profile, i.start))
+            .collect::<Option<_>>()?;
+        let new: Vec<Inst> =
+            kept.iter().filter(|h| h.gpu == g.id).map(|h| inst(&h.profile, h.start)).collect::<Option<_>>()?;
+        let sol = solve_at(model, &fixed, &optional, &new)?;
+        let change = (sol.created() > 0 || !sol.destroyed.is_empty()).then(|| {
+            let kept_optional = (0..optional.len()).filter(|k| !sol.destroyed.contains(k)).map(|k| optional[k]);
+            let created: Vec<Inst> =
+                sol.new.iter().zip(&sol.reused).filter(|(_, r)| r.is_none()).map(|(i, _)| *i).collect();
+            let mut layout: Vec<Inst> =
+                fixed.iter().copied().chain(kept_optional).chain(created.iter().copied()).collect();
+            layout.sort_by_key(|i| i.start);
+            changes.push(LayoutChange {
+                gpu_id: g.id.clone(),
+                base_version: g.layout_version,
+                layout: layout.into_iter().map(|i| to_placed(model, i)).collect(),
+                created: created.into_iter().map(|i| to_placed(model, i)).collect(),
+                destroyed: sol.destroyed.iter().map(|&k| to_placed(model, optional[k])).collect(),
+                auto_apply: g.auto_layout,
+            });
+            changes.len() - 1
+        });
+        for (i, r) in sol.new.iter().zip(&sol.reused) {
+            reservations.push(Reservation {
+                gpu_id: g.id.clone(),
+                profile: model.profiles[i.profile].name.clone(),
+                start: i.start,
+                change: if r.is_none() { change } else { None },
+            });
+        }
+    }
+    Some((changes, reservations))
+}
+
 /// Approves `request` on behalf of `actor` (an admin, or `system:auto-approve` for the tenant's policy).
 pub async fn approve_as(
     state: &AppState,
     actor: &str,
     request: SliceRequest,
     if_match: Option<i64>,
+) -> Result<Approval, ApiError> {
+    approve_on(state, actor, request, if_match, &[]).await
+}
+
+/// [`approve_as`], placing the slices on `kept` where they can all go there now ([`placement_on`]), else where the
+/// planner says.
+pub async fn approve_on(
+    state: &AppState,
+    actor: &str,
+    request: SliceRequest,
+    if_match: Option<i64>,
+    kept: &[tessera_core::reservation::Hold],
 ) -> Result<Approval, ApiError> {
     let id = request.id.as_str();
     let t = Transition { id, expected_version: if_match, to: RequestState::Approved, reason: None, actor };
@@ -119,7 +200,10 @@ pub async fn approve_as(
         // The calendar is read before the fleet: a reservation accepted after this reading fails the commit.
         let calendar = super::reservations::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
-        let (changes, reservations) = placement(state, &fleet, &request.spec, request.count)?;
+        let (changes, reservations) = match placement_on(state, &fleet, &request.spec, request.count, kept) {
+            Some(on_kept) => on_kept,
+            None => placement(state, &fleet, &request.spec, request.count)?,
+        };
         let guard = calendar.guard(state, &fleet, &request, &reservations).await?;
         match commit(state, t, &changes, reservations, guard).await {
             // A reservation was accepted meanwhile: place again against it.

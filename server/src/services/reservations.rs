@@ -7,13 +7,14 @@
 //! store what it read ([`Holdings`]) so that an acceptance commits only if nothing changed since.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tessera_api::reservations::{NewReservationBody, ReservationPreview, ReservationQuery};
 use tessera_core::quota::{Decision, Usage, charge};
 use tessera_core::request::RequestState;
 use tessera_core::reservation::{
-    Booking, CalGpu, Calendar, Hold, LEAD_MS, ReservationError, ReservationPolicy, ReservationState, Shortfall,
-    check_window,
+    Booking, CalGpu, Calendar, Hold, LEAD_MS, Prepared, ReservationError, ReservationPolicy, ReservationState,
+    Shortfall, check_window,
 };
 
 use super::approvals::FleetNow;
@@ -62,13 +63,7 @@ impl CalendarRead {
         let rows = state.store.request_windows().await?;
         let made_for = rows.iter().filter_map(|(id, _, _, r)| Some((id.clone(), r.clone()?))).collect();
         let windows = rows.into_iter().map(|(id, s, e, _)| (id, (s, e))).collect();
-        let hints = state
-            .store
-            .reservation_slices()
-            .await?
-            .into_iter()
-            .filter_map(|(id, json)| Some((id, slices_from_json(&json)?)))
-            .collect();
+        let hints = kept_slices(state).await?;
         Ok(CalendarRead { holdings, bookings, windows, made_for, owners, hints })
     }
 
@@ -79,7 +74,7 @@ impl CalendarRead {
 
     /// The calendar of `fleet`, whose live allocations belong to `live` requests: each held until its request
     /// expires or must end, else for ever.
-    pub fn calendar<'a>(&self, state: &'a AppState, fleet: &FleetNow, live: &[SliceRequest]) -> Calendar<'a> {
+    pub fn calendar(&self, state: &AppState, fleet: &FleetNow, live: &[SliceRequest]) -> Calendar<'static> {
         let ends: HashMap<&str, Option<i64>> =
             live.iter().map(|r| (r.id.as_str(), r.expires_at_ms.or_else(|| self.window(&r.id).1))).collect();
         let holds = fleet
@@ -143,11 +138,15 @@ impl CalendarRead {
                 .map(|r| Hold { gpu: r.gpu_id.clone(), profile: r.profile.clone(), start: r.start, until_ms })
                 .collect()
         };
-        let forever = match cal.protects(&holds(bounded), now) {
+        if placed.is_empty() || cal.bookings().iter().all(|b| b.end_ms <= now) {
+            return Ok(None);
+        }
+        let prepared = state.prepared.prepare(&cal, now);
+        let forever = match prepared.protects(&holds(bounded)) {
             Ok(()) => return Ok(None),
             Err(s) => s,
         };
-        if bounded.is_none() && has_duration && cal.protects(&holds(Some(forever.start_ms)), now).is_ok() {
+        if bounded.is_none() && has_duration && prepared.protects(&holds(Some(forever.start_ms))).is_ok() {
             return Ok(Some(forever.start_ms));
         }
         Err(forever)
@@ -158,6 +157,33 @@ impl CalendarRead {
         let (starts, _) = self.window(id);
         let reservation = self.made_for.get(id)?;
         starts.filter(|s| *s > now_ms()).map(|s| (reservation.clone(), s))
+    }
+}
+
+/// The last simulation of the calendar ([`Prepared`]), kept for the questions that follow: a preview typed
+/// character by character, the protection check of every approval and of every waiting request explained. It is
+/// reused only for the very same calendar (GPUs, holds, reservations and kept slices compared whole) when nothing
+/// happened since it was made ([`Prepared::answers_for`]), and for at most [`PREPARED_REUSE_MS`]; so a reused
+/// simulation answers exactly as a new one would.
+#[derive(Debug, Default)]
+pub struct PreparedCache(std::sync::Mutex<Option<Arc<Prepared<'static>>>>);
+
+/// Longest a prepared simulation is reused.
+pub const PREPARED_REUSE_MS: i64 = 30_000;
+
+impl PreparedCache {
+    /// A simulation of `cal` from `now`: the kept one when it answers for `cal` now, else a new one (kept for the
+    /// next question).
+    pub fn prepare(&self, cal: &Calendar<'static>, now: i64) -> Arc<Prepared<'static>> {
+        let kept = self.0.lock().ok().and_then(|k| k.clone());
+        if let Some(p) = kept.filter(|p| now - p.from_ms() <= PREPARED_REUSE_MS && p.answers_for(cal, now)) {
+            return p;
+        }
+        let fresh = Arc::new(cal.prepare(now));
+        if let Ok(mut k) = self.0.lock() {
+            *k = Some(fresh.clone());
+        }
+        fresh
     }
 }
 
@@ -185,6 +211,17 @@ fn slices_to_json(slices: &[Hold]) -> String {
 fn slices_from_json(json: &str) -> Option<Vec<Hold>> {
     let rows: Vec<(String, String, u8)> = serde_json::from_str(json).ok()?;
     Some(rows.into_iter().map(|(gpu, profile, start)| Hold { gpu, profile, start, until_ms: None }).collect())
+}
+
+/// Where the calendar's simulations kept each accepted reservation's slices, by reservation id.
+async fn kept_slices(state: &AppState) -> Result<HashMap<String, Vec<Hold>>, ApiError> {
+    Ok(state
+        .store
+        .reservation_slices()
+        .await?
+        .into_iter()
+        .filter_map(|(id, json)| Some((id, slices_from_json(&json)?)))
+        .collect())
 }
 
 /// Simulates the calendar as it is and keeps where each accepted reservation's slices went, for the reservations
@@ -466,8 +503,11 @@ pub async fn preview(
     let read = CalendarRead::read(state).await?;
     let fleet = FleetNow::read(state).await?;
     let live = state.store.live_requests().await?;
-    // One simulation of the accepted reservations; each question then replays only from the window's start.
-    let prepared = read.calendar(state, &fleet, &live).prepare(now_ms());
+    // One simulation of the accepted reservations (kept between previews while the calendar is unchanged); each
+    // question then replays only from the window's start.
+    let now = now_ms();
+    let cal = read.calendar(state, &fleet, &live);
+    let prepared = if body.start_ms > now { state.prepared.prepare(&cal, now) } else { Arc::new(cal.prepare(now)) };
     let asked = Booking {
         id: "preview".into(),
         spec: body.spec.clone(),
@@ -649,6 +689,9 @@ pub async fn sweep(state: &AppState) -> Result<Swept, ApiError> {
 /// [`sweep`] as of `now`.
 pub async fn sweep_at(state: &AppState, now: i64) -> Result<Swept, ApiError> {
     let mut done = Swept::default();
+    // Where the calendar's simulations kept each accepted reservation's slices: a reservation starting now is
+    // placed there when it can be (read before it starts: only accepted reservations' slices are kept).
+    let kept = kept_slices(state).await?;
     let open = state
         .store
         .reservations(None, &[ReservationState::Pending, ReservationState::Accepted], 0, now + LEAD_MS, MAX_BOOKINGS)
@@ -675,7 +718,7 @@ pub async fn sweep_at(state: &AppState, now: i64) -> Result<Swept, ApiError> {
                     }
                 };
                 done.started += 1;
-                place(state, &request_id).await;
+                place(state, &request_id, kept.get(&r.id).map_or(&[][..], Vec::as_slice)).await;
             }
             _ => {}
         }
@@ -687,7 +730,7 @@ pub async fn sweep_at(state: &AppState, now: i64) -> Result<Swept, ApiError> {
             && let Ok(r) = state.store.request(id).await
             && r.state == RequestState::Pending
         {
-            place(state, id).await;
+            place(state, id, &[]).await;
         }
     }
     for (id, version) in state.store.due_starts(now).await? {
@@ -736,12 +779,12 @@ pub async fn sweep_at(state: &AppState, now: i64) -> Result<Swept, ApiError> {
     Ok(done)
 }
 
-/// Places the request made for a reservation, as an approval would; where there is no room yet, the next sweep
-/// tries again.
-async fn place(state: &AppState, request_id: &str) {
+/// Places the request made for a reservation, as an approval would, on the reservation's `kept` slices where they
+/// are all free; where there is no room yet, the next sweep tries again.
+async fn place(state: &AppState, request_id: &str, kept: &[Hold]) {
     let Ok(request) = state.store.request(request_id).await else { return };
     let version = request.version;
-    if let Err(e) = super::approvals::approve_as(state, SYSTEM, request, Some(version)).await {
+    if let Err(e) = super::approvals::approve_on(state, SYSTEM, request, Some(version), kept).await {
         tracing::info!(request = %request_id, error = %e, "a reservation's slices find no room yet");
     }
 }

@@ -8,7 +8,10 @@
 use std::collections::HashMap;
 
 use tessera_api::requests::Waiting;
-use tessera_core::pending::{Facts, ModelRoom, Room, SliceFacts, WaitReason, earliest_start, fragmented, reason};
+use tessera_core::catalog::model::GpuModel;
+use tessera_core::pending::{
+    Facts, InstanceMove, ModelRoom, Room, RoomChange, SliceFacts, WaitReason, earliest_start, fragmented, reason,
+};
 use tessera_core::quota::{Decision, MILLI, Resource, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
 
@@ -250,6 +253,7 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
         };
         let mut free = 0.0;
         let mut gpus = 0;
+        let mut usable = Vec::new();
         for node in &ctx.fleet.nodes {
             let ready = ctx.ready.get(&node.id).copied().unwrap_or(false);
             for g in node.gpus.iter().filter(|g| g.model == model.key && g.mig_enabled == profile.is_some()) {
@@ -257,6 +261,7 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
                 if g.cordoned || !ready || ctx.fleet.open.iter().any(|o| o.gpu_id == g.id) {
                     continue;
                 }
+                usable.push((node, g));
                 let total = f64::from(model.compute_slices_total);
                 let held: f64 = ctx
                     .fleet
@@ -271,14 +276,78 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
         if gpus == 0 {
             continue;
         }
+        let fragmented = profile.is_some() && fragmented(free, needed);
+        let make_room = match profile {
+            Some(p) if fragmented => room_changes(ctx, model, &usable, p, count),
+            _ => Vec::new(),
+        };
         out.push(ModelRoom {
             model: model.key.clone(),
             free_slices: free,
             needed_slices: needed,
-            fragmented: profile.is_some() && fragmented(free, needed),
+            fragmented,
+            make_room,
         });
     }
     out
+}
+
+/// The GPUs of `model` (those in `usable`) to lay out again, moving instances in use, so that `count` instances of
+/// `profile` fit (`tessera_core::layout::fleet_room` decides); empty when moving cannot make room.
+fn room_changes(
+    ctx: &Context,
+    model: &GpuModel,
+    usable: &[(&crate::store::Node, &crate::store::Gpu)],
+    profile: &str,
+    count: u32,
+) -> Vec<RoomChange> {
+    use tessera_core::layout::{Inst, fleet_room, to_placed};
+    let Some(p) = model.profile_index(profile) else { return Vec::new() };
+    // Each GPU's instances in use, with the request each serves.
+    let held: Vec<Vec<(Inst, &str)>> = usable
+        .iter()
+        .map(|(_, g)| {
+            ctx.fleet
+                .live
+                .iter()
+                .filter(|a| a.gpu_id == g.id)
+                .filter_map(|a| {
+                    Some((Inst { profile: model.profile_index(&a.profile)?, start: a.start }, a.request_id.as_str()))
+                })
+                .collect()
+        })
+        .collect();
+    let gpus: Vec<Vec<Inst>> = held.iter().map(|h| h.iter().map(|(i, _)| *i).collect()).collect();
+    let Some(answer) = fleet_room(model, &gpus, p, count) else { return Vec::new() };
+    answer
+        .into_iter()
+        .map(|(i, relayout)| {
+            let (node, gpu) = usable[i];
+            let mut after = gpus[i].clone();
+            for &(k, to) in &relayout.moves {
+                after[k] = to;
+            }
+            after.extend(&relayout.new);
+            after.sort_by_key(|x| x.start);
+            RoomChange {
+                gpu: gpu.id.clone(),
+                index: gpu.index,
+                node: node.name.clone(),
+                moves: relayout
+                    .moves
+                    .iter()
+                    .map(|&(k, to)| InstanceMove {
+                        request: held[i][k].1.to_string(),
+                        profile: model.profiles[to.profile].name.clone(),
+                        from: gpus[i][k].start,
+                        to: to.start,
+                    })
+                    .collect(),
+                fits: u32::try_from(relayout.new.len()).unwrap_or(u32::MAX),
+                layout: after.into_iter().map(|x| to_placed(model, x)).collect(),
+            }
+        })
+        .collect()
 }
 
 /// Whether two specs compete for the same slices: the same MIG profile on a model both may use, or whole GPUs of

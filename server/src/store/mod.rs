@@ -112,9 +112,7 @@ enum Db {
 }
 
 /// Current UTC time in milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+pub use tessera_core::clock::now_ms;
 
 /// A new UUIDv7, as text.
 pub(crate) fn new_id() -> String {

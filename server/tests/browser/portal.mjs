@@ -868,6 +868,13 @@ display_name = "Test IdP"
     await cal.waitFor();
     const calRows = await cal.locator('.cal-row').count();
     check(calRows >= 4, `reservations: the calendar shows the fleet's GPUs (${calRows} rows)`);
+    // Grouped by model: each group's rows are GPUs of its model, and the groups cover every row.
+    const groups = await cal.locator('.cal-model').evaluateAll((els) => els.map((g) => ({
+      model: g.dataset.model, rows: [...g.querySelectorAll('.cal-row')].map((r) => r.dataset.model),
+    })));
+    check(groups.length >= 3 && groups.every((g) => g.rows.length > 0 && g.rows.every((m) => m === g.model))
+      && groups.reduce((n, g) => n + g.rows.length, 0) === calRows,
+      `reservations: the calendar groups GPUs by model (${groups.map((g) => `${g.model}: ${g.rows.length}`).join(', ')})`);
     const heldMine = await cal.locator('.cal-block.held.mine').count();
     check(heldMine > 0, `reservations: the tenant's own slices are marked on the calendar (${heldMine})`);
     await cal.locator('.cal-track').first().scrollIntoViewIfNeeded();
@@ -902,6 +909,72 @@ display_name = "Test IdP"
     // That its slices turn active at the start is checked by the server suite (reservations.rs, both backends): in
     // the demo fleet they may land on a GPU whose layout change waits for an admin.
     await mp.screenshot({ path: path.join(out, 'member-reservation.png'), fullPage: true });
+
+    // Fragmentation: the A100-80GB is filled with 1g.10gb slices of a new tenant, and only those that block each
+    // 3g.40gb placement are kept. The member previews a 3g.40gb there: it would wait, the free slices are scattered,
+    // and the preview names the instance to move that would make room.
+    const a100 = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus.map((g) => ({ ...g, node: n.name })))
+      .find((g) => g.model === 'A100-80GB' && g.mig_enabled);
+    await api('PUT', `/api/v1/gpus/${a100.id}/auto-layout`, { enabled: true });
+    const atlas = await api('POST', '/api/v1/tenants', { name: 'atlas', auto_approve: true, auto_approve_max_compute_slices: 14 });
+    const dana = (await api('GET', '/api/v1/users')).find((u) => u.name === 'dana');
+    await api('PUT', `/api/v1/tenants/${atlas.id}/members/${dana.id}`, { role: 'member' });
+    const ours = new Map(); // start -> request id
+    for (let i = 0; i < 7; i++) {
+      const r = await api('POST', '/api/v1/requests', { tenant: atlas.id, spec: { mode: 'mig', profile: '1g.10gb', model: 'A100-80GB' }, count: 1, reason: 'fill' });
+      if (r.state !== 'approved') { // no room left: the GPU is full
+        await api('POST', `/api/v1/requests/${r.id}/cancel`);
+        break;
+      }
+      const a = (await api('GET', `/api/v1/allocations?tenant=${atlas.id}`)).find((x) => x.request === r.id);
+      ours.set(a.start, r.id);
+    }
+    // Units 0-6 are now all held. A 3g.40gb placement (units 0-3 or 4-7) held by nobody else keeps one 1g.10gb.
+    const keep = [[0, 1, 2, 3], [4, 5, 6]]
+      .filter((units) => units.every((u) => ours.has(u)))
+      .map((units) => units[0]);
+    for (const [start, id] of ours) {
+      if (keep.includes(start)) continue;
+      // Active once the agent created the instance (released), else approved (cancelled).
+      const { state } = await api('GET', `/api/v1/requests/${id}`);
+      if (state === 'active') await api('POST', `/api/v1/requests/${id}/release`, { reason: 'making the GPU scattered' });
+      else await api('POST', `/api/v1/requests/${id}/cancel`);
+    }
+    await mp.goto(`${base}/t/atlas`);
+    await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const fragForm = mp.locator('[data-testid=request-form]');
+    await fragForm.locator('select[name=model]').selectOption('A100-80GB');
+    await fragForm.locator('select[name=profile]').selectOption('3g.40gb');
+    await fragForm.locator('input[name=reason]').fill('training: segmenter v2');
+    const fragPreview = fragForm.locator('[data-testid=preview]');
+    await waitFor('the preview to say the free slices are scattered', async () => /scattered/.test(await fragPreview.textContent()), 20000);
+    const fragText = (await fragPreview.textContent()).trim();
+    const moveRe = new RegExp(`moving 1 instance in use would make room \\(GPU ${a100.index} of ${a100.node}: 1g\\.10gb from unit (${keep.join('|')}) to \\d\\)`);
+    check(await fragPreview.getAttribute('data-outcome') === 'pending' && moveRe.test(fragText),
+      `request form: a 3g.40gb on the scattered A100-80GB would wait, and the preview names the move that makes room (kept ${keep.join(', ')}: "${fragText}")`);
+    await mp.screenshot({ path: path.join(out, 'member-fragmented.png'), fullPage: true });
+
+    // Back to the reservation booked above: at its start its slices turn active on the simulated agent (a layout
+    // change they wait for, if any, approved by the admin as it would be), and the member's page shows it.
+    const tenantIds = Object.fromEntries((await api('GET', '/api/v1/tenants')).flatMap((t) => [[t.id, t.id], [t.name, t.id]]));
+    const visionId = tenantIds[memberTenant];
+    const booked = (await api('GET', `/api/v1/reservations?tenant=${visionId}`)).items.find((r) => r.request === reservedRequest);
+    const nodeGpus = Object.fromEntries((await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).map((g) => [g.uuid, g.id]));
+    let activeAt = null;
+    await waitFor('the reserved slices to turn active at the start', async () => {
+      const mine = (await api('GET', `/api/v1/allocations?tenant=${visionId}`)).filter((a) => a.request === reservedRequest);
+      for (const l of await api('GET', '/api/v1/layouts?state=proposed')) {
+        if (mine.some((a) => nodeGpus[a.gpu_uuid] === l.gpu)) await api('POST', `/api/v1/layouts/${l.id}/approve`).catch(() => null);
+      }
+      if ((await api('GET', `/api/v1/requests/${reservedRequest}`)).state !== 'active') return false;
+      activeAt = Date.now();
+      return mine.length === 2;
+    }, Math.max(booked.start_ms - Date.now(), 0) + 90000, 1000);
+    check(activeAt >= booked.start_ms,
+      `reservations: its 2 slices turned active ${((activeAt - booked.start_ms) / 1000).toFixed(1)} s after its start, not before`);
+    await mp.goto(`${base}/t/${memberTenant}`);
+    await mp.locator(`[data-testid=requests] tr[data-request="${reservedRequest}"][data-state=active]`).waitFor({ timeout: 15000 });
+    check(true, "reservations: the member's page shows the reservation's request active");
     await mp.goto(`${base}/heatmap`);
     await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     await mp.waitForTimeout(3000);

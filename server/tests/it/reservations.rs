@@ -15,6 +15,7 @@ on_both_backends!(
     racing_bookings_for_the_last_room_accept_exactly_what_fits,
     booked_room_is_protected_from_requests_made_meanwhile,
     a_reservation_turns_active_at_its_start_and_ends_with_its_window,
+    a_starting_reservation_is_placed_on_the_slices_kept_for_it,
 );
 
 const HOUR: i64 = 3_600_000;
@@ -310,4 +311,44 @@ async fn a_reservation_turns_active_at_its_start_and_ends_with_its_window(db: &T
     assert_eq!(r["state"], "ended", "{r}");
     let live = app.store.tenant_allocations(&t).await.expect("allocations");
     assert!(live.iter().all(|a| a.request_id != request || a.state == "released"), "{live:?}");
+}
+
+async fn a_starting_reservation_is_placed_on_the_slices_kept_for_it(db: &TestDb) {
+    let app = TestApp::on(db).auto_layout().start().await;
+    app.one_gpu_of("H100-80GB").await;
+    let t = auto_tenant(&app, "vision").await;
+    let dev = app.member("vision-dev", &t).await;
+    // A slice held now; a reservation booked beside it, its slice kept where the calendar's simulation put it.
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1});
+    let (s, held) = app.send(Method::POST, "/api/v1/requests", &dev, Some(ask.clone())).await;
+    assert_eq!((s, held["state"].clone()), (StatusCode::CREATED, json!("approved")), "{held}");
+    let start = now_ms() + 60_000;
+    let (s, r) = book(&app, &t, &dev, mig("1g.10gb", 1, start, start + HOUR)).await;
+    assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("accepted")), "{r}");
+    let rid = r["id"].as_str().expect("id").to_string();
+    let kept = app.store.reservation_slices().await.expect("kept");
+    let kept: Vec<(String, String, u8)> =
+        serde_json::from_str(&kept.iter().find(|(id, _)| *id == rid).expect("kept slices").1).expect("json");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    // The held slice is cancelled: the planner alone would now put a 1g.10gb elsewhere than the kept slice.
+    let path = format!("/api/v1/requests/{}/cancel", held["id"].as_str().expect("id"));
+    let (s, b) = app.send(Method::POST, &path, &dev, None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(ask)).await;
+    let planner_start = p["slices"][0]["start"].as_u64().expect("planned start");
+    assert_ne!(planner_start, u64::from(kept[0].2), "the scenario needs the planner to choose otherwise: {p}");
+    // Within its lead time the sweep starts it, on the kept slice.
+    let swept = tessera_server::services::reservations::sweep(&app.state).await.expect("sweep");
+    assert_eq!(swept.started, 1, "{swept:?}");
+    let (_, r) = app.get(&format!("/api/v1/reservations/{rid}"), &dev).await;
+    let request = r["request"].as_str().expect("request").to_string();
+    let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
+    let placed: Vec<(String, u64)> = allocations
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["request"] == request.as_str())
+        .map(|a| (a["profile"].as_str().unwrap_or("").to_string(), a["start"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(placed, vec![("1g.10gb".to_string(), u64::from(kept[0].2))], "kept {kept:?}");
 }

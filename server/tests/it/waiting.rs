@@ -13,6 +13,7 @@ on_both_backends!(
     every_waiting_request_says_why_and_where_it_stands,
     a_request_waiting_for_reclaimed_room_knows_when_it_can_start,
     a_preview_writes_nothing_and_the_creation_that_follows_agrees,
+    a_scattered_gpu_names_the_instances_to_move_to_make_room,
 );
 
 async fn waiting(app: &TestApp, id: &Value) -> Value {
@@ -219,4 +220,93 @@ async fn a_preview_writes_nothing_and_the_creation_that_follows_agrees(db: &Test
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("preview: approved at once on "), "{stderr}");
     assert_eq!(serde_json::from_slice::<Value>(&out.stdout).expect("json")["outcome"], "approved_now");
+}
+
+async fn a_scattered_gpu_names_the_instances_to_move_to_make_room(db: &TestDb) {
+    let app = TestApp::on(db).auto_layout().start().await;
+    app.one_gpu_of("H100-80GB").await;
+    let gpu = app.mig_gpus("H100-80GB").await[0].clone();
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    let node = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["gpus"].as_array().is_some_and(|g| g.iter().any(|g| g["id"] == gpu.as_str())))
+        .cloned()
+        .expect("the GPU's node");
+    // The node's agent is heard from: its free slices count.
+    app.state.hub.seen(node["id"].as_str().expect("node id"));
+    let t = app.tenant("vision", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7})).await;
+    let dev = app.member("vision-dev", &t).await;
+    // Seven 1g.10gb fill the GPU; all but those at units 0 and 4 are cancelled: five compute slices are free, and
+    // neither 3g.40gb placement (units 0-3, 4-7) is.
+    let mut at = std::collections::BTreeMap::new();
+    for _ in 0..7 {
+        let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "1g.10gb", 1))).await;
+        assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("approved")), "{r}");
+        let id = r["id"].as_str().expect("id").to_string();
+        let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
+        let a = allocations.as_array().into_iter().flatten().find(|a| a["request"] == id.as_str()).expect("slice");
+        at.insert(a["start"].as_u64().expect("start"), id);
+    }
+    assert_eq!(at.keys().copied().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5, 6]);
+    for (start, id) in &at {
+        if *start != 0 && *start != 4 {
+            let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{id}/cancel"), &dev, None).await;
+            assert_eq!(s, StatusCode::OK, "{b}");
+        }
+    }
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "3g.40gb", 1))).await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!((p["outcome"].clone(), p["waiting"]["code"].clone()), (json!("pending"), json!("no_capacity")), "{p}");
+    let h100 = &p["waiting"]["models"][0];
+    assert_eq!(
+        (h100["free_slices"].clone(), h100["needed_slices"].clone(), h100["fragmented"].clone()),
+        (json!(5.0), json!(3.0), json!(true)),
+        "{h100}"
+    );
+    // One move makes room: one of the two 1g.10gb goes next to the other, and the 3g.40gb takes the half it left.
+    let change = &h100["make_room"][0];
+    assert_eq!(
+        (change["gpu"].clone(), change["node"].clone(), change["fits"].clone()),
+        (json!(gpu), node["name"].clone(), json!(1))
+    );
+    let moves = change["moves"].as_array().expect("moves");
+    assert_eq!(moves.len(), 1, "{change}");
+    let (from, to) = (moves[0]["from"].as_u64().expect("from"), moves[0]["to"].as_u64().expect("to"));
+    assert_eq!(moves[0]["request"], at[&from].as_str(), "{change}");
+    assert!((from == 4 && to < 4) || (from == 0 && to >= 4), "{change}");
+    let layout: Vec<(String, u64)> = change["layout"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| (i["profile"].as_str().unwrap_or("").to_string(), i["start"].as_u64().unwrap_or(99)))
+        .collect();
+    assert_eq!(layout.len(), 3, "{change}");
+    assert!(layout.contains(&("3g.40gb".to_string(), if from == 4 { 4 } else { 0 })), "{change}");
+    let sentence = p["sentence"].as_str().unwrap_or("");
+    assert!(
+        sentence.contains(&format!(
+            "moving 1 instance in use would make room (GPU {} of {}: 1g.10gb from unit {from} to {to})",
+            change["index"],
+            node["name"].as_str().unwrap_or("")
+        )),
+        "{sentence}"
+    );
+    // The request made pends for the same reason, and says so in GET.
+    let (_, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "3g.40gb", 1))).await;
+    let w = waiting(&app, &r["id"]).await;
+    assert_eq!(w["reason"]["models"][0]["make_room"], h100["make_room"], "{w}");
+    // A 4g.40gb has one placement (units 0-3): the 1g.10gb at 0 must go, the one at 4 may stay.
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "4g.40gb", 1))).await;
+    let moves = &p["waiting"]["models"][0]["make_room"][0]["moves"];
+    assert_eq!((moves[0]["from"].clone(), moves[0]["request"].clone()), (json!(0), json!(at[&0])), "{p}");
+    assert_eq!(moves.as_array().map(Vec::len), Some(1), "{p}");
+    // More than five compute slices is not fragmentation: no change is named.
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(mig(&t, "2g.20gb", 3))).await;
+    assert_eq!(
+        (p["waiting"]["models"][0]["fragmented"].clone(), p["waiting"]["models"][0]["make_room"].clone()),
+        (json!(false), json!([])),
+        "{p}"
+    );
 }

@@ -5,7 +5,8 @@
 
 use leptos::prelude::*;
 use tessera_api::reservations::{
-    BlockKind, CalendarView, NewReservationBody, ReservationPage, ReservationPreview, ReservationState, ReservationView,
+    BlockKind, CalendarGpu, CalendarView, NewReservationBody, ReservationPage, ReservationPreview, ReservationState,
+    ReservationView,
 };
 use tessera_api::tenants::TenantView;
 use tessera_core::request::SliceSpec;
@@ -221,6 +222,19 @@ fn reservations_table(
 
 /// Per GPU a row over the next [`SPAN_H`] hours: what is held (until its end; to the edge when none is known) and
 /// what is booked, the tenant's own marked.
+/// The calendar's GPUs grouped by model (models and, within one, nodes and indexes in order): GPUs in MIG mode, and
+/// whole GPUs with something on them.
+fn by_model(gpus: Vec<CalendarGpu>) -> Vec<(String, Vec<CalendarGpu>)> {
+    let mut groups: std::collections::BTreeMap<String, Vec<CalendarGpu>> = std::collections::BTreeMap::new();
+    for g in gpus.into_iter().filter(|g| g.mig || !g.blocks.is_empty()) {
+        groups.entry(g.model.clone()).or_default().push(g);
+    }
+    for gpus in groups.values_mut() {
+        gpus.sort_by(|a, b| (&a.node, a.index).cmp(&(&b.node, b.index)));
+    }
+    groups.into_iter().collect()
+}
+
 fn calendar_view(
     c: CalendarView,
     drag_from: RwSignal<Option<f64>>,
@@ -250,10 +264,15 @@ fn calendar_view(
     view! {
         <div class="calendar" data-testid="calendar" data-from=c.from_ms data-to=c.to_ms>
             <div class="cal-axis">{hours.into_iter().map(|(x, t)| view! { <span style=format!("left:{x:.2}%")>{t}</span> }).collect_view()}</div>
-            {c.gpus.into_iter().filter(|g| g.mig || !g.blocks.is_empty()).map(|g| {
-                let label = format!("{} · GPU {} · {}", g.node, g.index, g.model);
+            {by_model(c.gpus).into_iter().map(|(model, gpus)| {
+                let heading = format!("{model} · {} GPU{}", gpus.len(), if gpus.len() == 1 { "" } else { "s" });
                 view! {
-                    <div class="cal-row" data-gpu=g.gpu.clone()>
+                <div class="cal-model" data-model=model.clone()>
+                <div class="cal-model-head">{heading}</div>
+                {gpus.into_iter().map(|g| {
+                let label = format!("{} · GPU {}", g.node, g.index);
+                view! {
+                    <div class="cal-row" data-gpu=g.gpu.clone() data-model=g.model.clone()>
                         <span class="cal-label" title=g.gpu.clone()>{label}{g.cordoned.then_some(" (cordoned)")}</span>
                         <div class="cal-track"
                             on:mousedown=move |ev| drag_from.set(fraction(&ev))
@@ -273,6 +292,9 @@ fn calendar_view(
                             }).collect_view()}
                         </div>
                     </div>
+                }
+                }).collect_view()}
+                </div>
                 }
             }).collect_view()}
             <p class="legend small"><span class="key held"></span>"held "<span class="key booked"></span>"booked · outlined: yours"</p>
