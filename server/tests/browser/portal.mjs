@@ -706,9 +706,11 @@ display_name = "Test IdP"
     check(await cform.locator('select[name=priority]').inputValue() === 'low', 'request form: the priority chosen is kept through refreshes');
     await cform.locator('button[type=submit]').click();
     await tp.locator('form .ok', { hasText: 'is pending' }).or(tp.locator('form .ok', { hasText: 'approved' })).first().waitFor();
-    const borrowedReq = (await api('GET', `/api/v1/requests?tenant=${research.id}&limit=500`)).items
-      .find((r) => r.reason === 'borrowed evaluation run');
-    check(borrowedReq && borrowedReq.borrowed && borrowedReq.priority === 'low', `cohort: a request above research's guarantee of 1 is borrowed, low priority (${JSON.stringify(borrowedReq && { borrowed: borrowedReq.borrowed, priority: borrowedReq.priority })})`);
+    const researchRequests = (await api('GET', `/api/v1/requests?tenant=${research.id}&limit=500`)).items;
+    const borrowedReq = researchRequests.find((r) => r.reason === 'borrowed evaluation run');
+    // When it is not found, the reasons the server has say what the form sent (a refresh that ate keystrokes shows here).
+    const reasonsSeen = borrowedReq ? '' : `; reasons: ${JSON.stringify(researchRequests.map((r) => r.reason))}`;
+    check(borrowedReq && borrowedReq.borrowed && borrowedReq.priority === 'low', `cohort: a request above research's guarantee of 1 is borrowed, low priority (${JSON.stringify(borrowedReq && { borrowed: borrowedReq.borrowed, priority: borrowedReq.priority })}${reasonsSeen})`);
     // research auto-approves up to 2 compute slices: the request is approved at once, or by root if it waited.
     if ((await api('GET', `/api/v1/requests/${borrowedReq.id}`)).state === 'pending') {
       await api('POST', `/api/v1/requests/${borrowedReq.id}/approve`).catch(() => null);
