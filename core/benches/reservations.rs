@@ -1,7 +1,7 @@
 //! Reservation benchmark: the calendar's cost on a large fleet, measured the way the server spends it.
 //!
 //! `cargo bench -p tessera-core --bench reservations` (add `-- --quick` for a smaller run that CI uses to check that
-//! it runs and that both paths agree).
+//! it runs and that both paths agree; `-- --previews-only` stops before the admission of the offers).
 //!
 //! # Model
 //! - **Fleet** (seeded): 1,000 GPUs: 900 in MIG mode (H100-80GB, A100-40GB, A100-80GB drawn uniformly) with random
@@ -161,6 +161,9 @@ fn main() {
         if quick { "; quick mode is smaller" } else { "" }
     );
 
+    if std::env::args().any(|a| a == "--previews-only") {
+        return;
+    }
     // Admission of many offers over a month.
     let mut rng = Rng::new(11);
     let offers: Vec<Booking> = (0..setup.offers).map(|i| offer(catalog, &mut rng, 2_000_000 + i)).collect();

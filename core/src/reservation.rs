@@ -564,10 +564,11 @@ impl<'a> Prepared<'a> {
     }
 
     /// The most slices of `b`'s spec that fit its window (`b.count` is ignored), at most 1000: a binary search of
-    /// [`Prepared::fits`] bounded by what the fleet could ever hold. The count it answers always fits; the planner
-    /// is a heuristic, so on rare fleets a larger count that the search skipped could fit too.
+    /// [`Prepared::fits`] bounded by what the fleet has room for at the window's start ([`Prepared::search_bound`]).
+    /// The count it answers always fits; the planner is a heuristic, so on rare fleets a larger count that the search
+    /// skipped could fit too.
     pub fn most_that_fit(&self, b: &Booking) -> u32 {
-        let (mut lo, mut hi) = (0u32, self.capacity(&b.spec).min(1000));
+        let (mut lo, mut hi) = (0u32, self.search_bound(b));
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if self.fits(&Booking { count: mid, ..b.clone() }).is_ok() { lo = mid } else { hi = mid - 1 }
@@ -588,6 +589,46 @@ impl<'a> Prepared<'a> {
                 self.cal.bookings.iter().zip(&self.short).all(|(b, before)| b.id != s.booking || before.is_none())
             })
             .map_or(Ok(()), Err)
+    }
+
+    /// Where [`Prepared::most_that_fit`]'s search starts: no more than 1000, than the fleet could ever hold
+    /// ([`Prepared::capacity`]), nor than [`Prepared::room_at`] the window's start.
+    fn search_bound(&self, b: &Booking) -> u32 {
+        self.capacity(&b.spec).min(self.room_at(&b.spec, b.start_ms.max(self.from_ms))).min(1000)
+    }
+
+    /// An upper bound on the slices of `spec` that can start at `t`, from what is held then: live slices, and those
+    /// of reservations placed before `t` (a new reservation starting at `t` changes nothing before it). Per MIG GPU
+    /// that can take the profile, the least of what the profile's maximum, the free compute slices and its free
+    /// placements allow; per whole GPU, its shares. Reservations starting at `t` itself are not counted, which only
+    /// loosens the bound.
+    fn room_at(&self, spec: &SliceSpec, t: i64) -> u32 {
+        let SliceSpec::Mig { profile, .. } = spec else { return self.capacity(spec) };
+        let mut held: Vec<Vec<&Hold>> = vec![Vec::new(); self.cal.gpus.len()];
+        let before = self.order.iter().filter(|&&i| self.cal.bookings[i].start_ms.max(self.from_ms) < t);
+        let placed = before.flat_map(|&i| self.placed[i].iter());
+        for h in self.cal.holds.iter().chain(placed).filter(|h| h.at(t)) {
+            if let Some(&g) = self.index.get(&h.gpu) {
+                held[g].push(h);
+            }
+        }
+        let mut total = 0u32;
+        for ((g, m), on) in self.cal.gpus.iter().zip(&self.models).zip(&held) {
+            let Some(m) = m.filter(|m| g.mig && !g.cordoned && self.eligible(spec, m)) else { continue };
+            let Some(p) = m.profile_index(profile) else { continue };
+            let insts: Vec<Inst> = on
+                .iter()
+                .filter_map(|h| Some(Inst { profile: m.profile_index(&h.profile)?, start: h.start }))
+                .collect();
+            let occ = Occupancy::of(m, &insts);
+            let prof = &m.profiles[p];
+            let by_max = prof.max_instances.saturating_sub(occ.counts[p]);
+            let by_compute = occ.free_compute(m) / prof.compute_slices.max(1);
+            let free_placements = prof.placements.iter().filter(|pl| pl.mask() & occ.mask == 0).count();
+            let n = usize::from(by_max.min(by_compute)).min(free_placements);
+            total = total.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        }
+        total
     }
 
     /// Most slices of `spec` the fleet could hold at once, ignoring everything held: an upper bound for searches.
@@ -1291,7 +1332,12 @@ mod tests {
             let fits_whole = |n: u32| {
                 cal.clone().with_booking(Booking { count: n, ..probe.clone() }).simulate(0, &[]).short.is_empty()
             };
-            let (mut lo, mut hi) = (0u32, prepared.capacity(&probe.spec).min(1000));
+            // The search's bound holds: one slice more than it does not fit (when it is below the fleet's capacity).
+            let bound = prepared.search_bound(&probe);
+            if bound < prepared.capacity(&probe.spec).min(1000) {
+                prop_assert!(!fits_whole(bound + 1), "{} slices fit above the bound {}", bound + 1, bound);
+            }
+            let (mut lo, mut hi) = (0u32, bound);
             while lo < hi {
                 let mid = lo + (hi - lo).div_ceil(2);
                 if fits_whole(mid) { lo = mid } else { hi = mid - 1 }
