@@ -15,7 +15,7 @@ mod solve;
 pub use enumerate::{addable, maximal_layouts, valid_supersets};
 pub use error::{InstanceRef, LayoutError, Problem};
 pub use relayout::{MAX_GPUS, MAX_IN_USE, Relayout, fits_moved, fits_now, fleet_room, make_room};
-pub use solve::{Fragmentation, Inst, MAX_PROFILES, Occupancy, Solution, solve, solve_at};
+pub use solve::{Applied, Fragmentation, Inst, MAX_PROFILES, Occupancy, Solution, solve, solve_at};
 
 use serde::{Deserialize, Serialize};
 

@@ -148,10 +148,40 @@ pub struct Solution {
     pub fragmentation: Fragmentation,
 }
 
+/// A solution applied to its GPU: the complete new layout and the instances created (both by start), and those
+/// destroyed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// The complete new layout.
+    pub layout: Vec<Inst>,
+    /// Instances to create.
+    pub created: Vec<Inst>,
+    /// Instances to destroy.
+    pub destroyed: Vec<Inst>,
+}
+
 impl Solution {
     /// Instances this solution creates.
     pub fn created(&self) -> usize {
         self.reused.iter().filter(|r| r.is_none()).count()
+    }
+
+    /// What it does to the GPU it was solved for, holding `fixed` and the free instances `optional` (the same
+    /// slices passed to [`solve`] or [`solve_at`]).
+    pub fn apply(&self, fixed: &[Inst], optional: &[Inst]) -> Applied {
+        let mut created: Vec<Inst> =
+            self.new.iter().zip(&self.reused).filter(|(_, r)| r.is_none()).map(|(&i, _)| i).collect();
+        let destroyed: Vec<Inst> = self.destroyed.iter().map(|&k| optional[k]).collect();
+        let reused: Vec<Inst> = self.reused.iter().flatten().map(|&k| optional[k]).collect();
+        let mut layout: Vec<Inst> = fixed
+            .iter()
+            .copied()
+            .chain(optional.iter().copied().filter(|f| !destroyed.contains(f) && !reused.contains(f)))
+            .chain(self.new.iter().copied())
+            .collect();
+        layout.sort_by_key(|i| (i.start, i.profile));
+        created.sort_by_key(|i| (i.start, i.profile));
+        Applied { layout, created, destroyed }
     }
 
     fn key(&self) -> (usize, usize, u8, std::cmp::Reverse<u16>) {

@@ -40,7 +40,7 @@ pub use problem::Problem;
 pub use types::*;
 
 use crate::catalog::Catalog;
-use crate::layout::{Fragmentation, Inst, Occupancy, solve, to_placed};
+use crate::layout::{Applied, Fragmentation, Inst, Occupancy, solve, to_placed};
 use pack::Packer;
 
 /// Demand orders tried by the portfolio.
@@ -158,22 +158,10 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
                 });
             }
         }
-        let mut created: Vec<Inst> =
-            solution.new.iter().zip(&solution.reused).filter(|(_, r)| r.is_none()).map(|(&i, _)| i).collect();
-        if created.is_empty() && solution.destroyed.is_empty() {
+        if solution.created() == 0 && solution.destroyed.is_empty() {
             continue;
         }
-        let destroyed: Vec<Inst> = solution.destroyed.iter().map(|&k| key.free[k]).collect();
-        let reused: Vec<Inst> = solution.reused.iter().flatten().map(|&k| key.free[k]).collect();
-        let mut layout: Vec<Inst> = key
-            .fixed
-            .iter()
-            .copied()
-            .chain(key.free.iter().copied().filter(|f| !destroyed.contains(f) && !reused.contains(f)))
-            .chain(solution.new.iter().copied())
-            .collect();
-        layout.sort_by_key(|i| (i.start, i.profile));
-        created.sort_by_key(|i| (i.start, i.profile));
+        let Applied { layout, created, destroyed } = solution.apply(&key.fixed, &key.free);
         for &d in &destroyed {
             destroyed_all.push(GpuInstance {
                 gpu: gpu.id.clone(),

@@ -144,18 +144,14 @@ pub fn placement_on(
             kept.iter().filter(|h| h.gpu == g.id).map(|h| inst(&h.profile, h.start)).collect::<Option<_>>()?;
         let sol = solve_at(model, &fixed, &optional, &new)?;
         let change = (sol.created() > 0 || !sol.destroyed.is_empty()).then(|| {
-            let kept_optional = (0..optional.len()).filter(|k| !sol.destroyed.contains(k)).map(|k| optional[k]);
-            let created: Vec<Inst> =
-                sol.new.iter().zip(&sol.reused).filter(|(_, r)| r.is_none()).map(|(i, _)| *i).collect();
-            let mut layout: Vec<Inst> =
-                fixed.iter().copied().chain(kept_optional).chain(created.iter().copied()).collect();
-            layout.sort_by_key(|i| i.start);
+            let applied = sol.apply(&fixed, &optional);
+            let placed = |v: Vec<Inst>| v.into_iter().map(|i| to_placed(model, i)).collect();
             changes.push(LayoutChange {
                 gpu_id: g.id.clone(),
                 base_version: g.layout_version,
-                layout: layout.into_iter().map(|i| to_placed(model, i)).collect(),
-                created: created.into_iter().map(|i| to_placed(model, i)).collect(),
-                destroyed: sol.destroyed.iter().map(|&k| to_placed(model, optional[k])).collect(),
+                layout: placed(applied.layout),
+                created: placed(applied.created),
+                destroyed: placed(applied.destroyed),
                 auto_apply: g.auto_layout,
             });
             changes.len() - 1
