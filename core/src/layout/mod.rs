@@ -212,9 +212,7 @@ pub fn room_for(model: &GpuModel, in_use: &[PlacedInstance], profile: &str) -> u
         .iter()
         .filter_map(|i| model.profile_index(&i.profile).map(|profile| Inst { profile, start: i.start }))
         .collect();
-    let mut most = 0u8;
-    valid_supersets(model, &base, &[p], &mut |added| most = most.max(u8::try_from(added.len()).unwrap_or(u8::MAX)));
-    most
+    fits_now(model, &base, p)
 }
 
 /// Converts the compact form to wire form.
