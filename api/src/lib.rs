@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod cohorts;
 pub mod layouts;
 pub mod nodes;
+pub mod notifications;
 pub mod people;
 pub mod problem;
 pub mod quotas;

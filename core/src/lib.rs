@@ -8,6 +8,7 @@ pub mod budget;
 pub mod catalog;
 pub mod clock;
 pub mod cohort;
+pub mod event;
 pub mod layout;
 pub mod pending;
 pub mod planner;

@@ -45,6 +45,8 @@ pub struct App {
     pub budgets: crate::services::budgets::BudgetCache,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
     pub prepared: crate::services::reservations::PreparedCache,
+    /// Webhook delivery settings.
+    pub webhooks: crate::services::notifications::Delivery,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

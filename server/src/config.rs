@@ -108,6 +108,18 @@ pub fn resolve(
         ),
         None => None,
     };
+    let webhooks = match env("TESSERA_WEBHOOK_RETRY_CAP_S") {
+        Some(v) => crate::services::notifications::Delivery {
+            retry_cap_ms: v
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| (1..=86_400).contains(n))
+                .ok_or("TESSERA_WEBHOOK_RETRY_CAP_S must be a whole number of seconds from 1 to 86400")?
+                * 1000,
+        },
+        None => Default::default(),
+    };
     Ok(crate::serve::Settings {
         listen: flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
         data_dir,
@@ -125,6 +137,7 @@ pub fn resolve(
             .collect(),
         telemetry: Default::default(),
         max_connections,
+        webhooks,
     })
 }
 

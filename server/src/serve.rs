@@ -37,6 +37,8 @@ pub struct Settings {
     /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
     /// [`crate::listen::default_max_connections`].
     pub max_connections: Option<usize>,
+    /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts).
+    pub webhooks: crate::services::notifications::Delivery,
 }
 
 impl std::fmt::Debug for Settings {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for Settings {
             .field("auth", &self.auth)
             .field("telemetry", &self.telemetry)
             .field("max_connections", &self.max_connections)
+            .field("webhooks", &self.webhooks)
             .finish()
     }
 }
@@ -170,6 +173,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
         budgets: Default::default(),
         prepared: Default::default(),
+        webhooks: settings.webhooks,
     }));
     Ok((state, generated))
 }
@@ -219,6 +223,7 @@ pub async fn serve(
         state.telemetry_retention_ms,
         TELEMETRY_FLUSH,
     );
+    let webhooks = crate::services::notifications::start_background(state.store.clone(), state.webhooks);
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
@@ -274,6 +279,7 @@ pub async fn serve(
     let app = crate::http::router(state);
     let served = crate::listen::serve(listener, app, max_connections, shutdown).await;
     sweeper.abort();
+    webhooks.abort();
     agents.abort();
     telemetry.abort();
     if let Err(e) =

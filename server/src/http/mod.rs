@@ -13,6 +13,7 @@ pub mod error;
 mod health;
 mod layouts;
 pub(crate) mod nodes;
+mod notifications;
 mod people;
 mod quotas;
 mod requests;
@@ -72,6 +73,7 @@ pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::
         (name = "layouts", description = "MIG layout proposals"),
         (name = "people", description = "Users, memberships and API tokens"),
         (name = "audit", description = "Who changed what, when"),
+        (name = "notifications", description = "Webhooks, their deliveries, and the inbox of events"),
         (name = "auth", description = "Signing in and out"),
         (name = "telemetry", description = "Heatmaps, live samples and Prometheus metrics"),
         (name = "usage", description = "Metered usage for chargeback"),
@@ -193,6 +195,15 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry::live))
         .routes(routes!(telemetry::metrics))
         .routes(routes!(usage::usage))
+        .routes(routes!(notifications::create_tenant_webhook, notifications::list_tenant_webhooks))
+        .routes(routes!(notifications::create_webhook, notifications::list_webhooks))
+        .routes(routes!(notifications::get_webhook, notifications::delete_webhook))
+        .routes(routes!(notifications::rotate_secret))
+        .routes(routes!(notifications::test_webhook))
+        .routes(routes!(notifications::list_deliveries))
+        .routes(routes!(notifications::redeliver))
+        .routes(routes!(notifications::event_types))
+        .routes(routes!(notifications::inbox))
 }
 
 /// The OpenAPI 3.1 description of the API.

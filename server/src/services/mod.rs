@@ -14,6 +14,7 @@ pub mod governance;
 pub mod hub;
 pub mod idle;
 pub mod lookup;
+pub mod notifications;
 pub mod people;
 pub mod queue;
 pub mod quotas;

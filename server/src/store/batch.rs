@@ -420,6 +420,29 @@ impl Store {
                     .push_unseparated(dialect.json_cast());
             });
             q.build().execute(&mut *tx).await?;
+            // The outbox: one `request.created` event per request, in the same transaction.
+            let events: Vec<(String, &'static str, Option<String>, String, String)> = inserted
+                .iter()
+                .filter_map(|(r, n)| {
+                    let after = to_json(&SliceRequest { borrowed: borrowed.contains(r.id.as_str()), ..(*r).clone() });
+                    let (id, kind, tenant, data) =
+                        super::notifications::event_of(n.actor, "request.create", None, Some(&after))?;
+                    Some((id, kind, tenant, format!("request/{}", r.id), data))
+                })
+                .collect();
+            if !events.is_empty() {
+                let mut q = QueryBuilder::<DB>::new("INSERT INTO events (id, type, tenant_id, subject, at_ms, data) ");
+                q.push_values(&events, |mut b, (id, kind, tenant, subject, data)| {
+                    b.push_bind(id)
+                        .push_bind(*kind)
+                        .push_bind(tenant)
+                        .push_bind(subject)
+                        .push_bind(at)
+                        .push_bind(data)
+                        .push_unseparated(dialect.json_cast());
+                });
+                q.build().execute(&mut *tx).await?;
+            }
             tx.commit().await?;
             Ok(plan.outcomes)
         })

@@ -21,7 +21,7 @@ use super::{
 };
 
 /// The audit actor of reclaims.
-pub const RECLAIMER: &str = "system:reclaim";
+pub use tessera_core::event::RECLAIMER;
 
 /// A cohort.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

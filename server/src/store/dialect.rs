@@ -102,6 +102,26 @@ impl Dialect {
         }
     }
 
+    /// What locks the rows a `SELECT` reads inside a writing transaction, passing over rows another transaction has
+    /// locked (PostgreSQL's `FOR UPDATE SKIP LOCKED`, so that replicas share a queue without waiting on each other);
+    /// SQLite holds the database's write lock already.
+    pub(super) fn lock_skipping(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
+    /// A statement that makes the rest of the transaction the only one of its `key` across replicas, answering
+    /// one row whose value is true if it got it: PostgreSQL's transaction-scoped advisory lock, tried without
+    /// waiting. SQLite's write lock makes every writing transaction the only one already.
+    pub(super) fn try_exclusive(self, key: i64) -> String {
+        match self {
+            Dialect::Sqlite => "SELECT 1 = 1".to_string(),
+            Dialect::Postgres => format!("SELECT pg_try_advisory_xact_lock({key})"),
+        }
+    }
+
     /// A JSON value bound as text at `$n`.
     pub(super) fn json(self, n: usize) -> String {
         match self {

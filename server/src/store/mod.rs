@@ -22,6 +22,7 @@ mod fleet;
 pub mod governance;
 pub mod history;
 mod layouts;
+pub mod notifications;
 pub mod people;
 mod postgres;
 pub mod quotas;

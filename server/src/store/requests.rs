@@ -23,7 +23,8 @@ pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), cou
 pub(super) const TENANT_COLUMNS: &str =
     "id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms, cohort_id, weight FROM tenants";
 
-/// Writes an audit entry, in the caller's transaction.
+/// Writes an audit entry, and the event it tells of if any (see [`super::notifications`]), in the caller's
+/// transaction.
 pub(super) async fn audit_insert<'c>(
     conn: impl Into<Conn<'c>>,
     actor: &str,
@@ -43,10 +44,13 @@ pub(super) async fn audit_insert<'c>(
         .bind(actor)
         .bind(action)
         .bind(object)
-        .bind(before)
-        .bind(after)
+        .bind(before.as_deref())
+        .bind(after.as_deref())
         .execute(&mut *conn)
         .await?;
+        // The event the change tells of, if any: in the same transaction (the outbox).
+        super::notifications::event_insert(&mut *conn, actor, action, object, before.as_deref(), after.as_deref())
+            .await?;
     });
     Ok(())
 }

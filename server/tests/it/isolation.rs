@@ -30,6 +30,8 @@ struct World {
     b_requests: Vec<String>,
     b_quota_requests: Vec<String>,
     b_reservations: Vec<String>,
+    b_webhooks: Vec<String>,
+    b_delivery: String,
     gpu: String,
     node_id: String,
     join_token_id: String,
@@ -121,6 +123,44 @@ async fn world() -> World {
         assert!(r.status().is_success(), "{:?}", r.text().await);
         b_reservations.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
     }
+    // B's webhook endpoints (to a port nobody listens on), and a delivery of a test event to the first.
+    let mut b_webhooks = Vec::new();
+    for _ in 0..8 {
+        let r = client
+            .post(format!("{base}/api/v1/tenants/{b}/webhooks"))
+            .bearer_auth(&b_admin)
+            .json(&json!({"url": "http://127.0.0.1:9/hook"}))
+            .send()
+            .await
+            .expect("send");
+        assert!(r.status().is_success(), "{:?}", r.text().await);
+        b_webhooks.push(r.json::<Value>().await.expect("json")["webhook"]["id"].as_str().expect("id").to_string());
+    }
+    let r = client
+        .post(format!("{base}/api/v1/webhooks/{}/test", b_webhooks[0]))
+        .bearer_auth(&b_admin)
+        .send()
+        .await
+        .expect("send");
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let mut b_delivery = String::new();
+    for _ in 0..300 {
+        let log: Value = client
+            .get(format!("{base}/api/v1/webhooks/{}/deliveries", b_webhooks[0]))
+            .bearer_auth(&b_admin)
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        if let Some(id) = log[0]["id"].as_i64() {
+            b_delivery = id.to_string();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(!b_delivery.is_empty(), "the test event was dispatched");
     // One of B's requests is approved.
     let r = client
         .post(format!("{base}/api/v1/requests/{}/approve", b_requests[7]))
@@ -164,6 +204,8 @@ async fn world() -> World {
         b_requests,
         b_quota_requests,
         b_reservations,
+        b_webhooks,
+        b_delivery,
         gpu,
         node_id,
         join_token_id,
@@ -223,6 +265,10 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("join-tokens", "{id}") => w.join_token_id.clone(),
             ("models", "{model}") => "H100-80GB".into(),
             ("cohorts", "{id}") => w.cohort.clone(),
+            // The delivery belongs to the first endpoint, which is never deleted.
+            ("webhooks", "{id}") if template.contains("{delivery}") => w.b_webhooks[0].clone(),
+            ("webhooks", "{id}") => w.b_webhooks[1 + round % (w.b_webhooks.len() - 1)].clone(),
+            ("deliveries", "{delivery}") => w.b_delivery.clone(),
             _ => {
                 panic!("{method} {template}: add a fixture for {segment} after `{collection}` to the isolation matrix")
             }
@@ -247,6 +293,9 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             json!({"tenant": w.b_tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1})
         }
         ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
+        ("post", "/api/v1/tenants/{id}/webhooks") | ("post", "/api/v1/webhooks") => {
+            json!({"url": "http://127.0.0.1:9/hook", "types": ["request.*"]})
+        }
         ("put", "/api/v1/tenants/{id}/quotas") => json!({"limits": {"compute_slices": 50}}),
         ("post", "/api/v1/tenants/{id}/quota-requests") => {
             json!({"limits": {"compute_slices": 70}, "reason": "matrix"})
@@ -387,6 +436,7 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
                     .chain(&w.b_token_ids)
                     .chain(&w.b_quota_requests)
                     .chain(&w.b_reservations)
+                    .chain(&w.b_webhooks)
                     .any(|id| url.contains(id.as_str()))
                 || body.to_string().contains(&w.b_tenant);
             for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {

@@ -11,6 +11,7 @@ mod hostile;
 mod isolation;
 mod links;
 mod logging;
+mod notifications;
 mod prometheus;
 mod quotas;
 mod reservations;

@@ -45,6 +45,12 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "AuditView" => audit::AuditView,
         "CohortView" => cohorts::CohortView,
         "BudgetView" => tessera_api::budgets::BudgetView,
+        "WebhookSecret" => tessera_api::notifications::WebhookSecret,
+        "WebhookView" => tessera_api::notifications::WebhookView,
+        "DeliveryView" => tessera_api::notifications::DeliveryView,
+        "TestSent" => tessera_api::notifications::TestSent,
+        "EventView" => tessera_api::notifications::EventView,
+        "EventTypeView" => tessera_api::notifications::EventTypeView,
         "QuotaTimeline" => tessera_api::quotas::QuotaTimeline,
         "Waiting" => requests::Waiting,
         "RequestPreview" => requests::RequestPreview,
@@ -217,6 +223,37 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::PUT, "/api/v1/tenants/{id}/budget", &budget, limits, S::OK).await;
     let b = w.call(&admin, M::GET, "/api/v1/tenants/{id}/budget", &budget, None, S::OK).await;
     assert_eq!(b["lines"].as_array().map(Vec::len), Some(2), "{b}");
+    // Webhooks: a tenant's and a platform one, listed, read, tested, their log, a redelivery, a rotation; the
+    // event types and the inbox.
+    let hooks = format!("/api/v1/tenants/{t}/webhooks");
+    let body = Some(json!({"url": "http://127.0.0.1:9/hook", "types": ["request.*"], "description": "wire"}));
+    let made = w.call(&admin, M::POST, "/api/v1/tenants/{id}/webhooks", &hooks, body, S::CREATED).await;
+    let hook = made["webhook"]["id"].as_str().expect("id").to_string();
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/webhooks", &hooks, None, S::OK).await;
+    let body = Some(json!({"url": "http://127.0.0.1:9/all", "format": "slack"}));
+    let platform = w.call(&admin, M::POST, "/api/v1/webhooks", "/api/v1/webhooks", body, S::CREATED).await;
+    w.call(&admin, M::GET, "/api/v1/webhooks", "/api/v1/webhooks", None, S::OK).await;
+    let one = format!("/api/v1/webhooks/{hook}");
+    w.call(&admin, M::GET, "/api/v1/webhooks/{id}", &one, None, S::OK).await;
+    w.call(&admin, M::POST, "/api/v1/webhooks/{id}/test", &format!("{one}/test"), None, S::ACCEPTED).await;
+    let log = format!("{one}/deliveries");
+    let mut delivery = None;
+    for _ in 0..100 {
+        let d = w.call(&admin, M::GET, "/api/v1/webhooks/{id}/deliveries", &log, None, S::OK).await;
+        delivery = d[0]["id"].as_i64();
+        if delivery.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let delivery = delivery.expect("the test event was dispatched");
+    let again = format!("{log}/{delivery}/redeliver");
+    w.call(&admin, M::POST, "/api/v1/webhooks/{id}/deliveries/{delivery}/redeliver", &again, None, S::ACCEPTED).await;
+    w.call(&admin, M::POST, "/api/v1/webhooks/{id}/rotate-secret", &format!("{one}/rotate-secret"), None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/event-types", "/api/v1/event-types", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/inbox", "/api/v1/inbox", None, S::OK).await;
+    let gone = w.server.client.delete(format!("{}/api/v1/webhooks/{}", w.server.base, id(&platform["webhook"])));
+    assert_eq!(gone.bearer_auth(&admin).send().await.expect("send").status(), S::NO_CONTENT);
     // Reservations: previewed, booked, listed, read, accepted, refused, withdrawn; their policies.
     let start = tessera_server::store::now_ms() + 86_400_000;
     let booking = |h: i64| {

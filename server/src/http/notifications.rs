@@ -1,0 +1,158 @@
+//! Webhook endpoints (a tenant's, managed by its admins; platform-wide, by platform admins), their delivery logs,
+//! the event types, and the inbox of events the caller may read.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use crate::app::AppState;
+use crate::services::notifications;
+use crate::store::Principal;
+pub use tessera_api::notifications::{
+    DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, TestSent, WebhookCreate, WebhookSecret,
+    WebhookView,
+};
+
+/// Make a webhook endpoint for a tenant (its admins and platform admins). It receives the tenant's events only.
+/// The answer holds the signing secret, shown this once.
+#[utoipa::path(post, path = "/api/v1/tenants/{id}/webhooks", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path, description = "The tenant's id or its name")), request_body = WebhookCreate,
+    responses((status = 201, body = WebhookSecret), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "webhook_bad_url, webhook_bad_format, webhook_bad_type, webhook_bad_description or webhook_too_many")))]
+pub async fn create_tenant_webhook(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<WebhookCreate>,
+) -> Result<(StatusCode, ApiJson<WebhookSecret>), ApiError> {
+    Ok((StatusCode::CREATED, ApiJson(notifications::create(&state, &p, Some(&id), &body).await?)))
+}
+
+/// A tenant's webhook endpoints (its admins and platform admins).
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/webhooks", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path, description = "The tenant's id or its name")),
+    responses((status = 200, body = Vec<WebhookView>), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn list_tenant_webhooks(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<Vec<WebhookView>>, ApiError> {
+    Ok(ApiJson(notifications::list(&state, &p, Some(&id)).await?))
+}
+
+/// Make a platform-wide webhook endpoint (platform admins). It receives every tenant's events and the platform's.
+/// The answer holds the signing secret, shown this once.
+#[utoipa::path(post, path = "/api/v1/webhooks", tag = "notifications", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    request_body = WebhookCreate,
+    responses((status = 201, body = WebhookSecret), (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "webhook_bad_url, webhook_bad_format, webhook_bad_type, webhook_bad_description or webhook_too_many")))]
+pub async fn create_webhook(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<WebhookCreate>,
+) -> Result<(StatusCode, ApiJson<WebhookSecret>), ApiError> {
+    Ok((StatusCode::CREATED, ApiJson(notifications::create(&state, &p, None, &body).await?)))
+}
+
+/// The platform-wide webhook endpoints (platform admins).
+#[utoipa::path(get, path = "/api/v1/webhooks", tag = "notifications", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    responses((status = 200, body = Vec<WebhookView>), (status = 403, body = Problem)))]
+pub async fn list_webhooks(State(state): State<AppState>, p: Principal) -> Result<ApiJson<Vec<WebhookView>>, ApiError> {
+    Ok(ApiJson(notifications::list(&state, &p, None).await?))
+}
+
+/// One webhook endpoint (who manages it: the tenant's admins, or platform admins).
+#[utoipa::path(get, path = "/api/v1/webhooks/{id}", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = WebhookView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn get_webhook(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<WebhookView>, ApiError> {
+    Ok(ApiJson(notifications::get(&state, &p, &id).await?))
+}
+
+/// Delete a webhook endpoint and its delivery log.
+#[utoipa::path(delete, path = "/api/v1/webhooks/{id}", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path)),
+    responses((status = 204), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn delete_webhook(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    notifications::delete(&state, &p, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Rotate an endpoint's signing secret: the answer holds the new one (shown this once); deliveries carry a
+/// signature with each secret for 24 hours, so a receiver can switch without losing any.
+#[utoipa::path(post, path = "/api/v1/webhooks/{id}/rotate-secret", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path)),
+    responses((status = 200, body = WebhookSecret), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<ApiJson<WebhookSecret>, ApiError> {
+    Ok(ApiJson(notifications::rotate(&state, &p, &id).await?))
+}
+
+/// Send a `webhook.test` event to this endpoint only; its delivery shows in the endpoint's log.
+#[utoipa::path(post, path = "/api/v1/webhooks/{id}/test", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path)),
+    responses((status = 202, body = TestSent), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn test_webhook(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, ApiJson<TestSent>), ApiError> {
+    Ok((StatusCode::ACCEPTED, ApiJson(notifications::test(&state, &p, &id).await?)))
+}
+
+/// An endpoint's delivery log, newest first: each event sent or to be sent, its attempts and the last answer.
+#[utoipa::path(get, path = "/api/v1/webhooks/{id}/deliveries", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path), DeliveriesQuery),
+    responses((status = 200, body = Vec<DeliveryView>), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_limit")))]
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<DeliveriesQuery>,
+) -> Result<ApiJson<Vec<DeliveryView>>, ApiError> {
+    Ok(ApiJson(notifications::deliveries(&state, &p, &id, q.before, q.limit).await?))
+}
+
+/// Send a delivery again (pending from now, retried for another 24 hours), with the same event id.
+#[utoipa::path(post, path = "/api/v1/webhooks/{id}/deliveries/{delivery}/redeliver", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
+    params(("id" = String, Path), ("delivery" = i64, Path)),
+    responses((status = 202, body = DeliveryView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+pub async fn redeliver(
+    State(state): State<AppState>,
+    p: Principal,
+    Path((id, delivery)): Path<(String, i64)>,
+) -> Result<(StatusCode, ApiJson<DeliveryView>), ApiError> {
+    Ok((StatusCode::ACCEPTED, ApiJson(notifications::redeliver(&state, &p, &id, delivery).await?)))
+}
+
+/// Every event type, with what it tells (for webhook filters).
+#[utoipa::path(get, path = "/api/v1/event-types", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = Vec<EventTypeView>)))]
+pub async fn event_types(_p: Principal) -> ApiJson<Vec<EventTypeView>> {
+    ApiJson(notifications::types())
+}
+
+/// The caller's inbox, newest first: events of the tenants it belongs to (every tenant's and the platform's for
+/// platform admins).
+#[utoipa::path(get, path = "/api/v1/inbox", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    params(EventsQuery),
+    responses((status = 200, body = Vec<EventView>), (status = 422, body = Problem, description = "invalid_limit")))]
+pub async fn inbox(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<ApiJson<Vec<EventView>>, ApiError> {
+    Ok(ApiJson(notifications::inbox(&state, &p, q.before, q.limit).await?))
+}

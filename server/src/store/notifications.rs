@@ -1,0 +1,627 @@
+//! Notifications: the events outbox, webhook endpoints and their deliveries. One SQL body for both backends (see
+//! [`super::dialect`]).
+//!
+//! Every audit entry whose action tells of an event (`tessera_core::event::from_audit`) writes the event in the same
+//! transaction ([`event_insert`]), so a change that rolls back has no event and a committed one always has. The
+//! dispatcher ([`Store::dispatch_events`]) turns each event into one delivery per matching endpoint; the sender claims
+//! due deliveries for a lease ([`Store::claim_deliveries`]), sends them and records how it went
+//! ([`Store::finish_deliveries`]). On PostgreSQL replicas claim with `FOR UPDATE SKIP LOCKED`, so each delivery is
+//! sent by one of them; an endpoint receives a subject's events in order, since a delivery waits while an earlier
+//! one of its subject to the same endpoint is pending.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use sqlx::QueryBuilder;
+use tessera_core::event;
+
+use super::dialect::Conn;
+use super::{Store, StoreError, new_id, now_ms, to_json};
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// Position in the outbox.
+    pub seq: i64,
+    /// Stable id (receivers de-duplicate with it).
+    pub id: String,
+    /// Its type (`tessera_core::event::TYPES`).
+    pub kind: String,
+    /// The tenant it concerns (`None`: platform-wide).
+    pub tenant_id: Option<String>,
+    /// What it is about, e.g. `request/<id>`.
+    pub subject: String,
+    /// When, UTC ms.
+    pub at_ms: i64,
+    /// The change: `{"actor", "action", "before", "after"}` (JSON text).
+    pub data: String,
+}
+
+/// A webhook endpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRecord {
+    /// Its id.
+    pub id: String,
+    /// Its tenant (`None`: platform-wide).
+    pub tenant_id: Option<String>,
+    /// Where deliveries are posted.
+    pub url: String,
+    /// `standard` (CloudEvents, signed) or `slack` (`{"text": ...}`).
+    pub format: String,
+    /// Type patterns (empty: every type).
+    pub types: Vec<String>,
+    /// Free text.
+    pub description: String,
+    /// The signing secret (`whsec_...`).
+    pub secret: String,
+    /// The secret before the last rotation, still signing until `previous_until_ms`.
+    pub previous_secret: Option<String>,
+    /// Until when the previous secret signs too.
+    pub previous_until_ms: Option<i64>,
+    /// Who made it.
+    pub created_by: String,
+    /// When, UTC ms.
+    pub created_at_ms: i64,
+}
+
+/// What a new endpoint is.
+#[derive(Debug, Clone)]
+pub struct NewWebhook<'a> {
+    pub tenant_id: Option<&'a str>,
+    pub url: &'a str,
+    pub format: &'a str,
+    pub types: &'a [String],
+    pub description: &'a str,
+    pub secret: &'a str,
+    pub actor: &'a str,
+}
+
+/// One event to one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub webhook_id: String,
+    pub event_id: String,
+    pub kind: String,
+    pub subject: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    pub next_at_ms: i64,
+    pub last_status: Option<i64>,
+    pub last_error: String,
+    pub delivered_at_ms: Option<i64>,
+}
+
+/// A delivery claimed for sending: the delivery, its endpoint and its event.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub delivery: i64,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    pub webhook: WebhookRecord,
+    pub event: EventRecord,
+}
+
+/// How sending a delivery went: the answer's status, or why there was none.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub delivery: i64,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    pub status: Option<u16>,
+    pub error: String,
+}
+
+impl Sent {
+    fn ok(&self) -> bool {
+        self.status.is_some_and(|s| (200..300).contains(&s))
+    }
+}
+
+/// The advisory lock key of the dispatcher (one at a time across replicas, so deliveries follow event order).
+const DISPATCH_LOCK: i64 = 0x7e55_e7a0;
+
+const WEBHOOK_COLUMNS: &str = "id, tenant_id, url, format, CAST(types AS TEXT), description, secret, previous_secret, \
+                               previous_until_ms, created_by, created_at_ms FROM webhooks";
+type WebhookRow =
+    (String, Option<String>, String, String, String, String, String, Option<String>, Option<i64>, String, i64);
+
+fn webhook_from(r: WebhookRow) -> WebhookRecord {
+    WebhookRecord {
+        id: r.0,
+        tenant_id: r.1,
+        url: r.2,
+        format: r.3,
+        types: serde_json::from_str(&r.4).unwrap_or_default(),
+        description: r.5,
+        secret: r.6,
+        previous_secret: r.7,
+        previous_until_ms: r.8,
+        created_by: r.9,
+        created_at_ms: r.10,
+    }
+}
+
+const EVENT_COLUMNS: &str = "seq, id, type, tenant_id, subject, at_ms, CAST(data AS TEXT) FROM events";
+type EventRow = (i64, String, String, Option<String>, String, i64, String);
+
+fn event_from(r: EventRow) -> EventRecord {
+    EventRecord { seq: r.0, id: r.1, kind: r.2, tenant_id: r.3, subject: r.4, at_ms: r.5, data: r.6 }
+}
+
+const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, e.id, e.type, d.subject, d.state, d.attempts, d.first_at_ms, \
+                                d.next_at_ms, d.last_status, d.last_error, d.delivered_at_ms \
+                                FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq";
+type DeliveryRow = (i64, String, String, String, String, String, i64, i64, i64, Option<i64>, String, Option<i64>);
+
+fn delivery_from(r: DeliveryRow) -> DeliveryRecord {
+    DeliveryRecord {
+        id: r.0,
+        webhook_id: r.1,
+        event_id: r.2,
+        kind: r.3,
+        subject: r.4,
+        state: r.5,
+        attempts: r.6,
+        first_at_ms: r.7,
+        next_at_ms: r.8,
+        last_status: r.9,
+        last_error: r.10,
+        delivered_at_ms: r.11,
+    }
+}
+
+/// The tenant a record names (`tenant_id`), if it has one.
+#[derive(Deserialize)]
+struct TenantOf {
+    #[serde(default)]
+    tenant_id: Option<String>,
+}
+
+fn tenant_of(json: Option<&str>) -> Option<String> {
+    serde_json::from_str::<TenantOf>(json?).ok()?.tenant_id
+}
+
+/// The event an audit entry tells of, if any: `(id, type, tenant, data)`.
+pub(super) fn event_of(
+    actor: &str,
+    action: &str,
+    before: Option<&str>,
+    after: Option<&str>,
+) -> Option<(String, &'static str, Option<String>, String)> {
+    let kind = event::from_audit(action, actor)?;
+    let tenant = tenant_of(after).or_else(|| tenant_of(before));
+    let data = format!(
+        "{{\"actor\":{},\"action\":{},\"before\":{},\"after\":{}}}",
+        to_json(&actor),
+        to_json(&action),
+        before.unwrap_or("null"),
+        after.unwrap_or("null")
+    );
+    Some((new_id(), kind, tenant, data))
+}
+
+/// Writes the event an audit entry tells of, if any, in the caller's transaction.
+pub(super) async fn event_insert<'c>(
+    conn: impl Into<Conn<'c>>,
+    actor: &str,
+    action: &str,
+    object: &str,
+    before: Option<&str>,
+    after: Option<&str>,
+) -> Result<(), StoreError> {
+    let Some((id, kind, tenant, data)) = event_of(actor, action, before, after) else { return Ok(()) };
+    on_conn!(conn.into(), conn, dialect => {
+        sqlx::query(&format!(
+            "INSERT INTO events (id, type, tenant_id, subject, at_ms, data) VALUES ($1, $2, $3, $4, $5, {})",
+            dialect.json(6)
+        ))
+        .bind(&id)
+        .bind(kind)
+        .bind(tenant)
+        .bind(object)
+        .bind(now_ms())
+        .bind(data)
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
+impl Store {
+    /// Creates an endpoint.
+    pub async fn create_webhook(&self, new: NewWebhook<'_>) -> Result<WebhookRecord, StoreError> {
+        let w = WebhookRecord {
+            id: new_id(),
+            tenant_id: new.tenant_id.map(str::to_string),
+            url: new.url.to_string(),
+            format: new.format.to_string(),
+            types: new.types.to_vec(),
+            description: new.description.to_string(),
+            secret: new.secret.to_string(),
+            previous_secret: None,
+            previous_until_ms: None,
+            created_by: new.actor.to_string(),
+            created_at_ms: now_ms(),
+        };
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query(&format!(
+                "INSERT INTO webhooks (id, tenant_id, url, format, types, description, secret, created_by, \
+                 created_at_ms) VALUES ($1, $2, $3, $4, {}, $6, $7, $8, $9)",
+                dialect.json(5)
+            ))
+            .bind(&w.id)
+            .bind(&w.tenant_id)
+            .bind(&w.url)
+            .bind(&w.format)
+            .bind(to_json(&w.types))
+            .bind(&w.description)
+            .bind(&w.secret)
+            .bind(&w.created_by)
+            .bind(w.created_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| super::on_constraint(e, "webhooks"))?;
+            let after = serde_json::json!({"tenant_id": w.tenant_id, "url": w.url, "format": w.format, "types": w.types});
+            super::requests::audit_insert(&mut tx, new.actor, "webhook.create", &format!("webhook/{}", w.id), None,
+                Some(after.to_string())).await?;
+            tx.commit().await?;
+        });
+        Ok(w)
+    }
+
+    /// The endpoints of a tenant (`Some`), or the platform's (`None`), oldest first.
+    pub async fn webhooks(&self, tenant_id: Option<&str>) -> Result<Vec<WebhookRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {WEBHOOK_COLUMNS} WHERE (tenant_id = $1 OR (CAST($1 AS TEXT) IS NULL AND tenant_id IS NULL)) \
+             ORDER BY created_at_ms, id"
+        );
+        let rows: Vec<WebhookRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(tenant_id).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(webhook_from).collect())
+    }
+
+    /// An endpoint by id.
+    pub async fn webhook(&self, id: &str) -> Result<WebhookRecord, StoreError> {
+        let sql = format!("SELECT {WEBHOOK_COLUMNS} WHERE id = $1");
+        let row: Option<WebhookRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        row.map(webhook_from).ok_or_else(|| StoreError::NotFound { what: format!("webhook {id}") })
+    }
+
+    /// Deletes an endpoint and its deliveries.
+    pub async fn delete_webhook(&self, id: &str, actor: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1").bind(id).execute(&mut *tx).await?;
+            let done = sqlx::query("DELETE FROM webhooks WHERE id = $1").bind(id).execute(&mut *tx).await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound { what: format!("webhook {id}") });
+            }
+            super::requests::audit_insert(&mut tx, actor, "webhook.delete", &format!("webhook/{id}"), None, None)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// Replaces an endpoint's secret with `secret`; the old one signs too until `overlap_until_ms`.
+    pub async fn rotate_webhook_secret(
+        &self,
+        id: &str,
+        secret: &str,
+        overlap_until_ms: i64,
+        actor: &str,
+    ) -> Result<WebhookRecord, StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let done = sqlx::query(
+                "UPDATE webhooks SET previous_secret = secret, previous_until_ms = $2, secret = $3 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(overlap_until_ms)
+            .bind(secret)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound { what: format!("webhook {id}") });
+            }
+            let after = serde_json::json!({ "previous_until_ms": overlap_until_ms });
+            super::requests::audit_insert(&mut tx, actor, "webhook.rotate", &format!("webhook/{id}"), None,
+                Some(after.to_string())).await?;
+            tx.commit().await?;
+        });
+        self.webhook(id).await
+    }
+
+    /// Queues a `webhook.test` event for one endpoint only; its event id.
+    pub async fn test_webhook(&self, w: &WebhookRecord, actor: &str) -> Result<String, StoreError> {
+        let id = new_id();
+        let data = serde_json::json!({ "actor": actor, "action": "webhook.test", "before": null,
+            "after": { "webhook": w.id } });
+        on_pool!(self, pool, dialect => {
+            sqlx::query(&format!(
+                "INSERT INTO events (id, type, tenant_id, subject, at_ms, data, webhook_id) \
+                 VALUES ($1, 'webhook.test', $2, $3, $4, {}, $6)",
+                dialect.json(5)
+            ))
+            .bind(&id)
+            .bind(&w.tenant_id)
+            .bind(format!("webhook/{}", w.id))
+            .bind(now_ms())
+            .bind(data.to_string())
+            .bind(&w.id)
+            .execute(pool)
+            .await?;
+        });
+        Ok(id)
+    }
+
+    /// Turns up to `limit` undispatched events into deliveries, one per matching endpoint; how many events it
+    /// dispatched. One dispatcher runs at a time across replicas.
+    pub async fn dispatch_events(&self, limit: u32) -> Result<usize, StoreError> {
+        type Ev = (i64, String, Option<String>, String, Option<String>);
+        on_pool!(self, pool, dialect, DB => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let (mine,): (bool,) = sqlx::query_as(&dialect.try_exclusive(DISPATCH_LOCK)).fetch_one(&mut *tx).await?;
+            if !mine {
+                return Ok(0);
+            }
+            let events: Vec<Ev> = sqlx::query_as(
+                "SELECT seq, type, tenant_id, subject, webhook_id FROM events WHERE dispatched = 0 ORDER BY seq LIMIT $1",
+            )
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+            if events.is_empty() {
+                return Ok(0);
+            }
+            let hooks: Vec<(String, Option<String>, String)> =
+                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT) FROM webhooks").fetch_all(&mut *tx).await?;
+            let hooks: Vec<(String, Option<String>, event::TypeFilter)> = hooks
+                .into_iter()
+                .map(|(id, tenant, types)| {
+                    let types: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
+                    (id, tenant, event::TypeFilter::new(&types).unwrap_or_default())
+                })
+                .collect();
+            let now = now_ms();
+            let mut rows: Vec<(&str, i64, &str)> = Vec::new();
+            for (seq, kind, tenant, subject, only) in &events {
+                for (id, hook_tenant, filter) in &hooks {
+                    let wanted = match only {
+                        Some(only) => only == id,
+                        None => event::reaches(tenant.as_deref(), hook_tenant.as_deref()) && filter.wants(kind),
+                    };
+                    if wanted {
+                        rows.push((id, *seq, subject));
+                    }
+                }
+            }
+            for chunk in rows.chunks(1000) {
+                let mut q = QueryBuilder::<DB>::new(
+                    "INSERT INTO webhook_deliveries (webhook_id, event_seq, subject, state, first_at_ms, next_at_ms) ",
+                );
+                q.push_values(chunk, |mut b, (id, seq, subject)| {
+                    b.push_bind(*id).push_bind(*seq).push_bind(*subject).push_bind("pending").push_bind(now).push_bind(now);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            let mut q = QueryBuilder::<DB>::new("UPDATE events SET dispatched = 1 WHERE seq IN (");
+            let mut list = q.separated(", ");
+            for (seq, ..) in &events {
+                list.push_bind(*seq);
+            }
+            q.push(")");
+            q.build().execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(events.len())
+        })
+    }
+
+    /// Claims up to `limit` due deliveries for `lease_ms` (none whose subject has an earlier delivery pending to
+    /// the same endpoint), with their endpoints and events.
+    pub async fn claim_deliveries(&self, limit: u32, lease_ms: i64) -> Result<Vec<Claimed>, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect, DB => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let ids: Vec<(i64,)> = sqlx::query_as(&format!(
+                "SELECT d.id FROM webhook_deliveries d WHERE d.state = 'pending' AND d.next_at_ms <= $1 \
+                 AND d.lease_until_ms <= $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o \
+                 WHERE o.webhook_id = d.webhook_id AND o.subject = d.subject AND o.state = 'pending' \
+                 AND o.event_seq < d.event_seq) ORDER BY d.event_seq LIMIT $2{}",
+                dialect.lock_skipping()
+            ))
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut q = QueryBuilder::<DB>::new("UPDATE webhook_deliveries SET lease_until_ms = ");
+            q.push_bind(now.saturating_add(lease_ms)).push(" WHERE id IN (");
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            q.build().execute(&mut *tx).await?;
+            let mut q = QueryBuilder::<DB>::new(
+                "SELECT id, attempts, first_at_ms, webhook_id, event_seq FROM webhook_deliveries WHERE id IN (",
+            );
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(") ORDER BY event_seq");
+            let rows: Vec<(i64, i64, i64, String, i64)> = q.build_query_as().fetch_all(&mut *tx).await?;
+            let mut q = QueryBuilder::<DB>::new(format!("SELECT {WEBHOOK_COLUMNS} WHERE id IN ("));
+            let mut list = q.separated(", ");
+            for r in &rows {
+                list.push_bind(r.3.clone());
+            }
+            q.push(")");
+            let hooks: Vec<WebhookRow> = q.build_query_as().fetch_all(&mut *tx).await?;
+            let hooks: HashMap<String, WebhookRecord> =
+                hooks.into_iter().map(webhook_from).map(|w| (w.id.clone(), w)).collect();
+            let mut q = QueryBuilder::<DB>::new(format!("SELECT {EVENT_COLUMNS} WHERE seq IN ("));
+            let mut list = q.separated(", ");
+            for r in &rows {
+                list.push_bind(r.4);
+            }
+            q.push(")");
+            let events: Vec<EventRow> = q.build_query_as().fetch_all(&mut *tx).await?;
+            let events: HashMap<i64, EventRecord> = events.into_iter().map(|r| (r.0, event_from(r))).collect();
+            tx.commit().await?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|(delivery, attempts, first_at_ms, webhook, seq)| {
+                    Some(Claimed {
+                        delivery,
+                        attempts,
+                        first_at_ms,
+                        webhook: hooks.get(&webhook)?.clone(),
+                        event: events.get(&seq)?.clone(),
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// Records how sending went: delivered on a 2xx answer; otherwise tried again after the backoff (at most
+    /// `cap_ms` between attempts) or, a day after the first attempt, failed.
+    pub async fn finish_deliveries(&self, sent: &[Sent], cap_ms: i64) -> Result<(), StoreError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for s in sent {
+                let attempts = s.attempts.saturating_add(1);
+                let tries = u32::try_from(attempts).unwrap_or(u32::MAX);
+                let (state, next, delivered) = if s.ok() {
+                    ("delivered", now, Some(now))
+                } else {
+                    match event::next_attempt(s.first_at_ms, tries, now, cap_ms) {
+                        Some(next) => ("pending", next, None),
+                        None => ("failed", now, None),
+                    }
+                };
+                let error: String = s.error.chars().take(500).collect();
+                sqlx::query(
+                    "UPDATE webhook_deliveries SET state = $2, attempts = $3, next_at_ms = $4, lease_until_ms = 0, \
+                     last_status = $5, last_error = $6, delivered_at_ms = $7 WHERE id = $1 AND state = 'pending'",
+                )
+                .bind(s.delivery)
+                .bind(state)
+                .bind(attempts)
+                .bind(next)
+                .bind(s.status.map(i64::from))
+                .bind(error)
+                .bind(delivered)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// An endpoint's deliveries, newest first, older than `before_id` when given; at most `limit`.
+    pub async fn deliveries(
+        &self,
+        webhook_id: &str,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let sql = format!(
+            "SELECT {DELIVERY_COLUMNS} WHERE d.webhook_id = $1 AND (CAST($2 AS BIGINT) IS NULL OR d.id < $2) \
+             ORDER BY d.id DESC LIMIT $3"
+        );
+        let rows: Vec<DeliveryRow> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(&sql).bind(webhook_id).bind(before_id).bind(i64::from(limit)).fetch_all(pool).await?
+        });
+        Ok(rows.into_iter().map(delivery_from).collect())
+    }
+
+    /// Sends a delivery again: pending from now, tried for another day.
+    pub async fn redeliver(&self, webhook_id: &str, delivery_id: i64) -> Result<DeliveryRecord, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, _dialect => {
+            let done = sqlx::query(
+                "UPDATE webhook_deliveries SET state = 'pending', first_at_ms = $3, next_at_ms = $3, \
+                 lease_until_ms = 0 WHERE id = $2 AND webhook_id = $1",
+            )
+            .bind(webhook_id)
+            .bind(delivery_id)
+            .bind(now)
+            .execute(pool)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound { what: format!("delivery {delivery_id}") });
+            }
+        });
+        let sql = format!("SELECT {DELIVERY_COLUMNS} WHERE d.id = $1");
+        let row: DeliveryRow =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(delivery_id).fetch_one(pool).await?);
+        Ok(delivery_from(row))
+    }
+
+    /// Forgets what is older than `before_ms`: deliveries no longer pending, then dispatched events that no delivery
+    /// refers to. How many events it removed.
+    pub async fn purge_notifications(&self, before_ms: i64) -> Result<u64, StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND first_at_ms < $1")
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?;
+            let done = sqlx::query(
+                "DELETE FROM events WHERE dispatched = 1 AND at_ms < $1 \
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)",
+            )
+            .bind(before_ms)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(done.rows_affected())
+        })
+    }
+
+    /// Events whose tenant is one of `tenants`, or platform-wide ones too when `platform`, newest first, older than
+    /// `before_seq` when given; at most `limit`.
+    pub async fn events_for(
+        &self,
+        tenants: &[String],
+        platform: bool,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        on_pool!(self, pool, _dialect, DB => {
+            let mut q = QueryBuilder::<DB>::new(format!("SELECT {EVENT_COLUMNS} WHERE webhook_id IS NULL AND ("));
+            if platform {
+                q.push("1 = 1");
+            } else {
+                q.push("tenant_id IN (");
+                let mut list = q.separated(", ");
+                list.push_bind("");
+                for t in tenants {
+                    list.push_bind(t.clone());
+                }
+                q.push(")");
+            }
+            q.push(")");
+            if let Some(before) = before_seq {
+                q.push(" AND seq < ").push_bind(before);
+            }
+            q.push(" ORDER BY seq DESC LIMIT ").push_bind(i64::from(limit));
+            let rows: Vec<EventRow> = q.build_query_as().fetch_all(pool).await?;
+            Ok(rows.into_iter().map(event_from).collect())
+        })
+    }
+}

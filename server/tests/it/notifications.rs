@@ -1,0 +1,467 @@
+//! Notifications over real HTTP on SQLite and PostgreSQL: events written with the changes they tell of, delivered
+//! to webhook receivers that verify every signature with the `standardwebhooks` package (PyPI; a Python receiver,
+//! `server/tests/support/webhooks/receiver.py`), routed by tenant and type, in order per subject, retried through
+//! a receiver's outage, with secret rotation, test events, the delivery log, redelivery and the inbox.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tessera_server::store::Role;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+use crate::harness::{TestApp, TestDb, on_both_backends};
+
+on_both_backends!(
+    events_reach_the_endpoints_allowed_to_see_them_signed_and_in_order,
+    a_receiver_that_fails_for_a_while_gets_everything_in_order_afterwards,
+    two_replicas_deliver_each_event_once,
+    a_server_killed_with_a_thousand_events_pending_delivers_every_one_after_restart,
+);
+
+/// The Python with `standardwebhooks` installed: `TESSERA_TEST_PYTHON`, else `target/webhooks-venv` (scripts/test
+/// makes it).
+fn python() -> String {
+    let path = std::env::var("TESSERA_TEST_PYTHON")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/webhooks-venv/bin/python").to_string());
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is missing: `python3 -m venv target/webhooks-venv && target/webhooks-venv/bin/pip install \
+         standardwebhooks==1.1.0` (scripts/test does)"
+    );
+    path
+}
+
+/// A running receiver and what it has printed.
+struct Receiver {
+    _child: Child,
+    stdin: ChildStdin,
+    url: String,
+    seen: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Receiver {
+    async fn start(extra: &[&str]) -> Receiver {
+        Receiver::start_on(0, extra).await
+    }
+
+    async fn start_on(port: u16, extra: &[&str]) -> Receiver {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/webhooks/receiver.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .args(["--port", &port.to_string()])
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the receiver");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the receiver starts")
+            .expect("read")
+            .expect("a line");
+        let port = serde_json::from_str::<Value>(&first).expect("json")["listening"].as_i64().expect("port");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().expect("lock").push(v);
+                }
+            }
+        });
+        Receiver { _child: child, stdin, url: format!("http://127.0.0.1:{port}/hook"), seen }
+    }
+
+    async fn secret(&mut self, how: &str, secret: &str) {
+        self.stdin.write_all(format!("{how} {secret}\n").as_bytes()).await.expect("write");
+        self.stdin.flush().await.expect("flush");
+    }
+
+    fn all(&self) -> Vec<Value> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// Verified deliveries (the first of each event id).
+    fn verified(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = Vec::new();
+        for v in self.all().into_iter().filter(|v| v["verified"] == true) {
+            if !out.iter().any(|o| o["id"] == v["id"]) {
+                out.push(v);
+            }
+        }
+        out
+    }
+
+    /// Waits until `done` holds for the verified deliveries (at most 60 s).
+    async fn until(&self, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        for _ in 0..600 {
+            let v = self.verified();
+            if done(&v) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{what}: the receiver saw {:#?}", self.all());
+    }
+}
+
+fn types_of(seen: &[Value], subject: &str) -> Vec<String> {
+    seen.iter().filter(|v| v["subject"] == subject).filter_map(|v| v["type"].as_str().map(str::to_string)).collect()
+}
+
+fn mig(t: &str) -> Value {
+    json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1})
+}
+
+async fn events_reach_the_endpoints_allowed_to_see_them_signed_and_in_order(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let vision = app.tenant("vision", json!({})).await;
+    let audio = app.tenant("audio", json!({})).await;
+    let (_, vision_admin) = app.user("vision-lead", &[(&vision, Role::TenantAdmin)]).await;
+    let vision_dev = app.member("vision-dev", &vision).await;
+    let (_, audio_admin) = app.user("audio-lead", &[(&audio, Role::TenantAdmin)]).await;
+    let audio_dev = app.member("audio-dev", &audio).await;
+
+    let mut tenant_rx = Receiver::start(&[]).await;
+    let mut platform_rx = Receiver::start(&[]).await;
+    let slack_rx = Receiver::start(&["--slack"]).await;
+
+    // Who may make endpoints: the tenant's admins (members get 403, other tenants' admins 404), platform admins.
+    let hook = |url: &str, types: Value| json!({"url": url, "types": types, "description": "ops"});
+    let path = format!("/api/v1/tenants/{vision}/webhooks");
+    let (s, _) = app.send(Method::POST, &path, &vision_dev, Some(hook(&tenant_rx.url, json!([])))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _) = app.send(Method::POST, &path, &audio_admin, Some(hook(&tenant_rx.url, json!([])))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = app.send(Method::POST, "/api/v1/webhooks", &vision_admin, Some(hook(&tenant_rx.url, json!([])))).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    for (body, code) in [
+        (hook("file:///etc/passwd", json!([])), "webhook_bad_url"),
+        (hook(&tenant_rx.url, json!(["request.nope"])), "webhook_bad_type"),
+        (json!({"url": tenant_rx.url, "format": "xml"}), "webhook_bad_format"),
+    ] {
+        let (s, p) = app.send(Method::POST, &path, &vision_admin, Some(body)).await;
+        assert_eq!((s, p["code"].clone()), (StatusCode::UNPROCESSABLE_ENTITY, json!(code)), "{p}");
+    }
+    let (s, made) =
+        app.send(Method::POST, &path, &vision_admin, Some(hook(&tenant_rx.url, json!(["request.*"])))).await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    let tenant_hook = made["webhook"]["id"].as_str().expect("id").to_string();
+    let secret = made["secret"].as_str().expect("secret").to_string();
+    assert!(secret.starts_with("whsec_"), "{made}");
+    tenant_rx.secret("add", &secret).await;
+    let (s, made) =
+        app.send(Method::POST, "/api/v1/webhooks", &app.admin, Some(hook(&platform_rx.url, json!([])))).await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    platform_rx.secret("add", made["secret"].as_str().expect("secret")).await;
+    let slack = json!({"url": slack_rx.url, "format": "slack", "types": ["request.created"]});
+    let (s, _) = app.send(Method::POST, "/api/v1/webhooks", &app.admin, Some(slack)).await;
+    assert_eq!(s, StatusCode::CREATED);
+    // The secret is shown once: reading the endpoint back never shows it.
+    let (s, read) = app.get(&format!("/api/v1/webhooks/{tenant_hook}"), &vision_admin).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(!read.to_string().contains(&secret), "{read}");
+    let (s, _) = app.get(&format!("/api/v1/webhooks/{tenant_hook}"), &audio_admin).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "another tenant's admin does not see the endpoint");
+    let (s, _) = app.get(&format!("/api/v1/webhooks/{tenant_hook}"), &vision_dev).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    // A request of each tenant, approved, then released or cancelled.
+    let (_, mine) = app.send(Method::POST, "/api/v1/requests", &vision_dev, Some(mig(&vision))).await;
+    let (_, theirs) = app.send(Method::POST, "/api/v1/requests", &audio_dev, Some(mig(&audio))).await;
+    let mine_id = mine["id"].as_str().expect("id").to_string();
+    let theirs_id = theirs["id"].as_str().expect("id").to_string();
+    let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{mine_id}/approve"), &app.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{mine_id}/cancel"), &vision_dev, None).await;
+    assert!(s.is_success(), "{b}");
+    let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{theirs_id}/cancel"), &audio_dev, None).await;
+    assert!(s.is_success(), "{b}");
+
+    // The tenant's endpoint gets its tenant's request events only, in the order they happened, each verified.
+    let subject = format!("request/{mine_id}");
+    let seen = tenant_rx
+        .until("the tenant's request events", |v| {
+            types_of(v, &subject).last().is_some_and(|t| t == "request.cancelled")
+        })
+        .await;
+    assert_eq!(types_of(&seen, &subject), ["request.created", "request.approved", "request.cancelled"], "{seen:#?}");
+    assert!(seen.iter().all(|v| v["tenant"] == vision.as_str()), "only its tenant's events: {seen:#?}");
+    assert!(seen.iter().all(|v| v["id"] == v["ce_id"] && v["specversion"] == "1.0"), "{seen:#?}");
+    assert!(seen.iter().all(|v| v["content_type"] == "application/cloudevents+json"), "{seen:#?}");
+    // The platform endpoint gets both tenants' events.
+    let other = format!("request/{theirs_id}");
+    let seen = platform_rx
+        .until("both tenants' events", |v| {
+            types_of(v, &subject).len() == 3 && types_of(v, &other).last().is_some_and(|t| t == "request.cancelled")
+        })
+        .await;
+    assert_eq!(types_of(&seen, &other), ["request.created", "request.cancelled"], "{seen:#?}");
+    // The chat endpoint gets a line per created request.
+    for _ in 0..300 {
+        if slack_rx.all().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = slack_rx.all();
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines.iter().all(|l| l["text"].as_str().is_some_and(|t| t.starts_with("[request.created] request/"))));
+
+    // No receiver ever saw a delivery it could not verify.
+    for rx in [&tenant_rx, &platform_rx] {
+        let bad: Vec<Value> = rx.all().into_iter().filter(|v| v["verified"] == false).collect();
+        assert!(bad.iter().all(|v| v["error"] == "no secret yet"), "{bad:#?}");
+    }
+
+    // A test event reaches that endpoint only; the delivery log shows it delivered.
+    let (s, t) = app.send(Method::POST, &format!("/api/v1/webhooks/{tenant_hook}/test"), &vision_admin, None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{t}");
+    let test_id = t["event_id"].clone();
+    tenant_rx.until("the test event", |v| v.iter().any(|x| x["id"] == test_id)).await;
+    let (s, log) = app.get(&format!("/api/v1/webhooks/{tenant_hook}/deliveries"), &vision_admin).await;
+    assert_eq!(s, StatusCode::OK, "{log}");
+    let log = log.as_array().cloned().unwrap_or_default();
+    assert_eq!(log.len(), 4, "three request events and the test: {log:#?}");
+    assert_eq!(log[0]["event_id"], test_id, "newest first: {log:#?}");
+    assert!(log.iter().all(|d| d["state"] == "delivered" && d["last_status"] == 204), "{log:#?}");
+    assert!(!platform_rx.all().iter().any(|v| v["id"] == test_id), "the test went to one endpoint");
+
+    // Rotation: deliveries carry both signatures during the overlap, so a receiver that knows only the old secret,
+    // or only the new one, verifies them.
+    let (s, rotated) =
+        app.send(Method::POST, &format!("/api/v1/webhooks/{tenant_hook}/rotate-secret"), &vision_admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{rotated}");
+    let new_secret = rotated["secret"].as_str().expect("secret").to_string();
+    assert_ne!(new_secret, secret);
+    assert!(rotated["webhook"]["previous_secret_until_ms"].as_i64().is_some(), "{rotated}");
+    let (_, r2) = app.send(Method::POST, "/api/v1/requests", &vision_dev, Some(mig(&vision))).await;
+    let r2_subject = format!("request/{}", r2["id"].as_str().expect("id"));
+    let seen = tenant_rx.until("signed with both secrets", |v| !types_of(v, &r2_subject).is_empty()).await;
+    let last = seen.iter().find(|v| v["subject"] == r2_subject).expect("seen");
+    assert_eq!(last["signatures"], 2, "{last}");
+    tenant_rx.secret("only", &new_secret).await;
+    let (s, b) = app
+        .send(Method::POST, &format!("/api/v1/requests/{}/cancel", r2["id"].as_str().expect("id")), &vision_dev, None)
+        .await;
+    assert!(s.is_success(), "{b}");
+    tenant_rx
+        .until("verified with the new secret alone", |v| {
+            types_of(v, &r2_subject).iter().any(|t| t == "request.cancelled")
+        })
+        .await;
+
+    // Redelivery sends the same event again, with the same id.
+    let first = log.last().expect("a delivery")["id"].as_i64().expect("id");
+    let again_of = log.last().expect("a delivery")["event_id"].clone();
+    let path = format!("/api/v1/webhooks/{tenant_hook}/deliveries/{first}/redeliver");
+    let (s, d) = app.send(Method::POST, &path, &vision_admin, None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{d}");
+    for _ in 0..300 {
+        if tenant_rx.all().iter().filter(|v| v["id"] == again_of && v["verified"] == true).count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(tenant_rx.all().iter().filter(|v| v["id"] == again_of && v["verified"] == true).count(), 2);
+
+    // The inbox: members read their tenant's events, never another's; platform admins read all.
+    let (s, inbox) = app.get("/api/v1/inbox?limit=500", &vision_dev).await;
+    assert_eq!(s, StatusCode::OK, "{inbox}");
+    let inbox = inbox.as_array().cloned().unwrap_or_default();
+    assert!(inbox.iter().any(|e| e["subject"] == subject && e["type"] == "request.cancelled"), "{inbox:#?}");
+    assert!(inbox.iter().all(|e| e["tenant"] == vision.as_str()), "{inbox:#?}");
+    let (_, all) = app.get("/api/v1/inbox?limit=500", &app.admin).await;
+    assert!(all.as_array().into_iter().flatten().any(|e| e["subject"] == other), "{all}");
+    let (s, _) = app.get("/api/v1/inbox?limit=0", &vision_dev).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // Deleting the endpoint: gone, and its log with it.
+    let (s, _) = app.send(Method::DELETE, &format!("/api/v1/webhooks/{tenant_hook}"), &audio_admin, None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _) = app.send(Method::DELETE, &format!("/api/v1/webhooks/{tenant_hook}"), &vision_admin, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = app.get(&format!("/api/v1/webhooks/{tenant_hook}/deliveries"), &vision_admin).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}
+
+async fn a_receiver_that_fails_for_a_while_gets_everything_in_order_afterwards(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    let mut rx = Receiver::start(&["--fail-for", "6"]).await;
+    let (s, made) = app.send(Method::POST, "/api/v1/webhooks", &app.admin, Some(json!({"url": rx.url}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    rx.secret("add", made["secret"].as_str().expect("secret")).await;
+    // Five requests, each created then cancelled, while the receiver answers 500.
+    let mut subjects = Vec::new();
+    for _ in 0..5 {
+        let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t))).await;
+        assert_eq!(s, StatusCode::CREATED, "{r}");
+        let id = r["id"].as_str().expect("id").to_string();
+        let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{id}/cancel"), &dev, None).await;
+        assert!(s.is_success(), "{b}");
+        subjects.push(format!("request/{id}"));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(rx.all().iter().any(|v| v["status"] == 500), "the receiver was failing: {:#?}", rx.all());
+    let seen = rx
+        .until("every event after the outage", |v| {
+            subjects.iter().all(|s| types_of(v, s) == ["request.created", "request.cancelled"])
+        })
+        .await;
+    // In order per subject: the first event of each that the receiver accepted was its creation.
+    let all = rx.all();
+    for s in &subjects {
+        let order: Vec<&str> = all
+            .iter()
+            .filter(|v| v["subject"] == *s && v["status"] == 204)
+            .filter_map(|v| v["type"].as_str())
+            .collect();
+        assert_eq!(order.first().copied(), Some("request.created"), "{s}: {order:?}");
+    }
+    assert_eq!(seen.len(), 10, "{seen:#?}");
+    let (_, log) = app
+        .get(&format!("/api/v1/webhooks/{}/deliveries", made["webhook"]["id"].as_str().expect("id")), &app.admin)
+        .await;
+    let log = log.as_array().cloned().unwrap_or_default();
+    assert!(log.iter().all(|d| d["state"] == "delivered"), "{log:#?}");
+    assert!(log.iter().any(|d| d["attempts"].as_i64().is_some_and(|a| a > 1)), "some were retried: {log:#?}");
+    // Forgetting the old: finished deliveries and dispatched events before the cut go, nothing newer does.
+    let now = tessera_server::store::now_ms();
+    assert_eq!(app.store.purge_notifications(now - 60_000).await.expect("purge"), 0);
+    let removed = app.store.purge_notifications(now + 1).await.expect("purge");
+    assert!(removed >= 10, "{removed}");
+    let (_, inbox) = app.get("/api/v1/inbox", &dev).await;
+    assert_eq!(inbox, json!([]));
+}
+
+/// Makes `n` requests of tenant `t` as `token`, 25 at a time, spread over `bases` (servers on one database); their
+/// ids.
+async fn many_requests(bases: &[String], token: &str, t: &str, n: usize) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for chunk in 0..n.div_ceil(25) {
+        let calls = (0..25.min(n - chunk * 25)).map(|i| {
+            let base = &bases[(chunk * 25 + i) % bases.len()];
+            client.post(format!("{base}/api/v1/requests")).bearer_auth(token).json(&mig(t)).send()
+        });
+        for r in futures_util::future::join_all(calls).await {
+            let r = r.expect("send");
+            assert_eq!(r.status(), StatusCode::CREATED);
+            ids.push(r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string());
+        }
+    }
+    ids
+}
+
+/// Every `request.created` event the inbox holds for `token`: their ids.
+async fn created_events(base: &str, token: &str) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let (mut ids, mut before) = (Vec::new(), None::<i64>);
+    loop {
+        let cursor = before.map(|b| format!("&before={b}")).unwrap_or_default();
+        let page: Value = client
+            .get(format!("{base}/api/v1/inbox?limit=500{cursor}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("send")
+            .json()
+            .await
+            .expect("json");
+        let page = page.as_array().cloned().unwrap_or_default();
+        let Some(last) = page.last() else { return ids };
+        before = last["seq"].as_i64();
+        ids.extend(
+            page.iter().filter(|e| e["type"] == "request.created").filter_map(|e| e["id"].as_str().map(str::to_string)),
+        );
+    }
+}
+
+async fn two_replicas_deliver_each_event_once(db: &TestDb) {
+    let one = TestApp::on(db).start().await;
+    let two = TestApp::on(db).start().await;
+    let admin = one.admin.clone();
+    let t = one.tenant("vision", json!({})).await;
+    let mut rx = Receiver::start(&[]).await;
+    let (s, made) = one.send(Method::POST, "/api/v1/webhooks", &admin, Some(json!({"url": rx.url}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    rx.secret("add", made["secret"].as_str().expect("secret")).await;
+    // Requests made on both replicas; both run the delivery worker on the one database.
+    let ids = many_requests(&[one.base.clone(), two.base.clone()], &admin, &t, 300).await;
+    let events = created_events(&one.base, &admin).await;
+    assert_eq!(events.len(), ids.len());
+    rx.until("every event", |v| events.iter().all(|e| v.iter().any(|x| x["id"] == e.as_str()))).await;
+    // One delivery per event, each recorded as delivered.
+    let hook = made["webhook"]["id"].as_str().expect("id");
+    let mut log = Vec::new();
+    for _ in 0..600 {
+        let (_, page) = one.get(&format!("/api/v1/webhooks/{hook}/deliveries?limit=500"), &admin).await;
+        log = page.as_array().cloned().unwrap_or_default();
+        if log.iter().all(|d| d["state"] == "delivered") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(log.len(), events.len(), "one delivery per event: {log:#?}");
+    // Each attempt was made by one replica only: the receiver got no more posts of an event than its delivery
+    // counts attempts (two replicas sending one claim would post twice for one attempt). A post that timed out at
+    // the sender and was answered late is a counted attempt, retried with the same id (at least once).
+    let all = rx.all();
+    for e in &events {
+        let posts = all.iter().filter(|v| v["id"] == e.as_str()).count() as i64;
+        let row = log.iter().find(|d| d["event_id"] == e.as_str()).expect("its delivery");
+        assert!(posts >= 1 && posts <= row["attempts"].as_i64().unwrap_or(0), "event {e}: {posts} posts, {row}");
+    }
+}
+
+async fn a_server_killed_with_a_thousand_events_pending_delivers_every_one_after_restart(db: &TestDb) {
+    use crate::agents::{Server, free_port};
+    let admin = tessera_server::http::auth::new_token_secret();
+    let fast = [("TESSERA_WEBHOOK_RETRY_CAP_S", "2")];
+    let mut server = Server::start_with(&db.url, free_port(), &admin, &fast).await;
+    let (s, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "vision"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{tenant}");
+    let t = tenant["id"].as_str().expect("id").to_string();
+    // The receiver is down: every delivery fails and stays pending.
+    let port = crate::agents::free_port();
+    let url = format!("http://127.0.0.1:{port}/hook");
+    let (s, made) = server.call(Method::POST, "/api/v1/webhooks", Some(json!({"url": url}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    let hook = made["webhook"]["id"].as_str().expect("id").to_string();
+    let ids = many_requests(std::slice::from_ref(&server.base), &admin, &t, 1000).await;
+    // Killed (SIGKILL) once deliveries have been tried and failed.
+    for _ in 0..300 {
+        let (_, log) = server.call(Method::GET, &format!("/api/v1/webhooks/{hook}/deliveries?limit=1"), None).await;
+        if log[0]["attempts"].as_i64().is_some_and(|a| a > 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.stop().await;
+    let mut server = Server::start_with(&db.url, server.port, &admin, &fast).await;
+    let events = created_events(&server.base, &admin).await;
+    assert_eq!(events.len(), ids.len(), "an event for every request made");
+    let mut rx = Receiver::start_on(port, &[]).await;
+    rx.secret("add", made["secret"].as_str().expect("secret")).await;
+    for _ in 0..1200 {
+        let seen = rx.verified();
+        if events.iter().all(|e| seen.iter().any(|x| x["id"] == e.as_str())) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = rx.verified();
+    let missing = events.iter().filter(|e| !seen.iter().any(|x| x["id"] == e.as_str())).count();
+    assert_eq!(missing, 0, "{missing} of {} events never arrived", events.len());
+    // A copy of an event (sent before the kill, answered after) carries the same id, so receivers drop it.
+    assert!(rx.all().iter().filter(|v| v["verified"] == true).all(|v| events.iter().any(|e| v["id"] == e.as_str())));
+    server.stop().await;
+}
