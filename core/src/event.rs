@@ -17,6 +17,7 @@ pub const TYPES: &[(&str, &str)] = &[
     ("request.released", "a request's slices were given back"),
     ("request.expired", "a request reached the end of its duration"),
     ("request.failed", "a request's slices could not be set up"),
+    ("request.expiring", "an active request ends soon: 24 hours and 1 hour before its end"),
     ("request.reclaimed", "a borrowed request was released to give capacity back to its lender"),
     ("request.reclaim_scheduled", "a borrowed request will be reclaimed at a deadline"),
     ("request.reclaim_withdrawn", "a scheduled reclaim was withdrawn"),
@@ -50,6 +51,20 @@ pub const RETRY_FOR_MS: i64 = 24 * 3_600_000;
 
 /// Longest wait between two attempts of a delivery by default: one hour.
 pub const RETRY_CAP_MS: i64 = 3_600_000;
+
+/// How long before an active request's end it is reminded of (`request.expiring`), longest first: 24 hours, 1 hour.
+pub const EXPIRY_REMINDERS_MS: [i64; 2] = [24 * 3_600_000, 3_600_000];
+
+/// The reminder due for a request of `duration_ms` that ends at `end_ms`, at `now_ms`: the shortest lead time it has
+/// reached, among those shorter than the request's whole duration (a 2-hour request is told an hour before its end,
+/// not a day; a 30-minute one is not told). `None` once it has ended, or before the first lead time.
+pub fn expiry_reminder(duration_ms: i64, end_ms: i64, now_ms: i64) -> Option<i64> {
+    if now_ms >= end_ms {
+        return None;
+    }
+    let left = end_ms - now_ms;
+    EXPIRY_REMINDERS_MS.iter().rev().copied().find(|&lead| left <= lead && duration_ms > lead)
+}
 
 /// Whether `t` is an event type.
 pub fn is_type(t: &str) -> bool {
@@ -177,6 +192,20 @@ mod tests {
         for (t, _) in TYPES {
             assert!(t.contains('.'), "{t}");
         }
+    }
+
+    #[test]
+    fn reminders_come_a_day_and_an_hour_ahead_when_the_request_lasts_longer() {
+        let h = 3_600_000;
+        // A two-day request: nothing until a day is left, then the day's reminder, then the hour's.
+        assert_eq!(expiry_reminder(48 * h, 48 * h, 0), None);
+        assert_eq!(expiry_reminder(48 * h, 48 * h, 24 * h), Some(24 * h));
+        assert_eq!(expiry_reminder(48 * h, 48 * h, 47 * h), Some(h));
+        assert_eq!(expiry_reminder(48 * h, 48 * h, 48 * h), None);
+        // A two-hour request is told an hour ahead only; a half-hour one never.
+        assert_eq!(expiry_reminder(2 * h, 2 * h, 0), None);
+        assert_eq!(expiry_reminder(2 * h, 2 * h, h), Some(h));
+        assert_eq!(expiry_reminder(h / 2, h / 2, 0), None);
     }
 
     #[test]

@@ -17,6 +17,14 @@ CREATE INDEX events_undispatched ON events (dispatched, seq);
 CREATE INDEX events_by_tenant ON events (tenant_id, seq);
 CREATE INDEX events_by_time ON events (at_ms);
 
+-- The reminders sent: an active request is told once per lead time (`kind`, in ms) that its end is near.
+CREATE TABLE reminders (
+    request_id TEXT NOT NULL REFERENCES slice_requests (id) ON DELETE CASCADE,
+    kind INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL,
+    PRIMARY KEY (request_id, kind)
+);
+
 -- Webhook endpoints: a tenant's (tenant_id set) or platform-wide (NULL). `types` is a JSON array of event types or
 -- `prefix.*` patterns (empty: every type). `secret` signs deliveries; after a rotation `previous_secret` signs them
 -- too until `previous_until_ms`.

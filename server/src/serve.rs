@@ -235,6 +235,11 @@ pub async fn serve(
                 Ok(n) => tracing::info!(expired = n, "requests expired"),
                 Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
             }
+            match store.remind_expiring(now).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(reminded = n, "requests told their end is near"),
+                Err(e) => tracing::warn!(error = %e, "expiry reminder sweep failed"),
+            }
             match store.end_due_quota_requests(now).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),

@@ -132,8 +132,10 @@ pub async fn list_deliveries(
 pub async fn redeliver(
     State(state): State<AppState>,
     p: Principal,
-    Path((id, delivery)): Path<(String, i64)>,
+    Path((id, delivery)): Path<(String, String)>,
 ) -> Result<(StatusCode, ApiJson<DeliveryView>), ApiError> {
+    // Read here, not by the extractor, so that a number past 64 bits is a problem report like any unknown id.
+    let delivery = delivery.parse::<i64>().map_err(|_| ApiError::NotFound("delivery not found".to_string()))?;
     Ok((StatusCode::ACCEPTED, ApiJson(notifications::redeliver(&state, &p, &id, delivery).await?)))
 }
 

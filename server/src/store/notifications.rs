@@ -120,6 +120,9 @@ impl Sent {
     }
 }
 
+/// Who sends reminders, in events' data.
+pub const REMINDER: &str = "system:reminder";
+
 /// The advisory lock key of the dispatcher (one at a time across replicas, so deliveries follow event order).
 const DISPATCH_LOCK: i64 = 0x7e55_e7a0;
 
@@ -363,7 +366,7 @@ impl Store {
     /// Turns up to `limit` undispatched events into deliveries, one per matching endpoint; how many events it
     /// dispatched. One dispatcher runs at a time across replicas.
     pub async fn dispatch_events(&self, limit: u32) -> Result<usize, StoreError> {
-        type Ev = (i64, String, Option<String>, String, Option<String>);
+        type Ev = (i64, String, Option<String>, String, Option<String>, i64);
         on_pool!(self, pool, dialect, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let (mine,): (bool,) = sqlx::query_as(&dialect.try_exclusive(DISPATCH_LOCK)).fetch_one(&mut *tx).await?;
@@ -371,7 +374,8 @@ impl Store {
                 return Ok(0);
             }
             let events: Vec<Ev> = sqlx::query_as(
-                "SELECT seq, type, tenant_id, subject, webhook_id FROM events WHERE dispatched = 0 ORDER BY seq LIMIT $1",
+                "SELECT seq, type, tenant_id, subject, webhook_id, at_ms FROM events WHERE dispatched = 0 \
+                 ORDER BY seq LIMIT $1",
             )
             .bind(i64::from(limit))
             .fetch_all(&mut *tx)
@@ -379,22 +383,29 @@ impl Store {
             if events.is_empty() {
                 return Ok(0);
             }
-            let hooks: Vec<(String, Option<String>, String)> =
-                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT) FROM webhooks").fetch_all(&mut *tx).await?;
-            let hooks: Vec<(String, Option<String>, event::TypeFilter)> = hooks
+            let hooks: Vec<(String, Option<String>, String, i64)> =
+                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT), created_at_ms FROM webhooks")
+                    .fetch_all(&mut *tx)
+                    .await?;
+            let hooks: Vec<(String, Option<String>, event::TypeFilter, i64)> = hooks
                 .into_iter()
-                .map(|(id, tenant, types)| {
+                .map(|(id, tenant, types, since)| {
                     let types: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
-                    (id, tenant, event::TypeFilter::new(&types).unwrap_or_default())
+                    (id, tenant, event::TypeFilter::new(&types).unwrap_or_default(), since)
                 })
                 .collect();
             let now = now_ms();
             let mut rows: Vec<(&str, i64, &str)> = Vec::new();
-            for (seq, kind, tenant, subject, only) in &events {
-                for (id, hook_tenant, filter) in &hooks {
+            for (seq, kind, tenant, subject, only, at) in &events {
+                for (id, hook_tenant, filter, since) in &hooks {
+                    // An endpoint gets the events of changes made since it was made.
                     let wanted = match only {
                         Some(only) => only == id,
-                        None => event::reaches(tenant.as_deref(), hook_tenant.as_deref()) && filter.wants(kind),
+                        None => {
+                            *since <= *at
+                                && event::reaches(tenant.as_deref(), hook_tenant.as_deref())
+                                && filter.wants(kind)
+                        }
                     };
                     if wanted {
                         rows.push((id, *seq, subject));
@@ -570,6 +581,59 @@ impl Store {
         let row: DeliveryRow =
             on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(delivery_id).fetch_one(pool).await?);
         Ok(delivery_from(row))
+    }
+
+    /// Tells active requests whose end is near (`tessera_core::event::expiry_reminder`): one `request.expiring`
+    /// event per request and lead time, written with the note that it was sent. How many it wrote.
+    pub async fn remind_expiring(&self, now_ms: i64) -> Result<usize, StoreError> {
+        let horizon = now_ms.saturating_add(event::EXPIRY_REMINDERS_MS[0]);
+        let sql = format!(
+            "SELECT {} WHERE state = 'active' AND expires_at_ms > $1 AND expires_at_ms <= $2 ORDER BY id",
+            super::requests::REQUEST_COLUMNS
+        );
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let rows: Vec<super::RequestRow> =
+                sqlx::query_as(&sql).bind(now_ms).bind(horizon).fetch_all(&mut *tx).await?;
+            let mut written = 0;
+            for row in rows {
+                let r = super::request_from(row)?;
+                let (Some(end), Some(duration)) = (r.expires_at_ms, r.duration_s) else { continue };
+                let duration_ms = i64::try_from(duration).unwrap_or(i64::MAX / 2).saturating_mul(1000);
+                let Some(lead) = event::expiry_reminder(duration_ms, end, now_ms) else { continue };
+                let done = sqlx::query(
+                    "INSERT INTO reminders (request_id, kind, at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                )
+                .bind(&r.id)
+                .bind(lead)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    continue;
+                }
+                let mut after = serde_json::to_value(&r).unwrap_or_default();
+                after["minutes_left"] = serde_json::json!((end - now_ms) / 60_000);
+                after["reminder_ms"] = serde_json::json!(lead);
+                let data = serde_json::json!({ "actor": REMINDER, "action": "request.expiring", "before": null,
+                    "after": after });
+                sqlx::query(&format!(
+                    "INSERT INTO events (id, type, tenant_id, subject, at_ms, data) \
+                     VALUES ($1, 'request.expiring', $2, $3, $4, {})",
+                    dialect.json(5)
+                ))
+                .bind(new_id())
+                .bind(&r.tenant_id)
+                .bind(format!("request/{}", r.id))
+                .bind(now_ms)
+                .bind(data.to_string())
+                .execute(&mut *tx)
+                .await?;
+                written += 1;
+            }
+            tx.commit().await?;
+            Ok(written)
+        })
     }
 
     /// Forgets what is older than `before_ms`: deliveries no longer pending, then dispatched events that no delivery

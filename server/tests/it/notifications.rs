@@ -18,6 +18,7 @@ on_both_backends!(
     events_reach_the_endpoints_allowed_to_see_them_signed_and_in_order,
     a_receiver_that_fails_for_a_while_gets_everything_in_order_afterwards,
     two_replicas_deliver_each_event_once,
+    active_requests_are_told_a_day_and_an_hour_before_their_end,
     a_server_killed_with_a_thousand_events_pending_delivers_every_one_after_restart,
 );
 
@@ -464,4 +465,64 @@ async fn a_server_killed_with_a_thousand_events_pending_delivers_every_one_after
     // A copy of an event (sent before the kill, answered after) carries the same id, so receivers drop it.
     assert!(rx.all().iter().filter(|v| v["verified"] == true).all(|v| events.iter().any(|e| v["id"] == e.as_str())));
     server.stop().await;
+}
+
+async fn active_requests_are_told_a_day_and_an_hour_before_their_end(db: &TestDb) {
+    use tessera_core::request::RequestState;
+    use tessera_server::store::Transition;
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    let hour = 3_600_000i64;
+    // Two active requests: one for two days, one for two hours.
+    let mut active = Vec::new();
+    for hours in [48, 2] {
+        let mut body = mig(&t);
+        body["duration_s"] = json!(hours * 3600);
+        let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(body)).await;
+        assert_eq!(s, StatusCode::CREATED, "{r}");
+        let id = r["id"].as_str().expect("id").to_string();
+        for to in [RequestState::Approved, RequestState::Provisioning, RequestState::Active] {
+            let t = Transition { id: &id, expected_version: None, to, reason: None, actor: "test" };
+            app.store.transition(t).await.expect("transition");
+        }
+        active.push(id);
+    }
+    let now = tessera_server::store::now_ms();
+    let reminders = |app: &TestApp, id: &str| {
+        let (base, dev, id) = (app.base.clone(), dev.clone(), id.to_string());
+        async move {
+            let inbox: Value = reqwest::Client::new()
+                .get(format!("{base}/api/v1/inbox?limit=500"))
+                .bearer_auth(&dev)
+                .send()
+                .await
+                .expect("send")
+                .json()
+                .await
+                .expect("json");
+            inbox
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["type"] == "request.expiring" && e["subject"] == format!("request/{id}"))
+                .map(|e| e["data"]["after"]["reminder_ms"].as_i64().expect("lead"))
+                .collect::<Vec<i64>>()
+        }
+    };
+    // Nothing is near yet.
+    assert_eq!(app.store.remind_expiring(now).await.expect("remind"), 0);
+    // An hour and a half later: the short request has an hour left.
+    assert_eq!(app.store.remind_expiring(now + 90 * 60_000).await.expect("remind"), 1);
+    assert_eq!(reminders(&app, &active[1]).await, [hour]);
+    // The day before the long one ends, then its last hour; each reminder once.
+    assert_eq!(app.store.remind_expiring(now + 25 * hour).await.expect("remind"), 1);
+    assert_eq!(app.store.remind_expiring(now + 25 * hour).await.expect("remind"), 0);
+    assert_eq!(app.store.remind_expiring(now + 47 * hour + 30 * 60_000).await.expect("remind"), 1);
+    assert_eq!(reminders(&app, &active[0]).await, [hour, 24 * hour], "newest first");
+    // The other tenant's members never read them.
+    let other = app.tenant("audio", json!({})).await;
+    let stranger = app.member("audio-dev", &other).await;
+    let (_, inbox) = app.get("/api/v1/inbox?limit=500", &stranger).await;
+    assert_eq!(inbox, json!([]));
 }
