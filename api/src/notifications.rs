@@ -150,3 +150,22 @@ pub struct EventTypeView {
     /// What it tells.
     pub description: String,
 }
+
+/// How much of the inbox is unread.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct InboxCount {
+    /// Events newer than what the caller has read, counted up to 100 (100 means "100 or more").
+    pub unread: u32,
+    /// The newest event's `seq` the caller may read (0 without any): send it back to mark everything read.
+    pub latest_seq: i64,
+}
+
+/// Marks the inbox read up to an event.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct InboxRead {
+    /// Every event with this `seq` or an older one counts as read (a lower value than before changes nothing).
+    pub up_to: i64,
+}

@@ -64,3 +64,9 @@ CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_at_ms);
 CREATE INDEX webhook_deliveries_by_webhook ON webhook_deliveries (webhook_id, id);
 CREATE INDEX webhook_deliveries_order ON webhook_deliveries (webhook_id, subject, state, event_seq);
 CREATE INDEX webhook_deliveries_by_event ON webhook_deliveries (event_seq);
+
+-- How far each user has read their inbox: events up to this seq are read.
+CREATE TABLE inbox_reads (
+    user_id TEXT PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+    seen_seq BIGINT NOT NULL
+);

@@ -204,6 +204,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notifications::redeliver))
         .routes(routes!(notifications::event_types))
         .routes(routes!(notifications::inbox))
+        .routes(routes!(notifications::inbox_unread))
+        .routes(routes!(notifications::inbox_read))
 }
 
 /// The OpenAPI 3.1 description of the API.

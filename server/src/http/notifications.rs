@@ -9,8 +9,8 @@ use crate::app::AppState;
 use crate::services::notifications;
 use crate::store::Principal;
 pub use tessera_api::notifications::{
-    DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, TestSent, WebhookCreate, WebhookSecret,
-    WebhookView,
+    DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, InboxCount, InboxRead, TestSent,
+    WebhookCreate, WebhookSecret, WebhookView,
 };
 
 /// Make a webhook endpoint for a tenant (its admins and platform admins). It receives the tenant's events only.
@@ -157,4 +157,23 @@ pub async fn inbox(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<ApiJson<Vec<EventView>>, ApiError> {
     Ok(ApiJson(notifications::inbox(&state, &p, q.before, q.limit).await?))
+}
+
+/// How much of the caller's inbox is unread (the portal's bell).
+#[utoipa::path(get, path = "/api/v1/inbox/unread", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = InboxCount)))]
+pub async fn inbox_unread(State(state): State<AppState>, p: Principal) -> Result<ApiJson<InboxCount>, ApiError> {
+    Ok(ApiJson(notifications::unread(&state, &p).await?))
+}
+
+/// Mark the caller's inbox read up to an event.
+#[utoipa::path(post, path = "/api/v1/inbox/read", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    request_body = InboxRead,
+    responses((status = 200, body = InboxCount), (status = 422, body = Problem, description = "invalid_seq")))]
+pub async fn inbox_read(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<InboxRead>,
+) -> Result<ApiJson<InboxCount>, ApiError> {
+    Ok(ApiJson(notifications::mark_read(&state, &p, body.up_to).await?))
 }

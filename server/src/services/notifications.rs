@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tessera_api::notifications::{
-    DeliveryView, EventTypeView, EventView, TestSent, WebhookCreate, WebhookSecret, WebhookView,
+    DeliveryView, EventTypeView, EventView, InboxCount, TestSent, WebhookCreate, WebhookSecret, WebhookView,
 };
 use tessera_core::event::{self, TypeFilter};
 
@@ -319,6 +319,25 @@ pub async fn inbox(
     let tenants: Vec<String> = p.memberships.iter().map(|(t, _)| t.clone()).collect();
     let events = state.store.events_for(&tenants, p.is_platform_admin(), before, limit).await?;
     Ok(events.iter().map(event_view).collect())
+}
+
+/// Most unread events counted.
+pub const UNREAD_CAP: u32 = 100;
+
+/// How much of the caller's inbox is unread.
+pub async fn unread(state: &AppState, p: &Principal) -> Result<InboxCount, ApiError> {
+    let tenants: Vec<String> = p.memberships.iter().map(|(t, _)| t.clone()).collect();
+    let (unread, latest_seq) = state.store.unread(&p.user.id, &tenants, p.is_platform_admin(), UNREAD_CAP).await?;
+    Ok(InboxCount { unread, latest_seq })
+}
+
+/// Marks the caller's inbox read up to `up_to`; what is unread then.
+pub async fn mark_read(state: &AppState, p: &Principal, up_to: i64) -> Result<InboxCount, ApiError> {
+    if up_to < 0 {
+        return Err(ApiError::invalid("invalid_seq", "`up_to` is an event's `seq`, 0 or more"));
+    }
+    state.store.mark_read(&p.user.id, up_to).await?;
+    unread(state, p).await
 }
 
 /// Every event type.

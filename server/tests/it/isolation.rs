@@ -293,6 +293,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             json!({"tenant": w.b_tenant, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1})
         }
         ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
+        ("post", "/api/v1/inbox/read") => json!({"up_to": 0}),
         ("post", "/api/v1/tenants/{id}/webhooks") | ("post", "/api/v1/webhooks") => {
             json!({"url": "http://127.0.0.1:9/hook", "types": ["request.*"]})
         }

@@ -282,6 +282,24 @@ async fn events_reach_the_endpoints_allowed_to_see_them_signed_and_in_order(db: 
     assert!(all.as_array().into_iter().flatten().any(|e| e["subject"] == other), "{all}");
     let (s, _) = app.get("/api/v1/inbox?limit=0", &vision_dev).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    // Unread counts: what the member has not read, then nothing once read up to the newest; a new event is one.
+    let (_, count) = app.get("/api/v1/inbox/unread", &vision_dev).await;
+    assert_eq!(count["unread"].as_u64(), Some(inbox.len() as u64), "{count}");
+    assert_eq!(count["latest_seq"], inbox[0]["seq"], "{count}");
+    let read = json!({"up_to": count["latest_seq"]});
+    let (s, after) = app.send(Method::POST, "/api/v1/inbox/read", &vision_dev, Some(read)).await;
+    assert_eq!((s, after["unread"].clone()), (StatusCode::OK, json!(0)), "{after}");
+    let (s, after) = app.send(Method::POST, "/api/v1/inbox/read", &vision_dev, Some(json!({"up_to": 0}))).await;
+    assert_eq!((s, after["unread"].clone()), (StatusCode::OK, json!(0)), "never backwards: {after}");
+    let (s, _) = app.send(Method::POST, "/api/v1/inbox/read", &vision_dev, Some(json!({"up_to": -1}))).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    app.send(Method::POST, "/api/v1/requests", &vision_dev, Some(mig(&vision))).await;
+    let (_, count) = app.get("/api/v1/inbox/unread", &vision_dev).await;
+    assert_eq!(count["unread"], 1, "{count}");
+    // Another tenant's new event is not the member's to read.
+    app.send(Method::POST, "/api/v1/requests", &audio_dev, Some(mig(&audio))).await;
+    let (_, count) = app.get("/api/v1/inbox/unread", &vision_dev).await;
+    assert_eq!(count["unread"], 1, "{count}");
 
     // Deleting the endpoint: gone, and its log with it.
     let (s, _) = app.send(Method::DELETE, &format!("/api/v1/webhooks/{tenant_hook}"), &audio_admin, None).await;
