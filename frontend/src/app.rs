@@ -16,6 +16,7 @@ use crate::pages::{
     fleet::FleetPage,
     governance::StandingPage,
     heatmap::HeatmapPage,
+    inbox::{InboxPage, InboxRefresh},
     layout::LayoutEditorPage,
     overview::OverviewPage,
     signin::SignInPage,
@@ -62,6 +63,7 @@ pub fn App() -> impl IntoView {
     provide_context(session);
     let tenants: TenantsResource = Resource::new(|| (), |_| api::get_json::<Vec<TenantView>>("/api/v1/tenants".into()));
     provide_context(tenants);
+    provide_context(InboxRefresh(RwSignal::new(0)));
     view! {
         <Title text="Tessera" />
         <Router>
@@ -78,6 +80,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/usage") view=UsagePage />
                     <Route path=path!("/tokens") view=TokensPage />
                     <Route path=path!("/audit") view=AuditLogPage />
+                    <Route path=path!("/inbox") view=InboxPage />
                     <Route path=path!("/admin/tenants") view=TenantsAdminPage />
                     <Route path=path!("/admin/tenants/:id") view=TenantAdminPage />
                     <Route path=path!("/admin/quotas") view=StandingPage />
@@ -124,6 +127,7 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                             Ok(s) => view! {
                                 <span class="user" data-testid="user">{s.user.name.clone()}</span>
                                 {s.user.platform_admin.then(|| view! { <span class="badge">"admin"</span> })}
+                                <InboxLink />
                                 <A href="/tokens">"Tokens"</A>
                                 <SignOut />
                             }.into_any(),
@@ -170,6 +174,41 @@ fn ApprovalsLink() -> impl IntoView {
         <A href="/approvals">
             "Approvals"
             {move || waiting.get().map(|n| { let label = format!("{n} waiting"); view! { <span class="count-badge" data-testid="approvals-count" aria-label=label>{n}</span> } })}
+        </A>
+    }
+}
+
+/// "Inbox" with the number of unread events, asked every 10 s and at once after the inbox was read.
+#[component]
+fn InboxLink() -> impl IntoView {
+    let unread = RwSignal::new(None::<String>);
+    #[cfg(feature = "hydrate")]
+    {
+        let count = move || {
+            leptos::task::spawn_local(async move {
+                let c = crate::api::get_json::<tessera_api::notifications::InboxCount>("/api/v1/inbox/unread".into());
+                if let Ok(c) = c.await {
+                    unread.set(crate::pages::inbox::unread_badge(c.unread));
+                }
+            });
+        };
+        count();
+        if let Ok(handle) = set_interval_with_handle(count, std::time::Duration::from_secs(10)) {
+            on_cleanup(move || handle.clear());
+        }
+        if let Some(refresh) = use_context::<InboxRefresh>() {
+            Effect::new(move |first: Option<()>| {
+                refresh.0.track();
+                if first.is_some() {
+                    count();
+                }
+            });
+        }
+    }
+    view! {
+        <A href="/inbox" attr:data-testid="inbox-link">
+            "Inbox"
+            {move || unread.get().map(|n| { let label = format!("{n} unread"); view! { <span class="count-badge" data-testid="inbox-count" aria-label=label>{n}</span> } })}
         </A>
     }
 }

@@ -188,11 +188,13 @@ async fn run_backend(name: &str, url: String, rate: u32, secs: f64) {
     let (created, start) = paced_creations(&server, rate, secs).await;
     let drain = Instant::now() + Duration::from_secs(60);
     while Instant::now() < drain {
-        let seen = arrivals.lock().unwrap();
-        if created.keys().all(|id| seen.contains_key(&format!("request/{id}"))) {
+        let all_in = {
+            let seen = arrivals.lock().unwrap();
+            created.keys().all(|id| seen.contains_key(&format!("request/{id}")))
+        };
+        if all_in {
             break;
         }
-        drop(seen);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let seen = arrivals.lock().unwrap().clone();

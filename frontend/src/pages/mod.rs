@@ -7,6 +7,7 @@ pub mod cohorts;
 pub mod fleet;
 pub mod governance;
 pub mod heatmap;
+pub mod inbox;
 pub mod layout;
 pub mod overview;
 pub mod quotas;

@@ -120,6 +120,9 @@ impl Sent {
     }
 }
 
+/// How old an event must be to be passed over when no endpoint exists.
+const QUIET_MS: i64 = 5_000;
+
 /// Who sends reminders, in events' data.
 pub const REMINDER: &str = "system:reminder";
 
@@ -435,6 +438,17 @@ impl Store {
             let (mine,): (bool,) = sqlx::query_as(&dialect.try_exclusive(DISPATCH_LOCK)).fetch_one(&mut *tx).await?;
             if !mine {
                 return Ok(0);
+            }
+            // Without any endpoint there is nothing to deliver: events are marked in one statement. Only those a
+            // few seconds old, so that an endpoint whose creation is committing now still gets what follows it.
+            let (hooks_n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhooks").fetch_one(&mut *tx).await?;
+            if hooks_n == 0 {
+                let done = sqlx::query("UPDATE events SET dispatched = 1 WHERE dispatched = 0 AND at_ms < $1")
+                    .bind(now_ms() - QUIET_MS)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                return Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX));
             }
             let events: Vec<Ev> = sqlx::query_as(
                 "SELECT seq, type, tenant_id, subject, webhook_id, at_ms FROM events WHERE dispatched = 0 \

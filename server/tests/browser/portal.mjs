@@ -11,7 +11,8 @@
 //   - the fleet page shows demo-node-1 turning `ready` with its instances applied, refreshed without a reload;
 //   - `ada`, member of a tenant whose requests wait for an admin, asks for a 2g.20gb slice through the form (the
 //     form's quota feedback, the pending bar), typing its reason slowly across several of the dashboard's 3 s
-//     refreshes, which must keep what is typed, the focus, the confirmation and an open history panel; root
+//     refreshes, which must keep what is typed, the focus, the confirmation and an open history panel; the header's
+//     inbox count shows the request's event, the inbox page lists it and reading it clears the count; root
 //     approves it on the approvals page (the planner's placement) and then the layout change it needs (the diff),
 //     the simulated agent applies it and the tenant's allocation turns active (Release asks to be confirmed, "Keep"
 //     leaves it be); the instance's heatmap row fills and changes as the live stream comes in;
@@ -339,6 +340,23 @@ display_name = "Test IdP"
     const tenantShot = await tp.screenshot({ path: path.join(out, 'tenant.png'), fullPage: true });
     check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
       'tenant: the quota bar shows the pending part (hatched amber)');
+
+    // The inbox: the request made above is an event of research; the header counts it within one of its 10 s
+    // polls, the inbox page lists it, and reading the page clears the count.
+    const inboxCount = tp.locator('[data-testid=inbox-count]');
+    await inboxCount.waitFor({ timeout: 25000 });
+    const unreadBefore = (await inboxCount.textContent()).trim();
+    const ip = await tenantContext.newPage();
+    ip.on('pageerror', (e) => errors.push(e.message));
+    await ip.goto(`${base}/inbox`);
+    await ip.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const inboxItem = ip.locator(`[data-testid=inbox-item][data-subject="request/${requestId}"][data-type="request.created"]`);
+    await inboxItem.waitFor({ timeout: 15000 });
+    check(true, `inbox: the header counted ${unreadBefore} unread; the inbox lists the request's creation ("${(await inboxItem.textContent()).trim()}")`);
+    await ip.locator('[data-testid=inbox-count]').waitFor({ state: 'detached', timeout: 15000 });
+    check(true, 'inbox: reading it clears the count in the header');
+    await ip.screenshot({ path: path.join(out, 'inbox.png'), fullPage: true });
+    await ip.close();
 
     // Quota (ada is research's admin): "Ask for more" beside the bar opens the ask form with that resource; the
     // reason is typed over several refreshes of the dashboard and of the request list; root grants part of it on
