@@ -169,3 +169,53 @@ pub struct InboxRead {
     /// Every event with this `seq` or an older one counts as read (a lower value than before changes nothing).
     pub up_to: i64,
 }
+
+/// What reaches the caller by e-mail.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NotificationSettings {
+    /// Whether this server sends e-mail at all (an SMTP server is configured).
+    pub email_enabled: bool,
+    /// Where the caller's mail goes: the address their identity provider gave, else their name when it is an
+    /// address; `null` when they have none (nothing is mailed then).
+    pub email: Option<String>,
+    /// The event types (`request.active`), areas (`request.*`) or `*` mailed to the caller; empty: none. Only events
+    /// the caller may read in the inbox are mailed, and only those made after the choice.
+    pub email_types: Vec<String>,
+    /// The latest e-mail deliveries to the caller, newest first (at most 20).
+    pub recent: Vec<EmailDeliveryView>,
+}
+
+/// Which event types reach the caller by e-mail.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NotificationSettingsUpdate {
+    /// Event types, areas (`request.*`) or `*`; empty: no mail. At most 64.
+    pub email_types: Vec<String>,
+}
+
+/// One event mailed, or to be mailed, to the caller.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EmailDeliveryView {
+    /// Its id.
+    pub id: i64,
+    /// The address it went to.
+    pub address: String,
+    /// The event's id.
+    pub event_id: String,
+    /// The event's type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The event's subject.
+    pub subject: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// The last attempt's error; empty when none.
+    pub last_error: String,
+    /// When the mail server took it, UTC ms.
+    pub delivered_at_ms: Option<i64>,
+}

@@ -173,9 +173,31 @@ pub fn sentence(t: &str, subject: &str, tenant: Option<&str>, actor: &str) -> St
     }
 }
 
+/// Where the portal shows what an event of type `t` is about, as a path: the tenant's page for its requests,
+/// reservations and quota requests, approvals for layouts, the fleet for nodes and GPUs, else the inbox.
+pub fn portal_path(t: &str, tenant: Option<&str>) -> String {
+    let area = t.split('.').next().unwrap_or_default();
+    match (area, tenant) {
+        ("request" | "reservation" | "quota_request", Some(tenant)) => format!("/t/{tenant}"),
+        ("layout", _) => "/approvals".to_string(),
+        ("node" | "gpu", _) => "/fleet".to_string(),
+        _ => "/inbox".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_link_to_the_page_that_shows_their_object() {
+        assert_eq!(portal_path("request.active", Some("atlas")), "/t/atlas");
+        assert_eq!(portal_path("quota_request.approved", Some("atlas")), "/t/atlas");
+        assert_eq!(portal_path("layout.proposed", None), "/approvals");
+        assert_eq!(portal_path("gpu.cordoned", None), "/fleet");
+        assert_eq!(portal_path("request.active", None), "/inbox");
+        assert_eq!(portal_path("webhook.test", Some("atlas")), "/inbox");
+    }
 
     #[test]
     fn audit_actions_map_to_documented_types() {

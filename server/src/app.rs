@@ -47,6 +47,8 @@ pub struct App {
     pub prepared: crate::services::reservations::PreparedCache,
     /// Webhook delivery settings.
     pub webhooks: crate::services::notifications::Delivery,
+    /// Mail settings; `None`: no mail is sent.
+    pub email: Option<crate::services::email::EmailSettings>,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

@@ -30,6 +30,9 @@ pub struct FileConfig {
     /// Sign-in: local accounts, sessions, single sign-on (see [`crate::auth`]).
     #[serde(default)]
     pub auth: crate::auth::AuthConfig,
+    /// Mail notifications: the SMTP server, the sender, the portal's address for links.
+    #[serde(default)]
+    pub email: crate::services::email::EmailConfig,
 }
 
 impl std::fmt::Debug for FileConfig {
@@ -40,6 +43,7 @@ impl std::fmt::Debug for FileConfig {
             .field("database_url", &self.database_url.as_deref().map(crate::redact::url))
             .field("demo", &self.demo)
             .field("auth", &self.auth)
+            .field("email", &self.email)
             .finish()
     }
 }
@@ -120,8 +124,10 @@ pub fn resolve(
         },
         None => Default::default(),
     };
+    let listen = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let email = file.email.resolve(env, &listen)?;
     Ok(crate::serve::Settings {
-        listen: flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string()),
+        listen,
         data_dir,
         database_url,
         demo: flags.demo || file.demo.unwrap_or(false),
@@ -138,6 +144,7 @@ pub fn resolve(
         telemetry: Default::default(),
         max_connections,
         webhooks,
+        email,
     })
 }
 
@@ -219,5 +226,34 @@ mod tests {
             let bad: &'static [(&str, &str)] = Box::leak(bad.to_vec().into_boxed_slice());
             assert!(resolve(Overrides::default(), FileConfig::default(), env_of(bad)).is_err());
         }
+    }
+
+    #[test]
+    fn mail_is_off_without_an_smtp_server_and_checked_with_one() {
+        let s = resolve(Overrides::default(), FileConfig::default(), env_of(&[])).expect("settings");
+        assert_eq!(s.email, None);
+        let file: FileConfig = toml::from_str(
+            "listen = \"0.0.0.0:9000\"\n[email]\nsmtp_url = \"smtps://u:mail-password@mail.example.com\"\n\
+             from = \"Tessera <t@example.com>\"\n",
+        )
+        .expect("toml");
+        let s = resolve(Overrides::default(), file.clone(), env_of(&[])).expect("settings");
+        let email = s.email.clone().expect("mail on");
+        assert_eq!(email.portal_url, "http://0.0.0.0:9000", "links default to the listen address");
+        assert!(!format!("{s:?}").contains("mail-password"), "{s:?}");
+        let env =
+            env_of(&[("TESSERA_PUBLIC_URL", "https://gpus.example.com/"), ("TESSERA_EMAIL_FROM", "ops@example.com")]);
+        let email = resolve(Overrides::default(), file.clone(), env).expect("settings").email.expect("mail on");
+        assert_eq!((email.portal_url.as_str(), email.from.as_str()), ("https://gpus.example.com", "ops@example.com"));
+        for bad in [
+            &[("TESSERA_SMTP_URL", "ftp://mail.example.com")][..],
+            &[("TESSERA_EMAIL_FROM", "not an address")][..],
+            &[("TESSERA_PUBLIC_URL", "file:///etc")][..],
+        ] {
+            let bad: &'static [(&str, &str)] = Box::leak(bad.to_vec().into_boxed_slice());
+            assert!(resolve(Overrides::default(), file.clone(), env_of(bad)).is_err(), "{bad:?}");
+        }
+        let no_sender = env_of(&[("TESSERA_SMTP_URL", "smtp://127.0.0.1:2525")]);
+        assert!(resolve(Overrides::default(), FileConfig::default(), no_sender).is_err(), "a sender is needed");
     }
 }

@@ -39,6 +39,8 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts).
     pub webhooks: crate::services::notifications::Delivery,
+    /// Mail (`[email]`, `TESSERA_SMTP_URL`...); `None`: no mail is sent.
+    pub email: Option<crate::services::email::EmailSettings>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -56,6 +58,7 @@ impl std::fmt::Debug for Settings {
             .field("telemetry", &self.telemetry)
             .field("max_connections", &self.max_connections)
             .field("webhooks", &self.webhooks)
+            .field("email", &self.email)
             .finish()
     }
 }
@@ -174,6 +177,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         budgets: Default::default(),
         prepared: Default::default(),
         webhooks: settings.webhooks,
+        email: settings.email.clone(),
     }));
     Ok((state, generated))
 }
@@ -223,7 +227,8 @@ pub async fn serve(
         state.telemetry_retention_ms,
         TELEMETRY_FLUSH,
     );
-    let webhooks = crate::services::notifications::start_background(state.store.clone(), state.webhooks);
+    let webhooks =
+        crate::services::notifications::start_background(state.store.clone(), state.webhooks, state.email.clone());
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);

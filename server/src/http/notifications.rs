@@ -9,8 +9,8 @@ use crate::app::AppState;
 use crate::services::notifications;
 use crate::store::Principal;
 pub use tessera_api::notifications::{
-    DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, InboxCount, InboxRead, TestSent,
-    WebhookCreate, WebhookSecret, WebhookView,
+    DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, InboxCount, InboxRead, NotificationSettings,
+    NotificationSettingsUpdate, TestSent, WebhookCreate, WebhookSecret, WebhookView,
 };
 
 /// Make a webhook endpoint for a tenant (its admins and platform admins). It receives the tenant's events only.
@@ -176,4 +176,27 @@ pub async fn inbox_read(
     ApiJson(body): ApiJson<InboxRead>,
 ) -> Result<ApiJson<InboxCount>, ApiError> {
     Ok(ApiJson(notifications::mark_read(&state, &p, body.up_to).await?))
+}
+
+/// What reaches the caller by e-mail: whether this server sends mail, the caller's address, the event types they
+/// chose and their latest deliveries.
+#[utoipa::path(get, path = "/api/v1/notification-settings", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = NotificationSettings)))]
+pub async fn notification_settings(
+    State(state): State<AppState>,
+    p: Principal,
+) -> Result<ApiJson<NotificationSettings>, ApiError> {
+    Ok(ApiJson(crate::services::email::settings(&state, &p).await?))
+}
+
+/// Choose which event types reach the caller by e-mail (from now on; only events the caller may read).
+#[utoipa::path(put, path = "/api/v1/notification-settings", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    request_body = NotificationSettingsUpdate,
+    responses((status = 200, body = NotificationSettings), (status = 422, body = Problem, description = "email_bad_type")))]
+pub async fn set_notification_settings(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<NotificationSettingsUpdate>,
+) -> Result<ApiJson<NotificationSettings>, ApiError> {
+    Ok(ApiJson(crate::services::email::update(&state, &p, &body).await?))
 }

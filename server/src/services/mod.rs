@@ -9,6 +9,7 @@ pub mod approvals;
 pub mod audit;
 pub mod budgets;
 pub mod cohorts;
+pub mod email;
 pub mod fleet;
 pub mod governance;
 pub mod hub;

@@ -355,8 +355,20 @@ fn page_limit(limit: Option<u32>, default: u32) -> Result<u32, ApiError> {
 
 /// Starts the delivery worker: dispatch new events, send what is due, record the answers; again at once while there
 /// is work, else after [`POLL`].
-pub fn start_background(store: Store, settings: Delivery) -> tokio::task::JoinHandle<()> {
+pub fn start_background(
+    store: Store,
+    settings: Delivery,
+    email: Option<super::email::EmailSettings>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let mailer = match email.as_ref().map(super::email::Mailer::new) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "mail cannot be sent: the SMTP settings do not make a transport");
+                None
+            }
+            None => None,
+        };
         let client = match reqwest::Client::builder()
             .timeout(SEND_TIMEOUT)
             .redirect(reqwest::redirect::Policy::none())
@@ -377,13 +389,19 @@ pub fn start_background(store: Store, settings: Delivery) -> tokio::task::JoinHa
                     tracing::warn!(error = %e, "forgetting old events failed");
                 }
             }
-            let busy = match round(&store, &client, settings).await {
+            let mut busy = match round(&store, &client, settings, mailer.is_some()).await {
                 Ok(n) => n > 0,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook delivery round failed");
                     false
                 }
             };
+            if let Some(m) = &mailer {
+                match m.round(&store, settings.retry_cap_ms).await {
+                    Ok(n) => busy |= n > 0,
+                    Err(e) => tracing::warn!(error = %e, "mail delivery round failed"),
+                }
+            }
             if !busy {
                 tokio::time::sleep(POLL).await;
             }
@@ -391,9 +409,14 @@ pub fn start_background(store: Store, settings: Delivery) -> tokio::task::JoinHa
     })
 }
 
-/// One round: how much it did.
-pub async fn round(store: &Store, client: &reqwest::Client, settings: Delivery) -> Result<usize, ApiError> {
-    let mut did = store.dispatch_events(1000).await?;
+/// One round: dispatch (mail deliveries too when `email`), then send due webhook deliveries; how much it did.
+pub async fn round(
+    store: &Store,
+    client: &reqwest::Client,
+    settings: Delivery,
+    email: bool,
+) -> Result<usize, ApiError> {
+    let mut did = store.dispatch_events(1000, email).await?;
     let claimed = store.claim_deliveries(CLAIM_BATCH, LEASE_MS).await?;
     did += claimed.len();
     if claimed.is_empty() {

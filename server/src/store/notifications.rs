@@ -120,6 +120,50 @@ impl Sent {
     }
 }
 
+/// One event to one user's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailRecord {
+    pub id: i64,
+    pub address: String,
+    pub event_id: String,
+    pub kind: String,
+    pub subject: String,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    pub next_at_ms: i64,
+    pub last_error: String,
+    pub delivered_at_ms: Option<i64>,
+}
+
+/// An e-mail delivery claimed for sending, with its event.
+#[derive(Debug, Clone)]
+pub struct ClaimedEmail {
+    pub delivery: i64,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    pub user_id: String,
+    pub address: String,
+    pub event: EventRecord,
+}
+
+/// How sending an e-mail delivery went.
+#[derive(Debug, Clone)]
+pub struct SentEmail {
+    pub delivery: i64,
+    pub attempts: i64,
+    pub first_at_ms: i64,
+    /// The server took it.
+    pub ok: bool,
+    /// It can never be taken (a bad address, a 5xx answer): failed without more attempts.
+    pub permanent: bool,
+    pub error: String,
+}
+
+/// Someone who chose to be mailed: `(user, filter, since, address, platform admin, tenants)`.
+type Subscriber = (String, event::TypeFilter, i64, String, bool, Vec<String>);
+
 /// How old an event must be to be passed over when no endpoint exists.
 const QUIET_MS: i64 = 5_000;
 
@@ -429,9 +473,10 @@ impl Store {
         Ok(id)
     }
 
-    /// Turns up to `limit` undispatched events into deliveries, one per matching endpoint; how many events it
-    /// dispatched. One dispatcher runs at a time across replicas.
-    pub async fn dispatch_events(&self, limit: u32) -> Result<usize, StoreError> {
+    /// Turns up to `limit` undispatched events into deliveries, one per matching endpoint and, when `email`, one per
+    /// user who chose to be mailed the event's type and may read it; how many events it dispatched. One dispatcher
+    /// runs at a time across replicas.
+    pub async fn dispatch_events(&self, limit: u32, email: bool) -> Result<usize, StoreError> {
         type Ev = (i64, String, Option<String>, String, Option<String>, i64);
         on_pool!(self, pool, dialect, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
@@ -442,7 +487,35 @@ impl Store {
             // Without any endpoint there is nothing to deliver: events are marked in one statement. Only those a
             // few seconds old, so that an endpoint whose creation is committing now still gets what follows it.
             let (hooks_n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhooks").fetch_one(&mut *tx).await?;
-            if hooks_n == 0 {
+            let subscribers: Vec<Subscriber> = if email {
+                let rows: Vec<(String, String, i64, Option<String>, String, bool)> = sqlx::query_as(
+                    "SELECT p.user_id, CAST(p.types AS TEXT), p.since_ms, u.email, u.name, u.platform_admin \
+                     FROM email_prefs p JOIN users u ON u.id = p.user_id ORDER BY p.user_id",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                let members: Vec<(String, String)> = sqlx::query_as(
+                    "SELECT user_id, tenant_id FROM memberships WHERE user_id IN (SELECT user_id FROM email_prefs)",
+                )
+                .fetch_all(&mut *tx)
+                .await?;
+                rows.into_iter()
+                    .filter_map(|(user, types, since, address, name, platform)| {
+                        let types: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
+                        if types.is_empty() {
+                            return None;
+                        }
+                        let filter = event::TypeFilter::new(&types).ok()?;
+                        // The identity's address, else a name that is one (local accounts are often named so).
+                        let address = address.filter(|a| !a.is_empty()).or(name.contains('@').then_some(name))?;
+                        let tenants = members.iter().filter(|(u, _)| *u == user).map(|(_, t)| t.clone()).collect();
+                        Some((user, filter, since, address, platform, tenants))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if hooks_n == 0 && subscribers.is_empty() {
                 let done = sqlx::query("UPDATE events SET dispatched = 1 WHERE dispatched = 0 AND at_ms < $1")
                     .bind(now_ms() - QUIET_MS)
                     .execute(&mut *tx)
@@ -488,6 +561,28 @@ impl Store {
                         rows.push((id, *seq, subject));
                     }
                 }
+            }
+            let mut mails: Vec<(&str, &str, i64)> = Vec::new();
+            for (seq, kind, tenant, _, only, at) in &events {
+                if only.is_some() {
+                    continue;
+                }
+                for (user, filter, since, address, platform, tenants) in &subscribers {
+                    let readable = *platform || tenant.as_ref().is_some_and(|t| tenants.contains(t));
+                    if readable && *since <= *at && filter.wants(kind) {
+                        mails.push((user, address, *seq));
+                    }
+                }
+            }
+            for chunk in mails.chunks(1000) {
+                let mut q = QueryBuilder::<DB>::new(
+                    "INSERT INTO email_deliveries (user_id, address, event_seq, state, first_at_ms, next_at_ms) ",
+                );
+                q.push_values(chunk, |mut b, (user, address, seq)| {
+                    b.push_bind(*user).push_bind(*address).push_bind(*seq).push_bind("pending").push_bind(now)
+                        .push_bind(now);
+                });
+                q.build().execute(&mut *tx).await?;
             }
             for chunk in rows.chunks(1000) {
                 let mut q = QueryBuilder::<DB>::new(
@@ -722,9 +817,14 @@ impl Store {
                 .bind(before_ms)
                 .execute(&mut *tx)
                 .await?;
+            sqlx::query("DELETE FROM email_deliveries WHERE state <> 'pending' AND first_at_ms < $1")
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?;
             let done = sqlx::query(
                 "DELETE FROM events WHERE dispatched = 1 AND at_ms < $1 \
-                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq)",
+                 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_seq = events.seq) \
+                 AND NOT EXISTS (SELECT 1 FROM email_deliveries m WHERE m.event_seq = events.seq)",
             )
             .bind(before_ms)
             .execute(&mut *tx)
@@ -753,5 +853,183 @@ impl Store {
             let rows: Vec<EventRow> = q.build_query_as().fetch_all(pool).await?;
             Ok(rows.into_iter().map(event_from).collect())
         })
+    }
+}
+
+const EMAIL_COLUMNS: &str = "m.id, m.address, e.id, e.type, e.subject, m.state, m.attempts, m.first_at_ms, \
+                             m.next_at_ms, m.last_error, m.delivered_at_ms \
+                             FROM email_deliveries m JOIN events e ON e.seq = m.event_seq";
+type EmailRow = (i64, String, String, String, String, String, i64, i64, i64, String, Option<i64>);
+
+fn email_from(r: EmailRow) -> EmailRecord {
+    EmailRecord {
+        id: r.0,
+        address: r.1,
+        event_id: r.2,
+        kind: r.3,
+        subject: r.4,
+        state: r.5,
+        attempts: r.6,
+        first_at_ms: r.7,
+        next_at_ms: r.8,
+        last_error: r.9,
+        delivered_at_ms: r.10,
+    }
+}
+
+impl Store {
+    /// The event types `user_id` chose to be mailed (empty: none).
+    pub async fn email_prefs(&self, user_id: &str) -> Result<Vec<String>, StoreError> {
+        let row: Option<(String,)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT CAST(types AS TEXT) FROM email_prefs WHERE user_id = $1")
+                .bind(user_id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.and_then(|(t,)| serde_json::from_str(&t).ok()).unwrap_or_default())
+    }
+
+    /// Sets the event types `user_id` is mailed, from now on (empty: none).
+    pub async fn set_email_prefs(&self, user_id: &str, types: &[String]) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect => {
+            sqlx::query(&format!(
+                "INSERT INTO email_prefs (user_id, types, since_ms) VALUES ($1, {}, $3) ON CONFLICT (user_id) \
+                 DO UPDATE SET types = excluded.types, since_ms = excluded.since_ms",
+                dialect.json(2)
+            ))
+            .bind(user_id)
+            .bind(to_json(&types))
+            .bind(now_ms())
+            .execute(pool)
+            .await?;
+        });
+        Ok(())
+    }
+
+    /// Where `user_id`'s mail goes: the identity's address, else the user's name when it is one.
+    pub async fn user_email(&self, user_id: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(Option<String>, String)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT email, name FROM users WHERE id = $1").bind(user_id).fetch_optional(pool).await?
+        });
+        Ok(row.and_then(|(email, name)| email.filter(|a| !a.is_empty()).or(name.contains('@').then_some(name))))
+    }
+
+    /// Gives claimed e-mail deliveries back untouched, for the next round.
+    pub async fn release_emails(&self, ids: &[i64]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool, _dialect, DB => {
+            let mut q = QueryBuilder::<DB>::new("UPDATE email_deliveries SET lease_until_ms = 0 WHERE id IN (");
+            let mut list = q.separated(", ");
+            for id in ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            q.build().execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// The e-mail deliveries to `user_id`, newest first; at most `limit`.
+    pub async fn email_deliveries(&self, user_id: &str, limit: u32) -> Result<Vec<EmailRecord>, StoreError> {
+        let sql = format!("SELECT {EMAIL_COLUMNS} WHERE m.user_id = $1 ORDER BY m.id DESC LIMIT $2");
+        let rows: Vec<EmailRow> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(&sql).bind(user_id).bind(i64::from(limit)).fetch_all(pool).await?
+        });
+        Ok(rows.into_iter().map(email_from).collect())
+    }
+
+    /// Claims up to `limit` due e-mail deliveries for `lease_ms`, with their events, oldest first.
+    pub async fn claim_emails(&self, limit: u32, lease_ms: i64) -> Result<Vec<ClaimedEmail>, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect, DB => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let ids: Vec<(i64,)> = sqlx::query_as(&format!(
+                "SELECT id FROM email_deliveries WHERE state = 'pending' AND next_at_ms <= $1 \
+                 AND lease_until_ms <= $1 ORDER BY id LIMIT $2{}",
+                dialect.lock_skipping()
+            ))
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut q = QueryBuilder::<DB>::new("UPDATE email_deliveries SET lease_until_ms = ");
+            q.push_bind(now.saturating_add(lease_ms)).push(" WHERE id IN (");
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            q.build().execute(&mut *tx).await?;
+            let mut q = QueryBuilder::<DB>::new(
+                "SELECT m.id, m.attempts, m.first_at_ms, m.user_id, m.address, e.seq, e.id, e.type, e.tenant_id, \
+                 e.subject, e.at_ms, CAST(e.data AS TEXT) FROM email_deliveries m JOIN events e ON e.seq = m.event_seq \
+                 WHERE m.id IN (",
+            );
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(") ORDER BY m.id");
+            type Row = (i64, i64, i64, String, String, i64, String, String, Option<String>, String, i64, String);
+            let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(rows
+                .into_iter()
+                .map(|r| ClaimedEmail {
+                    delivery: r.0,
+                    attempts: r.1,
+                    first_at_ms: r.2,
+                    user_id: r.3,
+                    address: r.4,
+                    event: event_from((r.5, r.6, r.7, r.8, r.9, r.10, r.11)),
+                })
+                .collect())
+        })
+    }
+
+    /// Records how sending went: delivered when the server took it; failed at once when it never can; otherwise
+    /// tried again after the backoff (at most `cap_ms` between attempts) or, a day after the first attempt, failed.
+    pub async fn finish_emails(&self, sent: &[SentEmail], cap_ms: i64) -> Result<(), StoreError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for s in sent {
+                let attempts = s.attempts.saturating_add(1);
+                let tries = u32::try_from(attempts).unwrap_or(u32::MAX);
+                let (state, next, delivered) = if s.ok {
+                    ("delivered", now, Some(now))
+                } else if s.permanent {
+                    ("failed", now, None)
+                } else {
+                    match event::next_attempt(s.first_at_ms, tries, now, cap_ms) {
+                        Some(next) => ("pending", next, None),
+                        None => ("failed", now, None),
+                    }
+                };
+                let error: String = s.error.chars().take(500).collect();
+                sqlx::query(
+                    "UPDATE email_deliveries SET state = $2, attempts = $3, next_at_ms = $4, lease_until_ms = 0, \
+                     last_error = $5, delivered_at_ms = $6 WHERE id = $1 AND state = 'pending'",
+                )
+                .bind(s.delivery)
+                .bind(state)
+                .bind(attempts)
+                .bind(next)
+                .bind(error)
+                .bind(delivered)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
     }
 }

@@ -148,9 +148,16 @@ pub(crate) struct AppBuilder {
     auth: AuthConfig,
     bootstrap_password: Option<String>,
     listener: Option<tokio::net::TcpListener>,
+    email: Option<tessera_server::services::email::EmailSettings>,
 }
 
 impl AppBuilder {
+    /// Send mail with these settings.
+    pub(crate) fn email(mut self, email: tessera_server::services::email::EmailSettings) -> AppBuilder {
+        self.email = Some(email);
+        self
+    }
+
     /// No demo fleet (the default has the demo node, its GPUs and its catalog).
     pub(crate) fn bare(mut self) -> AppBuilder {
         self.demo = false;
@@ -197,6 +204,7 @@ impl AppBuilder {
             bootstrap_password: self.bootstrap_password,
             demo: self.demo,
             auth: self.auth,
+            email: self.email,
             ..Settings::default()
         };
         let (state, generated) = prepare(&settings).await.expect("prepare");
@@ -257,6 +265,7 @@ impl TestApp {
             auth: AuthConfig::default(),
             bootstrap_password: None,
             listener: None,
+            email: None,
         }
     }
 

@@ -294,6 +294,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         }
         ("post", "/api/v1/tenants") => json!({"name": format!("t{}", &unique[20..])}),
         ("post", "/api/v1/inbox/read") => json!({"up_to": 0}),
+        ("put", "/api/v1/notification-settings") => json!({"email_types": ["request.*"]}),
         ("post", "/api/v1/tenants/{id}/webhooks") | ("post", "/api/v1/webhooks") => {
             json!({"url": "http://127.0.0.1:9/hook", "types": ["request.*"]})
         }

@@ -1,7 +1,8 @@
 //! Notifications over real HTTP on SQLite and PostgreSQL: events written with the changes they tell of, delivered
 //! to webhook receivers that verify every signature with the `standardwebhooks` package (PyPI; a Python receiver,
 //! `server/tests/support/webhooks/receiver.py`), routed by tenant and type, in order per subject, retried through
-//! a receiver's outage, with secret rotation, test events, the delivery log, redelivery and the inbox.
+//! a receiver's outage, with secret rotation, test events, the delivery log, redelivery and the inbox; and mail to a
+//! real SMTP server (`aiosmtpd`, `server/tests/support/smtp/server.py`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +21,7 @@ on_both_backends!(
     two_replicas_deliver_each_event_once,
     active_requests_are_told_a_day_and_an_hour_before_their_end,
     a_server_killed_with_a_thousand_events_pending_delivers_every_one_after_restart,
+    mail_reaches_the_users_who_chose_it_and_may_read_it,
 );
 
 /// The Python with `standardwebhooks` installed: `TESSERA_TEST_PYTHON`, else `target/webhooks-venv` (scripts/test
@@ -543,4 +545,188 @@ async fn active_requests_are_told_a_day_and_an_hour_before_their_end(db: &TestDb
     let stranger = app.member("audio-dev", &other).await;
     let (_, inbox) = app.get("/api/v1/inbox?limit=500", &stranger).await;
     assert_eq!(inbox, json!([]));
+}
+
+/// A running SMTP server and the messages it took.
+struct MailServer {
+    _child: Child,
+    port: u16,
+    seen: Arc<Mutex<Vec<Value>>>,
+}
+
+impl MailServer {
+    async fn start(extra: &[&str]) -> MailServer {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/smtp/server.py");
+        let mut child = Command::new(python())
+            .arg(script)
+            .args(extra)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the SMTP server");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("the SMTP server starts")
+            .expect("read")
+            .expect("a line");
+        let port = serde_json::from_str::<Value>(&first).expect("json")["listening"].as_u64().expect("port");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    sink.lock().expect("lock").push(v);
+                }
+            }
+        });
+        MailServer { _child: child, port: u16::try_from(port).expect("port"), seen }
+    }
+
+    fn all(&self) -> Vec<Value> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// The messages taken for `to`.
+    fn to(&self, to: &str) -> Vec<Value> {
+        self.all()
+            .into_iter()
+            .filter(|m| {
+                m["rcpt_tos"].as_array().is_some_and(|r| r.iter().any(|a| a == to)) && m.get("subject").is_some()
+            })
+            .collect()
+    }
+
+    /// Waits until the text of `to`'s messages holds every one of `words` (at most 60 s); the messages.
+    async fn until(&self, to: &str, words: &[&str]) -> Vec<Value> {
+        for _ in 0..600 {
+            let got = self.to(to);
+            let text: String = got.iter().filter_map(|m| m["text"].as_str()).collect();
+            if words.iter().all(|w| text.contains(w)) {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("mail to {to} with {words:?}: the server took {:#?}", self.all());
+    }
+}
+
+async fn mail_reaches_the_users_who_chose_it_and_may_read_it(db: &TestDb) {
+    // The mail server defers every message for its first seconds (451): mail is tried again, not lost.
+    let smtp = MailServer::start(&["--defer-for", "3", "--refuse", "gone@vision.example"]).await;
+    let app = TestApp::on(db)
+        .email(tessera_server::services::email::EmailSettings {
+            smtp_url: format!("smtp://127.0.0.1:{}", smtp.port),
+            from: "Tessera <tessera@example.com>".into(),
+            portal_url: "https://gpus.example.com".into(),
+        })
+        .start()
+        .await;
+    let vision = app.tenant("vision", json!({})).await;
+    let audio = app.tenant("audio", json!({})).await;
+    let dev = app.member("dev@vision.example", &vision).await;
+    let quiet = app.member("quiet@vision.example", &vision).await;
+    let gone = app.member("gone@vision.example", &vision).await;
+    let ops = app.member("ops@audio.example", &audio).await;
+    let nameless = app.member("vision-bot", &vision).await;
+
+    // Settings: mail is on, the address is the user's name (an address), nothing is chosen yet.
+    let (s, got) = app.get("/api/v1/notification-settings", &dev).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!((got["email_enabled"].clone(), got["email"].clone()), (json!(true), json!("dev@vision.example")));
+    assert_eq!(got["email_types"], json!([]), "{got}");
+    let (_, got) = app.get("/api/v1/notification-settings", &nameless).await;
+    assert_eq!(got["email"], Value::Null, "a name that is no address gives no address: {got}");
+    // Choices are checked: known types or areas, at most 64, never the webhook test.
+    let many: Vec<String> = (0..65).map(|_| "request.*".to_string()).collect();
+    for bad in [json!(["request.nope"]), json!(["webhook.test"]), json!(many)] {
+        let body = json!({ "email_types": bad });
+        let (s, p) = app.send(Method::PUT, "/api/v1/notification-settings", &dev, Some(body)).await;
+        assert_eq!((s, p["code"].clone()), (StatusCode::UNPROCESSABLE_ENTITY, json!("email_bad_type")), "{p}");
+    }
+    let choose = |types: Value| Some(json!({ "email_types": types }));
+    let (s, got) = app
+        .send(
+            Method::PUT,
+            "/api/v1/notification-settings",
+            &dev,
+            choose(json!(["request.created", "request.approved"])),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(got["email_types"], json!(["request.created", "request.approved"]));
+    for who in [&ops, &gone, &nameless] {
+        let (s, got) = app.send(Method::PUT, "/api/v1/notification-settings", who, choose(json!(["*"]))).await;
+        assert_eq!(s, StatusCode::OK, "{got}");
+    }
+
+    // A vision request, approved, then cancelled; an audio request.
+    let (s, mine) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&vision))).await;
+    assert_eq!(s, StatusCode::CREATED, "{mine}");
+    let mine_id = mine["id"].as_str().expect("id").to_string();
+    let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{mine_id}/approve"), &app.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = app.send(Method::POST, &format!("/api/v1/requests/{mine_id}/cancel"), &dev, None).await;
+    assert!(s.is_success(), "{b}");
+    let (s, theirs) = app.send(Method::POST, "/api/v1/requests", &ops, Some(mig(&audio))).await;
+    assert_eq!(s, StatusCode::CREATED, "{theirs}");
+    let theirs_id = theirs["id"].as_str().expect("id").to_string();
+
+    // The member is mailed the two types chosen, not the cancellation; plain text and HTML, each with a link to
+    // the tenant's page, marked as sent by a machine.
+    let mail = smtp.until("dev@vision.example", &["A slice request was made", "A request was approved"]).await;
+    let link = format!("https://gpus.example.com/t/{vision}");
+    for m in &mail {
+        assert_eq!(m["multipart"], "multipart/alternative", "{m:#}");
+        assert_eq!(m["auto_submitted"], "auto-generated", "{m:#}");
+        assert!(m["from"].as_str().is_some_and(|f| f.contains("tessera@example.com")), "{m:#}");
+        assert!(m["subject"].as_str().is_some_and(|s| s.starts_with("[Tessera] ")), "{m:#}");
+        let (text, html) = (m["text"].as_str().unwrap_or_default(), m["html"].as_str().unwrap_or_default());
+        assert!(text.contains(&link) && text.contains(&format!("request/{mine_id}")), "{text}");
+        assert!(html.contains(&format!("<a href=\"{link}\">")), "{html}");
+        assert!(!text.contains("cancelled") && !text.contains(&theirs_id), "only what was chosen: {text}");
+    }
+    assert!(smtp.all().iter().any(|m| m.get("deferred").is_some()), "the first attempts were deferred");
+    let (_, got) = app.get("/api/v1/notification-settings", &dev).await;
+    let recent = got["recent"].as_array().cloned().unwrap_or_default();
+    assert_eq!(recent.len(), 2, "{got:#}");
+    assert!(recent.iter().all(|d| d["state"] == "delivered" && d["address"] == "dev@vision.example"), "{got:#}");
+    assert!(recent.iter().any(|d| d["attempts"].as_i64().is_some_and(|a| a >= 2)), "tried again: {got:#}");
+
+    // Another tenant's member chose every type and gets its own tenant's events only.
+    let mail = smtp.until("ops@audio.example", &[&format!("request/{theirs_id}")]).await;
+    for m in &mail {
+        let text = m["text"].as_str().unwrap_or_default();
+        assert!(!text.contains(&mine_id) && !text.contains(&vision), "never another tenant's: {text}");
+    }
+    // A refused address fails at once, with the server's answer in the log.
+    let mut failed = Value::Null;
+    for _ in 0..300 {
+        let (_, got) = app.get("/api/v1/notification-settings", &gone).await;
+        if got["recent"].as_array().is_some_and(|r| !r.is_empty() && r.iter().all(|d| d["state"] == "failed")) {
+            failed = got;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let recent = failed["recent"].as_array().cloned().unwrap_or_default();
+    assert!(!recent.is_empty(), "the refused address's deliveries fail: {failed:#}");
+    assert!(recent.iter().all(|d| d["last_error"].as_str().is_some_and(|e| e.contains("550"))), "{failed:#}");
+    // Who chose nothing, or has no address, is mailed nothing.
+    assert!(smtp.to("quiet@vision.example").is_empty());
+    let (_, got) = app.get("/api/v1/notification-settings", &quiet).await;
+    assert_eq!(got["recent"], json!([]), "{got}");
+    let (_, got) = app.get("/api/v1/notification-settings", &nameless).await;
+    assert_eq!(got["recent"], json!([]), "{got}");
+    // Choosing nothing stops the mail.
+    let (s, _) = app.send(Method::PUT, "/api/v1/notification-settings", &dev, choose(json!([]))).await;
+    assert_eq!(s, StatusCode::OK);
+    let before = smtp.to("dev@vision.example").len();
+    let (s, _) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&vision))).await;
+    assert_eq!(s, StatusCode::CREATED);
+    // An event after it, mailed to someone else: once that arrives, the one before was dispatched too.
+    let (_, later) = app.send(Method::POST, "/api/v1/requests", &ops, Some(mig(&audio))).await;
+    smtp.until("ops@audio.example", &[&format!("request/{}", later["id"].as_str().expect("id"))]).await;
+    assert_eq!(smtp.to("dev@vision.example").len(), before, "no mail once nothing is chosen");
 }

@@ -52,6 +52,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "EventView" => tessera_api::notifications::EventView,
         "EventTypeView" => tessera_api::notifications::EventTypeView,
         "InboxCount" => tessera_api::notifications::InboxCount,
+        "NotificationSettings" => tessera_api::notifications::NotificationSettings,
         "QuotaTimeline" => tessera_api::quotas::QuotaTimeline,
         "Waiting" => requests::Waiting,
         "RequestPreview" => requests::RequestPreview,
@@ -256,6 +257,9 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     let c = w.call(&admin, M::GET, "/api/v1/inbox/unread", "/api/v1/inbox/unread", None, S::OK).await;
     let read = Some(json!({"up_to": c["latest_seq"]}));
     w.call(&admin, M::POST, "/api/v1/inbox/read", "/api/v1/inbox/read", read, S::OK).await;
+    let settings = "/api/v1/notification-settings";
+    w.call(&admin, M::GET, settings, settings, None, S::OK).await;
+    w.call(&admin, M::PUT, settings, settings, Some(json!({"email_types": ["request.*"]})), S::OK).await;
     let gone = w.server.client.delete(format!("{}/api/v1/webhooks/{}", w.server.base, id(&platform["webhook"])));
     assert_eq!(gone.bearer_auth(&admin).send().await.expect("send").status(), S::NO_CONTENT);
     // Reservations: previewed, booked, listed, read, accepted, refused, withdrawn; their policies.
