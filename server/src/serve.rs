@@ -282,6 +282,11 @@ pub async fn serve(
             if let Err(e) = crate::services::agents::refresh(&sweeping, None).await {
                 tracing::warn!(error = %e, "node spec sweep failed");
             }
+            match crate::services::agents::tell_readiness(&sweeping).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(changed = n, "node readiness changed"),
+                Err(e) => tracing::warn!(error = %e, "node readiness sweep failed"),
+            }
         }
     });
     let state_for_flush = state.clone();

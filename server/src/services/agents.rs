@@ -287,6 +287,23 @@ pub async fn ingest_status(
     Ok(outcome)
 }
 
+/// Tells of nodes that stopped reporting or report again (`node.not_ready`, `node.ready`), judged as
+/// [`ready`] judges; a node never heard from is not judged. How many changes it told (each once across replicas).
+pub async fn tell_readiness(state: &AppState) -> Result<usize, ApiError> {
+    let now = crate::store::now_ms();
+    let mut told = 0;
+    for (id, _name, was, stored_last_seen) in state.store.readiness_told().await? {
+        let (ready, last) = ready(state, &id, stored_last_seen, now);
+        if last.is_none() || was == Some(ready) {
+            continue;
+        }
+        if state.store.tell_readiness(&id, was, ready, last).await? && was.is_some() {
+            told += 1;
+        }
+    }
+    Ok(told)
+}
+
 /// Whether a node counts as ready: heard from within [`NOT_READY_AFTER_MS`] (by this replica, or as written to
 /// the store by any replica).
 pub fn ready(state: &AppState, node_id: &str, stored_last_seen: Option<i64>, now: i64) -> (bool, Option<i64>) {

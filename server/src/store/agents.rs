@@ -426,9 +426,30 @@ impl Store {
 
     /// Stores the status a node's agent reported (and counts it as a heartbeat). A status older than the stored
     /// one (a lower `observed_generation`, e.g. a late retry) is not stored; returns whether it was.
+    ///
+    /// A status that finished a spec generation not told of yet writes `layout.applied` (no step failed) or
+    /// `layout.failed` (with the failed steps per GPU), once per generation; a generation told failed is told
+    /// applied once a later report shows it without errors.
     pub async fn record_status(&self, node_id: &str, status: &NodeStatus) -> Result<bool, StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, _dialect => {
+        let errors: Vec<serde_json::Value> = status
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.errors
+                    .iter()
+                    .map(|e| serde_json::json!({"gpu": g.uuid, "step": e.step, "code": e.code, "message": e.message}))
+            })
+            .chain(
+                status
+                    .errors
+                    .iter()
+                    .map(|e| serde_json::json!({"gpu": null, "step": e.step, "code": e.code, "message": e.message})),
+            )
+            .collect();
+        let ok = errors.is_empty();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(
                 "UPDATE nodes SET status = $1, observed_generation = $2, status_at_ms = $3, last_seen_ms = $3 \
                  WHERE id = $4 AND observed_generation <= $2",
@@ -437,9 +458,84 @@ impl Store {
             .bind(status.observed_generation)
             .bind(now)
             .bind(node_id)
-            .execute(pool)
+            .execute(&mut *tx)
             .await?;
-            Ok(done.rows_affected() == 1)
+            let stored = done.rows_affected() == 1;
+            if stored && !status.applying && status.observed_generation > 0 {
+                // A newer generation is told either way; the same one again only when it went from failed to
+                // applied.
+                let sql = if ok {
+                    "UPDATE nodes SET told_generation = $2, told_ok = $3 WHERE id = $1 AND (told_generation < $2 \
+                     OR (told_generation = $2 AND told_ok = $4))"
+                } else {
+                    "UPDATE nodes SET told_generation = $2, told_ok = $3 WHERE id = $1 AND told_generation < $2"
+                };
+                let mut q = sqlx::query(sql).bind(node_id).bind(status.observed_generation).bind(ok);
+                if ok {
+                    q = q.bind(false);
+                }
+                let told = q.execute(&mut *tx).await?;
+                if told.rows_affected() == 1 {
+                    let (name,): (String,) =
+                        sqlx::query_as("SELECT name FROM nodes WHERE id = $1").bind(node_id).fetch_one(&mut *tx).await?;
+                    let kind = if ok { "layout.applied" } else { "layout.failed" };
+                    let after = serde_json::json!({"node_id": node_id, "node": name,
+                        "generation": status.observed_generation, "errors": errors});
+                    super::notifications::system_event(&mut tx, kind, None, &format!("node/{node_id}"),
+                        &format!("node:{name}"), after).await?;
+                }
+            }
+            tx.commit().await?;
+            Ok(stored)
+        })
+    }
+
+    /// Every node with the readiness last told of it (`None`: not judged yet) and when it was last heard from.
+    pub async fn readiness_told(&self) -> Result<Vec<(String, String, Option<bool>, Option<i64>)>, StoreError> {
+        on_pool!(self, pool, _dialect => {
+            Ok(sqlx::query_as("SELECT id, name, told_ready, last_seen_ms FROM nodes ORDER BY id")
+                .fetch_all(pool)
+                .await?)
+        })
+    }
+
+    /// Records that `node_id` is `ready` where it was told `was`; a change from a known readiness writes
+    /// `node.ready` or `node.not_ready`. Whether this call recorded it (another replica may have first).
+    pub async fn tell_readiness(
+        &self,
+        node_id: &str,
+        was: Option<bool>,
+        ready: bool,
+        last_seen_ms: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let done = match was {
+                Some(was) => sqlx::query("UPDATE nodes SET told_ready = $2 WHERE id = $1 AND told_ready = $3")
+                    .bind(node_id)
+                    .bind(ready)
+                    .bind(was)
+                    .execute(&mut *tx)
+                    .await?,
+                None => sqlx::query("UPDATE nodes SET told_ready = $2 WHERE id = $1 AND told_ready IS NULL")
+                    .bind(node_id)
+                    .bind(ready)
+                    .execute(&mut *tx)
+                    .await?,
+            };
+            if done.rows_affected() != 1 {
+                return Ok(false);
+            }
+            if was.is_some() {
+                let (name,): (String,) =
+                    sqlx::query_as("SELECT name FROM nodes WHERE id = $1").bind(node_id).fetch_one(&mut *tx).await?;
+                let kind = if ready { "node.ready" } else { "node.not_ready" };
+                let after = serde_json::json!({"node_id": node_id, "node": name, "last_seen_ms": last_seen_ms});
+                super::notifications::system_event(&mut tx, kind, None, &format!("node/{node_id}"), "system:health",
+                    after).await?;
+            }
+            tx.commit().await?;
+            Ok(true)
         })
     }
 

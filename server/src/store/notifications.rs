@@ -280,6 +280,34 @@ pub(super) async fn event_insert<'c>(
     Ok(())
 }
 
+/// Writes an event no audit entry tells of (a node's report, a sweep's finding), in the caller's transaction.
+pub(super) async fn system_event<'c>(
+    conn: impl Into<Conn<'c>>,
+    kind: &'static str,
+    tenant: Option<&str>,
+    subject: &str,
+    actor: &str,
+    after: serde_json::Value,
+) -> Result<(), StoreError> {
+    debug_assert!(event::is_type(kind), "{kind}");
+    let data = serde_json::json!({ "actor": actor, "action": kind, "before": null, "after": after });
+    on_conn!(conn.into(), conn, dialect => {
+        sqlx::query(&format!(
+            "INSERT INTO events (id, type, tenant_id, subject, at_ms, data) VALUES ($1, $2, $3, $4, $5, {})",
+            dialect.json(6)
+        ))
+        .bind(new_id())
+        .bind(kind)
+        .bind(tenant)
+        .bind(subject)
+        .bind(now_ms())
+        .bind(data.to_string())
+        .execute(&mut *conn)
+        .await?;
+    });
+    Ok(())
+}
+
 /// The condition on `events` of what a reader may see: its tenants' events (every one, and the platform's, when
 /// `platform`), never a test event for one endpoint.
 fn readable<'a, DB: sqlx::Database>(q: &mut QueryBuilder<'a, DB>, tenants: &'a [String], platform: bool)

@@ -359,12 +359,41 @@ async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
     assert!(applied.iter().any(|i| i["uuid"] == busy.as_str() && i["processes"] == json!([pid])), "{failed}");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(a.instances(0).iter().any(|(_, _, u)| *u == busy), "still there after retries");
+    // Platform admins are told: `layout.failed` for that generation, with the failed step per GPU.
+    let subject = format!("node/{}", failed["id"].as_str().expect("id"));
+    let generation = failed["generation"].clone();
+    let told = |kind: &'static str| {
+        let (server, subject, generation) = (&server, subject.clone(), generation.clone());
+        async move {
+            wait_for(Duration::from_secs(20), || async {
+                let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+                inbox
+                    .as_array()?
+                    .iter()
+                    .find(|e| {
+                        e["type"] == kind
+                            && e["subject"] == subject.as_str()
+                            && e["data"]["after"]["generation"] == generation
+                    })
+                    .cloned()
+            })
+            .await
+        }
+    };
+    let event = told("layout.failed").await.expect("layout.failed is told");
+    let errors = event["data"]["after"]["errors"].as_array().cloned().unwrap_or_default();
+    assert!(errors.iter().any(|e| e["code"] == "instance_busy" && e["gpu"].is_string()), "{event:#}");
 
     // The process ends: the next retry destroys it and creates what the layout wants.
     a.sim.lock().expect("sim").stop_processes(&busy);
     server.settled("busy").await;
     let now: Vec<(String, u8)> = a.instances(0).into_iter().map(|(p, s, _)| (p, s)).collect();
     assert_eq!(now, [("3g.40gb".to_string(), 0), ("1g.10gb".to_string(), 6)]);
+    // ... and told applied, once.
+    told("layout.applied").await.expect("layout.applied is told once the same generation is applied");
+    let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+    let failures = inbox.as_array().into_iter().flatten().filter(|e| e["type"] == "layout.failed").count();
+    assert_eq!(failures, 1, "each retry's report is not told again: {inbox:#}");
     server.stop().await;
 }
 
@@ -413,11 +442,24 @@ async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() 
     })
     .await;
     assert!(gone.is_some(), "{:?}", server.node("once").await);
+    // ... and told (by the sweep, within its 15 s).
+    let told = |kind: &'static str| {
+        let server = &server;
+        async move {
+            wait_for(Duration::from_secs(40), || async {
+                let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+                inbox.as_array()?.iter().find(|e| e["type"] == kind && e["data"]["after"]["node"] == "once").cloned()
+            })
+            .await
+        }
+    };
+    told("node.not_ready").await.expect("node.not_ready is told");
     // Back: ready again, with the same identity (the credential from the state directory).
     a.token = None;
     a.start();
     server.settled("once").await;
     assert_eq!(server.nodes().await.len(), 1);
+    told("node.ready").await.expect("node.ready is told");
     server.stop().await;
 }
 

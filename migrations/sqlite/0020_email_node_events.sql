@@ -25,3 +25,9 @@ CREATE TABLE email_deliveries (
 CREATE INDEX email_deliveries_due ON email_deliveries (state, next_at_ms);
 CREATE INDEX email_deliveries_by_user ON email_deliveries (user_id, id);
 CREATE INDEX email_deliveries_by_event ON email_deliveries (event_seq);
+
+-- What each node's events last told: the spec generation whose outcome was told (`layout.applied` or
+-- `layout.failed`) and whether it was applied without error; whether the node was ready (NULL: not yet judged).
+ALTER TABLE nodes ADD COLUMN told_generation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN told_ok INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE nodes ADD COLUMN told_ready INTEGER;
