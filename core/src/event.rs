@@ -21,6 +21,10 @@ pub const TYPES: &[(&str, &str)] = &[
     ("request.reclaimed", "a borrowed request was released to give capacity back to its lender"),
     ("request.reclaim_scheduled", "a borrowed request will be reclaimed at a deadline"),
     ("request.reclaim_withdrawn", "a scheduled reclaim was withdrawn"),
+    (
+        "allocation.idle",
+        "an active slice has been almost unused (under 5 % for 2 hours): release it if it is not needed",
+    ),
     ("layout.proposed", "a MIG layout change was proposed for a GPU"),
     ("layout.approved", "a MIG layout change was approved"),
     ("layout.rejected", "a MIG layout change was rejected"),
@@ -31,6 +35,8 @@ pub const TYPES: &[(&str, &str)] = &[
     ("quota_request.rejected", "a quota request was refused"),
     ("quota_request.cancelled", "a quota request was withdrawn"),
     ("quota_request.ended", "a temporary quota increase ended"),
+    ("budget.warning", "a tenant has spent 80 % of a monthly budget"),
+    ("budget.exhausted", "a tenant has spent a monthly budget"),
     ("reservation.created", "a reservation was booked"),
     ("reservation.accepted", "a reservation was accepted"),
     ("reservation.rejected", "a reservation was rejected"),
@@ -182,7 +188,7 @@ pub fn sentence(t: &str, subject: &str, tenant: Option<&str>, actor: &str) -> St
 pub fn portal_path(t: &str, tenant: Option<&str>) -> String {
     let area = t.split('.').next().unwrap_or_default();
     match (area, tenant) {
-        ("request" | "reservation" | "quota_request", Some(tenant)) => format!("/t/{tenant}"),
+        ("request" | "reservation" | "quota_request" | "allocation" | "budget", Some(tenant)) => format!("/t/{tenant}"),
         ("layout", _) => "/approvals".to_string(),
         ("node" | "gpu", _) => "/fleet".to_string(),
         _ => "/inbox".to_string(),

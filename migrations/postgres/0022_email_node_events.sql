@@ -31,3 +31,10 @@ CREATE INDEX email_deliveries_by_event ON email_deliveries (event_seq);
 ALTER TABLE nodes ADD COLUMN told_generation BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN told_ok BOOLEAN NOT NULL DEFAULT TRUE;
 ALTER TABLE nodes ADD COLUMN told_ready BOOLEAN;
+
+-- Findings told once: a key per finding (`idle/<allocation>`, `budget/<tenant>/<unit>/<month start>/<level>`) whose
+-- event was written. An idle allocation's key goes once it is used again, so a later idle spell is told again.
+CREATE TABLE notices (
+    key TEXT PRIMARY KEY,
+    at_ms BIGINT NOT NULL
+);

@@ -31,3 +31,10 @@ CREATE INDEX email_deliveries_by_event ON email_deliveries (event_seq);
 ALTER TABLE nodes ADD COLUMN told_generation INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN told_ok INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE nodes ADD COLUMN told_ready INTEGER;
+
+-- Findings told once: a key per finding (`idle/<allocation>`, `budget/<tenant>/<unit>/<month start>/<level>`) whose
+-- event was written. An idle allocation's key goes once it is used again, so a later idle spell is told again.
+CREATE TABLE notices (
+    key TEXT PRIMARY KEY,
+    at_ms INTEGER NOT NULL
+);

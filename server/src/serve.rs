@@ -212,6 +212,9 @@ pub const TELEMETRY_FLUSH: std::time::Duration = std::time::Duration::from_secs(
 /// How often active requests are checked for the end of their duration.
 pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How often active slices are checked for idleness (`allocation.idle`).
+pub const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Serves the API on `listener` until `shutdown` completes; meanwhile expires requests whose duration ran out.
 pub async fn serve(
     state: AppState,
@@ -232,6 +235,7 @@ pub async fn serve(
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
+        let mut idle_swept = tokio::time::Instant::now();
         loop {
             tick.tick().await;
             let now = crate::store::now_ms();
@@ -281,6 +285,14 @@ pub async fn serve(
             }
             if let Err(e) = crate::services::agents::refresh(&sweeping, None).await {
                 tracing::warn!(error = %e, "node spec sweep failed");
+            }
+            if idle_swept.elapsed() >= IDLE_SWEEP {
+                idle_swept = tokio::time::Instant::now();
+                match crate::services::notifications::warn_idle(&sweeping, now).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(told = n, "idle slices told"),
+                    Err(e) => tracing::warn!(error = %e, "idle sweep failed"),
+                }
             }
             match crate::services::agents::tell_readiness(&sweeping).await {
                 Ok(0) => {}

@@ -101,10 +101,31 @@ async fn spent(
 }
 
 /// Refills the cache from every tenant's budgets (the sweep).
+///
+/// A budget found past 80 % or spent is told to its tenant (`budget.warning`, `budget.exhausted`), once per budget,
+/// level and month.
 pub async fn refresh(state: &AppState) -> Result<usize, ApiError> {
     let budgets = state.store.all_budgets(None).await?;
-    let all = spent(state, None, budgets, now_ms()).await?;
+    let now = now_ms();
+    let all = spent(state, None, budgets, now).await?;
     let n = all.len();
+    let (month_start_ms, _) = budget::month(now);
+    for (tenant, standing) in &all {
+        for (unit, limit, spent) in &standing.lines {
+            let kind = match budget::level(*spent, *limit) {
+                BudgetLevel::Ok => continue,
+                BudgetLevel::Warning => "budget.warning",
+                BudgetLevel::Exhausted => "budget.exhausted",
+            };
+            let key = format!("budget/{tenant}/{unit}/{month_start_ms}/{kind}");
+            let limit = *limit as f64 / MILLI as f64;
+            let after = serde_json::json!({"tenant_id": tenant, "unit": unit.to_string(), "label": unit.describe(),
+                "limit": limit, "spent": (spent * 1000.0).round() / 1000.0, "month_start_ms": month_start_ms,
+                "policy": standing.policy});
+            let subject = format!("tenant/{tenant}/budget");
+            state.store.tell_once(&key, kind, Some(tenant), &subject, "system:budget", after).await?;
+        }
+    }
     state.budgets.replace(all);
     Ok(n)
 }

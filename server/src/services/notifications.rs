@@ -340,6 +340,38 @@ pub async fn mark_read(state: &AppState, p: &Principal, up_to: i64) -> Result<In
     unread(state, p).await
 }
 
+/// Tells tenants of active slices that sit idle (`allocation.idle`: mean utilisation under
+/// [`super::idle::DEFAULT_IDLE_BELOW`] % over the last [`super::idle::DEFAULT_IDLE_HOURS`] hours, as usage reports
+/// judge it), once per idle spell: a slice used again is told again when next idle. How many it told.
+pub async fn warn_idle(state: &AppState, now: i64) -> Result<usize, ApiError> {
+    use super::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, device_utilisation, is_idle, lookback_start};
+    let active = state.store.active_devices().await?;
+    if active.is_empty() {
+        return Ok(0);
+    }
+    let util = device_utilisation(state, DEFAULT_IDLE_HOURS, now).await?;
+    let from = lookback_start(now, DEFAULT_IDLE_HOURS);
+    let mut told = 0;
+    let mut busy = Vec::new();
+    for (id, request, tenant, profile, device, activated) in active {
+        let mean = util.get(&device).copied();
+        let key = format!("idle/{id}");
+        if is_idle(true, activated, from, mean, DEFAULT_IDLE_BELOW) {
+            let after = serde_json::json!({"allocation_id": id, "request_id": request, "tenant_id": tenant,
+                "profile": profile, "device_uuid": device, "util_mean": mean, "idle_below": DEFAULT_IDLE_BELOW,
+                "idle_hours": DEFAULT_IDLE_HOURS});
+            let subject = format!("request/{request}");
+            if state.store.tell_once(&key, "allocation.idle", Some(&tenant), &subject, "system:idle", after).await? {
+                told += 1;
+            }
+        } else if mean.is_some_and(|m| m >= DEFAULT_IDLE_BELOW) {
+            busy.push(key);
+        }
+    }
+    state.store.forget_notices(&busy).await?;
+    Ok(told)
+}
+
 /// Every event type.
 pub fn types() -> Vec<EventTypeView> {
     event::TYPES.iter().map(|(t, d)| EventTypeView { kind: (*t).to_string(), description: (*d).to_string() }).collect()

@@ -621,6 +621,14 @@ async fn usage_flags_idle_allocations_from_stored_minutes_and_the_live_window(db
     assert!((mean(&b) - expect_busy).abs() < 1e-6, "{b}");
     assert_eq!((q["idle"].as_bool(), b["idle"].as_bool()), (Some(true), Some(false)));
     assert_eq!((u["util_mean"].clone(), u["idle"].as_bool()), (Value::Null, Some(false)), "no samples, not idle");
+    // The idle sweep tells the tenant of the idle one, once.
+    let warn = tessera_server::services::notifications::warn_idle;
+    assert_eq!(warn(&app.state, now_ms()).await.expect("sweep"), 1);
+    assert_eq!(warn(&app.state, now_ms()).await.expect("sweep"), 0, "told once");
+    let (_, inbox) = app.get("/api/v1/inbox?limit=500", &alice).await;
+    let idle: Vec<&Value> = inbox.as_array().into_iter().flatten().filter(|e| e["type"] == "allocation.idle").collect();
+    assert_eq!(idle.len(), 1, "{inbox:#}");
+    assert_eq!(idle[0]["data"]["after"]["allocation_id"], quiet["id"], "{inbox:#}");
     // A stricter threshold.
     let (_, [q, _, _]) = usage("&idle_below=2").await;
     assert_eq!(q["idle"], false);

@@ -201,12 +201,33 @@ async fn budgets_count_this_months_spending_and_block_only_what_could_spend(db: 
     let all = line(&b, "compute_slice_hours");
     assert!((all["spent"].as_f64().unwrap_or(0.0) - slice_hours).abs() < 0.002, "{all} against {slice_hours}");
     assert_eq!((all["level"].clone(), b["level"].clone()), (json!("ok"), json!("warning")));
+    // The sweep tells the tenant's members, once per budget and level this month.
+    let budget_events = || async {
+        let (_, inbox) = app.get("/api/v1/inbox?limit=500", &dev).await;
+        inbox
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["type"].as_str().is_some_and(|k| k.starts_with("budget.")))
+            .map(|e| (e["type"].as_str().unwrap_or("").to_string(), e["data"]["after"]["unit"].clone()))
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..2 {
+        tessera_server::services::budgets::refresh(&app.state).await.expect("sweep");
+    }
+    assert_eq!(budget_events().await, [("budget.warning".to_string(), json!("gpu_hours/H100-80GB"))]);
 
     // Spent, under `warn`: requests go on.
     let (s, b) = app
         .send(Method::PUT, &path, &app.admin, Some(json!({"limits": {"gpu_hours/H100-80GB": gpu_hours / 2.0}})))
         .await;
     assert_eq!((s, b["level"].clone()), (StatusCode::OK, json!("exhausted")), "{b}");
+    for _ in 0..2 {
+        tessera_server::services::budgets::refresh(&app.state).await.expect("sweep");
+    }
+    let told = budget_events().await;
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert_eq!(told[0], ("budget.exhausted".to_string(), json!("gpu_hours/H100-80GB")), "newest first: {told:?}");
     let ask =
         |model: &str| json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": model}, "count": 1});
     let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(ask("H100-80GB"))).await;
