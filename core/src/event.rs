@@ -183,6 +183,37 @@ pub fn sentence(t: &str, subject: &str, tenant: Option<&str>, actor: &str) -> St
     }
 }
 
+/// Whether `ip` is inside a network rather than on the internet: loopback, private (RFC 1918, IPv6 unique local),
+/// link-local (cloud metadata services live there), shared (CGNAT), unspecified, broadcast or multicast. A tenant's
+/// webhook never reaches such an address unless the operator allows it.
+pub fn is_internal(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+        }
+    }
+}
+
 /// Where the portal shows what an event of type `t` is about, as a path: the tenant's page for its requests,
 /// reservations and quota requests, approvals for layouts, the fleet for nodes and GPUs, else the inbox.
 pub fn portal_path(t: &str, tenant: Option<&str>) -> String {
@@ -198,6 +229,32 @@ pub fn portal_path(t: &str, tenant: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_addresses_are_told_from_the_internet() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:10.0.0.1",
+            "ff02::1",
+        ] {
+            assert!(is_internal(ip.parse().expect("ip")), "{ip}");
+        }
+        for ip in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "192.0.2.1", "2001:4860:4860::8888", "::ffff:1.1.1.1"] {
+            assert!(!is_internal(ip.parse().expect("ip")), "{ip}");
+        }
+    }
 
     #[test]
     fn events_link_to_the_page_that_shows_their_object() {

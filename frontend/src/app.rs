@@ -81,6 +81,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/tokens") view=TokensPage />
                     <Route path=path!("/audit") view=AuditLogPage />
                     <Route path=path!("/inbox") view=InboxPage />
+                    <Route path=path!("/webhooks") view=crate::pages::webhooks::WebhooksPage />
                     <Route path=path!("/admin/tenants") view=TenantsAdminPage />
                     <Route path=path!("/admin/tenants/:id") view=TenantAdminPage />
                     <Route path=path!("/admin/quotas") view=StandingPage />
@@ -115,6 +116,8 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                             })}
                             <A href="/heatmap">"Utilisation"</A>
                             <A href="/usage">"Usage"</A>
+                            {(s.user.platform_admin || s.memberships.iter().any(|m| m.role == tessera_api::people::Role::TenantAdmin))
+                                .then(|| view! { <A href="/webhooks">"Webhooks"</A> })}
                         }.into_any()
                     })}
                 </Transition>

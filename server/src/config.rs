@@ -112,18 +112,23 @@ pub fn resolve(
         ),
         None => None,
     };
-    let webhooks = match env("TESSERA_WEBHOOK_RETRY_CAP_S") {
-        Some(v) => crate::services::notifications::Delivery {
-            retry_cap_ms: v
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| (1..=86_400).contains(n))
-                .ok_or("TESSERA_WEBHOOK_RETRY_CAP_S must be a whole number of seconds from 1 to 86400")?
-                * 1000,
-        },
-        None => Default::default(),
-    };
+    let mut webhooks = crate::services::notifications::Delivery::default();
+    if let Some(v) = env("TESSERA_WEBHOOK_RETRY_CAP_S") {
+        webhooks.retry_cap_ms = v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=86_400).contains(n))
+            .ok_or("TESSERA_WEBHOOK_RETRY_CAP_S must be a whole number of seconds from 1 to 86400")?
+            * 1000;
+    }
+    if let Some(v) = env("TESSERA_WEBHOOK_ALLOW_INTERNAL") {
+        webhooks.allow_internal = match v.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => true,
+            "false" | "0" | "no" | "off" => false,
+            _ => return Err("TESSERA_WEBHOOK_ALLOW_INTERNAL must be true or false".into()),
+        };
+    }
     let listen = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let email = file.email.resolve(env, &listen)?;
     Ok(crate::serve::Settings {
@@ -217,12 +222,20 @@ mod tests {
         assert_eq!(s.bootstrap_token, None, "a blank variable is no variable");
         assert_eq!(s.bootstrap_join_tokens, ["tsj_a", "tsj_b"]);
         assert_eq!(s.max_connections, Some(64));
+        assert!(!s.webhooks.allow_internal, "tenants' webhooks stay outside the network by default");
         let debug = format!("{s:?}");
         assert!(!debug.contains("a long bootstrap password") && !debug.contains("tsj_a"), "{debug}");
 
         let defaults = resolve(Overrides::default(), FileConfig::default(), env_of(&[])).expect("settings");
         assert_eq!(defaults.listen, DEFAULT_LISTEN);
-        for bad in [&[("TESSERA_MAX_CONNECTIONS", "0")][..], &[("TESSERA_MAX_CONNECTIONS", "many")][..]] {
+        let allowed =
+            resolve(Overrides::default(), FileConfig::default(), env_of(&[("TESSERA_WEBHOOK_ALLOW_INTERNAL", "true")]));
+        assert!(allowed.expect("settings").webhooks.allow_internal);
+        for bad in [
+            &[("TESSERA_MAX_CONNECTIONS", "0")][..],
+            &[("TESSERA_MAX_CONNECTIONS", "many")][..],
+            &[("TESSERA_WEBHOOK_ALLOW_INTERNAL", "maybe")][..],
+        ] {
             let bad: &'static [(&str, &str)] = Box::leak(bad.to_vec().into_boxed_slice());
             assert!(resolve(Overrides::default(), FileConfig::default(), env_of(bad)).is_err());
         }

@@ -1,8 +1,14 @@
 //! `/inbox`: the events the viewer may read (its tenants'; every tenant's and the platform's for platform admins),
-//! newest first. Opening it marks them read, which clears the count beside "Inbox" in the header.
+//! newest first, asked again every few seconds. Opening it marks them read, which clears the count beside "Inbox" in
+//! the header. Below, the viewer chooses which event types are mailed to them.
+
+use std::collections::BTreeSet;
 
 use leptos::prelude::*;
-use tessera_api::notifications::{EventView, InboxCount, InboxRead};
+use tessera_api::notifications::{
+    EventTypeView, EventView, InboxCount, InboxRead, NotificationSettings, NotificationSettingsUpdate,
+};
+use tessera_core::event::TypeFilter;
 
 use crate::api;
 use crate::pages::audit::{Names, object_in_words};
@@ -11,6 +17,9 @@ use crate::widgets::problem_view;
 
 /// How many events the page shows.
 const LIMIT: u32 = 100;
+
+/// How often the page asks for new events, ms.
+pub const REFRESH_MS: u64 = 5_000;
 
 /// Bumped when the inbox was read, so the header's count is asked again at once.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +51,15 @@ pub fn unread_badge(unread: u32) -> Option<String> {
 /// The inbox page.
 #[component]
 pub fn InboxPage() -> impl IntoView {
-    let events = Resource::new(|| (), |_| api::get_json::<Vec<EventView>>(format!("/api/v1/inbox?limit={LIMIT}")));
+    let tick = RwSignal::new(0u64);
+    let events =
+        Resource::new(move || tick.get(), |_| api::get_json::<Vec<EventView>>(format!("/api/v1/inbox?limit={LIMIT}")));
+    #[cfg(feature = "hydrate")]
+    if let Ok(handle) =
+        set_interval_with_handle(move || tick.update(|n| *n += 1), std::time::Duration::from_millis(REFRESH_MS))
+    {
+        on_cleanup(move || handle.clear());
+    }
     let refresh = use_context::<InboxRefresh>();
     // Read once shown (in the browser only: the page rendered on the server marks nothing).
     Effect::new(move |_| {
@@ -63,7 +80,7 @@ pub fn InboxPage() -> impl IntoView {
     view! {
         <section class="page">
             <h1>"Inbox"</h1>
-            <p class="muted">"What changed in your tenants: requests made, approved, ready and ending, layouts, quota requests and reservations. Webhooks carry the same events to other tools."</p>
+            <p class="muted">"What changed in your tenants: requests made, approved, ready and ending, idle slices, budgets, layouts, quota requests and reservations. It updates itself; webhooks and e-mail carry the same events elsewhere."</p>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match events.await {
@@ -78,7 +95,7 @@ pub fn InboxPage() -> impl IntoView {
                                         let actor = e.data.get("actor").and_then(|a| a.as_str()).unwrap_or("system").to_string();
                                         view! {
                                             <li class="card" data-testid="inbox-item" data-type=e.kind.clone() data-subject=e.subject.clone()>
-                                                <strong>{describe(&e.kind)}</strong>
+                                                <a href=tessera_core::event::portal_path(&e.kind, e.tenant.as_deref())><strong>{describe(&e.kind)}</strong></a>
                                                 <span class="muted">{format!(" · {} · {} · by {actor}", object_in_words(&e.subject, &names), ago(e.at_ms, now))}</span>
                                             </li>
                                         }
@@ -89,7 +106,120 @@ pub fn InboxPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <EmailCard />
         </section>
+    }
+}
+
+/// The event types a choice of patterns covers, among `types` (never the webhook test).
+pub fn chosen(patterns: &[String], types: &[String]) -> BTreeSet<String> {
+    let filter = TypeFilter::new(patterns).unwrap_or_default();
+    if patterns.is_empty() {
+        return BTreeSet::new();
+    }
+    types.iter().filter(|t| *t != "webhook.test" && filter.wants(t)).cloned().collect()
+}
+
+/// Which event types are mailed to the viewer: a box per type, grouped by area; saved only when asked, and never
+/// reset by anything else on the page.
+#[component]
+fn EmailCard() -> impl IntoView {
+    let settings =
+        Resource::new(|| (), |_| api::get_json::<NotificationSettings>("/api/v1/notification-settings".into()));
+    let types = Resource::new(|| (), |_| api::get_json::<Vec<EventTypeView>>("/api/v1/event-types".into()));
+    let picked = RwSignal::new(None::<BTreeSet<String>>);
+    let message = RwSignal::new(None::<(bool, String)>);
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        // Nothing ticked or cleared yet: the saved choice stands.
+        let Some(picked) = picked.get_untracked() else {
+            return message.set(Some((true, "Nothing changed.".to_string())));
+        };
+        let email_types: Vec<String> = picked.into_iter().collect();
+        leptos::task::spawn_local(async move {
+            let body = NotificationSettingsUpdate { email_types };
+            match api::send_json::<NotificationSettings>("PUT", "/api/v1/notification-settings".into(), body).await {
+                Ok(s) => {
+                    message.set(Some((true, format!("Saved: {} event types are mailed to you.", s.email_types.len()))))
+                }
+                Err(p) => message.set(Some((false, crate::api::ProblemExt::message(&p)))),
+            }
+        });
+    };
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                let (s, list) = match (settings.await, types.await) {
+                    (Ok(s), Ok(t)) => (s, t),
+                    (Err(p), _) | (_, Err(p)) => return problem_view(&p),
+                };
+                let all: Vec<String> = list.iter().map(|t| t.kind.clone()).filter(|t| t != "webhook.test").collect();
+                // The server's choice until the viewer ticks a box; from then on the boxes are the viewer's (never
+                // set while rendering).
+                let saved = chosen(&s.email_types, &all);
+                let mut areas: Vec<(String, Vec<EventTypeView>)> = Vec::new();
+                for t in list.into_iter().filter(|t| t.kind != "webhook.test") {
+                    let area = t.kind.split('.').next().unwrap_or_default().to_string();
+                    match areas.iter_mut().find(|(a, _)| *a == area) {
+                        Some((_, v)) => v.push(t),
+                        None => areas.push((area, vec![t])),
+                    }
+                }
+                let address = match (&s.email, s.email_enabled) {
+                    (_, false) => "This server sends no e-mail (no SMTP server is configured); your choice is kept for when it does.".to_string(),
+                    (Some(a), true) => format!("Mail goes to {a}."),
+                    (None, true) => "You have no e-mail address (your identity provider gave none): nothing can be mailed to you.".to_string(),
+                };
+                let recent = s.recent.clone();
+                view! {
+                    <form class="card email-choice" data-testid="email-form" on:submit=save>
+                        <h2>"E-mail"</h2>
+                        <p class="muted" data-testid="email-address">{address}</p>
+                        {areas.into_iter().map(|(area, kinds)| view! {
+                            <fieldset>
+                                <legend>{area}</legend>
+                                {kinds.into_iter().map(|t| {
+                                    let kind = t.kind.clone();
+                                    let checked_kind = kind.clone();
+                                    let was = saved.contains(&kind);
+                                    let saved = saved.clone();
+                                    view! {
+                                        <label class="check">
+                                            <input type="checkbox" name="email-type" value=kind.clone()
+                                                checked=was
+                                                prop:checked=move || picked.get().map_or(was, |p| p.contains(&checked_kind))
+                                                on:change=move |ev| {
+                                                    let on = event_target_checked(&ev);
+                                                    let kind = kind.clone();
+                                                    let saved = saved.clone();
+                                                    picked.update(|p| {
+                                                        let p = p.get_or_insert_with(|| saved);
+                                                        if on { p.insert(kind); } else { p.remove(&kind); }
+                                                    });
+                                                } />
+                                            {describe(&t.kind)}
+                                        </label>
+                                    }
+                                }).collect_view()}
+                            </fieldset>
+                        }).collect_view()}
+                        <button class="button primary" type="submit">"Save e-mail choices"</button>
+                        {move || message.get().map(|(ok, m)| view! { <p class:ok-text=ok class:error=!ok role="status" data-testid="email-saved">{m}</p> })}
+                        {(!recent.is_empty()).then(|| view! {
+                            <details>
+                                <summary>"Recently mailed"</summary>
+                                <ul class="plain" data-testid="email-recent">
+                                    {recent.into_iter().map(|d| view! {
+                                        <li data-state=d.state.clone()>{format!("{} · {} · {}{}", describe(&d.kind), d.subject, d.state,
+                                            if d.last_error.is_empty() { String::new() } else { format!(" · {}", d.last_error) })}</li>
+                                    }).collect_view()}
+                                </ul>
+                            </details>
+                        })}
+                    </form>
+                }.into_any()
+            })}
+        </Transition>
     }
 }
 
@@ -104,5 +234,15 @@ mod tests {
         assert_eq!(unread_badge(0), None);
         assert_eq!(unread_badge(7).as_deref(), Some("7"));
         assert_eq!(unread_badge(100).as_deref(), Some("99+"));
+    }
+
+    #[test]
+    fn patterns_become_the_boxes_they_cover() {
+        let types: Vec<String> =
+            ["request.created", "request.active", "layout.failed", "webhook.test"].map(String::from).to_vec();
+        let got = chosen(&["request.*".to_string()], &types);
+        assert_eq!(got.into_iter().collect::<Vec<_>>(), ["request.active", "request.created"]);
+        assert_eq!(chosen(&["*".to_string()], &types).len(), 3, "never the webhook test");
+        assert!(chosen(&[], &types).is_empty(), "nothing chosen is nothing mailed");
     }
 }

@@ -16,6 +16,7 @@ pub mod slots;
 pub mod tenant;
 pub mod tokens;
 pub mod usage;
+pub mod webhooks;
 
 /// `1 allocation`, `3 allocations`: a count with its noun (English plural by `s`).
 pub fn count(n: impl Into<u64>, noun: &str) -> String {

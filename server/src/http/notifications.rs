@@ -18,7 +18,7 @@ pub use tessera_api::notifications::{
 #[utoipa::path(post, path = "/api/v1/tenants/{id}/webhooks", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
     params(("id" = String, Path, description = "The tenant's id or its name")), request_body = WebhookCreate,
     responses((status = 201, body = WebhookSecret), (status = 403, body = Problem), (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "webhook_bad_url, webhook_bad_format, webhook_bad_type, webhook_bad_description or webhook_too_many")))]
+        (status = 422, body = Problem, description = "webhook_bad_url, webhook_internal_address, webhook_bad_format, webhook_bad_type, webhook_bad_description or webhook_too_many")))]
 pub async fn create_tenant_webhook(
     State(state): State<AppState>,
     p: Principal,

@@ -57,11 +57,91 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct Delivery {
     /// Longest wait between two attempts of a delivery, ms (`TESSERA_WEBHOOK_RETRY_CAP_S`; default one hour).
     pub retry_cap_ms: i64,
+    /// Whether tenants' endpoints may reach internal addresses (`TESSERA_WEBHOOK_ALLOW_INTERNAL`; default no:
+    /// see [`tessera_core::event::is_internal`]). Platform endpoints always may.
+    pub allow_internal: bool,
 }
 
 impl Default for Delivery {
     fn default() -> Self {
-        Delivery { retry_cap_ms: event::RETRY_CAP_MS }
+        Delivery { retry_cap_ms: event::RETRY_CAP_MS, allow_internal: false }
+    }
+}
+
+/// Why a tenant's endpoint may not be posted to `url`, when it may not: the host is `localhost` or an internal
+/// address.
+pub fn internal_host(url: &reqwest::Url) -> Option<String> {
+    match url.host()? {
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            (d == "localhost" || d.ends_with(".localhost")).then(|| format!("{d} is this host"))
+        }
+        url::Host::Ipv4(ip) => event::is_internal(ip.into()).then(|| format!("{ip} is an internal address")),
+        url::Host::Ipv6(ip) => event::is_internal(ip.into()).then(|| format!("{ip} is an internal address")),
+    }
+}
+
+/// A resolver that keeps the internet addresses of a name only, so that a tenant's endpoint never reaches inside
+/// the network, even through a name that resolves there (or is made to, after the endpoint was checked).
+#[derive(Debug, Clone, Copy)]
+struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_string();
+        Box::pin(async move {
+            let all: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let public = public_addresses(all);
+            if public.is_empty() {
+                let e: Box<dyn std::error::Error + Send + Sync> =
+                    format!("{host} resolves to internal addresses only, which tenants' webhooks may not reach").into();
+                return Err(e);
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(public.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// The addresses among `all` that are on the internet.
+fn public_addresses(all: Vec<std::net::SocketAddr>) -> Vec<std::net::SocketAddr> {
+    all.into_iter().filter(|a| !event::is_internal(a.ip())).collect()
+}
+
+/// The HTTP clients deliveries go out with: any address (platform endpoints, and tenants' when allowed), or the
+/// internet's only.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    any: reqwest::Client,
+    public: reqwest::Client,
+    allow_internal: bool,
+}
+
+impl Clients {
+    /// Both clients.
+    pub fn new(allow_internal: bool) -> Result<Clients, reqwest::Error> {
+        let builder = || {
+            reqwest::Client::builder()
+                .timeout(SEND_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("Tessera-Webhooks/", env!("CARGO_PKG_VERSION")))
+        };
+        Ok(Clients {
+            any: builder().build()?,
+            public: builder().no_proxy().dns_resolver(std::sync::Arc::new(PublicOnly)).build()?,
+            allow_internal,
+        })
+    }
+
+    /// The client for `w`, or why `w` may not be posted to.
+    fn for_hook(&self, w: &WebhookRecord) -> Result<&reqwest::Client, String> {
+        if w.tenant_id.is_none() || self.allow_internal {
+            return Ok(&self.any);
+        }
+        match reqwest::Url::parse(&w.url).ok().as_ref().and_then(internal_host) {
+            Some(why) => Err(format!("refused: {why}, which tenants' webhooks may not reach")),
+            None => Ok(&self.public),
+        }
     }
 }
 
@@ -212,6 +292,15 @@ pub async fn create(
 ) -> Result<WebhookSecret, ApiError> {
     let tenant_id = scope(state, p, tenant).await?;
     let (format, url) = check(body)?;
+    if tenant_id.is_some()
+        && !state.webhooks.allow_internal
+        && let Some(why) = reqwest::Url::parse(&url).ok().as_ref().and_then(internal_host)
+    {
+        return Err(ApiError::invalid(
+            "webhook_internal_address",
+            format!("{why}: a tenant's webhook reaches internet addresses only (a platform admin's may reach any)"),
+        ));
+    }
     if state.store.webhooks(tenant_id.as_deref()).await?.len() >= MAX_WEBHOOKS {
         return Err(ApiError::invalid("webhook_too_many", format!("at most {MAX_WEBHOOKS} endpoints")));
     }
@@ -401,12 +490,7 @@ pub fn start_background(
             }
             None => None,
         };
-        let client = match reqwest::Client::builder()
-            .timeout(SEND_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("Tessera-Webhooks/", env!("CARGO_PKG_VERSION")))
-            .build()
-        {
+        let clients = match Clients::new(settings.allow_internal) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "webhook delivery cannot start: no HTTP client");
@@ -421,7 +505,7 @@ pub fn start_background(
                     tracing::warn!(error = %e, "forgetting old events failed");
                 }
             }
-            let mut busy = match round(&store, &client, settings, mailer.is_some()).await {
+            let mut busy = match round(&store, &clients, settings, mailer.is_some()).await {
                 Ok(n) => n > 0,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook delivery round failed");
@@ -442,12 +526,7 @@ pub fn start_background(
 }
 
 /// One round: dispatch (mail deliveries too when `email`), then send due webhook deliveries; how much it did.
-pub async fn round(
-    store: &Store,
-    client: &reqwest::Client,
-    settings: Delivery,
-    email: bool,
-) -> Result<usize, ApiError> {
+pub async fn round(store: &Store, clients: &Clients, settings: Delivery, email: bool) -> Result<usize, ApiError> {
     let mut did = store.dispatch_events(1000, email).await?;
     let claimed = store.claim_deliveries(CLAIM_BATCH, LEASE_MS).await?;
     did += claimed.len();
@@ -462,14 +541,14 @@ pub async fn round(
             None => by_hook.push(vec![c]),
         }
     }
-    let client = Arc::new(client.clone());
+    let clients = Arc::new(clients.clone());
     let groups = by_hook.into_iter().map(|group| {
-        let client = client.clone();
+        let clients = clients.clone();
         async move {
             futures_util::stream::iter(group)
                 .map(|c| {
-                    let client = client.clone();
-                    async move { send(&client, c).await }
+                    let clients = clients.clone();
+                    async move { send(&clients, c).await }
                 })
                 .buffer_unordered(PER_ENDPOINT)
                 .collect::<Vec<Sent>>()
@@ -482,7 +561,19 @@ pub async fn round(
 }
 
 /// Posts one delivery.
-async fn send(client: &reqwest::Client, c: Claimed) -> Sent {
+async fn send(clients: &Clients, c: Claimed) -> Sent {
+    let client = match clients.for_hook(&c.webhook) {
+        Ok(client) => client,
+        Err(error) => {
+            return Sent {
+                delivery: c.delivery,
+                attempts: c.attempts,
+                first_at_ms: c.first_at_ms,
+                status: None,
+                error,
+            };
+        }
+    };
     let (body, content_type) = body(&c.webhook, &c.event);
     let now = now_ms();
     let ts = now / 1000;
@@ -527,6 +618,47 @@ mod tests {
             Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=")
         );
         assert!(sign("whsec_not base64!", "id", 1, b"x").is_none());
+    }
+
+    #[test]
+    fn tenants_endpoints_never_reach_inside_the_network() {
+        let url = |u: &str| reqwest::Url::parse(u).expect("url");
+        for inside in [
+            "http://127.0.0.1:9/x",
+            "http://localhost/x",
+            "http://a.localhost./x",
+            "http://[::1]/x",
+            "http://169.254.169.254/latest/meta-data",
+            "http://10.0.0.7/x",
+            "http://[::ffff:192.168.0.1]/x",
+        ] {
+            assert!(internal_host(&url(inside)).is_some(), "{inside}");
+        }
+        assert_eq!(internal_host(&url("https://hooks.example.com/x")), None);
+        assert_eq!(internal_host(&url("http://8.8.8.8/x")), None);
+        let resolved: Vec<std::net::SocketAddr> = ["10.0.0.1:0", "8.8.8.8:0", "[::1]:0", "[2001:4860::1]:0"]
+            .iter()
+            .map(|a| a.parse().expect("addr"))
+            .collect();
+        let kept: Vec<String> = public_addresses(resolved).iter().map(|a| a.ip().to_string()).collect();
+        assert_eq!(kept, ["8.8.8.8", "2001:4860::1"], "a name resolving inside keeps its internet addresses only");
+        let w = |tenant: Option<&str>, u: &str| WebhookRecord {
+            id: "w".into(),
+            tenant_id: tenant.map(str::to_string),
+            url: u.into(),
+            format: "standard".into(),
+            types: vec![],
+            description: String::new(),
+            secret: String::new(),
+            previous_secret: None,
+            previous_until_ms: None,
+            created_by: String::new(),
+            created_at_ms: 0,
+        };
+        let strict = Clients::new(false).expect("clients");
+        assert!(strict.for_hook(&w(Some("t"), "http://127.0.0.1:9/x")).is_err(), "checked again when sending");
+        assert!(strict.for_hook(&w(None, "http://127.0.0.1:9/x")).is_ok(), "platform endpoints may");
+        assert!(Clients::new(true).expect("clients").for_hook(&w(Some("t"), "http://127.0.0.1:9/x")).is_ok());
     }
 
     #[test]

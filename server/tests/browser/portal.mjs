@@ -12,7 +12,9 @@
 //   - `ada`, member of a tenant whose requests wait for an admin, asks for a 2g.20gb slice through the form (the
 //     form's quota feedback, the pending bar), typing its reason slowly across several of the dashboard's 3 s
 //     refreshes, which must keep what is typed, the focus, the confirmation and an open history panel; the header's
-//     inbox count shows the request's event, the inbox page lists it and reading it clears the count; root
+//     inbox count shows the request's event, the inbox page lists it and reading it clears the count, e-mail choices
+//     ticked slowly stay ticked and are saved; ada makes a webhook endpoint, sends it a test event, finds the failed
+//     delivery in its log, sends it again and deletes the endpoint; root
 //     approves it on the approvals page (the planner's placement) and then the layout change it needs (the diff),
 //     the simulated agent applies it and the tenant's allocation turns active (Release asks to be confirmed, "Keep"
 //     leaves it be); the instance's heatmap row fills and changes as the live stream comes in;
@@ -356,7 +358,68 @@ display_name = "Test IdP"
     await ip.locator('[data-testid=inbox-count]').waitFor({ state: 'detached', timeout: 15000 });
     check(true, 'inbox: reading it clears the count in the header');
     await ip.screenshot({ path: path.join(out, 'inbox.png'), fullPage: true });
+    // E-mail choices: boxes ticked slowly, across the page's 5 s refreshes of the events, stay ticked; saved, they
+    // come back from the server after a reload.
+    const emailForm = ip.locator('[data-testid=email-form]');
+    await emailForm.waitFor();
+    for (const kind of ['request.active', 'layout.failed']) {
+      await emailForm.locator(`input[name=email-type][value="${kind}"]`).check();
+      await ip.waitForTimeout(3000);
+    }
+    await ip.waitForTimeout(6000);
+    const ticked = async () => ip.locator('[data-testid=email-form] input[name=email-type]:checked')
+      .evaluateAll((els) => els.map((e) => e.value).sort().join(','));
+    check(await ticked() === 'layout.failed,request.active', `inbox: e-mail boxes ticked over the page's refreshes stay ticked (${await ticked()})`);
+    await emailForm.locator('button[type=submit]').click();
+    await ip.locator('[data-testid=email-saved]').waitFor();
+    check((await ip.locator('[data-testid=email-saved]').textContent()).includes('2 event types'), 'inbox: the e-mail choice is saved');
+    await ip.reload();
+    await ip.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await ip.locator('[data-testid=email-form]').waitFor();
+    await waitFor('the saved e-mail choice after a reload', async () => (await ticked()) === 'layout.failed,request.active', 10000);
+    check(true, 'inbox: after a reload the boxes show what was saved');
     await ip.close();
+
+    // Webhooks (ada administers research): an endpoint inside the network refused, one on the internet made (its
+    // secret shown once), a test event sent to it, its delivery (nothing answers there) in the log with the error,
+    // sent again, then the endpoint deleted.
+    const wp = await tenantContext.newPage();
+    wp.on('pageerror', (e) => errors.push(e.message));
+    await wp.goto(`${base}/webhooks`);
+    await wp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const hookForm = wp.locator('[data-testid=webhook-form]');
+    await wp.locator('[data-testid=webhook-owner]').waitFor();
+    check(await wp.locator('[data-testid=webhook-owner] option').count() === 1, 'webhooks: a tenant admin manages its tenant\'s endpoints only');
+    // A tenant's endpoint may not point inside the network (the server's default).
+    await hookForm.locator('input[name=webhook-url]').fill('http://127.0.0.1:9/hook');
+    await hookForm.locator('button[type=submit]').click();
+    const hookRefusal = wp.locator('p[role=alert]', { hasText: 'internal address' });
+    await hookRefusal.waitFor();
+    check(true, `webhooks: an endpoint inside the network is refused ("${(await hookRefusal.textContent()).trim()}")`);
+    // TEST-NET-1: an internet address where nothing answers.
+    await hookForm.locator('input[name=webhook-url]').fill('http://192.0.2.1:9/hook');
+    await hookForm.locator('input[name=webhook-types]').fill('request.*');
+    await hookForm.locator('button[type=submit]').click();
+    const hookSecret = wp.locator('[data-testid=webhook-secret] [data-testid=secret]');
+    await hookSecret.waitFor();
+    check((await hookSecret.textContent()).startsWith('whsec_'), 'webhooks: the new endpoint\'s signing secret is shown once');
+    const hook = wp.locator('[data-testid=webhook]').first();
+    await hook.locator('[data-testid=webhook-test]').click();
+    const testRow = hook.locator('[data-testid=deliveries] tr[data-type="webhook.test"]');
+    await waitFor('the test delivery in the log, with its error', async () => {
+      await hook.locator('button', { hasText: 'Refresh' }).click();
+      await wp.waitForTimeout(500);
+      return (await testRow.count()) === 1 && (await testRow.locator('td').nth(2).textContent()).trim() !== '0';
+    }, 45000, 1000);
+    check(true, `webhooks: the test event's delivery is in the log ("${(await testRow.textContent()).trim().slice(0, 120)}")`);
+    await testRow.locator('[data-testid=redeliver]').click();
+    await hook.locator('p[role=status]', { hasText: 'Sent again.' }).waitFor();
+    check(true, 'webhooks: a delivery is sent again from the log');
+    await wp.screenshot({ path: path.join(out, 'webhooks.png'), fullPage: true });
+    await hook.locator('[data-testid=webhook-delete]').click();
+    await wp.locator('[data-testid=no-webhooks]').waitFor();
+    check(true, 'webhooks: the endpoint is deleted');
+    await wp.close();
 
     // Quota (ada is research's admin): "Ask for more" beside the bar opens the ask form with that resource; the
     // reason is typed over several refreshes of the dashboard and of the request list; root grants part of it on

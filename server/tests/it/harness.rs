@@ -149,9 +149,17 @@ pub(crate) struct AppBuilder {
     bootstrap_password: Option<String>,
     listener: Option<tokio::net::TcpListener>,
     email: Option<tessera_server::services::email::EmailSettings>,
+    strict_webhooks: bool,
 }
 
 impl AppBuilder {
+    /// Tenants' webhooks may not reach internal addresses, as by default in `tessera serve` (the other tests' receivers
+    /// listen on 127.0.0.1, which only `TESSERA_WEBHOOK_ALLOW_INTERNAL` allows).
+    pub(crate) fn strict_webhooks(mut self) -> AppBuilder {
+        self.strict_webhooks = true;
+        self
+    }
+
     /// Send mail with these settings.
     pub(crate) fn email(mut self, email: tessera_server::services::email::EmailSettings) -> AppBuilder {
         self.email = Some(email);
@@ -205,6 +213,10 @@ impl AppBuilder {
             demo: self.demo,
             auth: self.auth,
             email: self.email,
+            webhooks: tessera_server::services::notifications::Delivery {
+                allow_internal: !self.strict_webhooks,
+                ..Default::default()
+            },
             ..Settings::default()
         };
         let (state, generated) = prepare(&settings).await.expect("prepare");
@@ -266,6 +278,7 @@ impl TestApp {
             bootstrap_password: None,
             listener: None,
             email: None,
+            strict_webhooks: false,
         }
     }
 

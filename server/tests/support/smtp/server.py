@@ -4,7 +4,7 @@ Prints `{"listening": PORT}` once it accepts connections, then one JSON line per
 headers the tests check, and the plain-text and HTML parts as an e-mail parser reads them.
 
   --port N          listen on N (0: a free port)
-  --defer-for S     answer `451` (try again later) to every message for the first S seconds
+  --defer-first     answer `451` (try again later) to the first message for each recipient
   --refuse ADDR     answer `550` (mailbox unavailable) to mail for ADDR, always
 """
 
@@ -15,14 +15,14 @@ import email.policy
 import json
 import socket
 import sys
-import time
 
 from aiosmtpd.controller import Controller
 
 
 class Handler:
-    def __init__(self, defer_until, refuse):
-        self.defer_until = defer_until
+    def __init__(self, defer_first, refuse):
+        self.defer_first = defer_first
+        self.deferred = set()
         self.refuse = {a.lower() for a in refuse}
 
     async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
@@ -32,7 +32,9 @@ class Handler:
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
-        if time.monotonic() < self.defer_until:
+        new = [a for a in envelope.rcpt_tos if a.lower() not in self.deferred]
+        if self.defer_first and new:
+            self.deferred.update(a.lower() for a in new)
             print(json.dumps({"deferred": envelope.rcpt_tos}), flush=True)
             return "451 4.3.0 try again later"
         msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
@@ -61,7 +63,7 @@ class Handler:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--defer-for", type=float, default=0)
+    ap.add_argument("--defer-first", action="store_true")
     ap.add_argument("--refuse", action="append", default=[])
     args = ap.parse_args()
     port = args.port
@@ -69,7 +71,7 @@ def main():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-    handler = Handler(time.monotonic() + args.defer_for, args.refuse)
+    handler = Handler(args.defer_first, args.refuse)
     controller = Controller(handler, hostname="127.0.0.1", port=port)
     controller.start()
     print(json.dumps({"listening": port}), flush=True)
