@@ -164,6 +164,32 @@ pub struct SentEmail {
 /// Someone who chose to be mailed: `(user, filter, since, address, platform admin, tenants)`.
 type Subscriber = (String, event::TypeFilter, i64, String, bool, Vec<String>);
 
+/// After an attempt: `(state, next attempt, delivered at, attempts)`. Delivered when `ok`; failed at once when
+/// `permanent`; otherwise pending after the backoff (at most `cap_ms` between attempts), or failed a day after the
+/// first attempt.
+fn after_attempt(
+    ok: bool,
+    permanent: bool,
+    first_at_ms: i64,
+    attempts: i64,
+    now: i64,
+    cap_ms: i64,
+) -> (&'static str, i64, Option<i64>, i64) {
+    let attempts = attempts.saturating_add(1);
+    let tries = u32::try_from(attempts).unwrap_or(u32::MAX);
+    let (state, next, delivered) = if ok {
+        ("delivered", now, Some(now))
+    } else if permanent {
+        ("failed", now, None)
+    } else {
+        match event::next_attempt(first_at_ms, tries, now, cap_ms) {
+            Some(next) => ("pending", next, None),
+            None => ("failed", now, None),
+        }
+    };
+    (state, next, delivered, attempts)
+}
+
 /// How old an event must be to be passed over when no endpoint exists.
 const QUIET_MS: i64 = 5_000;
 
@@ -713,16 +739,8 @@ impl Store {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
-                let attempts = s.attempts.saturating_add(1);
-                let tries = u32::try_from(attempts).unwrap_or(u32::MAX);
-                let (state, next, delivered) = if s.ok() {
-                    ("delivered", now, Some(now))
-                } else {
-                    match event::next_attempt(s.first_at_ms, tries, now, cap_ms) {
-                        Some(next) => ("pending", next, None),
-                        None => ("failed", now, None),
-                    }
-                };
+                let (state, next, delivered, attempts) =
+                    after_attempt(s.ok(), false, s.first_at_ms, s.attempts, now, cap_ms);
                 let error: String = s.error.chars().take(500).collect();
                 sqlx::query(
                     "UPDATE webhook_deliveries SET state = $2, attempts = $3, next_at_ms = $4, lease_until_ms = 0, \
@@ -1034,18 +1052,8 @@ impl Store {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
-                let attempts = s.attempts.saturating_add(1);
-                let tries = u32::try_from(attempts).unwrap_or(u32::MAX);
-                let (state, next, delivered) = if s.ok {
-                    ("delivered", now, Some(now))
-                } else if s.permanent {
-                    ("failed", now, None)
-                } else {
-                    match event::next_attempt(s.first_at_ms, tries, now, cap_ms) {
-                        Some(next) => ("pending", next, None),
-                        None => ("failed", now, None),
-                    }
-                };
+                let (state, next, delivered, attempts) =
+                    after_attempt(s.ok, s.permanent, s.first_at_ms, s.attempts, now, cap_ms);
                 let error: String = s.error.chars().take(500).collect();
                 sqlx::query(
                     "UPDATE email_deliveries SET state = $2, attempts = $3, next_at_ms = $4, lease_until_ms = 0, \

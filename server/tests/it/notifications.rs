@@ -38,6 +38,37 @@ fn python() -> String {
     path
 }
 
+/// Starts a Python script of `tests/support` that prints `{"listening": PORT}` and then a JSON line per thing it
+/// saw: the process, the port and what it prints from then on.
+async fn spawn_script(script: &str, args: &[String]) -> (Child, u16, Arc<Mutex<Vec<Value>>>) {
+    let path = format!("{}/tests/support/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = Command::new(python())
+        .arg(path)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the script");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the script starts")
+        .expect("read")
+        .expect("a line");
+    let port = serde_json::from_str::<Value>(&first).expect("json")["listening"].as_u64().expect("port");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                sink.lock().expect("lock").push(v);
+            }
+        }
+    });
+    (child, u16::try_from(port).expect("port"), seen)
+}
+
 /// A running receiver and what it has printed.
 struct Receiver {
     _child: Child,
@@ -52,33 +83,10 @@ impl Receiver {
     }
 
     async fn start_on(port: u16, extra: &[&str]) -> Receiver {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/webhooks/receiver.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .args(["--port", &port.to_string()])
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the receiver");
+        let mut args = vec!["--port".to_string(), port.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let (mut child, port, seen) = spawn_script("webhooks/receiver.py", &args).await;
         let stdin = child.stdin.take().expect("stdin");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the receiver starts")
-            .expect("read")
-            .expect("a line");
-        let port = serde_json::from_str::<Value>(&first).expect("json")["listening"].as_i64().expect("port");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().expect("lock").push(v);
-                }
-            }
-        });
         Receiver { _child: child, stdin, url: format!("http://127.0.0.1:{port}/hook"), seen }
     }
 
@@ -557,32 +565,9 @@ struct MailServer {
 
 impl MailServer {
     async fn start(extra: &[&str]) -> MailServer {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/smtp/server.py");
-        let mut child = Command::new(python())
-            .arg(script)
-            .args(extra)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the SMTP server");
-        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .expect("the SMTP server starts")
-            .expect("read")
-            .expect("a line");
-        let port = serde_json::from_str::<Value>(&first).expect("json")["listening"].as_u64().expect("port");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                    sink.lock().expect("lock").push(v);
-                }
-            }
-        });
-        MailServer { _child: child, port: u16::try_from(port).expect("port"), seen }
+        let args: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let (child, port, seen) = spawn_script("smtp/server.py", &args).await;
+        MailServer { _child: child, port, seen }
     }
 
     fn all(&self) -> Vec<Value> {
