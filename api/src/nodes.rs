@@ -101,6 +101,23 @@ pub struct GpuView {
     pub errors: Vec<StepError>,
     /// Instances (or shares) held by allocations, reserved or active: a layout change must keep them.
     pub in_use: Vec<InUse>,
+    /// Its health as judged from what its agent reads from the driver.
+    pub health: GpuHealth,
+}
+
+/// A GPU's health: `healthy`, `degraded` (serves; something to look at) or `unhealthy` (cordoned until an admin
+/// returns it to service), the findings behind it, and the latest report its agent sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuHealth {
+    /// `healthy`, `degraded` or `unhealthy`.
+    pub state: tessera_core::health::HealthState,
+    /// Why, worst first (for an unhealthy GPU, what made it so).
+    pub findings: Vec<tessera_core::health::Finding>,
+    /// Since when the state holds (`None`: healthy since it joined).
+    pub since_ms: Option<i64>,
+    /// The latest report of its agent (`None` before one, or from an agent that does not read health).
+    pub report: Option<tessera_core::health::GpuHealthReport>,
 }
 
 /// An instance an allocation holds.

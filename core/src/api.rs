@@ -155,6 +155,9 @@ pub struct GpuStatus {
     /// Steps of the last apply that failed, or wait (e.g. `instance_busy`).
     #[serde(default)]
     pub errors: Vec<StepError>,
+    /// What the driver says of the GPU's health (absent from agents that do not read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::health::GpuHealthReport>,
 }
 
 /// One step of applying a spec that did not succeed.

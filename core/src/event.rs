@@ -50,6 +50,9 @@ pub const TYPES: &[(&str, &str)] = &[
     ("node.ready", "a node that was not ready reports again"),
     ("gpu.cordoned", "a GPU was cordoned: nothing new is placed on it"),
     ("gpu.uncordoned", "a GPU was returned to service"),
+    ("gpu.unhealthy", "a GPU reported a fatal error (an XID, a pending row remap): cordoned, its holders told"),
+    ("gpu.degraded", "a GPU serves with something to look at (throttling, heat, a contained ECC error)"),
+    ("gpu.healthy", "a degraded GPU reports nothing wrong again, or an unhealthy one was returned to service"),
     ("webhook.test", "a test event sent on request to one endpoint"),
 ];
 

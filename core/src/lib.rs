@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod clock;
 pub mod cohort;
 pub mod event;
+pub mod health;
 pub mod layout;
 pub mod pending;
 pub mod planner;

@@ -16,7 +16,7 @@ use crate::pages::{
     fleet::FleetPage,
     governance::StandingPage,
     heatmap::HeatmapPage,
-    inbox::{InboxPage, InboxRefresh},
+    inbox::{InboxLive, InboxPage, InboxRefresh},
     layout::LayoutEditorPage,
     overview::OverviewPage,
     signin::SignInPage,
@@ -64,6 +64,7 @@ pub fn App() -> impl IntoView {
     let tenants: TenantsResource = Resource::new(|| (), |_| api::get_json::<Vec<TenantView>>("/api/v1/tenants".into()));
     provide_context(tenants);
     provide_context(InboxRefresh(RwSignal::new(0)));
+    provide_context(InboxLive(RwSignal::new(None)));
     view! {
         <Title text="Tessera" />
         <Router>
@@ -181,12 +182,18 @@ fn ApprovalsLink() -> impl IntoView {
     }
 }
 
-/// "Inbox" with the number of unread events, asked every 10 s and at once after the inbox was read.
+/// "Inbox" with the number of unread events: followed through the inbox stream (an `inbox` event whenever the
+/// count changes, which also tells the inbox page of new events), asked at once after the inbox was read, and every
+/// 60 s should the stream be cut.
 #[component]
 fn InboxLink() -> impl IntoView {
     let unread = RwSignal::new(None::<String>);
     #[cfg(feature = "hydrate")]
     {
+        use wasm_bindgen::JsCast;
+        use wasm_bindgen::closure::Closure;
+
+        let live = use_context::<InboxLive>();
         let count = move || {
             leptos::task::spawn_local(async move {
                 let c = crate::api::get_json::<tessera_api::notifications::InboxCount>("/api/v1/inbox/unread".into());
@@ -196,7 +203,7 @@ fn InboxLink() -> impl IntoView {
             });
         };
         count();
-        if let Ok(handle) = set_interval_with_handle(count, std::time::Duration::from_secs(10)) {
+        if let Ok(handle) = set_interval_with_handle(count, std::time::Duration::from_secs(60)) {
             on_cleanup(move || handle.clear());
         }
         if let Some(refresh) = use_context::<InboxRefresh>() {
@@ -206,6 +213,21 @@ fn InboxLink() -> impl IntoView {
                     count();
                 }
             });
+        }
+        // The stream: `EventSource` opens it again by itself when it ends (every 5 minutes) or is cut.
+        if let Ok(es) = web_sys::EventSource::new("/api/v1/inbox/stream") {
+            let on_count = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
+                let Some(text) = ev.data().as_string() else { return };
+                let Ok(c) = serde_json::from_str::<tessera_api::notifications::InboxCount>(&text) else { return };
+                unread.set(crate::pages::inbox::unread_badge(c.unread));
+                if let Some(l) = live {
+                    l.0.set(Some(c));
+                }
+            });
+            let _ = es.add_event_listener_with_callback("inbox", on_count.as_ref().unchecked_ref());
+            on_count.forget();
+            let es = send_wrapper::SendWrapper::new(es);
+            on_cleanup(move || es.close());
         }
     }
     view! {

@@ -82,6 +82,7 @@ pub(crate) mod tests {
             applied: None,
             errors: Vec::new(),
             in_use: Vec::new(),
+            health: Default::default(),
         }
     }
 

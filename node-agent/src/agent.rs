@@ -47,6 +47,9 @@ pub struct Config {
     pub status_every: Duration,
     /// A spec whose apply left errors is applied again after this long.
     pub retry_every: Duration,
+    /// How often the GPUs' health is read between status reports; a change (a new XID, or a GPU judged otherwise)
+    /// is reported at once.
+    pub health_every: Duration,
     /// Telemetry sampling and sending; `None` sends none.
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
     /// `--kube` mode: the layout and sharing are put in effect through GPU Operator, the backend is only read.
@@ -64,6 +67,7 @@ impl Config {
             heartbeat: Duration::from_secs(5),
             status_every: Duration::from_secs(30),
             retry_every: Duration::from_secs(5),
+            health_every: Duration::from_secs(5),
             telemetry: Some(crate::telemetry::TelemetryConfig::default()),
             kube: None,
         }
@@ -345,6 +349,43 @@ async fn report_inventory(
     if response.status().is_success() { Ok(()) } else { Err(problem(response).await) }
 }
 
+/// What of the GPUs' health matters for reporting early: per GPU, the newest XID and the state judged from the
+/// report alone.
+fn health_signature(
+    reports: &[(String, tessera_core::health::GpuHealthReport)],
+) -> Vec<(String, Option<i64>, tessera_core::health::HealthState)> {
+    let now = now_ms();
+    let mut v: Vec<_> = reports
+        .iter()
+        .map(|(uuid, h)| (uuid.clone(), h.latest_xid_ms(), tessera_core::health::judge(h, 0, now).0))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Reads the GPUs' health every `every` and wakes the status loop when it changed (a new XID, a GPU judged
+/// otherwise), so that a fault is reported at once rather than at the next periodic status.
+async fn watch_health(backend: Backend, every: Duration, changed: Arc<tokio::sync::Notify>) {
+    let mut last = None;
+    loop {
+        tokio::time::sleep(every).await;
+        let now = health_signature(&with_backend(&backend, |b| b.health()).await);
+        if last.as_ref().is_some_and(|l| *l != now) {
+            changed.notify_one();
+        }
+        last = Some(now);
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Applies the newest spec whenever one arrives, and reports status.
 async fn apply_loop(
     config: Config,
@@ -359,8 +400,12 @@ async fn apply_loop(
     let mut retry_errors = false;
     let mut last_report = tokio::time::Instant::now();
     let mut unsent: Option<NodeStatus> = None;
+    let health_changed = Arc::new(tokio::sync::Notify::new());
+    let watcher = tokio::spawn(watch_health(backend.clone(), config.health_every, health_changed.clone()));
+    let _stop_watcher = AbortOnDrop(watcher);
     loop {
         let wait = if retry_errors || unsent.is_some() { config.retry_every } else { config.status_every };
+        let mut health_woke = false;
         let woke_by_spec = tokio::select! {
             changed = specs.changed() => {
                 if changed.is_err() {
@@ -369,6 +414,10 @@ async fn apply_loop(
                 true
             }
             _ = tokio::time::sleep(wait) => false,
+            () = health_changed.notified() => {
+                health_woke = true;
+                false
+            }
         };
         if woke_by_spec {
             let newest = specs.borrow_and_update().clone();
@@ -394,7 +443,7 @@ async fn apply_loop(
                 retry_errors = reconcile::has_errors(&status);
                 Some(status)
             }
-            _ if last_report.elapsed() >= config.status_every || unsent.is_some() => {
+            _ if last_report.elapsed() >= config.status_every || unsent.is_some() || health_woke => {
                 let generation = applied;
                 Some(
                     with_backend(&backend, move |b| reconcile::observe(b, generation, Default::default(), Vec::new()))

@@ -231,7 +231,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--inventory`: what the backend sees, and one sample a second after another (GPM needs two).
+/// `--inventory`: what the backend sees, one sample a second after another (GPM needs two), and each GPU's health
+/// with the judgement the server would make of it.
 fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
     let inventory = match backend.inventory() {
         Ok(i) => i,
@@ -251,7 +252,15 @@ fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
         }
     };
     let batch = tessera_agent::telemetry::batch(&readings, 0);
-    let out = serde_json::json!({ "inventory": inventory, "telemetry": batch });
+    let health: Vec<serde_json::Value> = backend
+        .health()
+        .into_iter()
+        .map(|(uuid, report)| {
+            let (state, findings) = tessera_core::health::judge(&report, 0, agent::now_ms());
+            serde_json::json!({ "uuid": uuid, "report": report, "state": state, "findings": findings })
+        })
+        .collect();
+    let out = serde_json::json!({ "inventory": inventory, "telemetry": batch, "health": health });
     #[allow(clippy::print_stdout)]
     {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());

@@ -119,6 +119,7 @@ pub fn observe(
     mut node_errors: Vec<StepError>,
 ) -> NodeStatus {
     let sharing = backend.sharing();
+    let mut health = backend.health();
     let gpus = match backend.inventory() {
         Ok(inventory) => inventory
             .gpus
@@ -126,6 +127,7 @@ pub fn observe(
             .map(|g| GpuStatus {
                 sharing: sharing.iter().find(|(u, _)| *u == g.uuid).map(|(_, s)| s.clone()),
                 errors: gpu_errors.remove(&g.uuid).unwrap_or_default(),
+                health: health.iter().position(|(u, _)| *u == g.uuid).map(|i| health.swap_remove(i).1),
                 uuid: g.uuid,
                 mig_enabled: g.mig_enabled,
                 instances: g.instances,

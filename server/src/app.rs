@@ -49,6 +49,8 @@ pub struct App {
     pub webhooks: crate::services::notifications::Delivery,
     /// Mail settings; `None`: no mail is sent.
     pub email: Option<crate::services::email::EmailSettings>,
+    /// What the inbox streams follow.
+    pub inbox: crate::services::notifications::InboxWatch,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

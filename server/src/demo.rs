@@ -68,6 +68,7 @@ fn hardware(name: &str) -> SimNode {
             instances: Vec::new(),
             sharing: GpuSharing { mig_enabled: g.mig_enabled, gpu: Sharing::Exclusive, instances: Vec::new() },
             next_gi: 1,
+            health: tessera_agent::backend::sim::quiet(),
         })
         .collect();
     node
@@ -527,6 +528,7 @@ mod tests {
                     layout: Vec::new(),
                     layout_version: 1,
                     auto_layout: false,
+                    health: Default::default(),
                 })
                 .collect(),
         }];

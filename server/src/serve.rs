@@ -178,6 +178,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         prepared: Default::default(),
         webhooks: settings.webhooks,
         email: settings.email.clone(),
+        inbox: Default::default(),
     }));
     Ok((state, generated))
 }

@@ -1,6 +1,7 @@
 //! `/fleet`: every node and GPU with its state, applied against desired generation, instances and errors, and per
 //! GPU two switches: cordoned (it gets nothing new) and auto-layout (the planner may change its MIG layout without
-//! an admin's approval). It refreshes itself every 5 s in the browser.
+//! an admin's approval); and each GPU's health (healthy, degraded or unhealthy, with the findings and the temperature
+//! its agent read). It refreshes itself every 5 s in the browser.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -100,7 +101,7 @@ fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl
                 <ul class="errors">{node.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
             })}
             <table class="gpus">
-                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col" title="A cordoned GPU gets nothing new">"Cordoned"</th><th scope="col" title="The planner may change the MIG layout without an admin's approval">"Auto-layout"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col" title="What its agent reads from the driver: XID errors, ECC, row remapping, throttling, temperature">"Health"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col" title="A cordoned GPU gets nothing new">"Cordoned"</th><th scope="col" title="The planner may change the MIG layout without an admin's approval">"Auto-layout"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                 <tbody>
                     {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_name=node.name.clone() node_state=node.state.clone() changed /> }).collect_view()}
                 </tbody>
@@ -171,11 +172,13 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
         view! { <span class="muted">"whole GPU (MIG off)"</span> }.into_any()
     };
     let counts = gpu.mig_enabled.then(|| format!("{} / {}", applied.len(), gpu.layout.len()));
+    let health = gpu.health.clone();
     view! {
         <tr data-gpu=gpu.uuid.clone()>
             <td>{gpu.index}</td>
             <td>{gpu.model.clone()}</td>
             <td><span class=format!("state {state}")>{state}</span></td>
+            <td data-testid="health" data-health=health.state.as_str()>{health_cell(&health)}</td>
             <td>
                 {counts.map(|c| view! { <span class="count">{c}</span> })}
                 " "
@@ -189,5 +192,24 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
             <td>{gpu.mig_enabled.then(|| view! { <label class="switch-cell"><input type="checkbox" role="switch" data-testid="auto-layout" prop:checked=auto_layout on:change=on_auto aria-label=format!("Auto-layout on {name}") /></label> })}</td>
             <td>{gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}</td>
         </tr>
+    }
+}
+
+/// A GPU's health: its state, the temperature its agent last read, and the findings (an unhealthy GPU is cordoned
+/// until an admin uncordons it, which returns it to service).
+fn health_cell(h: &tessera_api::nodes::GpuHealth) -> impl IntoView + use<> {
+    let state = h.state.as_str();
+    let temperature = h.report.as_ref().and_then(|r| r.temperature_c).map(|t| format!(" {t}\u{a0}°C"));
+    let title = match h.state {
+        tessera_core::health::HealthState::Unhealthy => "Cordoned for a fatal error; uncordon to return it to service",
+        tessera_core::health::HealthState::Degraded => "Serves, with something to look at",
+        tessera_core::health::HealthState::Healthy => "Nothing wrong reported",
+    };
+    view! {
+        <span class=format!("state {state}") title=title>{state}</span>
+        <span class="muted">{temperature}</span>
+        {(!h.findings.is_empty()).then(|| view! {
+            <ul class="errors">{h.findings.iter().map(|f| view! { <li><code>{f.code.clone()}</code>" "{f.message.clone()}</li> }).collect_view()}</ul>
+        })}
     }
 }

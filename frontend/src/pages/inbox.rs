@@ -1,5 +1,6 @@
 //! `/inbox`: the events the viewer may read (its tenants'; every tenant's and the platform's for platform admins),
-//! newest first, asked again every few seconds. Opening it marks them read, which clears the count beside "Inbox" in
+//! newest first, asked again as soon as the inbox stream (`/api/v1/inbox/stream`, followed by the header's "Inbox"
+//! link) tells of a new event, and every 30 s besides. Opening it marks them read, which clears the count beside "Inbox" in
 //! the header. Below, the viewer chooses which event types are mailed to them.
 
 use std::collections::BTreeSet;
@@ -18,12 +19,16 @@ use crate::widgets::problem_view;
 /// How many events the page shows.
 const LIMIT: u32 = 100;
 
-/// How often the page asks for new events, ms.
-pub const REFRESH_MS: u64 = 5_000;
+/// How often the page asks for new events without being told of one, ms (should the stream be cut).
+pub const REFRESH_MS: u64 = 30_000;
 
 /// Bumped when the inbox was read, so the header's count is asked again at once.
 #[derive(Debug, Clone, Copy)]
 pub struct InboxRefresh(pub RwSignal<u64>);
+
+/// The newest unread count the inbox stream brought (`None` before its first event).
+#[derive(Debug, Clone, Copy)]
+pub struct InboxLive(pub RwSignal<Option<InboxCount>>);
 
 /// What an event type tells, in words (the type itself when unknown).
 pub fn describe(kind: &str) -> String {
@@ -52,8 +57,13 @@ pub fn unread_badge(unread: u32) -> Option<String> {
 #[component]
 pub fn InboxPage() -> impl IntoView {
     let tick = RwSignal::new(0u64);
-    let events =
-        Resource::new(move || tick.get(), |_| api::get_json::<Vec<EventView>>(format!("/api/v1/inbox?limit={LIMIT}")));
+    // Asked again when the stream tells of a newer event (not when only the count changed: reading changes it).
+    let live = use_context::<InboxLive>();
+    let latest = Memo::new(move |_| live.and_then(|l| l.0.get()).map(|c| c.latest_seq));
+    let events = Resource::new(
+        move || (tick.get(), latest.get()),
+        |_| api::get_json::<Vec<EventView>>(format!("/api/v1/inbox?limit={LIMIT}")),
+    );
     #[cfg(feature = "hydrate")]
     if let Ok(handle) =
         set_interval_with_handle(move || tick.update(|n| *n += 1), std::time::Duration::from_millis(REFRESH_MS))

@@ -442,6 +442,7 @@ mod tests {
                     state: "active".into(),
                 })
                 .collect(),
+            health: Default::default(),
         }
     }
 

@@ -512,6 +512,7 @@ mod tests {
                     state: "active".into(),
                 })
                 .collect(),
+            health: Default::default(),
         };
         let node = |state: &str, gpus: Vec<GpuView>| NodeView {
             id: "n".into(),

@@ -50,6 +50,11 @@ pub trait GpuBackend: Send {
     /// One sample of every GPU and every MIG instance, taken at `t_ms`. `spec` is the spec last applied (the
     /// simulator drives its synthetic load from the allocations in it).
     fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError>;
+
+    /// What the driver says of each GPU's health, per GPU UUID (none where the backend cannot tell).
+    fn health(&mut self) -> Vec<(String, tessera_core::health::GpuHealthReport)> {
+        Vec::new()
+    }
 }
 
 /// One device's sample.

@@ -13,8 +13,14 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use nvml_wrapper::EventSet;
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{
+    EccCounter, MemoryError, RetirementCause, TemperatureSensor, TemperatureThreshold,
+};
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
@@ -22,6 +28,7 @@ use nvml_wrapper_sys::bindings as sys;
 use tessera_core::Catalog;
 use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance, Sample};
 use tessera_core::catalog::GpuModel;
+use tessera_core::health::{self, GpuHealthReport, RemappedRows, Xid};
 use tessera_core::sharing::GpuSharing;
 
 use super::{BackendError, GpuBackend, Reading};
@@ -47,12 +54,32 @@ pub struct NvmlBackend {
     sharing_file: PathBuf,
     /// The last GPM sample per (GPU UUID, GPU instance id), to take activity over the period since.
     gpm: HashMap<(String, u32), GpmSample<'static>>,
+    /// Critical XID events of every GPU that tells them (`None`: the driver would not register them).
+    xid_events: Option<EventSet<'static>>,
+    /// The latest XIDs per GPU UUID, oldest first (at most [`health::MAX_XIDS`]).
+    xids: HashMap<String, Vec<Xid>>,
 }
 
 impl std::fmt::Debug for NvmlBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlBackend").field("hostname", &self.hostname).finish_non_exhaustive()
     }
+}
+
+/// Active throttle reasons by name (`hw_slowdown`, `sw_power_cap`, ...), as [`GpuHealthReport::throttle`] has them.
+fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
+    const NAMES: [(ThrottleReasons, &str); 9] = [
+        (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+        (ThrottleReasons::APPLICATIONS_CLOCKS_SETTING, "applications_clocks_setting"),
+        (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync_boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+        (ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN, "hw_power_brake_slowdown"),
+        (ThrottleReasons::DISPLAY_CLOCK_SETTING, "display_clock_setting"),
+    ];
+    NAMES.iter().filter(|(flag, _)| reasons.contains(*flag)).map(|(_, name)| (*name).to_string()).collect()
 }
 
 fn nvml_error(step: &str, e: NvmlError) -> BackendError {
@@ -108,12 +135,100 @@ impl NvmlBackend {
             NvmlError::DriverNotLoaded => "the NVIDIA driver is installed but not loaded".to_string(),
             other => format!("NVML did not start: {other}"),
         })?;
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
         Ok(NvmlBackend {
-            nvml: Box::leak(Box::new(nvml)),
+            nvml,
             hostname: hostname.to_string(),
             sharing_file: state_dir.join("sharing.json"),
             gpm: HashMap::new(),
+            xid_events: Self::watch_xids(nvml),
+            xids: HashMap::new(),
         })
+    }
+
+    /// An event set with critical XID events registered on every GPU that supports them; `None` when none does or
+    /// the driver refuses (the GPUs' other health signals are read all the same).
+    fn watch_xids(nvml: &'static Nvml) -> Option<EventSet<'static>> {
+        let mut set = match nvml.create_event_set() {
+            Ok(set) => set,
+            Err(e) => {
+                tracing::warn!(error = %e, "XID events cannot be watched");
+                return None;
+            }
+        };
+        let mut any = false;
+        for index in 0..nvml.device_count().unwrap_or(0) {
+            let Ok(device) = nvml.device_by_index(index) else { continue };
+            if !device.supported_event_types().is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR)) {
+                continue;
+            }
+            set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(set) => {
+                    any = true;
+                    set
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.error, gpu = index, "XID events cannot be watched");
+                    return None;
+                }
+            };
+        }
+        any.then_some(set)
+    }
+
+    /// Takes the XID events the driver queued, without waiting.
+    fn drain_xids(&mut self) {
+        let Some(set) = &self.xid_events else { return };
+        // A burst is bounded: what is left is taken at the next report.
+        for _ in 0..256 {
+            let Ok(event) = set.wait(0) else { return };
+            let Some(XidError::Value(code)) = event.event_data else { continue };
+            let Ok(uuid) = event.device.uuid() else { continue };
+            let list = self.xids.entry(uuid).or_default();
+            list.push(Xid { code: u32::try_from(code).unwrap_or(u32::MAX), at_ms: tessera_core::clock::now_ms() });
+            if list.len() > health::MAX_XIDS {
+                list.remove(0);
+            }
+        }
+    }
+
+    /// What the driver says of one GPU's health (each signal it does not support left out).
+    fn gpu_health(&self, device: &nvml_wrapper::Device<'static>, uuid: &str) -> GpuHealthReport {
+        let remapped_rows = {
+            let mut corr = 0;
+            let mut unc = 0;
+            let mut pending = 0;
+            let mut failure = 0;
+            // SAFETY: the handle of a device NVML gave out; the library is never unloaded.
+            let handle = unsafe { device.handle() };
+            raw!(self.lib(), nvmlDeviceGetRemappedRows(handle, &mut corr, &mut unc, &mut pending, &mut failure))
+                .ok()
+                .map(|()| RemappedRows {
+                    correctable: corr,
+                    uncorrectable: unc,
+                    pending: pending != 0,
+                    failure: failure != 0,
+                })
+        };
+        let retired_pages = [RetirementCause::MultipleSingleBitEccErrors, RetirementCause::DoubleBitEccError]
+            .into_iter()
+            .map(|cause| device.retired_pages(cause).map(|p| p.len()))
+            .collect::<Result<Vec<usize>, _>>()
+            .ok()
+            .map(|n| u32::try_from(n.iter().sum::<usize>()).unwrap_or(u32::MAX));
+        let ecc = |error, counter| device.total_ecc_errors(error, counter).ok();
+        GpuHealthReport {
+            xids: self.xids.get(uuid).cloned().unwrap_or_default(),
+            ecc_uncorrected_volatile: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
+            ecc_uncorrected_aggregate: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
+            ecc_corrected_volatile: ecc(MemoryError::Corrected, EccCounter::Volatile),
+            retired_pages,
+            retired_pages_pending: device.are_pages_pending_retired().ok(),
+            remapped_rows,
+            throttle: device.current_throttle_reasons().map(throttle_names).unwrap_or_default(),
+            temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
+            slowdown_temperature_c: device.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
+        }
     }
 
     fn lib(&self) -> &'static sys::NvmlLib {
@@ -391,6 +506,19 @@ impl GpuBackend for NvmlBackend {
 
     fn sharing(&mut self) -> Vec<(String, GpuSharing)> {
         self.read_sharing().into_iter().collect()
+    }
+
+    fn health(&mut self) -> Vec<(String, GpuHealthReport)> {
+        self.drain_xids();
+        let nvml = self.nvml;
+        let mut out = Vec::new();
+        for index in 0..nvml.device_count().unwrap_or(0) {
+            let Ok(device) = nvml.device_by_index(index) else { continue };
+            let Ok(uuid) = device.uuid() else { continue };
+            let report = self.gpu_health(&device, &uuid);
+            out.push((uuid, report));
+        }
+        out
     }
 
     fn sample(&mut self, t_ms: i64, _spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError> {

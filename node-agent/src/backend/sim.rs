@@ -4,7 +4,8 @@
 //!
 //! The simulated hardware is shared (`Arc<Mutex<SimNode>>`) and outlives the agent, as real GPUs outlive an agent
 //! process: a restarted agent finds what the previous one left. With a state file it also outlives the process.
-//! Faults can be injected: a create that fails, slow steps, and a crash after a number of steps.
+//! Faults can be injected: a create that fails, slow steps, a crash after a number of steps, and GPU health signals
+//! (XIDs, row remaps, ECC errors, throttling, heat: [`SimGpu::inject`], or `sim-health.json` beside the state file).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tessera_core::Catalog;
 use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance, Sample};
+use tessera_core::health::{GpuHealthReport, RemappedRows};
 use tessera_core::layout::{InstanceSpec, LayoutError, validate};
 use tessera_core::sharing::{GpuSharing, Sharing};
 
@@ -67,6 +69,80 @@ pub struct SimGpu {
     pub sharing: GpuSharing,
     /// Next GPU instance id.
     pub next_gi: u32,
+    /// What the GPU tells of its health (quiet unless a test or `sim-health.json` injects a fault).
+    #[serde(default = "quiet")]
+    pub health: GpuHealthReport,
+}
+
+/// A healthy GPU's report: no XID, no ECC error, no remap, 45 °C of a 90 °C slowdown.
+pub fn quiet() -> GpuHealthReport {
+    GpuHealthReport {
+        ecc_uncorrected_volatile: Some(0),
+        ecc_uncorrected_aggregate: Some(0),
+        ecc_corrected_volatile: Some(0),
+        remapped_rows: Some(RemappedRows::default()),
+        temperature_c: Some(45),
+        slowdown_temperature_c: Some(90),
+        ..Default::default()
+    }
+}
+
+/// A fault injected through `sim-health.json` (beside the simulated node's file), per GPU UUID or index: XIDs seen
+/// now, and signals that replace the GPU's.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Injected {
+    /// XIDs, seen when the file is read.
+    #[serde(default)]
+    pub xids: Vec<u32>,
+    /// Row remapping.
+    #[serde(default)]
+    pub remapped_rows: Option<RemappedRows>,
+    /// Uncorrected ECC errors since the last reset.
+    #[serde(default)]
+    pub ecc_uncorrected_volatile: Option<u64>,
+    /// Pages pending retirement.
+    #[serde(default)]
+    pub retired_pages_pending: Option<bool>,
+    /// Retired pages.
+    #[serde(default)]
+    pub retired_pages: Option<u32>,
+    /// Active throttle reasons.
+    #[serde(default)]
+    pub throttle: Option<Vec<String>>,
+    /// Temperature, °C.
+    #[serde(default)]
+    pub temperature_c: Option<u32>,
+}
+
+impl SimGpu {
+    /// Applies an injected fault at `now_ms`.
+    pub fn inject(&mut self, fault: &Injected, now_ms: i64) {
+        let h = &mut self.health;
+        for code in &fault.xids {
+            h.xids.push(tessera_core::health::Xid { code: *code, at_ms: now_ms });
+        }
+        let excess = h.xids.len().saturating_sub(tessera_core::health::MAX_XIDS);
+        h.xids.drain(..excess);
+        if fault.remapped_rows.is_some() {
+            h.remapped_rows = fault.remapped_rows;
+        }
+        if fault.ecc_uncorrected_volatile.is_some() {
+            h.ecc_uncorrected_volatile = fault.ecc_uncorrected_volatile;
+        }
+        if fault.retired_pages_pending.is_some() {
+            h.retired_pages_pending = fault.retired_pages_pending;
+        }
+        if fault.retired_pages.is_some() {
+            h.retired_pages = fault.retired_pages;
+        }
+        if let Some(t) = &fault.throttle {
+            h.throttle = t.clone();
+        }
+        if fault.temperature_c.is_some() {
+            h.temperature_c = fault.temperature_c;
+        }
+    }
 }
 
 /// Faults to inject.
@@ -133,6 +209,7 @@ impl SimNode {
                     instances: Vec::new(),
                     sharing: GpuSharing { mig_enabled: true, gpu: Sharing::Exclusive, instances: Vec::new() },
                     next_gi: 1,
+                    health: quiet(),
                 });
             }
         }
@@ -399,6 +476,32 @@ impl GpuBackend for SimBackend {
 
     fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError> {
         Ok(synthetic(&self.lock(), t_ms, spec))
+    }
+
+    fn health(&mut self) -> Vec<(String, GpuHealthReport)> {
+        // Faults injected into a running agent: `sim-health.json` beside the node's file, read once and removed.
+        if let Some(file) = self.file.as_ref().map(|f| f.with_file_name("sim-health.json"))
+            && let Ok(text) = std::fs::read_to_string(&file)
+        {
+            let _ = std::fs::remove_file(&file);
+            match serde_json::from_str::<std::collections::BTreeMap<String, Injected>>(&text) {
+                Ok(faults) => {
+                    let now = tessera_core::clock::now_ms();
+                    let mut node = self.lock();
+                    for (key, fault) in &faults {
+                        match node.gpus.iter_mut().find(|g| g.uuid == *key || g.index.to_string() == *key) {
+                            Some(g) => g.inject(fault, now),
+                            None => tracing::warn!(gpu = %key, "sim-health.json: no such GPU"),
+                        }
+                    }
+                    if let Err(e) = self.save(&node) {
+                        tracing::warn!(error = %e, "simulated node not saved");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "sim-health.json is not a map of GPU to fault"),
+            }
+        }
+        self.lock().gpus.iter().map(|g| (g.uuid.clone(), g.health.clone())).collect()
     }
 }
 

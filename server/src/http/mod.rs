@@ -206,6 +206,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(notifications::inbox))
         .routes(routes!(notifications::inbox_unread))
         .routes(routes!(notifications::inbox_read))
+        .routes(routes!(notifications::inbox_stream))
         .routes(routes!(notifications::notification_settings, notifications::set_notification_settings))
 }
 

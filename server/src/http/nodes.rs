@@ -18,7 +18,7 @@ const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 pub use tessera_api::agents::{JoinTokenView, NewJoinToken};
 pub use tessera_api::layouts::AutoLayout;
 pub use tessera_api::nodes::{
-    AgentInfo, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
+    AgentInfo, GpuHealth, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
 };
 use tessera_core::api::{Inventory, NodeStatus};
 
@@ -37,6 +37,12 @@ impl From<Gpu> for GpuView {
             applied: None,
             errors: Vec::new(),
             in_use: Vec::new(),
+            health: GpuHealth {
+                state: g.health.state,
+                findings: g.health.findings,
+                since_ms: g.health.since_ms,
+                report: None,
+            },
         }
     }
 }
@@ -76,6 +82,7 @@ pub fn node_view(node: Node, record: Option<&AgentRecord>, state: &AppState, now
             if let Some(seen) = status.gpus.iter().find(|s| s.uuid == gpu.uuid) {
                 gpu.applied = Some(seen.instances.clone());
                 gpu.errors = seen.errors.clone();
+                gpu.health.report = seen.health.clone();
             }
         }
     }

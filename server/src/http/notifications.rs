@@ -2,7 +2,13 @@
 //! the event types, and the inbox of events the caller may read.
 
 use axum::extract::{Path, State};
+use std::convert::Infallible;
+use std::time::Duration;
+
 use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
@@ -164,6 +170,23 @@ pub async fn inbox(
     responses((status = 200, body = InboxCount)))]
 pub async fn inbox_unread(State(state): State<AppState>, p: Principal) -> Result<ApiJson<InboxCount>, ApiError> {
     Ok(ApiJson(notifications::unread(&state, &p).await?))
+}
+
+/// Server-sent events: an `inbox` event with the caller's unread count at once, and again whenever it changes (a new
+/// event the caller may read, within a second; or its inbox was read). Each data line is an `InboxCount`. A stream
+/// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself.
+#[utoipa::path(get, path = "/api/v1/inbox/stream", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, description = "`text/event-stream` of `inbox` events, each an `InboxCount`", content_type = "text/event-stream")))]
+pub async fn inbox_stream(State(state): State<AppState>, p: Principal) -> Response {
+    let mut first = true;
+    let events = notifications::inbox_stream(state, p).map(move |count| {
+        let mut e = Event::default().event("inbox").json_data(&count).unwrap_or_default();
+        if std::mem::take(&mut first) {
+            e = e.retry(Duration::from_secs(2));
+        }
+        Ok::<Event, Infallible>(e)
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }
 
 /// Mark the caller's inbox read up to an event.

@@ -213,11 +213,27 @@ pub async fn ingest_status(
             format!("GPU and MIG device UUIDs are 1-{MAX_DEVICE_ID_LEN} characters"),
         ));
     }
+    if let Some((g, e)) =
+        status.gpus.iter().find_map(|g| g.health.as_ref().and_then(|h| h.check().err()).map(|e| (g, e)))
+    {
+        return Err(ApiError::invalid("invalid_health", format!("GPU {}: {}", g.uuid, e.0)));
+    }
     state.hub.seen(&node.node_id);
     let stored = state.store.record_status(&node.node_id, status).await?;
     if stored {
         // The instances it reports are the MIG devices it may send telemetry for from now on.
         state.node_gpus.forget(&node.node_id);
+        // Health: judged per GPU of this node (the store looks each UUID up under the node: a node cannot judge
+        // another node's GPU).
+        let reports: Vec<(String, tessera_core::health::GpuHealthReport)> =
+            status.gpus.iter().filter_map(|g| g.health.clone().map(|h| (g.uuid.clone(), h))).collect();
+        if !reports.is_empty() {
+            for change in state.store.record_health(&node.node_id, &reports).await? {
+                tracing::warn!(gpu = %change.uuid, from = change.from.as_str(), to = change.to.as_str(),
+                    findings = ?change.findings.iter().map(|f| f.code.as_str()).collect::<Vec<_>>(),
+                    cordoned = change.newly_cordoned, "GPU health changed");
+            }
+        }
     }
     let mut outcome = StatusOutcome { stored, ..Default::default() };
     if !stored {

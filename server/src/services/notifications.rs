@@ -426,7 +426,95 @@ pub async fn mark_read(state: &AppState, p: &Principal, up_to: i64) -> Result<In
         return Err(ApiError::invalid("invalid_seq", "`up_to` is an event's `seq`, 0 or more"));
     }
     state.store.mark_read(&p.user.id, up_to).await?;
+    state.inbox.bump();
     unread(state, p).await
+}
+
+/// How long one inbox stream lasts; the browser's `EventSource` then opens another (with the caller's credentials
+/// and memberships read again).
+pub const INBOX_STREAM_LIFETIME: Duration = Duration::from_secs(300);
+/// How often a stream counts again without a new event (an inbox read on another replica).
+const INBOX_RECOUNT: Duration = Duration::from_secs(15);
+
+/// The caller's unread count at once, then again each time it changes: after a new event the caller may read, or
+/// after its inbox was read. Ends after [`INBOX_STREAM_LIFETIME`].
+pub fn inbox_stream(state: AppState, p: Principal) -> impl futures_util::Stream<Item = InboxCount> + Send {
+    let changes = state.inbox.subscribe(&state.store);
+    let until = tokio::time::Instant::now() + INBOX_STREAM_LIFETIME;
+    futures_util::stream::unfold(
+        (state, p, changes, None::<InboxCount>),
+        move |(state, p, mut changes, last)| async move {
+            loop {
+                if last.is_some() {
+                    let wait = INBOX_RECOUNT.min(until.saturating_duration_since(tokio::time::Instant::now()));
+                    if wait.is_zero() {
+                        return None;
+                    }
+                    let _ = tokio::time::timeout(wait, changes.changed()).await;
+                }
+                changes.borrow_and_update();
+                let Ok(count) = unread(&state, &p).await else { continue };
+                if last.as_ref() != Some(&count) {
+                    return Some((count.clone(), (state, p, changes, Some(count))));
+                }
+            }
+        },
+    )
+}
+
+/// How often the newest event is looked up while somebody follows the inbox: the longest a new event waits before
+/// the streams are told (events written by any replica are seen, since the database is asked).
+pub const INBOX_POLL: Duration = Duration::from_secs(1);
+
+/// What inbox streams follow: a counter that moves when a new event is written (by any replica: while a stream
+/// is open, one task asks for the newest event's `seq` every [`INBOX_POLL`]) or when an inbox is read here.
+/// Streams then count their caller's unread events again. Nothing is asked while no stream is open.
+#[derive(Debug)]
+pub struct InboxWatch {
+    tx: Arc<tokio::sync::watch::Sender<u64>>,
+    started: std::sync::OnceLock<()>,
+}
+
+impl Default for InboxWatch {
+    fn default() -> Self {
+        Self { tx: Arc::new(tokio::sync::watch::Sender::new(0)), started: std::sync::OnceLock::new() }
+    }
+}
+
+impl InboxWatch {
+    /// Follows the counter; the first call starts the task that looks for new events (it ends with the state).
+    pub fn subscribe(&self, store: &Store) -> tokio::sync::watch::Receiver<u64> {
+        self.started.get_or_init(|| {
+            let tx = Arc::downgrade(&self.tx);
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut latest = None;
+                loop {
+                    tokio::time::sleep(INBOX_POLL).await;
+                    let Some(tx) = tx.upgrade() else { return };
+                    if tx.receiver_count() == 0 {
+                        continue;
+                    }
+                    match store.latest_event_seq().await {
+                        // The first look also tells: an event may have come between a stream's first count
+                        // and it (a needless count again costs one query per stream, once).
+                        Ok(seq) if latest != Some(seq) => {
+                            tx.send_modify(|n| *n += 1);
+                            latest = Some(seq);
+                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::debug!(error = %e, "inbox watch: newest event not read"),
+                    }
+                }
+            });
+        });
+        self.tx.subscribe()
+    }
+
+    /// Tells the streams to count again (an inbox was read).
+    pub fn bump(&self) {
+        self.tx.send_modify(|n| *n += 1);
+    }
 }
 
 /// Tells tenants of active slices that sit idle (`allocation.idle`: mean utilisation under

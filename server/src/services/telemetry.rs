@@ -742,6 +742,7 @@ mod tests {
                     instances: vec![instance("MIG-1")],
                     sharing: None,
                     errors: vec![],
+                    health: None,
                 },
                 // A GPU that is not registered to the node: its instances are not the node's.
                 GpuStatus {
@@ -750,6 +751,7 @@ mod tests {
                     instances: vec![instance("MIG-2")],
                     sharing: None,
                     errors: vec![],
+                    health: None,
                 },
             ],
             errors: vec![],

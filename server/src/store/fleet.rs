@@ -1,14 +1,16 @@
 //! Nodes and their GPUs, registered by hand or by a joining agent, and the GPU flags an admin sets. One SQL body
 //! for both backends (see [`super::dialect`]).
 
+use tessera_core::health::{self, Finding, GpuHealthReport, HealthState};
+
 use super::requests::audit_insert;
 use super::{
     Gpu, GpuRow, NewGpu, Node, Store, StoreError, gpu_from, new_id, nodes_from, now_ms, on_constraint, to_json,
 };
 
 /// The columns of a [`GpuRow`] (the table is aliased `g` where it is joined).
-pub(super) const GPU_FIELDS: &str =
-    "id, node_id, idx, uuid, model, mig_enabled, cordoned, CAST(layout AS TEXT), layout_version, auto_layout";
+pub(super) const GPU_FIELDS: &str = "id, node_id, idx, uuid, model, mig_enabled, cordoned, CAST(layout AS TEXT), layout_version, auto_layout, health, \
+     health_findings, health_since_ms";
 
 /// A GPU flag an admin sets; only these columns reach SQL.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +49,7 @@ impl Store {
                     layout: g.layout.clone(),
                     layout_version: 1,
                     auto_layout: false,
+                    health: Default::default(),
                 })
                 .collect(),
         };
@@ -116,6 +119,23 @@ impl Store {
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
             }
+            // Uncordoning an unhealthy GPU returns it to service: healthy until its agent reports a new fault.
+            if matches!(flag, Flag::Cordoned) && !value {
+                let back = sqlx::query(
+                    "UPDATE gpus SET health = 'healthy', health_findings = '[]', health_since_ms = $1 \
+                     WHERE id = $2 AND health = 'unhealthy'",
+                )
+                .bind(now_ms())
+                .bind(gpu_id)
+                .execute(&mut *tx)
+                .await?;
+                if back.rows_affected() == 1 {
+                    let after = serde_json::json!({"gpu_id": gpu_id, "state": "healthy", "from": "unhealthy",
+                        "returned_by": actor});
+                    super::notifications::system_event(&mut tx, "gpu.healthy", None, &format!("gpu/{gpu_id}"),
+                        actor, after).await?;
+                }
+            }
             let row = sqlx::query_as(&read).bind(gpu_id).fetch_one(&mut *tx).await?;
             audit_insert(&mut tx, actor, &action, &format!("gpu/{gpu_id}"), None, None).await?;
             tx.commit().await?;
@@ -123,4 +143,132 @@ impl Store {
         });
         gpu_from(row)
     }
+
+    /// Judges the health reports of a node's GPUs ([`tessera_core::health::judge`]) and records what changed, in one
+    /// transaction: a GPU turning unhealthy is cordoned (`gpu.cordoned`) and stays unhealthy, keeping the findings
+    /// that made it so, until an admin uncordons it; every change of state is an event (`gpu.unhealthy`,
+    /// `gpu.degraded`, `gpu.healthy`) for the platform and, for an unhealthy GPU, for each tenant holding slices on
+    /// it. Reports of GPUs the node does not have are ignored. The changes made.
+    pub async fn record_health(
+        &self,
+        node_id: &str,
+        reports: &[(String, GpuHealthReport)],
+    ) -> Result<Vec<HealthChange>, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let node: Option<(String,)> =
+                sqlx::query_as("SELECT name FROM nodes WHERE id = $1").bind(node_id).fetch_optional(&mut *tx).await?;
+            let Some((node_name,)) = node else { return Ok(Vec::new()) };
+            let mut changes = Vec::new();
+            for (uuid, report) in reports {
+                let row: Option<(String, i64, String, bool, String, i64)> = sqlx::query_as(
+                    "SELECT id, idx, health, cordoned, health_findings, health_xid_ms FROM gpus \
+                     WHERE node_id = $1 AND uuid = $2",
+                )
+                .bind(node_id)
+                .bind(uuid)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some((gpu_id, index, held, cordoned, old_findings, xid_ms)) = row else { continue };
+                let held = HealthState::parse(&held).unwrap_or_default();
+                let old_findings: Vec<Finding> = serde_json::from_str(&old_findings).unwrap_or_default();
+                let (judged, found) = health::judge(report, xid_ms, now);
+                let next = health::next_state(held, judged);
+                let seen_xid = xid_ms.max(report.latest_xid_ms().unwrap_or(0));
+                // An unhealthy GPU keeps what made it so, and gains what else makes it unhealthy.
+                let findings = if held == HealthState::Unhealthy {
+                    let mut kept = old_findings.clone();
+                    for f in found.into_iter().filter(|f| f.state == HealthState::Unhealthy) {
+                        if kept.len() < MAX_FINDINGS && !kept.iter().any(|k| k.code == f.code) {
+                            kept.push(f);
+                        }
+                    }
+                    kept
+                } else {
+                    found
+                };
+                if next == held && findings == old_findings && seen_xid == xid_ms {
+                    continue;
+                }
+                sqlx::query(
+                    "UPDATE gpus SET health = $1, health_findings = $2, health_xid_ms = $3, \
+                     health_since_ms = CASE WHEN $4 THEN $5 ELSE health_since_ms END WHERE id = $6",
+                )
+                .bind(next.as_str())
+                .bind(to_json(&findings))
+                .bind(seen_xid)
+                .bind(next != held)
+                .bind(now)
+                .bind(&gpu_id)
+                .execute(&mut *tx)
+                .await?;
+                if next == held {
+                    continue;
+                }
+                let mut holders: Vec<String> = Vec::new();
+                let mut newly_cordoned = false;
+                if next == HealthState::Unhealthy {
+                    if !cordoned {
+                        sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2")
+                            .bind(true)
+                            .bind(&gpu_id)
+                            .execute(&mut *tx)
+                            .await?;
+                        audit_insert(&mut tx, HEALTH_ACTOR, "gpu.cordoned.on", &format!("gpu/{gpu_id}"), None, None)
+                            .await?;
+                        newly_cordoned = true;
+                    }
+                    let rows: Vec<(String,)> = sqlx::query_as(
+                        "SELECT DISTINCT tenant_id FROM allocations WHERE gpu_id = $1 AND state IN ('reserved', 'active') \
+                         ORDER BY tenant_id",
+                    )
+                    .bind(&gpu_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    holders = rows.into_iter().map(|r| r.0).collect();
+                }
+                let kind = match next {
+                    HealthState::Unhealthy => "gpu.unhealthy",
+                    HealthState::Degraded => "gpu.degraded",
+                    HealthState::Healthy => "gpu.healthy",
+                };
+                let subject = format!("gpu/{gpu_id}");
+                let after = serde_json::json!({"gpu_id": gpu_id, "node_id": node_id, "node": node_name, "index": index,
+                    "uuid": uuid, "state": next, "from": held, "findings": findings, "cordoned": next == HealthState::Unhealthy || cordoned});
+                super::notifications::system_event(&mut tx, kind, None, &subject, HEALTH_ACTOR, after.clone()).await?;
+                for tenant in &holders {
+                    super::notifications::system_event(&mut tx, kind, Some(tenant), &subject, HEALTH_ACTOR, after.clone())
+                        .await?;
+                }
+                changes.push(HealthChange { gpu_id, uuid: uuid.clone(), from: held, to: next, findings, newly_cordoned, holders });
+            }
+            tx.commit().await?;
+            Ok(changes)
+        })
+    }
+}
+
+/// The actor health changes are written under.
+pub const HEALTH_ACTOR: &str = "system:health";
+/// Most findings kept for a GPU.
+const MAX_FINDINGS: usize = 32;
+
+/// A GPU whose health state changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthChange {
+    /// The GPU's id.
+    pub gpu_id: String,
+    /// Its UUID.
+    pub uuid: String,
+    /// The state before.
+    pub from: HealthState,
+    /// The state now.
+    pub to: HealthState,
+    /// Why.
+    pub findings: Vec<Finding>,
+    /// Whether this change cordoned it.
+    pub newly_cordoned: bool,
+    /// Tenants holding slices on it that were told (for an unhealthy GPU).
+    pub holders: Vec<String>,
 }

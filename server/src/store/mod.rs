@@ -132,11 +132,33 @@ pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreEr
         .collect()
 }
 
-/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version, auto_layout)`.
-pub(crate) type GpuRow = (String, String, i64, String, String, bool, bool, String, i64, bool);
+/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version, auto_layout,
+/// health, health_findings_json, health_since_ms)`.
+pub(crate) type GpuRow =
+    (String, String, i64, String, String, bool, bool, String, i64, bool, String, String, Option<i64>);
 
 pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
-    let (id, node_id, index, uuid, model, mig_enabled, cordoned, layout, layout_version, auto_layout) = row;
+    let (
+        id,
+        node_id,
+        index,
+        uuid,
+        model,
+        mig_enabled,
+        cordoned,
+        layout,
+        layout_version,
+        auto_layout,
+        health,
+        findings,
+        since,
+    ) = row;
+    let health = GpuHealth {
+        state: tessera_core::health::HealthState::parse(&health)
+            .ok_or_else(|| StoreError::Corrupt(format!("gpu health {health}")))?,
+        findings: serde_json::from_str(&findings).map_err(|e| StoreError::Corrupt(format!("gpu health: {e}")))?,
+        since_ms: since,
+    };
     Ok(Gpu {
         id,
         node_id,
@@ -148,6 +170,7 @@ pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
         layout: layout_from(&layout)?,
         layout_version,
         auto_layout,
+        health,
     })
 }
 

@@ -382,6 +382,14 @@ impl Store {
         })
     }
 
+    /// The newest event's `seq` (0 without any).
+    pub async fn latest_event_seq(&self) -> Result<i64, StoreError> {
+        on_pool!(self, pool, _dialect => {
+            let (latest,): (Option<i64>,) = sqlx::query_as("SELECT MAX(seq) FROM events").fetch_one(pool).await?;
+            Ok(latest.unwrap_or(0))
+        })
+    }
+
     /// Marks `user_id`'s inbox read up to `seq` (never backwards).
     pub async fn mark_read(&self, user_id: &str, seq: i64) -> Result<(), StoreError> {
         on_pool!(self, pool, _dialect => {

@@ -218,6 +218,19 @@ pub struct Gpu {
     pub layout_version: i64,
     /// Layout changes for this GPU apply without an admin's approval.
     pub auto_layout: bool,
+    /// Its health as last judged.
+    pub health: GpuHealth,
+}
+
+/// A GPU's health as the server judged it from its agent's reports ([`tessera_core::health::judge`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHealth {
+    /// The state.
+    pub state: tessera_core::health::HealthState,
+    /// Why, worst first.
+    pub findings: Vec<tessera_core::health::Finding>,
+    /// Since when (`None`: healthy since it joined).
+    pub since_ms: Option<i64>,
 }
 
 /// A slice of a request bound to an exact MIG instance.

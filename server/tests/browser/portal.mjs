@@ -12,7 +12,8 @@
 //   - `ada`, member of a tenant whose requests wait for an admin, asks for a 2g.20gb slice through the form (the
 //     form's quota feedback, the pending bar), typing its reason slowly across several of the dashboard's 3 s
 //     refreshes, which must keep what is typed, the focus, the confirmation and an open history panel; the header's
-//     inbox count shows the request's event, the inbox page lists it and reading it clears the count, e-mail choices
+//     inbox count shows the request's event, the inbox page lists it and reading it clears the count, events pushed
+//     to the open inbox page within seconds, e-mail choices
 //     ticked slowly stay ticked and are saved; ada makes a webhook endpoint, sends it a test event, finds the failed
 //     delivery in its log, sends it again and deletes the endpoint; root
 //     approves it on the approvals page (the planner's placement) and then the layout change it needs (the diff),
@@ -24,7 +25,8 @@
 //     added, then removed), policy and members, and on the usage page finds ada's allocation idle, exports the CSV
 //     and reclaims it;
 //   - the tenant dashboard fits a 1,024 px wide screen;
-//   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures.
+//   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures;
+//   - last, XID 79 injected into a simulated GPU shows on the fleet page as unhealthy and cordoned.
 // Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
 // Exits non-zero on the first failure, printing what was expected.
 
@@ -343,8 +345,8 @@ display_name = "Test IdP"
     check(anyPixel(tenantShot, await tp.locator('[data-testid=quota] .bar').first().boundingBox(), '#e69f00'),
       'tenant: the quota bar shows the pending part (hatched amber)');
 
-    // The inbox: the request made above is an event of research; the header counts it within one of its 10 s
-    // polls, the inbox page lists it, and reading the page clears the count.
+    // The inbox: the request made above is an event of research; the header counts it (the inbox stream tells it),
+    // the inbox page lists it, and reading the page clears the count.
     const inboxCount = tp.locator('[data-testid=inbox-count]');
     await inboxCount.waitFor({ timeout: 25000 });
     const unreadBefore = (await inboxCount.textContent()).trim();
@@ -357,6 +359,22 @@ display_name = "Test IdP"
     check(true, `inbox: the header counted ${unreadBefore} unread; the inbox lists the request's creation ("${(await inboxItem.textContent()).trim()}")`);
     await ip.locator('[data-testid=inbox-count]').waitFor({ state: 'detached', timeout: 15000 });
     check(true, 'inbox: reading it clears the count in the header');
+    // Live: events pushed by the inbox stream. A request made elsewhere (by the platform admin, for research) shows
+    // on the open inbox page within seconds, without a reload, twice over (its creation, then its cancellation).
+    let pushedId = null;
+    for (const step of ['created', 'cancelled']) {
+      const before = await ip.locator('[data-testid=inbox-item]').count();
+      if (step === 'created') {
+        pushedId = (await api('POST', '/api/v1/requests', { tenant: research.id, spec: { mode: 'mig', profile: '1g.10gb', model: 'H100-80GB' }, count: 1, reason: 'inbox push' })).id;
+      } else {
+        await api('POST', `/api/v1/requests/${pushedId}/cancel`);
+      }
+      const at = Date.now();
+      await ip.locator(`[data-testid=inbox-item][data-subject="request/${pushedId}"][data-type="request.${step}"]`).waitFor({ timeout: 8000 });
+      const ms = Date.now() - at;
+      check(ms < 4000 && await ip.locator('[data-testid=inbox-item]').count() > before,
+        `inbox: request.${step} appears on the open page ${ms} ms after it happened, without a reload`);
+    }
     await ip.screenshot({ path: path.join(out, 'inbox.png'), fullPage: true });
     // E-mail choices: boxes ticked slowly, across the page's 5 s refreshes of the events, stay ticked; saved, they
     // come back from the server after a reload.
@@ -1068,6 +1086,25 @@ display_name = "Test IdP"
     await again.locator('[data-testid=link-invalid]').waitFor();
     check(true, 'sign-in link: a used link lands on the sign-in page, which says why');
     await memberContext.close();
+
+    // GPU health, last (it cordons a GPU): XID 79 injected into the second demo node's simulated GPU 0 (the
+    // simulator reads `sim-health.json` beside its state); the fleet page shows it unhealthy and cordoned, without a
+    // reload, and the admin's inbox tells of it.
+    await page.goto(`${base}/fleet`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const second = (await api('GET', '/api/v1/nodes')).find((n) => n.name === 'demo-node-2');
+    const sickUuid = second.gpus[0].uuid;
+    const sickRow = page.locator(`tr[data-gpu="${sickUuid}"]`);
+    await sickRow.locator('[data-testid=health][data-health=healthy]').waitFor({ timeout: 15000 });
+    fs.writeFileSync(path.join(tmp, 'data', 'demo-agents', 'demo-node-2', 'sim-health.json'), JSON.stringify({ 0: { xids: [79] } }));
+    const injectedAt = Date.now();
+    await sickRow.locator('[data-testid=health][data-health=unhealthy]').waitFor({ timeout: 30000 });
+    const healthText = (await sickRow.locator('[data-testid=health]').textContent()).trim();
+    check(healthText.includes('xid_79') && await sickRow.locator('[data-testid=cordon]').isChecked(),
+      `fleet: a GPU reporting XID 79 shows unhealthy and cordoned ${((Date.now() - injectedAt) / 1000).toFixed(1)} s later ("${healthText}")`);
+    await page.screenshot({ path: path.join(out, 'fleet-unhealthy.png'), fullPage: true });
+    const told = (await api('GET', '/api/v1/inbox?limit=200')).filter((e) => e.type === 'gpu.unhealthy' && e.data.after.uuid === sickUuid);
+    check(told.length >= 1, `inbox: gpu.unhealthy told (${told.length} event(s))`);
 
     check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
   } finally {

@@ -158,7 +158,7 @@ where
 /// A simulated node: its hardware outlives its agent, as real GPUs outlive an agent process.
 pub(crate) struct SimAgent {
     pub(crate) sim: SimHandle,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     base: String,
     token: Option<String>,
     pub(crate) transport: Transport,
@@ -187,6 +187,7 @@ impl SimAgent {
         config.heartbeat = Duration::from_millis(500);
         config.retry_every = Duration::from_millis(200);
         config.status_every = Duration::from_secs(2);
+        config.health_every = Duration::from_millis(300);
         config.telemetry = self.telemetry;
         let backend = Box::new(SimBackend::new(self.sim.clone()));
         self.task = Some(tokio::spawn(agent::run(config, backend)));
@@ -328,6 +329,133 @@ async fn three_sim_agents_apply_layouts_and_survive_crashes_and_a_server_restart
     for name in ["gpu-a", "gpu-b", "gpu-c"] {
         server.settled(name).await;
     }
+    server.stop().await;
+}
+
+/// Injects a fault into a simulated GPU now.
+fn inject(agent: &SimAgent, gpu: usize, fault: Value) {
+    let fault: tessera_agent::backend::sim::Injected = serde_json::from_value(fault).expect("fault");
+    agent.sim.lock().expect("sim").gpus[gpu].inject(&fault, tessera_server::store::now_ms());
+}
+
+/// The GPU `index` of node `name` once `check` holds for it (10 s at most).
+async fn gpu_when(server: &Server, name: &str, index: usize, check: impl Fn(&Value) -> bool) -> Value {
+    let found = wait_for(Duration::from_secs(10), || async {
+        let g = server.node(name).await?["gpus"][index].clone();
+        check(&g).then_some(g)
+    })
+    .await;
+    match found {
+        Some(g) => g,
+        None => panic!("GPU {index} of {name} never got there: {:#}", server.node(name).await.unwrap_or_default()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "sick", "H100-80GB:2", server.join_token(None).await);
+    a.start();
+    let node = server.settled("sick").await;
+    for g in node["gpus"].as_array().expect("gpus") {
+        assert_eq!(g["health"]["state"], "healthy", "{g:#}");
+        assert_eq!(g["health"]["report"]["temperature_c"], 45, "the agent's report is shown: {g:#}");
+    }
+    // A tenant's slice on GPU 0 (GPU 1 cordoned meanwhile, so the planner picks GPU 0).
+    let (gpu0, gpu1) = (gpu_id(&node, 0), gpu_id(&node, 1));
+    let (s, _) = server.call(Method::POST, &format!("/api/v1/gpus/{gpu1}/cordon"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "ml"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+    let quota = json!({"limits": {"compute_slices": 100}});
+    server.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(quota)).await;
+    let ask =
+        json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "3g.40gb", "model": "H100-80GB"}, "count": 1});
+    let (_, request) = server.call(Method::POST, "/api/v1/requests", Some(ask)).await;
+    let request_id = request["id"].as_str().expect("id").to_string();
+    let (s, approval) = server.call(Method::POST, &format!("/api/v1/requests/{request_id}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    let proposal = approval["layout_proposals"][0]["id"].as_str().expect("a layout change").to_string();
+    server.call(Method::POST, &format!("/api/v1/layouts/{proposal}/approve"), None).await;
+    first_allocation_active(&server, &tenant).await;
+
+    // XID 79 (fallen off the bus) on GPU 0: reported at once (not at the next 2 s status), judged unhealthy,
+    // cordoned; the platform and the tenant holding a slice there are told.
+    let injected = std::time::Instant::now();
+    inject(&a, 0, json!({"xids": [79]}));
+    let sick = gpu_when(&server, "sick", 0, |g| g["health"]["state"] == "unhealthy").await;
+    assert!(injected.elapsed() < Duration::from_secs(2), "reported after {:?}", injected.elapsed());
+    assert_eq!(sick["cordoned"], true, "{sick:#}");
+    assert_eq!(sick["health"]["findings"][0]["code"], "xid_79", "{sick:#}");
+    assert_eq!(sick["health"]["report"]["xids"][0]["code"], 79, "{sick:#}");
+    assert!(sick["health"]["since_ms"].is_i64(), "{sick:#}");
+    let events = |kind: &'static str| {
+        let server = &server;
+        async move {
+            let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+            inbox.as_array().into_iter().flatten().filter(|e| e["type"] == kind).cloned().collect::<Vec<Value>>()
+        }
+    };
+    let told = events("gpu.unhealthy").await;
+    assert!(told.iter().all(|e| e["subject"] == format!("gpu/{gpu0}")), "{told:#?}");
+    let mut tenants: Vec<Value> = told.iter().map(|e| e["tenant"].clone()).collect();
+    tenants.sort_by_key(|t| t.to_string());
+    assert_eq!(tenants, [json!(tenant), Value::Null], "the platform and the holder, once each: {told:#?}");
+    assert_eq!(told[0]["data"]["after"]["findings"][0]["code"], "xid_79");
+    let cordons = events("gpu.cordoned").await;
+    assert!(
+        cordons.iter().any(|e| e["subject"] == format!("gpu/{gpu0}") && e["data"]["actor"] == "system:health"),
+        "{cordons:#?}"
+    );
+    // Later reports do not tell it again, and it stays unhealthy though the XID is not repeated.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(events("gpu.unhealthy").await.len(), 2);
+    assert_eq!(server.node("sick").await.expect("node")["gpus"][0]["health"]["state"], "unhealthy");
+
+    // Throttling on GPU 1: degraded (it serves), then healthy again once it stops; each told.
+    inject(&a, 1, json!({"throttle": ["hw_thermal_slowdown"]}));
+    let warm = gpu_when(&server, "sick", 1, |g| g["health"]["state"] == "degraded").await;
+    assert_eq!(warm["health"]["findings"][0]["code"], "throttle_hw_thermal_slowdown", "{warm:#}");
+    inject(&a, 1, json!({"throttle": []}));
+    gpu_when(&server, "sick", 1, |g| g["health"]["state"] == "healthy").await;
+    assert_eq!(events("gpu.degraded").await.len(), 1);
+    let healthy = events("gpu.healthy").await;
+    assert_eq!(healthy.len(), 1, "{healthy:#?}");
+    assert_eq!(healthy[0]["data"]["after"]["from"], "degraded");
+
+    // An admin returns GPU 0 to service: healthy, and the old XID is not judged again.
+    let (s, back) = server.call(Method::POST, &format!("/api/v1/gpus/{gpu0}/uncordon"), None).await;
+    assert_eq!((s, back["cordoned"].clone()), (StatusCode::OK, json!(false)), "{back}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let g = server.node("sick").await.expect("node")["gpus"][0].clone();
+    assert_eq!((g["health"]["state"].as_str(), g["cordoned"].as_bool()), (Some("healthy"), Some(false)), "{g:#}");
+    assert!(events("gpu.healthy").await.iter().any(|e| e["data"]["after"]["from"] == "unhealthy"));
+    // A row remap pending: unhealthy again, until the GPU is reset.
+    inject(&a, 0, json!({"remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": true, "failure": false}}));
+    let again = gpu_when(&server, "sick", 0, |g| g["health"]["state"] == "unhealthy").await;
+    assert_eq!(
+        (again["cordoned"].as_bool(), again["health"]["findings"][0]["code"].as_str()),
+        (Some(true), Some("row_remap_pending"))
+    );
+
+    // Reports are bounded: 17 XIDs is refused, and nothing of it is taken.
+    let cred: Value =
+        serde_json::from_str(&std::fs::read_to_string(a.dir.join("credential.json")).expect("credential"))
+            .expect("json");
+    let xids: Vec<Value> = (0..17).map(|i| json!({"code": 13, "at_ms": i})).collect();
+    let status = json!({"observed_generation": 0, "gpus": [{"uuid": sick["uuid"], "mig_enabled": true, "instances": [],
+        "health": {"xids": xids}}]});
+    let r = server
+        .client
+        .put(format!("{}/api/v1/agent/status", server.base))
+        .bearer_auth(cred["credential"].as_str().expect("credential"))
+        .json(&status)
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = r.json().await.expect("json");
+    assert_eq!(body["code"], "invalid_health", "{body}");
     server.stop().await;
 }
 

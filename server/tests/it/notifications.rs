@@ -23,6 +23,7 @@ on_both_backends!(
     a_server_killed_with_a_thousand_events_pending_delivers_every_one_after_restart,
     mail_reaches_the_users_who_chose_it_and_may_read_it,
     tenants_webhooks_never_point_inside_the_network,
+    the_inbox_stream_tells_each_change_to_those_who_may_read_it,
 );
 
 /// The Python with `standardwebhooks` installed: `TESSERA_TEST_PYTHON`, else `target/webhooks-venv` (scripts/test
@@ -749,4 +750,74 @@ async fn tenants_webhooks_never_point_inside_the_network(db: &TestDb) {
     let (s, made) =
         app.send(Method::POST, "/api/v1/webhooks", &app.admin, Some(json!({ "url": "http://127.0.0.1:9/x" }))).await;
     assert_eq!(s, StatusCode::CREATED, "{made}");
+}
+
+/// The next `inbox` event of a server-sent event stream within `within`, its data parsed; `None` when none came.
+async fn next_inbox(r: &mut reqwest::Response, buf: &mut String, within: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            if block.lines().any(|l| l == "event: inbox") {
+                let data = block.lines().find_map(|l| l.strip_prefix("data: ")).expect("data line");
+                return Some(serde_json::from_str(data).expect("json"));
+            }
+            continue;
+        }
+        match tokio::time::timeout_at(deadline, r.chunk()).await {
+            Ok(Ok(Some(chunk))) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => return None,
+        }
+    }
+}
+
+async fn the_inbox_stream_tells_each_change_to_those_who_may_read_it(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let vision = app.tenant("vision", json!({})).await;
+    let audio = app.tenant("audio", json!({})).await;
+    let vision_dev = app.member("vision-dev", &vision).await;
+    let audio_dev = app.member("audio-dev", &audio).await;
+    // Something to read before the stream opens.
+    app.send(Method::POST, "/api/v1/requests", &vision_dev, Some(mig(&vision))).await;
+
+    let open = |token: &str| app.client.get(format!("{}/api/v1/inbox/stream", app.base)).bearer_auth(token).send();
+    let mut stream = open(&vision_dev).await.expect("send");
+    assert_eq!(stream.status(), StatusCode::OK);
+    let kind = stream.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert!(kind.starts_with("text/event-stream"), "{kind}");
+    let mut buf = String::new();
+    let first = next_inbox(&mut stream, &mut buf, Duration::from_secs(5)).await.expect("the count at once");
+    let (_, count) = app.get("/api/v1/inbox/unread", &vision_dev).await;
+    assert_eq!(first, count, "the stream's first event is the unread count");
+    assert_eq!(first["unread"], 1, "{first}");
+    assert!(buf.is_empty() || !buf.contains("event: inbox"));
+
+    // A new event of the member's tenant reaches the stream within seconds (the watch asks every second).
+    let started = std::time::Instant::now();
+    app.send(Method::POST, "/api/v1/requests", &vision_dev, Some(mig(&vision))).await;
+    let next = next_inbox(&mut stream, &mut buf, Duration::from_secs(5)).await.expect("told of the new event");
+    assert_eq!(next["unread"], 2, "{next}");
+    assert!(next["latest_seq"].as_i64() > first["latest_seq"].as_i64(), "{next} after {first}");
+    assert!(started.elapsed() < Duration::from_secs(3), "told after {:?}", started.elapsed());
+
+    // Another tenant's event is not the member's: its stream stays quiet, while the other tenant's member is told.
+    let mut audio_stream = open(&audio_dev).await.expect("send");
+    let mut audio_buf = String::new();
+    let audio_first = next_inbox(&mut audio_stream, &mut audio_buf, Duration::from_secs(5)).await.expect("count");
+    assert_eq!(audio_first["unread"], 0, "{audio_first}");
+    app.send(Method::POST, "/api/v1/requests", &audio_dev, Some(mig(&audio))).await;
+    let told = next_inbox(&mut audio_stream, &mut audio_buf, Duration::from_secs(5)).await.expect("audio told");
+    assert_eq!(told["unread"], 1, "{told}");
+    assert_eq!(next_inbox(&mut stream, &mut buf, Duration::from_secs(3)).await, None, "vision's stream stays quiet");
+
+    // Reading the inbox (say in another tab) is told at once.
+    let read = json!({"up_to": next["latest_seq"]});
+    let (s, _) = app.send(Method::POST, "/api/v1/inbox/read", &vision_dev, Some(read)).await;
+    assert_eq!(s, StatusCode::OK);
+    let cleared = next_inbox(&mut stream, &mut buf, Duration::from_secs(3)).await.expect("told of the read");
+    assert_eq!(cleared["unread"], 0, "{cleared}");
+
+    // Without credentials: 401, no stream.
+    let r = app.client.get(format!("{}/api/v1/inbox/stream", app.base)).send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 }
