@@ -103,6 +103,41 @@ pub struct GpuView {
     pub in_use: Vec<InUse>,
     /// Its health as judged from what its agent reads from the driver.
     pub health: GpuHealth,
+    /// Its drain for maintenance, while it is draining or drained (until it is uncordoned).
+    #[serde(default)]
+    pub drain: Option<GpuDrain>,
+}
+
+/// Drain a GPU for maintenance.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, utoipa::IntoParams))]
+#[serde(deny_unknown_fields)]
+pub struct DrainBody {
+    /// Seconds its holders keep their slices (0 to 604,800; default 3,600); then their requests end (an active
+    /// one is released, one not yet active cancelled).
+    #[serde(default)]
+    pub deadline_s: Option<u32>,
+    /// Why, told to its holders (at most 2,000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A GPU's drain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuDrain {
+    /// When its holders' slices end, at the latest.
+    pub deadline_ms: i64,
+    /// When it started.
+    pub started_ms: i64,
+    /// Who started it.
+    pub started_by: String,
+    /// Why.
+    pub reason: String,
+    /// When it held nothing any more (`None`: still draining).
+    pub drained_at_ms: Option<i64>,
+    /// The requests still holding slices on it.
+    pub holders: Vec<String>,
 }
 
 /// A GPU's health: `healthy`, `degraded` (serves; something to look at) or `unhealthy` (cordoned until an admin

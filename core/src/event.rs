@@ -53,6 +53,8 @@ pub const TYPES: &[(&str, &str)] = &[
     ("gpu.unhealthy", "a GPU reported a fatal error (an XID, a pending row remap): cordoned, its holders told"),
     ("gpu.degraded", "a GPU serves with something to look at (throttling, heat, a contained ECC error)"),
     ("gpu.healthy", "a degraded GPU reports nothing wrong again, or an unhealthy one was returned to service"),
+    ("gpu.draining", "a GPU is being drained for maintenance: cordoned, its holders' slices end at a deadline"),
+    ("gpu.drained", "a drained GPU holds nothing: it is empty for maintenance"),
     ("webhook.test", "a test event sent on request to one endpoint"),
 ];
 

@@ -20,6 +20,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Longest a drain may give holders before their slices end: 7 days.
+pub const MAX_DRAIN_S: u32 = 7 * 24 * 3600;
+/// A drain's deadline when none is given: 1 hour.
+pub const DEFAULT_DRAIN_S: u32 = 3600;
+
 /// XIDs that make a GPU unhealthy.
 pub const FATAL_XIDS: &[u32] = &[48, 61, 62, 64, 74, 79, 92, 95, 119, 120, 140];
 /// XIDs that make a GPU degraded.

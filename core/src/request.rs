@@ -110,6 +110,17 @@ impl RequestState {
         }
     }
 
+    /// What a request holding slices on a GPU being drained becomes at the drain's deadline: an active one is
+    /// released, one approved or being set up is cancelled; `None` for one that holds nothing.
+    pub fn ended_by_drain(self) -> Option<RequestState> {
+        use RequestState::*;
+        match self {
+            Active => Some(Released),
+            Approved | Provisioning => Some(Cancelled),
+            Pending | Released | Rejected | Cancelled | Expired | Failed => None,
+        }
+    }
+
     /// Moves to `to`, or says why not.
     pub fn transition(self, to: RequestState) -> Result<RequestState, TransitionError> {
         if self.next_states().contains(&to) { Ok(to) } else { Err(TransitionError { from: self, to }) }

@@ -83,6 +83,7 @@ pub(crate) mod tests {
             errors: Vec::new(),
             in_use: Vec::new(),
             health: Default::default(),
+            drain: None,
         }
     }
 

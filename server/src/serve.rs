@@ -284,6 +284,11 @@ pub async fn serve(
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
                 tracing::warn!(error = %e, "session sweep failed");
             }
+            match crate::services::fleet::drain_sweep(&sweeping, crate::store::now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(requests = n, "drain deadlines ended requests"),
+                Err(e) => tracing::warn!(error = %e, "drain sweep failed"),
+            }
             if let Err(e) = crate::services::agents::refresh(&sweeping, None).await {
                 tracing::warn!(error = %e, "node spec sweep failed");
             }

@@ -81,3 +81,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_drain_ends_only_what_holds_slices_and_only_by_a_move_its_life_allows() {
+    for state in ALL_STATES {
+        match state.ended_by_drain() {
+            Some(to) => {
+                assert_eq!(state.transition(to), Ok(to), "{state} -> {to}");
+                assert!(to.is_terminal(), "{state} ends for good, not {to}");
+            }
+            None => assert!(
+                matches!(state, RequestState::Pending) || state.is_terminal(),
+                "{state} holds slices and must end"
+            ),
+        }
+    }
+    assert_eq!(RequestState::Active.ended_by_drain(), Some(RequestState::Released));
+    assert_eq!(RequestState::Provisioning.ended_by_drain(), Some(RequestState::Cancelled));
+}

@@ -9,7 +9,7 @@ use leptos_router::components::A;
 use tessera_api::nodes::{GpuView, NodeView};
 
 use crate::api::{self, ProblemExt};
-use crate::pages::{ago, now_ms};
+use crate::pages::{ago, clock, now_ms};
 use crate::widgets::problem_view;
 use crate::wire::gpu_state;
 
@@ -147,6 +147,44 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
             });
         }
     };
+    let on_drain = {
+        let (id, name) = (id.clone(), name.clone());
+        move |_| {
+            let (id, name) = (id.clone(), name.clone());
+            #[cfg(feature = "hydrate")]
+            {
+                let ask = format!("Drain {name}? It is cordoned now; slices still on it in one hour end then.");
+                if !web_sys::window().and_then(|w| w.confirm_with_message(&ask).ok()).unwrap_or(false) {
+                    return;
+                }
+            }
+            leptos::task::spawn_local(async move {
+                let body = tessera_api::nodes::DrainBody {
+                    deadline_s: Some(tessera_core::health::DEFAULT_DRAIN_S),
+                    reason: Some("maintenance".to_string()),
+                };
+                let r =
+                    api::send_json::<tessera_api::nodes::GpuDrain>("POST", format!("/api/v1/gpus/{id}/drain"), body)
+                        .await;
+                changed.run(match r {
+                    Ok(d) if d.drained_at_ms.is_some() => (true, format!("{name} is drained: empty for maintenance.")),
+                    Ok(d) => (
+                        true,
+                        format!(
+                            "{name} is draining: {} request(s) hold slices until {}.",
+                            d.holders.len(),
+                            clock(d.deadline_ms)
+                        ),
+                    ),
+                    Err(p) => (false, format!("{name}: {}", p.message())),
+                });
+            });
+        }
+    };
+    let drain = gpu.drain.clone().map(|d| match d.drained_at_ms {
+        Some(_) => ("drained", "drained: empty for maintenance".to_string()),
+        None => ("draining", format!("draining: {} holding until {}", d.holders.len(), clock(d.deadline_ms))),
+    });
     let state = gpu_state(&gpu, &node_state);
     let applied = gpu.applied.clone().unwrap_or_default();
     let instances = if gpu.mig_enabled {
@@ -177,7 +215,10 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
         <tr data-gpu=gpu.uuid.clone()>
             <td>{gpu.index}</td>
             <td>{gpu.model.clone()}</td>
-            <td><span class=format!("state {state}")>{state}</span></td>
+            <td>
+                <span class=format!("state {state}")>{state}</span>
+                {drain.clone().map(|(kind, text)| view! { <div class="muted" data-testid="drain" data-drain=kind>{text}</div> })}
+            </td>
             <td data-testid="health" data-health=health.state.as_str()>{health_cell(&health)}</td>
             <td>
                 {counts.map(|c| view! { <span class="count">{c}</span> })}
@@ -190,7 +231,10 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
             <td><code class="uuid">{gpu.uuid.clone()}</code></td>
             <td><label class="switch-cell"><input type="checkbox" role="switch" data-testid="cordon" prop:checked=cordoned on:change=on_cordon aria-label=format!("Cordon {name}") /></label></td>
             <td>{gpu.mig_enabled.then(|| view! { <label class="switch-cell"><input type="checkbox" role="switch" data-testid="auto-layout" prop:checked=auto_layout on:change=on_auto aria-label=format!("Auto-layout on {name}") /></label> })}</td>
-            <td>{gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}</td>
+            <td>
+                {gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}
+                {drain.is_none().then(|| view! { <button type="button" class="link" data-testid="drain-gpu" on:click=on_drain title="Cordon it, tell its holders, end their slices in one hour">"Drain"</button> })}
+            </td>
         </tr>
     }
 }

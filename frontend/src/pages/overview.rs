@@ -443,6 +443,7 @@ mod tests {
                 })
                 .collect(),
             health: Default::default(),
+            drain: None,
         }
     }
 

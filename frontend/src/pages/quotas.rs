@@ -513,6 +513,7 @@ mod tests {
                 })
                 .collect(),
             health: Default::default(),
+            drain: None,
         };
         let node = |state: &str, gpus: Vec<GpuView>| NodeView {
             id: "n".into(),

@@ -164,6 +164,18 @@ pub enum NodeCommand {
     },
     /// List nodes with their state, generations and GPUs (platform admins).
     List,
+    /// Drain one GPU for maintenance (platform admins): cordoned at once, its holders told, their requests ended at
+    /// the deadline; the node's other GPUs keep serving. `tessera node list` shows the drain; uncordoning ends it.
+    Drain {
+        /// The GPU's id (`tessera node list`).
+        gpu: String,
+        /// Seconds its holders keep their slices (0 to 604800).
+        #[arg(long, default_value_t = tessera_core::health::DEFAULT_DRAIN_S)]
+        deadline_s: u32,
+        /// Why, told to its holders.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// A command against a running server.
@@ -275,6 +287,13 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             }
             ApiCommand::Node(NodeCommand::List) => {
                 return print(out, api.get::<Vec<NodeView>>("/api/v1/nodes").await?);
+            }
+            ApiCommand::Node(NodeCommand::Drain { gpu, deadline_s, reason }) => {
+                let body = tessera_api::nodes::DrainBody { deadline_s: Some(deadline_s), reason };
+                let path = format!("/api/v1/gpus/{gpu}/drain");
+                let answer: Answer<tessera_api::nodes::GpuDrain> =
+                    api.call(Method::POST, &path, Some(&body), None).await?;
+                return print(out, answer);
             }
             ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
             ApiCommand::Reservation(cmd) => return super::reservation::run(&api, cmd, out).await,

@@ -156,6 +156,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::register_node, nodes::list_nodes))
         .routes(routes!(nodes::cordon_gpu))
         .routes(routes!(nodes::uncordon_gpu))
+        .routes(routes!(nodes::drain_gpu))
         .routes(routes!(nodes::set_auto_layout))
         .routes(routes!(layouts::list_layouts))
         .routes(routes!(layouts::get_layout))

@@ -18,7 +18,8 @@ const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 pub use tessera_api::agents::{JoinTokenView, NewJoinToken};
 pub use tessera_api::layouts::AutoLayout;
 pub use tessera_api::nodes::{
-    AgentInfo, GpuHealth, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
+    AgentInfo, DrainBody, GpuDrain, GpuHealth, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView,
+    Offerings, Revoked,
 };
 use tessera_core::api::{Inventory, NodeStatus};
 
@@ -43,6 +44,7 @@ impl From<Gpu> for GpuView {
                 since_ms: g.health.since_ms,
                 report: None,
             },
+            drain: None,
         }
     }
 }
@@ -134,6 +136,7 @@ pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<A
     p.require_platform_admin()?;
     let records = state.store.agent_records().await?;
     let live = state.store.live_allocations().await?;
+    let drains = state.store.drains().await?;
     let now = crate::store::now_ms();
     let views = state
         .store
@@ -144,6 +147,10 @@ pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<A
             let record = records.iter().find(|r| r.node_id == n.id);
             let mut view = node_view(n, record, &state, now);
             for gpu in &mut view.gpus {
+                gpu.drain = drains
+                    .iter()
+                    .find(|d| d.gpu_id == gpu.id)
+                    .map(|d| crate::services::fleet::drain_of(d.clone(), &live));
                 gpu.in_use = live
                     .iter()
                     .filter(|a| a.gpu_id == gpu.id)
@@ -172,6 +179,23 @@ pub async fn cordon_gpu(
 ) -> Result<ApiJson<GpuView>, ApiError> {
     p.require_platform_admin()?;
     Ok(ApiJson(state.store.set_cordoned(&id, true, &p.actor()).await?.into()))
+}
+
+/// Drain a GPU for maintenance (platform admins): it is cordoned at once and its holders are told (`gpu.draining`);
+/// at the deadline the requests still holding slices on it end (an active one released, one not yet active
+/// cancelled); once it holds nothing it is drained (`gpu.drained`) and stays cordoned until uncordoned, which also
+/// ends a drain. The node's other GPUs keep serving. Draining it again moves the deadline.
+#[utoipa::path(post, path = "/api/v1/gpus/{id}/drain", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
+    request_body = DrainBody,
+    responses((status = 200, body = GpuDrain), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "drain_bad_deadline, invalid_reason")))]
+pub async fn drain_gpu(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<DrainBody>,
+) -> Result<ApiJson<GpuDrain>, ApiError> {
+    Ok(ApiJson(crate::services::fleet::drain(&state, &p, &id, &body).await?))
 }
 
 /// Uncordon a GPU (platform admins).

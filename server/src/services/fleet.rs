@@ -187,3 +187,95 @@ pub async fn allocations(
         .collect();
     Ok(views)
 }
+
+/// Drains a GPU for maintenance (platform admins): cordoned at once (nothing new is placed there), its holders told
+/// (`gpu.draining`, with the deadline and the reason), and at the deadline the requests still holding slices on it
+/// end ([`drain_sweep`]); once it holds nothing it is drained (`gpu.drained`) and stays cordoned, empty, until an
+/// admin uncordons it. The node's other GPUs keep serving. Draining a draining GPU again moves its deadline.
+pub async fn drain(
+    state: &AppState,
+    p: &Principal,
+    gpu_id: &str,
+    body: &tessera_api::nodes::DrainBody,
+) -> Result<tessera_api::nodes::GpuDrain, ApiError> {
+    use tessera_core::health::{DEFAULT_DRAIN_S, MAX_DRAIN_S};
+    p.require_platform_admin()?;
+    let seconds = body.deadline_s.unwrap_or(DEFAULT_DRAIN_S);
+    if seconds > MAX_DRAIN_S {
+        return Err(ApiError::invalid("drain_bad_deadline", format!("`deadline_s` is 0 to {MAX_DRAIN_S} (7 days)")));
+    }
+    let reason = body.reason.as_deref().unwrap_or("").trim();
+    if !reason.is_empty() {
+        tessera_core::text::check_reason(reason).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    }
+    let deadline = crate::store::now_ms() + i64::from(seconds) * 1000;
+    state.store.start_drain(gpu_id, deadline, reason, &p.actor()).await?;
+    // A GPU that holds nothing is drained at once.
+    state.store.finish_drain(gpu_id).await?;
+    drain_view(state, gpu_id).await?.ok_or_else(|| ApiError::NotFound(format!("gpu {gpu_id}")))
+}
+
+/// A GPU's drain as the API shows it, with the requests still holding slices on it.
+pub async fn drain_view(state: &AppState, gpu_id: &str) -> Result<Option<tessera_api::nodes::GpuDrain>, ApiError> {
+    let drains = state.store.drains().await?;
+    let live = state.store.live_allocations().await?;
+    Ok(drains.into_iter().find(|d| d.gpu_id == gpu_id).map(|d| drain_of(d, &live)))
+}
+
+/// A drain record with its holders among `live` allocations.
+pub fn drain_of(d: crate::store::DrainRecord, live: &[crate::store::Allocation]) -> tessera_api::nodes::GpuDrain {
+    let mut holders: Vec<String> = live.iter().filter(|a| a.gpu_id == d.gpu_id).map(|a| a.request_id.clone()).collect();
+    holders.sort();
+    holders.dedup();
+    tessera_api::nodes::GpuDrain {
+        deadline_ms: d.deadline_ms,
+        started_ms: d.started_ms,
+        started_by: d.started_by,
+        reason: d.reason,
+        drained_at_ms: d.drained_at_ms,
+        holders,
+    }
+}
+
+/// Moves drains on (every sweep): a GPU whose holders are gone is drained; past the deadline, the requests still
+/// holding slices on it end (`core::request::RequestState::ended_by_drain`). How many requests it ended.
+pub async fn drain_sweep(state: &AppState, now: i64) -> Result<usize, ApiError> {
+    let drains: Vec<_> = state.store.drains().await?.into_iter().filter(|d| d.drained_at_ms.is_none()).collect();
+    if drains.is_empty() {
+        return Ok(0);
+    }
+    let live = state.store.live_allocations().await?;
+    let mut ended = 0;
+    for d in &drains {
+        let mut holders: Vec<&str> =
+            live.iter().filter(|a| a.gpu_id == d.gpu_id).map(|a| a.request_id.as_str()).collect();
+        holders.sort_unstable();
+        holders.dedup();
+        if holders.is_empty() {
+            state.store.finish_drain(&d.gpu_id).await?;
+            continue;
+        }
+        if now < d.deadline_ms {
+            continue;
+        }
+        for id in holders {
+            let request = state.store.request(id).await?;
+            let Some(to) = request.state.ended_by_drain() else { continue };
+            let t = crate::store::Transition {
+                id,
+                expected_version: None,
+                to,
+                reason: None,
+                actor: crate::store::fleet::DRAIN_ACTOR,
+            };
+            match state.store.transition(t).await {
+                Ok(_) => ended += 1,
+                // Ended meanwhile (released by its holder, expired): nothing to do.
+                Err(crate::store::StoreError::Conflict { .. }) => {}
+                Err(e) => tracing::warn!(error = %e, request = id, "drain: request not ended"),
+            }
+        }
+        state.store.finish_drain(&d.gpu_id).await?;
+    }
+    Ok(ended)
+}

@@ -5,7 +5,8 @@ use tessera_core::health::{self, Finding, GpuHealthReport, HealthState};
 
 use super::requests::audit_insert;
 use super::{
-    Gpu, GpuRow, NewGpu, Node, Store, StoreError, gpu_from, new_id, nodes_from, now_ms, on_constraint, to_json,
+    DrainRecord, Gpu, GpuRow, NewGpu, Node, Store, StoreError, gpu_from, new_id, nodes_from, now_ms, on_constraint,
+    to_json,
 };
 
 /// The columns of a [`GpuRow`] (the table is aliased `g` where it is joined).
@@ -119,8 +120,10 @@ impl Store {
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
             }
-            // Uncordoning an unhealthy GPU returns it to service: healthy until its agent reports a new fault.
+            // Uncordoning an unhealthy GPU returns it to service: healthy until its agent reports a new fault; a
+            // drain ends.
             if matches!(flag, Flag::Cordoned) && !value {
+                sqlx::query("DELETE FROM gpu_drains WHERE gpu_id = $1").bind(gpu_id).execute(&mut *tx).await?;
                 let back = sqlx::query(
                     "UPDATE gpus SET health = 'healthy', health_findings = '[]', health_since_ms = $1 \
                      WHERE id = $2 AND health = 'unhealthy'",
@@ -248,6 +251,117 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Starts draining a GPU (or moves the deadline of its drain), in one transaction: cordoned, the drain recorded,
+    /// `gpu.draining` told to the platform and to each tenant holding slices on it. The tenants told.
+    pub async fn start_drain(
+        &self,
+        gpu_id: &str,
+        deadline_ms: i64,
+        reason: &str,
+        actor: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = now_ms();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let gpu: Option<(String, i64, String)> = sqlx::query_as(
+                "SELECT g.node_id, g.idx, n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = $1",
+            )
+            .bind(gpu_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some((node_id, index, node)) = gpu else {
+                return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
+            };
+            sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2").bind(true).bind(gpu_id).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO gpu_drains (gpu_id, deadline_ms, started_ms, started_by, reason) VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (gpu_id) DO UPDATE SET deadline_ms = excluded.deadline_ms, reason = excluded.reason, \
+                 drained_at_ms = NULL",
+            )
+            .bind(gpu_id)
+            .bind(deadline_ms)
+            .bind(now)
+            .bind(actor)
+            .bind(reason)
+            .execute(&mut *tx)
+            .await?;
+            let after = serde_json::json!({"gpu_id": gpu_id, "node_id": node_id, "node": node, "index": index,
+                "deadline_ms": deadline_ms, "reason": reason});
+            audit_insert(&mut tx, actor, "gpu.drain", &format!("gpu/{gpu_id}"), None, Some(after.to_string())).await?;
+            let rows: Vec<(String,)> = sqlx::query_as(
+                "SELECT DISTINCT tenant_id FROM allocations WHERE gpu_id = $1 AND state IN ('reserved', 'active') \
+                 ORDER BY tenant_id",
+            )
+            .bind(gpu_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            let holders: Vec<String> = rows.into_iter().map(|r| r.0).collect();
+            let subject = format!("gpu/{gpu_id}");
+            super::notifications::system_event(&mut tx, "gpu.draining", None, &subject, actor, after.clone()).await?;
+            for tenant in &holders {
+                super::notifications::system_event(&mut tx, "gpu.draining", Some(tenant), &subject, actor, after.clone())
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(holders)
+        })
+    }
+
+    /// Every drain, draining or drained.
+    pub async fn drains(&self) -> Result<Vec<DrainRecord>, StoreError> {
+        let rows: Vec<(String, i64, i64, String, String, Option<i64>)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT gpu_id, deadline_ms, started_ms, started_by, reason, drained_at_ms FROM gpu_drains ORDER BY gpu_id",
+            )
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|(gpu_id, deadline_ms, started_ms, started_by, reason, drained_at_ms)| DrainRecord {
+                gpu_id,
+                deadline_ms,
+                started_ms,
+                started_by,
+                reason,
+                drained_at_ms,
+            })
+            .collect())
+    }
+
+    /// Marks a draining GPU drained if it holds nothing any more (`gpu.drained`); whether it did.
+    pub async fn finish_drain(&self, gpu_id: &str) -> Result<bool, StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let (held,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM allocations WHERE gpu_id = $1 AND state IN ('reserved', 'active')",
+            )
+            .bind(gpu_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            if held > 0 {
+                return Ok(false);
+            }
+            let done = sqlx::query("UPDATE gpu_drains SET drained_at_ms = $1 WHERE gpu_id = $2 AND drained_at_ms IS NULL")
+                .bind(now_ms())
+                .bind(gpu_id)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 1 {
+                let after = serde_json::json!({"gpu_id": gpu_id});
+                super::notifications::system_event(&mut tx, "gpu.drained", None, &format!("gpu/{gpu_id}"),
+                    DRAIN_ACTOR, after).await?;
+            }
+            tx.commit().await?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+}
+
+/// The actor a drain's deadline ends requests under.
+pub const DRAIN_ACTOR: &str = "system:drain";
 
 /// The actor health changes are written under.
 pub const HEALTH_ACTOR: &str = "system:health";

@@ -18,7 +18,7 @@ pub mod auth;
 pub mod batch;
 pub mod changes;
 pub mod cohorts;
-mod fleet;
+pub mod fleet;
 pub mod governance;
 pub mod history;
 mod layouts;

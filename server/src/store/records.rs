@@ -222,6 +222,23 @@ pub struct Gpu {
     pub health: GpuHealth,
 }
 
+/// A GPU's drain for maintenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainRecord {
+    /// The GPU.
+    pub gpu_id: String,
+    /// When its holders' slices end at the latest.
+    pub deadline_ms: i64,
+    /// When it started.
+    pub started_ms: i64,
+    /// Who started it.
+    pub started_by: String,
+    /// Why.
+    pub reason: String,
+    /// When it held nothing any more.
+    pub drained_at_ms: Option<i64>,
+}
+
 /// A GPU's health as the server judged it from its agent's reports ([`tessera_core::health::judge`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuHealth {

@@ -26,7 +26,8 @@
 //     and reclaims it;
 //   - the tenant dashboard fits a 1,024 px wide screen;
 //   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures;
-//   - last, XID 79 injected into a simulated GPU shows on the fleet page as unhealthy and cordoned.
+//   - last, XID 79 injected into a simulated GPU shows on the fleet page as unhealthy and cordoned, and another GPU
+//     is drained from the fleet page.
 // Each page is saved as a screenshot in --out, and one pixel-level fact is checked on each.
 // Exits non-zero on the first failure, printing what was expected.
 
@@ -1105,6 +1106,18 @@ display_name = "Test IdP"
     await page.screenshot({ path: path.join(out, 'fleet-unhealthy.png'), fullPage: true });
     const told = (await api('GET', '/api/v1/inbox?limit=200')).filter((e) => e.type === 'gpu.unhealthy' && e.data.after.uuid === sickUuid);
     check(told.length >= 1, `inbox: gpu.unhealthy told (${told.length} event(s))`);
+    // Drain one GPU from the fleet page (confirmed in the dialog): it shows draining or drained, the node's other
+    // GPUs untouched.
+    const drainUuid = second.gpus[1].uuid;
+    const drainRow = page.locator(`tr[data-gpu="${drainUuid}"]`);
+    page.once('dialog', (d) => d.accept());
+    await drainRow.locator('[data-testid=drain-gpu]').click();
+    await drainRow.locator('[data-testid=drain]').waitFor({ timeout: 15000 });
+    const drainText = (await drainRow.locator('[data-testid=drain]').textContent()).trim();
+    const drainedGpu = (await api('GET', '/api/v1/nodes')).find((n) => n.name === 'demo-node-2').gpus[1];
+    check(drainedGpu.cordoned && drainedGpu.drain !== null && /drain/.test(drainText)
+      && await page.locator(`tr[data-gpu="${second.gpus[2].uuid}"] [data-testid=drain]`).count() === 0,
+      `fleet: Drain cordons the GPU and shows it ("${drainText}"); the node's other GPUs are untouched`);
 
     check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
   } finally {

@@ -460,6 +460,122 @@ async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn draining_one_gpu_ends_its_holders_at_the_deadline_while_the_others_serve() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "maint", "H100-80GB:2", server.join_token(None).await);
+    a.start();
+    server.settled("maint").await;
+    let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "ml"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+    let quota = json!({"limits": {"compute_slices": 100}});
+    server.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(quota)).await;
+    // Two 4g.40gb slices: one per GPU (an H100 has room for one).
+    let mut requests = Vec::new();
+    for _ in 0..2 {
+        let ask =
+            json!({"tenant": tenant, "spec": {"mode": "mig", "profile": "4g.40gb", "model": "H100-80GB"}, "count": 1});
+        let (_, request) = server.call(Method::POST, "/api/v1/requests", Some(ask)).await;
+        let id = request["id"].as_str().expect("id").to_string();
+        let (s, approval) = server.call(Method::POST, &format!("/api/v1/requests/{id}/approve"), None).await;
+        assert_eq!(s, StatusCode::OK, "{approval}");
+        for p in approval["layout_proposals"].as_array().into_iter().flatten() {
+            let pid = p["id"].as_str().expect("proposal");
+            server.call(Method::POST, &format!("/api/v1/layouts/{pid}/approve"), None).await;
+        }
+        requests.push(id);
+    }
+    let active = wait_for(Duration::from_secs(30), || async {
+        let mut states = Vec::new();
+        for id in &requests {
+            states.push(server.call(Method::GET, &format!("/api/v1/requests/{id}"), None).await.1["state"].clone());
+        }
+        states.iter().all(|s| s == "active").then_some(())
+    })
+    .await;
+    assert!(active.is_some(), "both requests turn active");
+    let node = server.node("maint").await.expect("node");
+    let holder = |i: usize| node["gpus"][i]["in_use"][0]["request"].as_str().map(str::to_string);
+    let (gpu, kept_gpu) = if holder(0).as_deref() == Some(requests[0].as_str()) { (0, 1) } else { (1, 0) };
+    assert_eq!(holder(gpu).as_deref(), Some(requests[0].as_str()), "{node:#}");
+    assert_eq!(holder(kept_gpu).as_deref(), Some(requests[1].as_str()), "{node:#}");
+    let (gpu_id, kept_id) = (gpu_id(&node, gpu), gpu_id(&node, kept_gpu));
+
+    // Bounds: past 7 days, a reason with a control character, a GPU that does not exist.
+    let path = format!("/api/v1/gpus/{gpu_id}/drain");
+    let (s, v) = server.call(Method::POST, &path, Some(json!({"deadline_s": 604_801}))).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("drain_bad_deadline")), "{v}");
+    let (s, v) = server.call(Method::POST, &path, Some(json!({"reason": "bad\u{0007}"}))).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_reason")), "{v}");
+    let (s, _) = server.call(Method::POST, "/api/v1/gpus/nope/drain", Some(json!({}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(
+        server.node("maint").await.expect("node")["gpus"][gpu]["drain"].is_null(),
+        "a refused drain changes nothing"
+    );
+
+    // Drain with a long deadline: cordoned, its holder told; then drained again with 1 s, which moves the deadline.
+    let (s, drain) = server.call(Method::POST, &path, Some(json!({"deadline_s": 600, "reason": "fan swap"}))).await;
+    assert_eq!(s, StatusCode::OK, "{drain}");
+    assert_eq!(drain["holders"], json!([requests[0]]), "{drain}");
+    assert!(drain["drained_at_ms"].is_null(), "{drain}");
+    let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+    let told: Vec<&Value> = inbox.as_array().into_iter().flatten().filter(|e| e["type"] == "gpu.draining").collect();
+    assert!(
+        told.iter().any(|e| e["tenant"] == tenant.as_str() && e["data"]["after"]["reason"] == "fan swap"),
+        "{told:#?}"
+    );
+    let g = &server.node("maint").await.expect("node")["gpus"][gpu];
+    assert_eq!((g["cordoned"].as_bool(), g["drain"]["reason"].as_str()), (Some(true), Some("fan swap")), "{g:#}");
+    let started = std::time::Instant::now();
+    let (s, drain) = server.call(Method::POST, &path, Some(json!({"deadline_s": 1, "reason": "fan swap"}))).await;
+    assert_eq!(s, StatusCode::OK, "{drain}");
+
+    // At the deadline (the sweep runs every 15 s) its holder's request is released; then the GPU is drained.
+    let drained = wait_for(Duration::from_secs(40), || async {
+        let g = server.node("maint").await?["gpus"][gpu].clone();
+        g["drain"]["drained_at_ms"].is_i64().then_some(g)
+    })
+    .await
+    .expect("the GPU is drained");
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(drained["in_use"], json!([]), "{drained:#}");
+    assert_eq!(drained["cordoned"], true, "stays cordoned, empty for maintenance");
+    let (_, ended) = server.call(Method::GET, &format!("/api/v1/requests/{}", requests[0]), None).await;
+    assert_eq!(ended["state"], "released", "{ended}");
+    let (_, audit) = server.call(Method::GET, &format!("/api/v1/audit?object=request/{}", requests[0]), None).await;
+    assert!(audit.as_array().into_iter().flatten().any(|e| e["actor"] == "system:drain"), "{audit:#}");
+    let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+    assert!(
+        inbox
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["type"] == "gpu.drained" && e["subject"] == format!("gpu/{gpu_id}"))
+    );
+    // The node's other GPU kept serving: its request is active, it is not cordoned.
+    let (_, other) = server.call(Method::GET, &format!("/api/v1/requests/{}", requests[1]), None).await;
+    assert_eq!(other["state"], "active", "{other}");
+    let kept = &server.node("maint").await.expect("node")["gpus"][kept_gpu];
+    assert_eq!((kept["cordoned"].as_bool(), kept["drain"].is_null()), (Some(false), true), "{kept:#}");
+    assert_eq!(kept["id"], kept_id.as_str());
+
+    // Uncordoning ends the drain; the CLI drains an empty GPU at once.
+    let (s, _) = server.call(Method::POST, &format!("/api/v1/gpus/{gpu_id}/uncordon"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(server.node("maint").await.expect("node")["gpus"][gpu]["drain"].is_null());
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["node", "drain", &gpu_id, "--deadline-s", "0", "--reason", "firmware", "--server", &server.base])
+        .env("TESSERA_TOKEN", &server.admin)
+        .output()
+        .await
+        .expect("tessera node drain");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let printed: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(printed["drained_at_ms"].is_i64() && printed["holders"] == json!([]), "{printed}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
     let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
     let mut a = SimAgent::new(&server.base, "busy", "H100-80GB:1", server.join_token(None).await);

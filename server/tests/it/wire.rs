@@ -59,6 +59,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "QuotaStanding" => tessera_api::quotas::QuotaStanding,
         "CreatedToken" => people::CreatedToken,
         "GpuView" => nodes::GpuView,
+        "GpuDrain" => nodes::GpuDrain,
         "Heatmap" => telemetry::Heatmap,
         "JoinTokenView" => agents::JoinTokenView,
         "LayoutVerdict" => catalog::LayoutVerdict,
@@ -390,6 +391,8 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
 
     // Fleet changes by hand.
     w.call(&admin, M::POST, "/api/v1/gpus/{id}/cordon", &format!("/api/v1/gpus/{gpu}/cordon"), None, S::OK).await;
+    let drain = Some(json!({"deadline_s": 60, "reason": "wire"}));
+    w.call(&admin, M::POST, "/api/v1/gpus/{id}/drain", &format!("/api/v1/gpus/{gpu}/drain"), drain, S::OK).await;
     w.call(&admin, M::POST, "/api/v1/gpus/{id}/uncordon", &format!("/api/v1/gpus/{gpu}/uncordon"), None, S::OK).await;
     let path = format!("/api/v1/gpus/{gpu}/auto-layout");
     w.call(&admin, M::PUT, "/api/v1/gpus/{id}/auto-layout", &path, Some(json!({"enabled": false})), S::OK).await;
