@@ -11,7 +11,8 @@
 //! - **Degraded:** XID 63 (a row remap or page retirement was recorded) and 94 (a contained ECC error: the
 //!   application was stopped, the GPU serves on); uncorrected volatile ECC errors since the last reset; hardware
 //!   slowdown, hardware thermal slowdown or power-brake throttling; a temperature within 5 °C of the slowdown
-//!   threshold (or 87 °C when the driver gives none); 60 or more retired pages (the limit is 64).
+//!   threshold (or 87 °C when the driver gives none); 60 or more retired pages (the limit is 64). A degraded GPU
+//!   stays so for at least [`DEGRADED_MIN_MS`] ([`next_state`]), so a signal at its threshold does not flap.
 //!
 //! XIDs are events: a report carries the latest ones ([`MAX_XIDS`]) with when they were seen. A fatal XID counts only
 //! when it is newer than the last one judged (`xids_after_ms`), so a GPU returned to service is not judged again on an
@@ -31,6 +32,11 @@ pub const FATAL_XIDS: &[u32] = &[48, 61, 62, 64, 74, 79, 92, 95, 119, 120, 140];
 pub const DEGRADING_XIDS: &[u32] = &[63, 94];
 /// How long a degrading XID keeps a GPU degraded: 24 hours.
 pub const DEGRADED_XID_HOLD_MS: i64 = 24 * 3_600_000;
+/// How far ahead of the server's clock a node's XID time may be: 5 minutes.
+pub const MAX_CLOCK_AHEAD_MS: i64 = 5 * 60_000;
+/// How long a GPU stays degraded at least once it is, so a signal at its threshold does not flap the state (and
+/// its events) on every report: 10 minutes.
+pub const DEGRADED_MIN_MS: i64 = 10 * 60_000;
 /// Most XIDs a report carries (the latest).
 pub const MAX_XIDS: usize = 16;
 /// Most throttle reasons a report carries.
@@ -159,11 +165,19 @@ pub struct Finding {
 pub struct BadReport(pub String);
 
 impl GpuHealthReport {
-    /// Checks the bounds of a report from a node: at most [`MAX_XIDS`] XIDs and [`MAX_THROTTLE`] throttle reasons
-    /// of at most [`MAX_REASON_LEN`] bytes in `a-z`, `0-9` and `_`.
-    pub fn check(&self) -> Result<(), BadReport> {
+    /// Checks the bounds of a report from a node at `now_ms`: at most [`MAX_XIDS`] XIDs, each seen between the epoch
+    /// and [`MAX_CLOCK_AHEAD_MS`] after `now_ms` (an XID from the future would hide every later one: the judged
+    /// watermark only moves forward), and [`MAX_THROTTLE`] throttle reasons of at most [`MAX_REASON_LEN`] bytes in
+    /// `a-z`, `0-9` and `_`.
+    pub fn check(&self, now_ms: i64) -> Result<(), BadReport> {
         if self.xids.len() > MAX_XIDS {
             return Err(BadReport(format!("at most {MAX_XIDS} XIDs a report")));
+        }
+        if let Some(x) = self.xids.iter().find(|x| x.at_ms < 0 || x.at_ms > now_ms.saturating_add(MAX_CLOCK_AHEAD_MS)) {
+            return Err(BadReport(format!(
+                "XID {} seen at {} ms: XIDs are seen between the epoch and 5 minutes from now (is the node's clock right?)",
+                x.code, x.at_ms
+            )));
         }
         if self.throttle.len() > MAX_THROTTLE {
             return Err(BadReport(format!("at most {MAX_THROTTLE} throttle reasons a report")));
@@ -269,10 +283,19 @@ pub fn judge(report: &GpuHealthReport, xids_after_ms: i64, now_ms: i64) -> (Heal
     (state, findings)
 }
 
-/// The state a GPU moves to: an unhealthy GPU stays so until an admin returns it to service (`held`), whatever
-/// later reports say; otherwise the judged state.
-pub fn next_state(held: HealthState, judged: HealthState) -> HealthState {
-    if held == HealthState::Unhealthy { HealthState::Unhealthy } else { judged }
+/// The state a GPU moves to from `held` (since `held_since_ms`, `None`: since it joined) at `now_ms`: an unhealthy
+/// GPU stays so until an admin returns it to service, whatever later reports say; a degraded one stays degraded for
+/// at least [`DEGRADED_MIN_MS`]; otherwise the judged state.
+pub fn next_state(held: HealthState, held_since_ms: Option<i64>, judged: HealthState, now_ms: i64) -> HealthState {
+    match held {
+        HealthState::Unhealthy => HealthState::Unhealthy,
+        HealthState::Degraded
+            if judged == HealthState::Healthy && held_since_ms.is_some_and(|s| now_ms - s < DEGRADED_MIN_MS) =>
+        {
+            HealthState::Degraded
+        }
+        _ => judged,
+    }
 }
 
 #[cfg(test)]
@@ -297,7 +320,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(judge(&r, 0, NOW), (HealthState::Healthy, vec![]));
-        assert_eq!(r.check(), Ok(()));
+        assert_eq!(r.check(NOW), Ok(()));
     }
 
     #[test]
@@ -368,20 +391,31 @@ mod tests {
 
     #[test]
     fn unhealthy_holds_until_returned_to_service() {
-        assert_eq!(next_state(HealthState::Unhealthy, HealthState::Healthy), HealthState::Unhealthy);
-        assert_eq!(next_state(HealthState::Degraded, HealthState::Healthy), HealthState::Healthy);
-        assert_eq!(next_state(HealthState::Healthy, HealthState::Unhealthy), HealthState::Unhealthy);
+        assert_eq!(next_state(HealthState::Unhealthy, Some(0), HealthState::Healthy, NOW), HealthState::Unhealthy);
+        assert_eq!(next_state(HealthState::Healthy, None, HealthState::Unhealthy, NOW), HealthState::Unhealthy);
+        // Degraded holds for 10 minutes however the reports go, then follows them; it may always get worse.
+        let since = NOW - DEGRADED_MIN_MS + 1;
+        assert_eq!(next_state(HealthState::Degraded, Some(since), HealthState::Healthy, NOW), HealthState::Degraded);
+        assert_eq!(next_state(HealthState::Degraded, Some(since - 1), HealthState::Healthy, NOW), HealthState::Healthy);
+        assert_eq!(next_state(HealthState::Degraded, Some(since), HealthState::Unhealthy, NOW), HealthState::Unhealthy);
     }
 
     #[test]
     fn reports_past_their_bounds_are_refused() {
         let many = GpuHealthReport { xids: (0..=MAX_XIDS as i64).map(|i| xid(13, i)).collect(), ..Default::default() };
-        assert!(many.check().is_err());
+        assert!(many.check(NOW).is_err());
         let long = GpuHealthReport { throttle: vec!["a".repeat(MAX_REASON_LEN + 1)], ..Default::default() };
-        assert!(long.check().is_err());
+        assert!(long.check(NOW).is_err());
         let odd = GpuHealthReport { throttle: vec!["hw slowdown\n".into()], ..Default::default() };
-        assert!(odd.check().is_err());
+        assert!(odd.check(NOW).is_err());
         let reasons = GpuHealthReport { throttle: vec!["x".into(); MAX_THROTTLE + 1], ..Default::default() };
-        assert!(reasons.check().is_err());
+        assert!(reasons.check(NOW).is_err());
+        // XIDs from the future (a wrong clock, or a node hiding later faults) and before the epoch.
+        let ahead = GpuHealthReport { xids: vec![xid(79, NOW + MAX_CLOCK_AHEAD_MS + 1)], ..Default::default() };
+        assert!(ahead.check(NOW).is_err());
+        let soon = GpuHealthReport { xids: vec![xid(79, NOW + MAX_CLOCK_AHEAD_MS)], ..Default::default() };
+        assert_eq!(soon.check(NOW), Ok(()));
+        let negative = GpuHealthReport { xids: vec![xid(79, -1)], ..Default::default() };
+        assert!(negative.check(NOW).is_err());
     }
 }

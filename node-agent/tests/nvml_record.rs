@@ -29,7 +29,7 @@ fn the_h100_health_report_agrees_with_nvidia_smi_and_is_healthy() {
     let r = record();
     let health = &r["health"][0];
     let report: GpuHealthReport = serde_json::from_value(health["report"].clone()).expect("report");
-    assert_eq!(report.check(), Ok(()));
+    assert_eq!(report.check(tessera_core::clock::now_ms()), Ok(()));
     let smi = include_str!("data/nvml-h100-80gb-hbm3.nvidia-smi.txt");
     // `name` in the section of nvidia-smi's log that starts at the line `section`.
     let field = |section: &str, name: &str| {

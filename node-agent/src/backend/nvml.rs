@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use nvml_wrapper::EventSet;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -54,15 +53,32 @@ pub struct NvmlBackend {
     sharing_file: PathBuf,
     /// The last GPM sample per (GPU UUID, GPU instance id), to take activity over the period since.
     gpm: HashMap<(String, u32), GpmSample<'static>>,
-    /// Critical XID events of every GPU that tells them (`None`: the driver would not register them).
-    xid_events: Option<EventSet<'static>>,
-    /// The latest XIDs per GPU UUID, oldest first (at most [`health::MAX_XIDS`]).
-    xids: HashMap<String, Vec<Xid>>,
+    /// The latest XIDs per GPU UUID, oldest first (at most [`health::MAX_XIDS`]), written by one watcher thread per
+    /// GPU ([`NvmlBackend::watch_xids`]).
+    xids: Xids,
 }
 
 impl std::fmt::Debug for NvmlBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvmlBackend").field("hostname", &self.hostname).finish_non_exhaustive()
+    }
+}
+
+/// The latest XIDs per GPU UUID, shared with the watcher threads.
+#[derive(Debug, Clone, Default)]
+struct Xids(std::sync::Arc<std::sync::Mutex<HashMap<String, Vec<Xid>>>>);
+
+impl Xids {
+    fn push(&self, uuid: &str, code: u32, at_ms: i64) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let list = map.entry(uuid.to_string()).or_default();
+        list.push(Xid { code, at_ms });
+        let excess = list.len().saturating_sub(health::MAX_XIDS);
+        list.drain(..excess);
+    }
+
+    fn of(&self, uuid: &str) -> Vec<Xid> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(uuid).cloned().unwrap_or_default()
     }
 }
 
@@ -141,55 +157,60 @@ impl NvmlBackend {
             hostname: hostname.to_string(),
             sharing_file: state_dir.join("sharing.json"),
             gpm: HashMap::new(),
-            xid_events: Self::watch_xids(nvml),
-            xids: HashMap::new(),
+            xids: Self::watch_xids(nvml),
         })
     }
 
-    /// An event set with critical XID events registered on every GPU that supports them; `None` when none does or
-    /// the driver refuses (the GPUs' other health signals are read all the same).
-    fn watch_xids(nvml: &'static Nvml) -> Option<EventSet<'static>> {
-        let mut set = match nvml.create_event_set() {
-            Ok(set) => set,
-            Err(e) => {
-                tracing::warn!(error = %e, "XID events cannot be watched");
-                return None;
-            }
-        };
-        let mut any = false;
+    /// Starts one thread per GPU that supports critical XID events, each with its own event set (a GPU that
+    /// refuses leaves the others watched), blocked in `nvmlEventSetWait` so that every event is taken as it comes:
+    /// the event carries the device's latest XID, so reading a queue late could name a later, milder error for a
+    /// fatal one. The UUID is the one read at registration (a GPU that fell off the bus may not answer for it).
+    fn watch_xids(nvml: &'static Nvml) -> Xids {
+        let xids = Xids::default();
         for index in 0..nvml.device_count().unwrap_or(0) {
             let Ok(device) = nvml.device_by_index(index) else { continue };
+            let Ok(uuid) = device.uuid() else { continue };
             if !device.supported_event_types().is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR)) {
                 continue;
             }
-            set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
-                Ok(set) => {
-                    any = true;
-                    set
-                }
+            let set = match nvml.create_event_set() {
+                Ok(set) => set,
                 Err(e) => {
-                    tracing::warn!(error = %e.error, gpu = index, "XID events cannot be watched");
-                    return None;
+                    tracing::warn!(error = %e, gpu = index, "XID events cannot be watched");
+                    continue;
                 }
             };
-        }
-        any.then_some(set)
-    }
-
-    /// Takes the XID events the driver queued, without waiting.
-    fn drain_xids(&mut self) {
-        let Some(set) = &self.xid_events else { return };
-        // A burst is bounded: what is left is taken at the next report.
-        for _ in 0..256 {
-            let Ok(event) = set.wait(0) else { return };
-            let Some(XidError::Value(code)) = event.event_data else { continue };
-            let Ok(uuid) = event.device.uuid() else { continue };
-            let list = self.xids.entry(uuid).or_default();
-            list.push(Xid { code: u32::try_from(code).unwrap_or(u32::MAX), at_ms: tessera_core::clock::now_ms() });
-            if list.len() > health::MAX_XIDS {
-                list.remove(0);
+            let set = match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!(error = %e.error, gpu = index, "XID events cannot be watched");
+                    continue;
+                }
+            };
+            let sink = xids.clone();
+            let spawned = std::thread::Builder::new().name(format!("xid-{index}")).spawn(move || {
+                loop {
+                    match set.wait(5_000) {
+                        Ok(event) => {
+                            if let Some(XidError::Value(code)) = event.event_data {
+                                let code = u32::try_from(code).unwrap_or(u32::MAX);
+                                tracing::warn!(gpu = %uuid, xid = code, "XID error");
+                                sink.push(&uuid, code, tessera_core::clock::now_ms());
+                            }
+                        }
+                        Err(NvmlError::Timeout) => {}
+                        Err(e) => {
+                            tracing::debug!(error = %e, gpu = %uuid, "XID wait failed");
+                            std::thread::sleep(std::time::Duration::from_secs(5));
+                        }
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, gpu = index, "XID watcher not started");
             }
         }
+        xids
     }
 
     /// What the driver says of one GPU's health (each signal it does not support left out).
@@ -218,7 +239,7 @@ impl NvmlBackend {
             .map(|n| u32::try_from(n.iter().sum::<usize>()).unwrap_or(u32::MAX));
         let ecc = |error, counter| device.total_ecc_errors(error, counter).ok();
         GpuHealthReport {
-            xids: self.xids.get(uuid).cloned().unwrap_or_default(),
+            xids: self.xids.of(uuid),
             ecc_uncorrected_volatile: ecc(MemoryError::Uncorrected, EccCounter::Volatile),
             ecc_uncorrected_aggregate: ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
             ecc_corrected_volatile: ecc(MemoryError::Corrected, EccCounter::Volatile),
@@ -509,7 +530,6 @@ impl GpuBackend for NvmlBackend {
     }
 
     fn health(&mut self) -> Vec<(String, GpuHealthReport)> {
-        self.drain_xids();
         let nvml = self.nvml;
         let mut out = Vec::new();
         for index in 0..nvml.device_count().unwrap_or(0) {

@@ -174,19 +174,29 @@ pub async fn inbox_unread(State(state): State<AppState>, p: Principal) -> Result
 
 /// Server-sent events: an `inbox` event with the caller's unread count at once, and again whenever it changes (a new
 /// event the caller may read, within a second; or its inbox was read). Each data line is an `InboxCount`. A stream
-/// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself.
+/// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself. A user
+/// holds at most 8 streams on one replica.
 #[utoipa::path(get, path = "/api/v1/inbox/stream", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
-    responses((status = 200, description = "`text/event-stream` of `inbox` events, each an `InboxCount`", content_type = "text/event-stream")))]
-pub async fn inbox_stream(State(state): State<AppState>, p: Principal) -> Response {
+    responses((status = 200, description = "`text/event-stream` of `inbox` events, each an `InboxCount`", content_type = "text/event-stream"),
+        (status = 429, body = Problem, description = "too_many_streams")))]
+pub async fn inbox_stream(State(state): State<AppState>, p: Principal) -> Result<Response, ApiError> {
     let mut first = true;
-    let events = notifications::inbox_stream(state, p).map(move |count| {
+    let events = notifications::inbox_stream(state, p).ok_or_else(|| ApiError::Invalid {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "too_many_streams",
+        detail: format!(
+            "at most {} inbox streams a user at once; close another tab's",
+            notifications::MAX_INBOX_STREAMS_PER_USER
+        ),
+    })?;
+    let events = events.map(move |count| {
         let mut e = Event::default().event("inbox").json_data(&count).unwrap_or_default();
         if std::mem::take(&mut first) {
             e = e.retry(Duration::from_secs(2));
         }
         Ok::<Event, Infallible>(e)
     });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }
 
 /// Mark the caller's inbox read up to an event.

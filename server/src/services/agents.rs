@@ -213,8 +213,13 @@ pub async fn ingest_status(
             format!("GPU and MIG device UUIDs are 1-{MAX_DEVICE_ID_LEN} characters"),
         ));
     }
+    let mut seen = std::collections::HashSet::new();
+    if let Some(g) = status.gpus.iter().find(|g| !seen.insert(g.uuid.as_str())) {
+        return Err(ApiError::invalid("duplicate_gpu", format!("GPU {} is listed twice", g.uuid)));
+    }
+    let now = crate::store::now_ms();
     if let Some((g, e)) =
-        status.gpus.iter().find_map(|g| g.health.as_ref().and_then(|h| h.check().err()).map(|e| (g, e)))
+        status.gpus.iter().find_map(|g| g.health.as_ref().and_then(|h| h.check(now).err()).map(|e| (g, e)))
     {
         return Err(ApiError::invalid("invalid_health", format!("GPU {}: {}", g.uuid, e.0)));
     }

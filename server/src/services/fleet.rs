@@ -240,7 +240,7 @@ pub fn drain_of(d: crate::store::DrainRecord, live: &[crate::store::Allocation])
 /// Moves drains on (every sweep): a GPU whose holders are gone is drained; past the deadline, the requests still
 /// holding slices on it end (`core::request::RequestState::ended_by_drain`). How many requests it ended.
 pub async fn drain_sweep(state: &AppState, now: i64) -> Result<usize, ApiError> {
-    let drains: Vec<_> = state.store.drains().await?.into_iter().filter(|d| d.drained_at_ms.is_none()).collect();
+    let drains = state.store.drains().await?;
     if drains.is_empty() {
         return Ok(0);
     }
@@ -252,26 +252,39 @@ pub async fn drain_sweep(state: &AppState, now: i64) -> Result<usize, ApiError> 
         holders.sort_unstable();
         holders.dedup();
         if holders.is_empty() {
-            state.store.finish_drain(&d.gpu_id).await?;
+            if d.drained_at_ms.is_none() {
+                state.store.finish_drain(&d.gpu_id).await?;
+            }
             continue;
+        }
+        // A drained GPU holds slices again (placed by a replica that read it before it was cordoned): draining.
+        if d.drained_at_ms.is_some() {
+            state.store.reopen_drain(&d.gpu_id).await?;
         }
         if now < d.deadline_ms {
             continue;
         }
         for id in holders {
-            let request = state.store.request(id).await?;
+            let request = match state.store.request(id).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, request = id, "drain: request not read");
+                    continue;
+                }
+            };
             let Some(to) = request.state.ended_by_drain() else { continue };
             let t = crate::store::Transition {
                 id,
-                expected_version: None,
+                expected_version: Some(request.version),
                 to,
                 reason: None,
                 actor: crate::store::fleet::DRAIN_ACTOR,
             };
             match state.store.transition(t).await {
                 Ok(_) => ended += 1,
-                // Ended meanwhile (released by its holder, expired): nothing to do.
-                Err(crate::store::StoreError::Conflict { .. }) => {}
+                // Ended or moved on meanwhile (released by its holder, expired, turned active): the next sweep
+                // looks again.
+                Err(crate::store::StoreError::Conflict { .. } | crate::store::StoreError::Transition(_)) => {}
                 Err(e) => tracing::warn!(error = %e, request = id, "drain: request not ended"),
             }
         }

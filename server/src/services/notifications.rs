@@ -437,29 +437,35 @@ pub const INBOX_STREAM_LIFETIME: Duration = Duration::from_secs(300);
 const INBOX_RECOUNT: Duration = Duration::from_secs(15);
 
 /// The caller's unread count at once, then again each time it changes: after a new event the caller may read, or
-/// after its inbox was read. Ends after [`INBOX_STREAM_LIFETIME`].
-pub fn inbox_stream(state: AppState, p: Principal) -> impl futures_util::Stream<Item = InboxCount> + Send {
+/// after its inbox was read. Ends after [`INBOX_STREAM_LIFETIME`]; `None` when the caller holds
+/// [`MAX_INBOX_STREAMS_PER_USER`] streams on this replica already.
+pub fn inbox_stream(state: AppState, p: Principal) -> Option<impl futures_util::Stream<Item = InboxCount> + Send> {
+    let slot = state.inbox.open_stream(&p.user.id)?;
     let changes = state.inbox.subscribe(&state.store);
     let until = tokio::time::Instant::now() + INBOX_STREAM_LIFETIME;
-    futures_util::stream::unfold(
-        (state, p, changes, None::<InboxCount>),
-        move |(state, p, mut changes, last)| async move {
-            loop {
-                if last.is_some() {
-                    let wait = INBOX_RECOUNT.min(until.saturating_duration_since(tokio::time::Instant::now()));
-                    if wait.is_zero() {
-                        return None;
-                    }
-                    let _ = tokio::time::timeout(wait, changes.changed()).await;
-                }
-                changes.borrow_and_update();
-                let Ok(count) = unread(&state, &p).await else { continue };
-                if last.as_ref() != Some(&count) {
-                    return Some((count.clone(), (state, p, changes, Some(count))));
-                }
+    let start = (state, p, changes, None::<InboxCount>, slot);
+    Some(futures_util::stream::unfold(start, move |(state, p, mut changes, last, slot)| async move {
+        let mut first = last.is_none();
+        loop {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return None;
             }
-        },
-    )
+            if !first {
+                let _ = tokio::time::timeout(INBOX_RECOUNT.min(left), changes.changed()).await;
+            }
+            first = false;
+            changes.borrow_and_update();
+            match unread(&state, &p).await {
+                Ok(count) if last.as_ref() != Some(&count) => {
+                    return Some((count.clone(), (state, p, changes, Some(count), slot)));
+                }
+                Ok(_) => {}
+                // The database is away: wait for the next change or recount rather than ask again at once.
+                Err(e) => tracing::debug!(error = %e, "inbox stream: count not read"),
+            }
+        }
+    }))
 }
 
 /// How often the newest event is looked up while somebody follows the inbox: the longest a new event waits before
@@ -473,15 +479,54 @@ pub const INBOX_POLL: Duration = Duration::from_secs(1);
 pub struct InboxWatch {
     tx: Arc<tokio::sync::watch::Sender<u64>>,
     started: std::sync::OnceLock<()>,
+    /// Streams open on this replica, per user.
+    open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
 }
 
 impl Default for InboxWatch {
     fn default() -> Self {
-        Self { tx: Arc::new(tokio::sync::watch::Sender::new(0)), started: std::sync::OnceLock::new() }
+        Self {
+            tx: Arc::new(tokio::sync::watch::Sender::new(0)),
+            started: std::sync::OnceLock::new(),
+            open: Arc::default(),
+        }
+    }
+}
+
+/// Most inbox streams one user holds open on one replica (browser tabs).
+pub const MAX_INBOX_STREAMS_PER_USER: usize = 8;
+
+/// One open inbox stream of a user; closing it (dropping) frees the place.
+#[derive(Debug)]
+pub struct StreamSlot {
+    open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    user: String,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.user);
+            }
+        }
     }
 }
 
 impl InboxWatch {
+    /// A place for one more stream of `user`; `None` past [`MAX_INBOX_STREAMS_PER_USER`].
+    pub fn open_stream(&self, user: &str) -> Option<StreamSlot> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(user.to_string()).or_default();
+        if *n >= MAX_INBOX_STREAMS_PER_USER {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot { open: self.open.clone(), user: user.to_string() })
+    }
+
     /// Follows the counter; the first call starts the task that looks for new events (it ends with the state).
     pub fn subscribe(&self, store: &Store) -> tokio::sync::watch::Receiver<u64> {
         self.started.get_or_init(|| {
@@ -695,6 +740,19 @@ async fn send(clients: &Clients, c: Claimed) -> Sent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_user_holds_a_bounded_number_of_inbox_streams_and_a_closed_one_frees_its_place() {
+        let watch = InboxWatch::default();
+        let mut slots: Vec<StreamSlot> =
+            (0..MAX_INBOX_STREAMS_PER_USER).map(|_| watch.open_stream("u1").expect("a place")).collect();
+        assert!(watch.open_stream("u1").is_none(), "one past the bound");
+        assert!(watch.open_stream("u2").is_some(), "each user has their own");
+        slots.pop();
+        assert!(watch.open_stream("u1").is_some(), "a closed stream frees its place");
+        slots.clear();
+        assert!(watch.open.lock().expect("lock").get("u1").is_none(), "nothing kept for a user without streams");
+    }
 
     #[test]
     fn signatures_follow_the_standard_webhooks_example() {

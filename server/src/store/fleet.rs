@@ -165,19 +165,19 @@ impl Store {
             let Some((node_name,)) = node else { return Ok(Vec::new()) };
             let mut changes = Vec::new();
             for (uuid, report) in reports {
-                let row: Option<(String, i64, String, bool, String, i64)> = sqlx::query_as(
-                    "SELECT id, idx, health, cordoned, health_findings, health_xid_ms FROM gpus \
+                let row: Option<HealthRow> = sqlx::query_as(
+                    "SELECT id, idx, health, cordoned, health_findings, health_xid_ms, health_since_ms FROM gpus \
                      WHERE node_id = $1 AND uuid = $2",
                 )
                 .bind(node_id)
                 .bind(uuid)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some((gpu_id, index, held, cordoned, old_findings, xid_ms)) = row else { continue };
+                let Some((gpu_id, index, held, cordoned, old_findings, xid_ms, since)) = row else { continue };
                 let held = HealthState::parse(&held).unwrap_or_default();
                 let old_findings: Vec<Finding> = serde_json::from_str(&old_findings).unwrap_or_default();
                 let (judged, found) = health::judge(report, xid_ms, now);
-                let next = health::next_state(held, judged);
+                let next = health::next_state(held, since, judged, now);
                 let seen_xid = xid_ms.max(report.latest_xid_ms().unwrap_or(0));
                 // An unhealthy GPU keeps what made it so, and gains what else makes it unhealthy.
                 let findings = if held == HealthState::Unhealthy {
@@ -191,7 +191,11 @@ impl Store {
                 } else {
                     found
                 };
-                if next == held && findings == old_findings && seen_xid == xid_ms {
+                // Unchanged: nothing written (the findings' words carry readings, such as a temperature, that move
+                // on every report; their codes are what changes the record). A GPU held degraded keeps its findings.
+                let codes = |f: &[Finding]| f.iter().map(|f| f.code.clone()).collect::<Vec<_>>();
+                let findings = if next == HealthState::Degraded && judged == HealthState::Healthy { old_findings.clone() } else { findings };
+                if next == held && codes(&findings) == codes(&old_findings) && seen_xid == xid_ms {
                     continue;
                 }
                 sqlx::query(
@@ -274,7 +278,15 @@ impl Store {
             let Some((node_id, index, node)) = gpu else {
                 return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
             };
-            sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2").bind(true).bind(gpu_id).execute(&mut *tx).await?;
+            let cordoned = sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2 AND cordoned = $3")
+                .bind(true)
+                .bind(gpu_id)
+                .bind(false)
+                .execute(&mut *tx)
+                .await?;
+            if cordoned.rows_affected() == 1 {
+                audit_insert(&mut tx, actor, "gpu.cordoned.on", &format!("gpu/{gpu_id}"), None, None).await?;
+            }
             sqlx::query(
                 "INSERT INTO gpu_drains (gpu_id, deadline_ms, started_ms, started_by, reason) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (gpu_id) DO UPDATE SET deadline_ms = excluded.deadline_ms, reason = excluded.reason, \
@@ -331,6 +343,14 @@ impl Store {
             .collect())
     }
 
+    /// Makes a drained GPU draining again (it holds slices once more).
+    pub async fn reopen_drain(&self, gpu_id: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool, _dialect => {
+            sqlx::query("UPDATE gpu_drains SET drained_at_ms = NULL WHERE gpu_id = $1").bind(gpu_id).execute(pool).await?;
+        });
+        Ok(())
+    }
+
     /// Marks a draining GPU drained if it holds nothing any more (`gpu.drained`); whether it did.
     pub async fn finish_drain(&self, gpu_id: &str) -> Result<bool, StoreError> {
         on_pool!(self, pool, dialect => {
@@ -362,6 +382,10 @@ impl Store {
 
 /// The actor a drain's deadline ends requests under.
 pub const DRAIN_ACTOR: &str = "system:drain";
+
+/// What [`Store::record_health`] reads of a GPU: `(id, idx, health, cordoned, health_findings, health_xid_ms,
+/// health_since_ms)`.
+type HealthRow = (String, i64, String, bool, String, i64, Option<i64>);
 
 /// The actor health changes are written under.
 pub const HEALTH_ACTOR: &str = "system:health";

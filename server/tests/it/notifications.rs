@@ -817,6 +817,19 @@ async fn the_inbox_stream_tells_each_change_to_those_who_may_read_it(db: &TestDb
     let cleared = next_inbox(&mut stream, &mut buf, Duration::from_secs(3)).await.expect("told of the read");
     assert_eq!(cleared["unread"], 0, "{cleared}");
 
+    // At most 8 streams a user on one replica (browser tabs): the 9th is refused.
+    let mut tabs = Vec::new();
+    for _ in 0..7 {
+        let r = open(&vision_dev).await.expect("send");
+        assert_eq!(r.status(), StatusCode::OK);
+        tabs.push(r);
+    }
+    let r = open(&vision_dev).await.expect("send");
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = r.json().await.expect("problem");
+    assert_eq!(body["code"], "too_many_streams", "{body}");
+    assert_eq!(open(&audio_dev).await.expect("send").status(), StatusCode::OK, "another user's streams are their own");
+
     // Without credentials: 401, no stream.
     let r = app.client.get(format!("{}/api/v1/inbox/stream", app.base)).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
