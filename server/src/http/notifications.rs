@@ -175,7 +175,7 @@ pub async fn inbox_unread(State(state): State<AppState>, p: Principal) -> Result
 /// Server-sent events: an `inbox` event with the caller's unread count at once, and again whenever it changes (a new
 /// event the caller may read, within a second; or its inbox was read). Each data line is an `InboxCount`. A stream
 /// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself. A user
-/// holds at most 8 streams on one replica.
+/// holds at most 32 streams on one replica.
 #[utoipa::path(get, path = "/api/v1/inbox/stream", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, description = "`text/event-stream` of `inbox` events, each an `InboxCount`", content_type = "text/event-stream"),
         (status = 429, body = Problem, description = "too_many_streams")))]

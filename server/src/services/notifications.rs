@@ -493,8 +493,9 @@ impl Default for InboxWatch {
     }
 }
 
-/// Most inbox streams one user holds open on one replica (browser tabs).
-pub const MAX_INBOX_STREAMS_PER_USER: usize = 8;
+/// Most inbox streams one user holds open on one replica: browser tabs, and the streams of pages just left (a
+/// stream closed by the browser is noticed at its next write, within the 15 s keep-alive).
+pub const MAX_INBOX_STREAMS_PER_USER: usize = 32;
 
 /// One open inbox stream of a user; closing it (dropping) frees the place.
 #[derive(Debug)]
