@@ -13,7 +13,10 @@
 //!   a MIG profile of any model, 10 % time-sliced shares. A reservation is accepted when [`Calendar::admit`] says it
 //!   fits; the calendar is built that way up to 500 accepted reservations.
 //! - **Preview**: what `POST /tenants/{id}/reservations/preview` asks of the calendar: the most slices of the spec
-//!   that fit the window ([`Calendar::most_that_fit`], a binary search of admissions) and whether the asked count fits.
+//!   that fit the window and whether the asked count fits ([`Prepared::preview`](tessera_core::reservation::Prepared::preview), one [`search_most`] of admissions).
+//!   The calendar keeps each accepted reservation's slices from its last simulation, as the server keeps them.
+//! - **Request preview**: what `POST /requests/preview` and approvals ask: whether a free slice held from now for ever
+//!   leaves every accepted reservation its room ([`Prepared::protects`](tessera_core::reservation::Prepared::protects)).
 //!
 //! # Measures
 //! - Preview latency (p50, p99) against 500 accepted reservations, with the prepared calendar (one simulation of the
@@ -27,13 +30,14 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tessera_core::catalog::Catalog;
 use tessera_core::layout::{Inst, Occupancy};
 use tessera_core::planner::synth::Rng;
 use tessera_core::request::SliceSpec;
-use tessera_core::reservation::{Booking, CalGpu, Calendar, Hold};
+use tessera_core::reservation::{Booking, CalGpu, Calendar, Hold, search_most};
 
 const NOW: i64 = 1_800_000_000_000;
 const HOUR: i64 = 3_600_000;
@@ -105,8 +109,17 @@ fn main() {
     drop(building);
     println!("Calendar: {} accepted of {offered} offered.", accepted.len());
 
-    // Previews.
-    let cal = Calendar::new(catalog, gpus.clone(), holds.clone(), accepted.clone());
+    // Previews. The server keeps where the last simulation placed each accepted reservation (its kept slices,
+    // written after every acceptance and every 15 s) and simulates with them as hints; so does the bench.
+    let bare = Calendar::new(catalog, gpus.clone(), holds.clone(), accepted.clone());
+    let hints: HashMap<String, Vec<Hold>> = bare
+        .simulate(NOW, &[])
+        .placed
+        .into_iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(id, s)| (id, s.into_iter().map(|h| Hold { until_ms: None, ..h }).collect()))
+        .collect();
+    let cal = bare.with_hints(hints);
     let asks: Vec<Booking> = (0..setup.previews).map(|i| offer(catalog, &mut rng, 1_000_000 + i)).collect();
     let mut fast = Vec::new();
     let mut answers = Vec::new();
@@ -114,8 +127,8 @@ fn main() {
         // As the server's preview: one simulation, the most that fit, and the asked count.
         let t = Instant::now();
         let prepared = cal.prepare(NOW);
-        let most = prepared.most_that_fit(b);
-        let fits = prepared.fits(b).is_ok();
+        let (most, fits) = prepared.preview(b);
+        let fits = fits.is_ok();
         fast.push(t.elapsed());
         answers.push((most, fits));
     }
@@ -127,16 +140,33 @@ fn main() {
         let read = cal.clone();
         let t = Instant::now();
         assert!(kept.answers_for(&read, NOW), "the kept simulation answers for the same calendar");
-        let most = kept.most_that_fit(b);
-        let fits = kept.fits(b).is_ok();
+        let (most, fits) = kept.preview(b);
+        let fits = fits.is_ok();
         cached.push(t.elapsed());
         assert_eq!((most, fits), *answer, "the kept simulation disagrees on {b:?}");
     }
+    // The search the preview used before: halving from the bound, then the asked count.
+    let mut halving = Vec::new();
+    for (b, answer) in asks.iter().zip(&answers) {
+        let t = Instant::now();
+        let (mut lo, mut hi) = (0u32, kept.search_bound(b));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if kept.fits(&Booking { count: mid, ..b.clone() }).is_ok() { lo = mid } else { hi = mid - 1 }
+        }
+        let fits = kept.fits(b).is_ok();
+        halving.push(t.elapsed());
+        assert_eq!(fits, answer.1);
+        if lo != answer.0 {
+            eprintln!("halving found {lo} where the gallop found {} for {b:?}", answer.0);
+        }
+    }
     let mut slow = Vec::new();
     for (b, answer) in asks.iter().zip(&answers).take(setup.baseline_previews) {
+        // The same search, from the same bound (what the window's start has room for).
+        let bound = kept.search_bound(b);
         let t = Instant::now();
-        let most = baseline_most(&cal, b);
-        let fits = baseline_admit(&cal, b);
+        let (most, fits) = baseline_preview(&cal, b, bound);
         slow.push(t.elapsed());
         assert_eq!((most, fits), *answer, "the prepared calendar and the full replay disagree on {b:?}");
     }
@@ -152,6 +182,7 @@ fn main() {
     println!("|---|---|---|---|");
     row("prepared calendar kept between previews (the server's cache)", &mut cached);
     row("prepared calendar, simulated for this preview", &mut fast);
+    row("prepared calendar kept, searched by halving from the bound (before)", &mut halving);
     row("baseline: full replay per probe", &mut slow);
     let p50 = |d: &[Duration]| quantile(&mut d.to_vec(), 0.5).as_secs_f64();
     println!(
@@ -160,6 +191,40 @@ fn main() {
         p50(&slow) / p50(&cached),
         if quick { "; quick mode is smaller" } else { "" }
     );
+
+    // Request previews (`POST /requests/preview`) and approvals: whether slices placed now, held for ever (no
+    // duration), leave every accepted reservation its room.
+    let free_now = free_slices(&gpus, &holds, NOW);
+    let before: Vec<String> = kept.simulation().short.into_iter().map(|s| s.booking).collect();
+    let mut guard = Vec::new();
+    let mut guard_slow = Vec::new();
+    let mut refused = 0;
+    for i in 0..setup.previews.min(free_now.len()) {
+        let extra = vec![free_now[rng.below(free_now.len())].clone()];
+        let t = Instant::now();
+        let read = cal.clone();
+        assert!(kept.answers_for(&read, NOW));
+        let answer = kept.protects(&extra).err().map(|s| s.booking);
+        guard.push(t.elapsed());
+        refused += usize::from(answer.is_some());
+        if i < setup.baseline_previews {
+            let t = Instant::now();
+            let full = cal.simulate(NOW, &extra).short.into_iter().map(|s| s.booking).find(|b| !before.contains(b));
+            guard_slow.push(t.elapsed());
+            assert_eq!(answer, full, "the prepared calendar and the full replay disagree on {extra:?}");
+        }
+    }
+    println!();
+    println!(
+        "## Request preview: one free slice held from now for ever ({} previews, {refused} would leave a reservation \
+         short; baseline on the first {})",
+        guard.len(),
+        guard_slow.len()
+    );
+    println!("| path | p50 | p99 | max |");
+    println!("|---|---|---|---|");
+    row("prepared calendar kept between previews (the server's cache)", &mut guard);
+    row("baseline: full replay", &mut guard_slow);
 
     if std::env::args().any(|a| a == "--previews-only") {
         return;
@@ -213,14 +278,21 @@ fn baseline_admit(cal: &Calendar<'_>, b: &Booking) -> bool {
     cal.clone().with_booking(b.clone()).simulate(NOW, &[]).short.is_empty()
 }
 
-/// The preview's binary search, each probe a full replay.
-fn baseline_most(cal: &Calendar<'_>, b: &Booking) -> u32 {
-    let (mut lo, mut hi) = (0u32, 1000u32);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if baseline_admit(cal, &Booking { count: mid, ..b.clone() }) { lo = mid } else { hi = mid - 1 }
-    }
-    lo
+/// The preview's search, each probe a full replay: the most that fit, and whether the asked count does.
+fn baseline_preview(cal: &Calendar<'_>, b: &Booking, bound: u32) -> (u32, bool) {
+    let probe = |n: u32| {
+        let short = cal.clone().with_booking(Booking { count: n, ..b.clone() }).simulate(NOW, &[]).short;
+        if short.is_empty() { Ok(()) } else { Err(short) }
+    };
+    let mut asked = None;
+    let most = search_most(b.count, bound, &b.id, |n| {
+        let r = probe(n);
+        if n == b.count {
+            asked = Some(r.is_ok());
+        }
+        r
+    });
+    (most, asked.unwrap_or_else(|| probe(b.count).is_ok()))
 }
 
 fn row(name: &str, d: &mut [Duration]) {
@@ -316,4 +388,29 @@ fn offer(catalog: &Catalog, rng: &mut Rng, i: usize) -> Booking {
         SliceSpec::Timeslice { model: SHARED_MODEL.into(), replicas: REPLICAS }
     };
     Booking { id: format!("r{i:07}"), spec, count, start_ms: start, end_ms: start + len }
+}
+
+/// The instances of the fleet's layouts, and the shares of its whole GPUs, that nothing holds at `t`.
+fn free_slices(gpus: &[CalGpu], holds: &[Hold], t: i64) -> Vec<Hold> {
+    let held = |gpu: &str, profile: &str, start: u8| {
+        holds.iter().any(|h| h.at(t) && h.gpu == gpu && h.profile == profile && h.start == start)
+    };
+    let mut out = Vec::new();
+    for g in gpus {
+        if g.mig {
+            for (p, s) in &g.layout {
+                if !held(&g.id, p, *s) {
+                    out.push(Hold { gpu: g.id.clone(), profile: p.clone(), start: *s, until_ms: None });
+                }
+            }
+        } else {
+            let key = format!("timeslice:{REPLICAS}");
+            for s in 0..REPLICAS as u8 {
+                if !held(&g.id, &key, s) {
+                    out.push(Hold { gpu: g.id.clone(), profile: key.clone(), start: s, until_ms: None });
+                }
+            }
+        }
+    }
+    out
 }

@@ -428,6 +428,8 @@ pub struct Prepared<'a> {
     /// The fleet's distinct models, and per GPU the index of its model among them.
     distinct: Vec<&'a GpuModel>,
     slot: Vec<Option<usize>>,
+    /// Per GPU (index in `cal.gpus`), the indices of the calendar's holds on it.
+    holds_on: Vec<Vec<usize>>,
     /// Indices of the bookings that end after `from_ms`, in start order (ties by id).
     order: Vec<usize>,
     /// The moments at which bookings start, with their range in `order`.
@@ -472,7 +474,7 @@ impl<'a> Prepared<'a> {
     fn new(cal: Calendar<'a>, from_ms: i64) -> Self {
         let models: Vec<Option<&GpuModel>> =
             cal.gpus.iter().map(|g| cal.catalog.resolve(&g.model).map(|(m, _)| m)).collect();
-        let index = cal.gpus.iter().enumerate().map(|(i, g)| (g.id.clone(), i)).collect();
+        let index: HashMap<String, usize> = cal.gpus.iter().enumerate().map(|(i, g)| (g.id.clone(), i)).collect();
         let mut distinct: Vec<&GpuModel> = Vec::new();
         let slot = models
             .iter()
@@ -485,6 +487,12 @@ impl<'a> Prepared<'a> {
             })
             .collect();
         let n = cal.bookings.len();
+        let mut holds_on: Vec<Vec<usize>> = vec![Vec::new(); cal.gpus.len()];
+        for (k, h) in cal.holds.iter().enumerate() {
+            if let Some(&g) = index.get(&h.gpu) {
+                holds_on[g].push(k);
+            }
+        }
         let mut p = Prepared {
             cal,
             from_ms,
@@ -492,6 +500,7 @@ impl<'a> Prepared<'a> {
             index,
             distinct,
             slot,
+            holds_on,
             order: vec![],
             groups: vec![],
             placed: vec![vec![]; n],
@@ -563,17 +572,28 @@ impl<'a> Prepared<'a> {
         Ok(())
     }
 
-    /// The most slices of `b`'s spec that fit its window (`b.count` is ignored), at most 1000: a binary search of
-    /// [`Prepared::fits`] bounded by what the fleet has room for at the window's start ([`Prepared::search_bound`]).
+    /// The most slices of `b`'s spec that fit its window (`b.count` is ignored), at most 1000: [`search_most`] over
+    /// [`Prepared::fits`], bounded by what the fleet has room for at the window's start ([`Prepared::search_bound`]).
     /// The count it answers always fits; the planner is a heuristic, so on rare fleets a larger count that the search
     /// skipped could fit too.
     pub fn most_that_fit(&self, b: &Booking) -> u32 {
-        let (mut lo, mut hi) = (0u32, self.search_bound(b));
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.fits(&Booking { count: mid, ..b.clone() }).is_ok() { lo = mid } else { hi = mid - 1 }
-        }
-        lo
+        search_most(0, self.search_bound(b), &b.id, |n| self.fits(&Booking { count: n, ..b.clone() }))
+    }
+
+    /// What a preview of booking `b` asks: the most slices of its spec that fit its window (as
+    /// [`Prepared::most_that_fit`]), and whether `b.count` fits (as [`Prepared::fits`]). The asked count is the
+    /// search's first probe, so the two answers cost one search.
+    pub fn preview(&self, b: &Booking) -> (u32, Result<(), Vec<Shortfall>>) {
+        let bound = self.search_bound(b);
+        let mut asked = None;
+        let most = search_most(b.count, bound, &b.id, |n| {
+            let r = self.fits(&Booking { count: n, ..b.clone() });
+            if n == b.count {
+                asked = Some(r.clone());
+            }
+            r
+        });
+        (most, asked.unwrap_or_else(|| self.fits(b)))
     }
 
     /// Whether holding `extra` from now leaves every accepted reservation its room; else the first reservation it
@@ -593,7 +613,7 @@ impl<'a> Prepared<'a> {
 
     /// Where [`Prepared::most_that_fit`]'s search starts: no more than 1000, than the fleet could ever hold
     /// ([`Prepared::capacity`]), nor than [`Prepared::room_at`] the window's start.
-    fn search_bound(&self, b: &Booking) -> u32 {
+    pub fn search_bound(&self, b: &Booking) -> u32 {
         self.capacity(&b.spec).min(self.room_at(&b.spec, b.start_ms.max(self.from_ms))).min(1000)
     }
 
@@ -729,15 +749,17 @@ impl<'a> Prepared<'a> {
     /// ended; from `first = 0` without changes it is the whole simulation.
     fn replay_from(&self, first: usize, new: Option<&Booking>, extra: &[Hold], stop_early: bool) -> Replay {
         let bookings = &self.cal.bookings;
-        let tag = |h: &Hold| self.index.get(&h.gpu).copied().unwrap_or(usize::MAX);
-        let mut base: Vec<(usize, &Hold)> = self.cal.holds.iter().chain(extra).map(|h| (tag(h), h)).collect();
-        for g in &self.groups[..first] {
-            for &i in &self.order[g.first..g.end] {
-                base.extend(self.placed[i].iter().map(|h| (tag(h), h)));
+        let tag = |h: &Hold| self.index.get(&h.gpu).copied();
+        // What is held besides the calendar's holds before the first group replayed, by GPU: `extra`, then the
+        // slices placed for the groups before it. The replay's own slices are kept by GPU in `fresh_on`.
+        let mut early: Vec<Vec<&Hold>> = vec![Vec::new(); self.cal.gpus.len()];
+        let placed_before = self.groups[..first].iter().flat_map(|g| self.order[g.first..g.end].iter());
+        for h in extra.iter().chain(placed_before.flat_map(|&i| self.placed[i].iter())) {
+            if let Some(g) = tag(h) {
+                early[g].push(h);
             }
         }
-        base.retain(|(g, _)| *g != usize::MAX);
-        let mut fresh_gpu: Vec<usize> = Vec::new();
+        let mut fresh_on: Vec<Vec<usize>> = vec![Vec::new(); self.cal.gpus.len()];
         let stop_early = stop_early || new.is_some();
         // Every slice that differs from the prepared simulation has ended by `horizon`.
         let mut horizon = extra.iter().map(|h| h.until_ms.unwrap_or(i64::MAX)).max().unwrap_or(i64::MIN);
@@ -781,15 +803,8 @@ impl<'a> Prepared<'a> {
                     Member::New => new.unwrap_or_else(|| unreachable!("a new member comes with a booking")),
                 })
                 .collect();
-            let mut live: Vec<(usize, &Hold)> = base
-                .iter()
-                .copied()
-                .chain(fresh_gpu.iter().copied().zip(&replay.fresh))
-                .filter(|(g, h)| *g != usize::MAX && h.at(t))
-                .collect();
-            live.sort_by_key(|(g, _)| *g);
-            let placed = self.place_at(&live, &group);
-            drop(live);
+            let held = Held { prep: self, early: &early, fresh: &replay.fresh, fresh_on: &fresh_on, t };
+            let placed = self.place_at(&held, &group);
             for ((m, b), slices) in members.drain(..).zip(&group).zip(placed) {
                 let changed = match m {
                     Member::Booked(i) => self.placed[i] != slices,
@@ -807,7 +822,11 @@ impl<'a> Prepared<'a> {
                     placed: slices.len() as u32,
                 });
                 let range = replay.fresh.len()..replay.fresh.len() + slices.len();
-                fresh_gpu.extend(slices.iter().map(tag));
+                for (k, h) in range.clone().zip(&slices) {
+                    if let Some(g) = tag(h) {
+                        fresh_on[g].push(k);
+                    }
+                }
                 replay.fresh.extend(slices);
                 replay.members.push((m, range, short));
             }
@@ -815,9 +834,9 @@ impl<'a> Prepared<'a> {
         replay
     }
 
-    /// Places the `group` of reservations starting at one moment on the fleet as it is then (`live` is what is held
-    /// at that moment). Returns each reservation's slices.
-    fn place_at(&self, live: &[(usize, &Hold)], group: &[&Booking]) -> Vec<Vec<Hold>> {
+    /// Places the `group` of reservations starting at one moment on the fleet as it is then (`live`: what is held at
+    /// that moment). Returns each reservation's slices.
+    fn place_at(&self, live: &Held<'_>, group: &[&Booking]) -> Vec<Vec<Hold>> {
         let mut out: Vec<Vec<Hold>> = vec![Vec::new(); group.len()];
         // Reservations whose hinted slices are still free keep them.
         let mut hinted: Vec<Hold> = Vec::new();
@@ -832,16 +851,11 @@ impl<'a> Prepared<'a> {
                 keeps[i] = true;
             }
         }
-        // What is held, by GPU (`live` is sorted by GPU).
-        let mut by_gpu: Vec<(usize, &Hold)> = live.to_vec();
-        if !hinted.is_empty() {
-            by_gpu.extend(hinted.iter().filter_map(|h| self.index.get(&h.gpu).map(|&i| (i, h))));
-            by_gpu.sort_by_key(|(i, _)| *i);
-        }
+        // What is held on a GPU: what was live, then what this moment's reservations kept.
+        let hinted_on: Vec<(usize, &Hold)> =
+            hinted.iter().filter_map(|h| self.index.get(&h.gpu).map(|&i| (i, h))).collect();
         let on = |gpu: usize| -> Vec<&Hold> {
-            let from = by_gpu.partition_point(|(i, _)| *i < gpu);
-            let to = by_gpu.partition_point(|(i, _)| *i <= gpu);
-            by_gpu[from..to].iter().map(|(_, h)| *h).collect()
+            live.on(gpu).chain(hinted_on.iter().filter(|(i, _)| *i == gpu).map(|(_, h)| *h)).collect()
         };
         // MIG: one planner run for every MIG reservation of the group, on the GPUs that could take any of them.
         let mig: Vec<usize> =
@@ -920,7 +934,7 @@ impl<'a> Prepared<'a> {
     /// Whether `hint`'s slices can hold `b` beside what is `live` and the slices `hinted` at the same moment: each
     /// on a GPU that takes `b`'s spec and is not cordoned, a MIG instance that fits beside the instances held there,
     /// or a share that is free on a GPU shared the same way.
-    fn hint_free(&self, b: &Booking, hint: &[Hold], live: &[(usize, &Hold)], hinted: &[Hold]) -> bool {
+    fn hint_free(&self, b: &Booking, hint: &[Hold], live: &Held<'_>, hinted: &[Hold]) -> bool {
         let mut seen: Vec<&str> = Vec::new();
         for h in hint {
             if seen.contains(&h.gpu.as_str()) {
@@ -932,10 +946,7 @@ impl<'a> Prepared<'a> {
             if g.cordoned || !self.eligible(&b.spec, model) {
                 return false;
             }
-            let from = live.partition_point(|(i, _)| *i < gi);
-            let to = live.partition_point(|(i, _)| *i <= gi);
-            let held: Vec<&Hold> =
-                live[from..to].iter().map(|(_, x)| *x).chain(hinted.iter().filter(|x| x.gpu == h.gpu)).collect();
+            let held: Vec<&Hold> = live.on(gi).chain(hinted.iter().filter(|x| x.gpu == h.gpu)).collect();
             let mine: Vec<&Hold> = hint.iter().filter(|x| x.gpu == h.gpu).collect();
             let free = match &b.spec {
                 SliceSpec::Mig { profile, .. } => {
@@ -1015,6 +1026,81 @@ impl<'a> Prepared<'a> {
             })
             .take(b.count as usize)
             .collect()
+    }
+}
+
+/// The most slices that fit, up to `bound`, found with `probe(n)` (whether `n` slices fit; the shortfalls else), for
+/// a booking `id`. It probes `asked` first (a preview needs that answer anyway; 0 skips it), then gallops down from
+/// the highest count still possible: it probes that count, then ever further below it (1, 2, 4, ... slices) until a
+/// count fits, and searches between the two by halves. When a probe finds the booking itself short of room at its
+/// start, no count above what it placed there is probed. The answer is usually near the bound (the room at the
+/// window's start), where the first probe or two find it; a plain binary search from 0 probes about ten times.
+/// Fitting is taken to be monotone in the count, which the heuristic planner does not promise: the answer always
+/// fits, and on rare fleets a larger count the search passed over could fit too.
+pub fn search_most(asked: u32, bound: u32, id: &str, mut probe: impl FnMut(u32) -> Result<(), Vec<Shortfall>>) -> u32 {
+    let bound = bound.min(1000);
+    // What is known: `lo` fits, nothing above `hi` does.
+    let (mut lo, mut hi) = (0u32, bound);
+    let fail = |n: u32, short: &[Shortfall], lo: u32, hi: &mut u32| {
+        *hi = n - 1;
+        if let Some(s) = short.iter().find(|s| s.booking == id && s.placed < n) {
+            *hi = (*hi).min(s.placed).max(lo);
+        }
+    };
+    if asked > 0 && asked <= bound {
+        match probe(asked) {
+            Ok(()) => lo = asked,
+            Err(short) => fail(asked, &short, lo, &mut hi),
+        }
+    }
+    // Gallop: probe `hi`, then 1, 3, 7, ... below where it started (or exactly the new `hi` when a probe lowered it
+    // by more than one), until a count fits.
+    let mut step = 1u32;
+    while lo < hi {
+        let n = (hi + 1).saturating_sub(step).max(lo + 1);
+        match probe(n) {
+            Ok(()) => {
+                lo = n;
+                break;
+            }
+            Err(short) => {
+                fail(n, &short, lo, &mut hi);
+                step = if hi + 1 < n { 1 } else { step.saturating_mul(2) };
+            }
+        }
+    }
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        match probe(mid) {
+            Ok(()) => lo = mid,
+            Err(short) => fail(mid, &short, lo, &mut hi),
+        }
+    }
+    lo
+}
+
+/// What is held at one moment of a replay, by GPU: the calendar's holds, what was held before the replay's first
+/// moment (`early`, per GPU), and the replay's own slices (`fresh`, indexed per GPU by `fresh_on`), each when held at
+/// `t`. A view: nothing is copied or sorted per moment.
+struct Held<'x> {
+    prep: &'x Prepared<'x>,
+    early: &'x [Vec<&'x Hold>],
+    fresh: &'x [Hold],
+    fresh_on: &'x [Vec<usize>],
+    t: i64,
+}
+
+impl<'x> Held<'x> {
+    /// What is held on GPU `gpu` (an index in the calendar's GPUs) at the moment.
+    fn on(&self, gpu: usize) -> impl Iterator<Item = &'x Hold> + use<'x> {
+        let (holds, t) = (&self.prep.cal.holds, self.t);
+        let fresh = self.fresh;
+        self.prep.holds_on[gpu]
+            .iter()
+            .map(move |&k| &holds[k])
+            .chain(self.early[gpu].iter().copied())
+            .chain(self.fresh_on[gpu].iter().map(move |&k| &fresh[k]))
+            .filter(move |h| h.at(t))
     }
 }
 
@@ -1337,12 +1423,16 @@ mod tests {
             if bound < prepared.capacity(&probe.spec).min(1000) {
                 prop_assert!(!fits_whole(bound + 1), "{} slices fit above the bound {}", bound + 1, bound);
             }
-            let (mut lo, mut hi) = (0u32, bound);
-            while lo < hi {
-                let mid = lo + (hi - lo).div_ceil(2);
-                if fits_whole(mid) { lo = mid } else { hi = mid - 1 }
-            }
+            let short_whole = |n: u32| {
+                let short = cal.clone().with_booking(Booking { count: n, ..probe.clone() }).simulate(0, &[]).short;
+                if short.is_empty() { Ok(()) } else { Err(short) }
+            };
+            let lo = search_most(0, bound, &probe.id, short_whole);
             prop_assert_eq!(prepared.most_that_fit(&probe), lo);
+            let asked = Booking { count: 1 + lo % 3, ..probe.clone() };
+            let (most, fits) = prepared.preview(&asked);
+            prop_assert_eq!(most, search_most(asked.count, bound, &probe.id, short_whole));
+            prop_assert_eq!(fits, short_whole(asked.count));
             prop_assert!(lo == 0 || fits_whole(lo));
             // Protection: the first reservation the extra slice leaves short that was not short before.
             let h = Hold { gpu: "g0".into(), profile: "1g.10gb".into(), start: extra.0, until_ms: extra.1 };

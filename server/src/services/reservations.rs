@@ -515,14 +515,16 @@ pub async fn preview(
         start_ms: body.start_ms,
         end_ms: body.end_ms,
     };
-    let most = if body.end_ms > body.start_ms && charge(state.catalog, &body.spec, 1).is_ok() {
-        prepared.most_that_fit(&asked).min(super::requests::MAX_COUNT)
+    // The most that fit and whether the asked count does: one search, whose first probe is the asked count.
+    let (most, fits) = if body.end_ms > body.start_ms && charge(state.catalog, &body.spec, 1).is_ok() {
+        let (most, fits) = prepared.preview(&asked);
+        (most.min(super::requests::MAX_COUNT), Some(fits))
     } else {
-        0
+        (0, None)
     };
     let refused = match &checked {
         Err(e) => Some(e.problem()),
-        Ok(_) => prepared.fits(&asked).err().map(|s| no_room(&s, "preview").problem()),
+        Ok(_) => fits.unwrap_or_else(|| prepared.fits(&asked)).err().map(|s| no_room(&s, "preview").problem()),
     };
     Ok(ReservationPreview {
         fits: refused.is_none(),
