@@ -357,7 +357,123 @@ pub async fn metrics(State(state): State<AppState>, p: Principal) -> Result<Resp
             let _ = writeln!(text, "tessera_pending_requests{{reason=\"{reason}\"}} {n}");
         }
     }
+    fleet_gauges(&mut text, &state, nodes).await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Node states (every state, 0 included, so that an alert on `ready == 0` sees a node that stops answering), and
+/// per GPU its health state and whether it is cordoned; the shipped alert rules (`deploy/prometheus/`) select on
+/// them.
+async fn fleet_gauges(text: &mut String, state: &AppState, nodes: Vec<Node>) -> Result<(), ApiError> {
+    use std::fmt::Write;
+    const NODE_STATES: [&str; 5] = ["ready", "applying", "failed", "not-ready", "not-joined"];
+    const HEALTH: [&str; 3] = ["healthy", "degraded", "unhealthy"];
+    let records = state.store.agent_records().await?;
+    let now = now_ms();
+    let _ = writeln!(
+        text,
+        "# HELP tessera_node_state A node's state (1 for the state it is in): ready, applying (a newer layout than \
+         the applied one), failed (applied with errors), not-ready (no heartbeat for 20 s), not-joined.\n\
+         # TYPE tessera_node_state gauge"
+    );
+    let mut gpus = Vec::new();
+    for n in nodes {
+        let record = records.iter().find(|r| r.node_id == n.id);
+        let view = super::nodes::node_view(n.clone(), record, state, now);
+        for s in NODE_STATES {
+            let _ = writeln!(
+                text,
+                "tessera_node_state{{Hostname=\"{}\",state=\"{s}\"}} {}",
+                esc(&view.name),
+                u8::from(view.state == s)
+            );
+        }
+        gpus.extend(n.gpus.into_iter().map(|g| (view.name.clone(), g)));
+    }
+    let labels = |host: &str, g: &crate::store::Gpu| {
+        format!(
+            "gpu=\"{}\",UUID=\"{}\",modelName=\"{}\",Hostname=\"{}\"",
+            g.index,
+            esc(&g.uuid),
+            esc(&g.model),
+            esc(host)
+        )
+    };
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_health A GPU's health as judged from its agent's reports (1 for its state): healthy, \
+         degraded, unhealthy.\n# TYPE tessera_gpu_health gauge"
+    );
+    for (host, g) in &gpus {
+        for s in HEALTH {
+            let _ = writeln!(
+                text,
+                "tessera_gpu_health{{{},state=\"{s}\"}} {}",
+                labels(host, g),
+                u8::from(g.health.state.as_str() == s)
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_cordoned Whether a GPU is cordoned (gets nothing new).\n# TYPE tessera_gpu_cordoned gauge"
+    );
+    for (host, g) in &gpus {
+        let _ = writeln!(text, "tessera_gpu_cordoned{{{}}} {}", labels(host, g), u8::from(g.cordoned));
+    }
+    // MIG compute slices by model: allocated, placeable, stranded (`tessera_core::efficiency`) for the profiles the
+    // live requests ask for; a model nobody asks for is judged for all its profiles, so idle is not stranded.
+    // Cordoned GPUs' free slices are counted apart.
+    let live = state.store.live_requests().await?;
+    let allocations = state.store.live_allocations().await?;
+    let mut by_model: std::collections::BTreeMap<String, [u32; 4]> = std::collections::BTreeMap::new();
+    for (_, g) in gpus.iter().filter(|(_, g)| g.mig_enabled) {
+        let Some((model, _)) = state.catalog.resolve(&g.model) else { continue };
+        let mut demanded: Vec<usize> = live
+            .iter()
+            .filter_map(|r| match &r.spec {
+                tessera_core::request::SliceSpec::Mig { profile, model: asked } => asked
+                    .as_deref()
+                    .is_none_or(|a| state.catalog.resolve(a).is_some_and(|(x, _)| x.key == model.key))
+                    .then(|| model.profile_index(profile))
+                    .flatten(),
+                _ => None,
+            })
+            .collect();
+        if demanded.is_empty() {
+            demanded = (0..model.profiles.len()).collect();
+        }
+        demanded.sort_unstable();
+        demanded.dedup();
+        let in_use: Vec<tessera_core::layout::Inst> = allocations
+            .iter()
+            .filter(|a| a.gpu_id == g.id)
+            .filter_map(|a| {
+                Some(tessera_core::layout::Inst { profile: model.profile_index(&a.profile)?, start: a.start })
+            })
+            .collect();
+        let c = tessera_core::efficiency::capacity(model, &in_use, &demanded);
+        let row = by_model.entry(model.key.clone()).or_default();
+        row[0] += u32::from(c.allocated);
+        if g.cordoned {
+            row[3] += u32::from(c.placeable + c.stranded);
+        } else {
+            row[1] += u32::from(c.placeable);
+            row[2] += u32::from(c.stranded);
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tessera_compute_slices MIG compute slices by model: allocated (instances in use), placeable (free and \
+         usable by the profiles live requests ask for), stranded (free and usable by none of them), cordoned (free \
+         on cordoned GPUs).\n# TYPE tessera_compute_slices gauge"
+    );
+    for (model, row) in &by_model {
+        for (state, n) in ["allocated", "placeable", "stranded", "cordoned"].iter().zip(row) {
+            let _ = writeln!(text, "tessera_compute_slices{{modelName=\"{}\",state=\"{state}\"}} {n}", esc(model));
+        }
+    }
+    Ok(())
 }
 
 /// Escapes a label value (backslash, quote, newline).

@@ -1,6 +1,9 @@
 //! `/metrics` as Prometheus reads it: the exposition of a live server, with a simulated agent sending GPU and MIG
 //! samples, passes `promtool check metrics`, and a real Prometheus server scrapes it with the admin's bearer token
-//! and answers queries over the DCGM series with their tenant and allocation labels.
+//! and answers queries over the DCGM series with their tenant and allocation labels. The shipped alert rules
+//! (`deploy/prometheus/`) pass `promtool check rules` and their unit tests, fire in that Prometheus on the
+//! simulated idle allocation (windows shortened), and every query of the shipped Grafana dashboard
+//! (`deploy/grafana/`) is answered.
 //!
 //! Both tools come from Debian's `prometheus` package (`scripts/test` installs it).
 
@@ -40,7 +43,8 @@ async fn prometheus_lints_and_scrapes_the_exposition_with_tenant_labels() {
     let prometheus = tool("prometheus");
     let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
     let mut agent = SimAgent::new(&server.base, "prom", "H100-80GB:1", server.join_token(None).await);
-    agent.sim.lock().expect("sim").idle_percent = 0;
+    // Every allocation idle: the idle alert's case.
+    agent.sim.lock().expect("sim").idle_percent = 100;
     agent.telemetry = fast(10_000);
     agent.start();
     server.settled("prom").await;
@@ -78,17 +82,44 @@ async fn prometheus_lints_and_scrapes_the_exposition_with_tenant_labels() {
     );
     assert!(text.contains("modelName=\""), "the accepted lint is about modelName:\n{text}");
 
-    // A real Prometheus scrapes the server with the admin's token, as a deployment would.
+    // The shipped rules: checked and unit-tested by promtool.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let rules = deploy.join("prometheus/tessera-alerts.yml");
+    for args in [
+        vec!["check".to_string(), "rules".to_string(), rules.display().to_string()],
+        vec![
+            "test".to_string(),
+            "rules".to_string(),
+            deploy.join("prometheus/tessera-alerts.test.yml").display().to_string(),
+        ],
+    ] {
+        let out = tokio::process::Command::new(&promtool).args(&args).output().await.expect("promtool");
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    // A real Prometheus scrapes the server with the admin's token, as a deployment would, and evaluates the shipped
+    // rules with their windows shortened from hours to seconds (the expressions are the shipped ones).
     let work = std::env::temp_dir().join(format!("tessera-prometheus-{}", uuid::Uuid::now_v7().simple()));
     std::fs::create_dir_all(&work).expect("temp dir");
+    let shipped = std::fs::read_to_string(&rules).expect("rules");
+    assert!(shipped.contains("[15m]") && shipped.contains("for: 4h"), "the windows the test shortens are there");
+    let fast_rules = work.join("rules.yml");
+    std::fs::write(&fast_rules, shipped.replace("[15m]", "[5s]").replace("for: 4h", "for: 5s")).expect("rules copy");
     let token_file = work.join("token");
     std::fs::write(&token_file, &server.admin).expect("token file");
     let config = work.join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tessera\n    \
-             authorization:\n      credentials_file: {}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+             scrape_configs:\n  - job_name: tessera\n    authorization:\n      credentials_file: {}\n    \
+             static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            fast_rules.display(),
             token_file.display(),
             server.port
         ),
@@ -136,6 +167,75 @@ async fn prometheus_lints_and_scrapes_the_exposition_with_tenant_labels() {
     assert!((0.0..=1.0).contains(&ratio), "{series:?}");
     let counted = wait_for(Duration::from_secs(10), || query("tessera_telemetry_samples_total > 0".to_string())).await;
     assert!(counted.is_some(), "the server's own counters are scraped too");
+
+    // The fleet gauges the rules select on.
+    let ready = wait_for(Duration::from_secs(10), || {
+        query("tessera_node_state{Hostname=\"prom\",state=\"ready\"} == 1".to_string())
+    })
+    .await;
+    assert!(ready.is_some(), "the node's state is scraped");
+    let health = query("tessera_gpu_health{Hostname=\"prom\",state=\"healthy\"} == 1".to_string()).await;
+    assert!(health.is_some(), "the GPU's health is scraped");
+    let slices =
+        query("sum(tessera_compute_slices{modelName=\"H100-80GB\",state=\"allocated\"}) >= 1".to_string()).await;
+    assert!(slices.is_some(), "the allocated instance's compute slices are counted");
+
+    // The idle allocation's alert fires, naming it and its tenant.
+    let alerts = |client: reqwest::Client| async move {
+        let v: Value =
+            client.get(format!("http://127.0.0.1:{web}/api/v1/alerts")).send().await.ok()?.json().await.ok()?;
+        v["data"]["alerts"].as_array().cloned()
+    };
+    let fired = wait_for(Duration::from_secs(60), || {
+        let (client, alloc_id) = (server.client.clone(), alloc_id.clone());
+        async move {
+            alerts(client).await?.into_iter().find(|a| {
+                a["labels"]["alertname"] == "TesseraAllocationIdle"
+                    && a["state"] == "firing"
+                    && a["labels"]["allocation"] == alloc_id.as_str()
+            })
+        }
+    })
+    .await;
+    let Some(fired) = fired else {
+        panic!(
+            "TesseraAllocationIdle did not fire for {alloc_id}; alerts: {:?}; log:\n{}",
+            alerts(server.client.clone()).await,
+            std::fs::read_to_string(work.join("prometheus.log")).unwrap_or_default()
+        )
+    };
+    assert_eq!(fired["labels"]["tenant"], "vision", "{fired}");
+    let all = alerts(server.client.clone()).await.unwrap_or_default();
+    for quiet in ["TesseraNodeNotReady", "TesseraGpuUnhealthy", "TesseraLayoutFailed"] {
+        assert!(!all.iter().any(|a| a["labels"]["alertname"] == quiet), "{quiet} fired on a healthy node: {all:?}");
+    }
+
+    // Every query of the shipped dashboard is valid PromQL over these series, and the fleet's panels have data.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy.join("grafana/tessera-dashboard.json")).expect("dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10, "{} panels", panels.len());
+    let mut with_data = 0;
+    for panel in panels {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr").replace("$__rate_interval", "1m");
+            let v: Value = server
+                .client
+                .get(format!("http://127.0.0.1:{web}/api/v1/query"))
+                .query(&[("query", expr.as_str())])
+                .send()
+                .await
+                .expect("query")
+                .json()
+                .await
+                .expect("json");
+            assert_eq!(v["status"], "success", "panel {}: {expr}: {v}", panel["title"]);
+            with_data += usize::from(v["data"]["result"].as_array().is_some_and(|r| !r.is_empty()));
+        }
+    }
+    assert!(with_data >= panels.len() - 2, "only {with_data} of {} panels have data", panels.len());
 
     let _ = child.kill().await;
     drop(agent);
