@@ -102,9 +102,12 @@ pub struct ReservationPreview {
     pub auto_approve: bool,
     /// The problem booking would answer with (policy, quota, no room), when it would be refused.
     pub refused: Option<crate::Problem>,
-    /// The most slices of this spec the fleet could hold for the whole window, with every accepted reservation and
-    /// every allocation whose end is known (up to 1000).
+    /// How many slices of this spec the fleet could hold for the whole window, with every accepted reservation and
+    /// every allocation whose end is known, counted up to `free_in_window_limit`: equal to it means that many or
+    /// more.
     pub free_in_window: u32,
+    /// What `free_in_window` is counted up to: 64, or the asked count when larger.
+    pub free_in_window_limit: u32,
     /// The policy that applies to the tenant.
     pub policy: ReservationPolicy,
 }

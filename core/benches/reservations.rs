@@ -37,7 +37,7 @@ use tessera_core::catalog::Catalog;
 use tessera_core::layout::{Inst, Occupancy};
 use tessera_core::planner::synth::Rng;
 use tessera_core::request::SliceSpec;
-use tessera_core::reservation::{Booking, CalGpu, Calendar, Hold, search_most};
+use tessera_core::reservation::{Booking, CalGpu, Calendar, Hold, preview_limit, search_most};
 
 const NOW: i64 = 1_800_000_000_000;
 const HOUR: i64 = 3_600_000;
@@ -145,11 +145,11 @@ fn main() {
         cached.push(t.elapsed());
         assert_eq!((most, fits), *answer, "the kept simulation disagrees on {b:?}");
     }
-    // The search the preview used before: halving from the bound, then the asked count.
+    // The search the preview used before: halving from the bound (to the same limit), then the asked count.
     let mut halving = Vec::new();
     for (b, answer) in asks.iter().zip(&answers) {
         let t = Instant::now();
-        let (mut lo, mut hi) = (0u32, kept.search_bound(b));
+        let (mut lo, mut hi) = (0u32, kept.search_bound(b).min(preview_limit(b.count)));
         while lo < hi {
             let mid = lo + (hi - lo).div_ceil(2);
             if kept.fits(&Booking { count: mid, ..b.clone() }).is_ok() { lo = mid } else { hi = mid - 1 }
@@ -161,10 +161,22 @@ fn main() {
             eprintln!("halving found {lo} where the gallop found {} for {b:?}", answer.0);
         }
     }
+    // Counting as far as the fleet allows (up to 1000), as the preview did before it counted to 64.
+    let mut uncapped = Vec::new();
+    for (b, answer) in asks.iter().zip(&answers) {
+        let t = Instant::now();
+        let most = kept.most_that_fit(b);
+        let fits = kept.fits(b).is_ok();
+        uncapped.push(t.elapsed());
+        assert_eq!(fits, answer.1);
+        if most < answer.0 {
+            eprintln!("counting further found fewer: {most} < {} for {b:?}", answer.0);
+        }
+    }
     let mut slow = Vec::new();
     for (b, answer) in asks.iter().zip(&answers).take(setup.baseline_previews) {
         // The same search, from the same bound (what the window's start has room for).
-        let bound = kept.search_bound(b);
+        let bound = kept.search_bound(b).min(preview_limit(b.count));
         let t = Instant::now();
         let (most, fits) = baseline_preview(&cal, b, bound);
         slow.push(t.elapsed());
@@ -182,7 +194,8 @@ fn main() {
     println!("|---|---|---|---|");
     row("prepared calendar kept between previews (the server's cache)", &mut cached);
     row("prepared calendar, simulated for this preview", &mut fast);
-    row("prepared calendar kept, searched by halving from the bound (before)", &mut halving);
+    row("prepared calendar kept, searched by halving from the bound (the previous search)", &mut halving);
+    row("prepared calendar kept, counting up to 1000 instead of 64", &mut uncapped);
     row("baseline: full replay per probe", &mut slow);
     let p50 = |d: &[Duration]| quantile(&mut d.to_vec(), 0.5).as_secs_f64();
     println!(
@@ -201,8 +214,8 @@ fn main() {
     let mut refused = 0;
     for i in 0..setup.previews.min(free_now.len()) {
         let extra = vec![free_now[rng.below(free_now.len())].clone()];
-        let t = Instant::now();
         let read = cal.clone();
+        let t = Instant::now();
         assert!(kept.answers_for(&read, NOW));
         let answer = kept.protects(&extra).err().map(|s| s.booking);
         guard.push(t.elapsed());

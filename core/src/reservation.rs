@@ -507,7 +507,7 @@ impl<'a> Prepared<'a> {
             short: vec![None; n],
         };
         p.regroup();
-        let replay = p.replay_from(0, None, &[], false);
+        let replay = p.replay_from(0, None, &[], false, false);
         p.absorb(replay);
         p
     }
@@ -543,14 +543,22 @@ impl<'a> Prepared<'a> {
 
     /// Whether `new` would fit with every accepted reservation keeping its room; the shortfalls otherwise.
     pub fn fits(&self, new: &Booking) -> Result<(), Vec<Shortfall>> {
-        let replay = self.replay_new(new);
+        let replay = self.replay_new(new, false);
+        let short = self.shortfalls(&replay);
+        if short.is_empty() { Ok(()) } else { Err(short) }
+    }
+
+    /// Whether `new` would fit, as [`Prepared::fits`]; when it would not, the shortfalls up to the first that the
+    /// change causes (the replay stops there), which always include `new`'s own at its start. Enough for a search.
+    fn fits_until_short(&self, new: &Booking) -> Result<(), Vec<Shortfall>> {
+        let replay = self.replay_new(new, true);
         let short = self.shortfalls(&replay);
         if short.is_empty() { Ok(()) } else { Err(short) }
     }
 
     /// Accepts `new` if it fits (see [`Prepared::fits`]); the simulation then includes it.
     pub fn accept(&mut self, new: Booking) -> Result<(), Vec<Shortfall>> {
-        let replay = self.replay_new(&new);
+        let replay = self.replay_new(&new, false);
         let short = self.shortfalls(&replay);
         if !short.is_empty() {
             return Err(short);
@@ -577,21 +585,26 @@ impl<'a> Prepared<'a> {
     /// The count it answers always fits; the planner is a heuristic, so on rare fleets a larger count that the search
     /// skipped could fit too.
     pub fn most_that_fit(&self, b: &Booking) -> u32 {
-        search_most(0, self.search_bound(b), &b.id, |n| self.fits(&Booking { count: n, ..b.clone() }))
+        search_most(0, self.search_bound(b), &b.id, |n| self.fits_until_short(&Booking { count: n, ..b.clone() }))
     }
 
-    /// What a preview of booking `b` asks: the most slices of its spec that fit its window (as
-    /// [`Prepared::most_that_fit`]), and whether `b.count` fits (as [`Prepared::fits`]). The asked count is the
-    /// search's first probe, so the two answers cost one search.
+    /// What a preview of booking `b` asks: how many slices of its spec fit its window, counted up to
+    /// [`preview_limit`] (`b.count` or [`PREVIEW_COUNT`], whichever is larger; an answer equal to it means that many
+    /// or more), and whether `b.count` fits (as [`Prepared::fits`]). The asked count is the search's first probe, so
+    /// the two answers cost one search. Counting further would probe counts of hundreds of slices, each placed by
+    /// the planner and moving later reservations off their kept slices, for a figure the asker does not need.
     pub fn preview(&self, b: &Booking) -> (u32, Result<(), Vec<Shortfall>>) {
-        let bound = self.search_bound(b);
+        let bound = self.search_bound(b).min(preview_limit(b.count));
         let mut asked = None;
         let most = search_most(b.count, bound, &b.id, |n| {
-            let r = self.fits(&Booking { count: n, ..b.clone() });
+            let probe = Booking { count: n, ..b.clone() };
             if n == b.count {
+                let r = self.fits(&probe);
                 asked = Some(r.clone());
+                r
+            } else {
+                self.fits_until_short(&probe)
             }
-            r
         });
         (most, asked.unwrap_or_else(|| self.fits(b)))
     }
@@ -602,7 +615,7 @@ impl<'a> Prepared<'a> {
         if extra.is_empty() || self.order.is_empty() {
             return Ok(());
         }
-        let replay = self.replay_from(0, None, extra, true);
+        let replay = self.replay_from(0, None, extra, true, false);
         self.shortfalls(&replay)
             .into_iter()
             .find(|s| {
@@ -735,19 +748,26 @@ impl<'a> Prepared<'a> {
     }
 
     /// The replay with `new` added, from the first moment at or after its start.
-    fn replay_new(&self, new: &Booking) -> Replay {
+    fn replay_new(&self, new: &Booking, until_short: bool) -> Replay {
         if new.end_ms <= self.from_ms {
             return Replay::default();
         }
         let t = new.start_ms.max(self.from_ms);
         let first = self.groups.partition_point(|g| g.t < t);
-        self.replay_from(first, Some(new), &[], false)
+        self.replay_from(first, Some(new), &[], false, until_short)
     }
 
     /// Replays the groups from `first` with `new` added and `extra` held from now. With `stop_early`, or with a new
     /// booking, it stops at the first moment by which every slice that differs from the prepared simulation has
     /// ended; from `first = 0` without changes it is the whole simulation.
-    fn replay_from(&self, first: usize, new: Option<&Booking>, extra: &[Hold], stop_early: bool) -> Replay {
+    fn replay_from(
+        &self,
+        first: usize,
+        new: Option<&Booking>,
+        extra: &[Hold],
+        stop_early: bool,
+        until_short: bool,
+    ) -> Replay {
         let bookings = &self.cal.bookings;
         let tag = |h: &Hold| self.index.get(&h.gpu).copied();
         // What is held besides the calendar's holds before the first group replayed, by GPU: `extra`, then the
@@ -829,6 +849,13 @@ impl<'a> Prepared<'a> {
                 }
                 replay.fresh.extend(slices);
                 replay.members.push((m, range, short));
+            }
+            // A shortfall the change caused (one the prepared simulation does not have) settles the question.
+            let caused = |(m, _, s): &(Member, std::ops::Range<usize>, Option<Shortfall>)| {
+                s.is_some() && !matches!(m, Member::Booked(i) if self.short[*i].is_some())
+            };
+            if until_short && replay.members.iter().rev().take(group.len()).any(caused) {
+                break;
             }
         }
         replay
@@ -1027,6 +1054,14 @@ impl<'a> Prepared<'a> {
             .take(b.count as usize)
             .collect()
     }
+}
+
+/// How many slices a preview counts up to when fewer are asked for (see [`Prepared::preview`]).
+pub const PREVIEW_COUNT: u32 = 64;
+
+/// The most a preview of `asked` slices counts to: `asked` or [`PREVIEW_COUNT`], whichever is larger.
+pub fn preview_limit(asked: u32) -> u32 {
+    asked.max(PREVIEW_COUNT)
 }
 
 /// The most slices that fit, up to `bound`, found with `probe(n)` (whether `n` slices fit; the shortfalls else), for
@@ -1231,6 +1266,26 @@ mod tests {
     }
 
     #[test]
+    fn a_preview_counts_to_its_limit_and_answers_the_asked_count() {
+        // Ten empty H100s: seventy 1g slices, of which five are booked 10-20.
+        let gpus: Vec<CalGpu> = (0..10).map(|i| mig_gpu(&format!("g{i}"))).collect();
+        let cal = Calendar::new(catalog(), gpus, vec![], vec![mig("1g.10gb", 5, "a", 10, 20)]);
+        let p = cal.prepare(0);
+        // A few asked: counted up to 64, which means 64 or more.
+        let (most, fits) = p.preview(&mig("1g.10gb", 2, "x", 15, 25));
+        assert_eq!((most, fits.is_ok()), (PREVIEW_COUNT, true));
+        assert_eq!(p.most_that_fit(&mig("1g.10gb", 2, "x", 15, 25)), 65);
+        // More asked than the limit: counted up to the asked count, exactly.
+        let (most, fits) = p.preview(&mig("1g.10gb", 66, "x", 15, 25));
+        assert_eq!(most, 65);
+        let short = fits.expect_err("66 do not fit");
+        assert_eq!((short[0].booking.as_str(), short[0].wanted, short[0].placed), ("x", 66, 65));
+        assert_eq!(p.preview(&mig("1g.10gb", 65, "x", 15, 25)), (65, Ok(())));
+        // After the booked window every slice is free.
+        assert_eq!(p.preview(&mig("1g.10gb", 70, "x", 20, 25)), (70, Ok(())));
+    }
+
+    #[test]
     fn a_full_window_refuses_and_a_later_one_fits() {
         // One H100: seven 1g slices. Five booked 10-20, three more 15-25 overlap them; 20-30 is free again.
         let cal = Calendar::new(catalog(), vec![mig_gpu("g")], vec![], vec![mig("1g.10gb", 5, "a", 10, 20)]);
@@ -1431,7 +1486,8 @@ mod tests {
             prop_assert_eq!(prepared.most_that_fit(&probe), lo);
             let asked = Booking { count: 1 + lo % 3, ..probe.clone() };
             let (most, fits) = prepared.preview(&asked);
-            prop_assert_eq!(most, search_most(asked.count, bound, &probe.id, short_whole));
+            let limited = bound.min(preview_limit(asked.count));
+            prop_assert_eq!(most, search_most(asked.count, limited, &probe.id, short_whole));
             prop_assert_eq!(fits, short_whole(asked.count));
             prop_assert!(lo == 0 || fits_whole(lo));
             // Protection: the first reservation the extra slice leaves short that was not short before.

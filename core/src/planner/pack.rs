@@ -15,7 +15,9 @@
 //! request it can absorb first (see [`Packer::place_class`]).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use super::problem::Problem;
 use crate::catalog::ProfileIdx;
@@ -102,12 +104,12 @@ impl<'p, 'c> Packer<'p, 'c> {
             plans: vec![GpuPlan::default(); problem.gpus.len()],
             gpu_state: vec![None; problem.gpus.len()],
             keys: Vec::new(),
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             evals: Vec::new(),
             members: Vec::new(),
-            best: HashMap::new(),
-            capacity: HashMap::new(),
-            index: HashMap::new(),
+            best: HashMap::default(),
+            capacity: HashMap::default(),
+            index: HashMap::default(),
             demanded: problem.demanded_profiles(),
             unplaced: vec![0; problem.classes.len()],
         };

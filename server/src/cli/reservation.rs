@@ -107,15 +107,19 @@ pub(super) async fn run(api: &Api, cmd: ReservationCommand, out: &mut dyn Write)
             let count = body.count;
             let answer = api.call::<_, ReservationPreview>(Method::POST, &path, Some(&body), None).await?;
             if let Answer::Ok(p) = &answer {
+                let free = if p.free_in_window >= p.free_in_window_limit {
+                    format!("{} or more", p.free_in_window)
+                } else {
+                    p.free_in_window.to_string()
+                };
                 say(&match &p.refused {
                     None if p.auto_approve => {
-                        format!("It fits and is accepted at once ({} of this spec fit).", p.free_in_window)
+                        format!("It fits and is accepted at once ({free} of this spec fit).")
                     }
-                    None => format!("It fits; a platform admin accepts it ({} of this spec fit).", p.free_in_window),
-                    Some(problem) => format!(
-                        "It would be refused: {} ({} of {count} fit the window).",
-                        problem.detail, p.free_in_window
-                    ),
+                    None => format!("It fits; a platform admin accepts it ({free} of this spec fit)."),
+                    Some(problem) => {
+                        format!("It would be refused: {} ({} of {count} fit the window).", problem.detail, free)
+                    }
                 });
             }
             print(out, answer)

@@ -515,7 +515,9 @@ pub async fn preview(
         start_ms: body.start_ms,
         end_ms: body.end_ms,
     };
-    // The most that fit and whether the asked count does: one search, whose first probe is the asked count.
+    // How many fit (counted up to the limit) and whether the asked count does: one search, whose first probe is the
+    // asked count.
+    let limit = tessera_core::reservation::preview_limit(body.count);
     let (most, fits) = if body.end_ms > body.start_ms && charge(state.catalog, &body.spec, 1).is_ok() {
         let (most, fits) = prepared.preview(&asked);
         (most.min(super::requests::MAX_COUNT), Some(fits))
@@ -531,6 +533,7 @@ pub async fn preview(
         auto_approve: checked.as_ref().is_ok_and(|c| c.auto_approve),
         refused,
         free_in_window: most,
+        free_in_window_limit: limit,
         policy,
     })
 }

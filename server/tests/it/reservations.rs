@@ -105,6 +105,9 @@ async fn a_booking_fits_its_window_or_says_how_many_do(db: &TestDb) {
     assert_eq!((s, c["state"].clone()), (StatusCode::OK, json!("cancelled")), "{c}");
     let (s, p) = app.send(Method::POST, &path, &dev, Some(mig("1g.10gb", 3, a, b))).await;
     assert_eq!((s, p["fits"].clone(), p["free_in_window"].clone()), (StatusCode::OK, json!(true), json!(7)), "{p}");
+    assert_eq!(p["free_in_window_limit"], json!(tessera_core::reservation::PREVIEW_COUNT), "{p}");
+    let (_, p) = app.send(Method::POST, &path, &dev, Some(mig("1g.10gb", 100, a, b))).await;
+    assert_eq!((p["free_in_window"].clone(), p["free_in_window_limit"].clone()), (json!(7), json!(100)), "{p}");
     // Running into the seven 1g booked from `b`: none fits.
     let (s, p) = app.send(Method::POST, &path, &dev, Some(mig("1g.10gb", 3, a, b + 60_000))).await;
     assert_eq!((s, p["fits"].clone(), p["free_in_window"].clone()), (StatusCode::OK, json!(false), json!(0)), "{p}");

@@ -154,11 +154,18 @@ pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i6
                 {move || match preview.get() {
                     None => String::new(),
                     Some(Err(p)) => p.message(),
-                    Some(Ok(p)) => match (&p.refused, p.auto_approve) {
-                        (None, true) => format!("It fits: {} of this profile are free for that whole window; it is accepted at once.", p.free_in_window),
-                        (None, false) => format!("It fits: {} of this profile are free for that whole window; a platform admin accepts it.", p.free_in_window),
-                        (Some(r), _) => format!("{} {} of this profile are free for that whole window.", r.detail, p.free_in_window),
-                    },
+                    Some(Ok(p)) => {
+                        let free = if p.free_in_window >= p.free_in_window_limit {
+                            format!("{} or more", p.free_in_window)
+                        } else {
+                            p.free_in_window.to_string()
+                        };
+                        match (&p.refused, p.auto_approve) {
+                            (None, true) => format!("It fits: {free} of this profile are free for that whole window; it is accepted at once."),
+                            (None, false) => format!("It fits: {free} of this profile are free for that whole window; a platform admin accepts it."),
+                            (Some(r), _) => format!("{} {free} of this profile are free for that whole window.", r.detail),
+                        }
+                    }
                 }}
             </p>
             {move || answer.get().map(|a| match a {
