@@ -11,6 +11,7 @@ pub mod audit;
 pub mod budgets;
 pub mod catalog;
 pub mod cohorts;
+pub mod efficiency;
 pub mod layouts;
 pub mod nodes;
 pub mod notifications;

@@ -106,7 +106,9 @@ pub struct ReservationPreview {
     /// every allocation whose end is known, counted up to `free_in_window_limit`: equal to it means that many or
     /// more.
     pub free_in_window: u32,
-    /// What `free_in_window` is counted up to: 64, or the asked count when larger.
+    /// What `free_in_window` is counted up to: 64, or the asked count when larger (0 from servers that counted
+    /// up to 1000 and did not say).
+    #[serde(default)]
     pub free_in_window_limit: u32,
     /// The policy that applies to the tenant.
     pub policy: ReservationPolicy,

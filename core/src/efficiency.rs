@@ -35,7 +35,8 @@ pub fn capacity(model: &GpuModel, in_use: &[Inst], demanded: &[usize]) -> Capaci
 }
 
 /// The most compute slices instances from `pairs` (each placement at most once) can add to `occ`: an exhaustive
-/// search, small since a GPU has at most 8 placement units.
+/// search over the sets of non-overlapping placements, which on the catalog's models is a few hundred at most (the
+/// server judges GPUs alike once).
 fn most_compute(model: &GpuModel, occ: Occupancy, pairs: &[Inst]) -> u8 {
     let mut best = 0u8;
     for (k, &inst) in pairs.iter().enumerate() {

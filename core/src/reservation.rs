@@ -1066,8 +1066,9 @@ pub fn preview_limit(asked: u32) -> u32 {
 
 /// The most slices that fit, up to `bound`, found with `probe(n)` (whether `n` slices fit; the shortfalls else), for
 /// a booking `id`. It probes `asked` first (a preview needs that answer anyway; 0 skips it), then gallops down from
-/// the highest count still possible: it probes that count, then ever further below it (1, 2, 4, ... slices) until a
-/// count fits, and searches between the two by halves. When a probe finds the booking itself short of room at its
+/// the highest count still possible: it probes that count, then ever further below it (2, 6, 14, ... slices) until
+/// a count fits, and searches between the two by halves. At most about twice the probes of halving (when the answer
+/// is far below the bound), one or two when it is at the bound. When a probe finds the booking itself short of room at its
 /// start, no count above what it placed there is probed. The answer is usually near the bound (the room at the
 /// window's start), where the first probe or two find it; a plain binary search from 0 probes about ten times.
 /// Fitting is taken to be monotone in the count, which the heuristic planner does not promise: the answer always
@@ -1088,8 +1089,8 @@ pub fn search_most(asked: u32, bound: u32, id: &str, mut probe: impl FnMut(u32) 
             Err(short) => fail(asked, &short, lo, &mut hi),
         }
     }
-    // Gallop: probe `hi`, then 1, 3, 7, ... below where it started (or exactly the new `hi` when a probe lowered it
-    // by more than one), until a count fits.
+    // Gallop: probe `hi`, then 2, 6, 14, ... below where it started (each step twice the last), or exactly the new
+    // `hi` when a probe's own shortfall lowered it further, until a count fits.
     let mut step = 1u32;
     while lo < hi {
         let n = (hi + 1).saturating_sub(step).max(lo + 1);
@@ -1283,6 +1284,33 @@ mod tests {
         assert_eq!(p.preview(&mig("1g.10gb", 65, "x", 15, 25)), (65, Ok(())));
         // After the booked window every slice is free.
         assert_eq!(p.preview(&mig("1g.10gb", 70, "x", 20, 25)), (70, Ok(())));
+    }
+
+    #[test]
+    fn the_search_finds_the_most_that_fit_of_any_monotone_probe() {
+        // Every answer 0..=40 under every bound, with and without an asked count, and with the booking's own
+        // shortfall saying how many found room at its start (as a replay does) or not.
+        for bound in 0..=40u32 {
+            for answer in 0..=bound {
+                for asked in [0, 1, answer, answer + 1, bound] {
+                    for own in [false, true] {
+                        let mut probes = 0;
+                        let found = search_most(asked, bound, "x", |n| {
+                            probes += 1;
+                            assert!((1..=bound).contains(&n), "probe {n} outside 1..={bound}");
+                            if n <= answer {
+                                return Ok(());
+                            }
+                            let placed = if own { answer } else { n - 1 };
+                            let short = Shortfall { booking: "x".into(), start_ms: 0, wanted: n, placed };
+                            Err(if own { vec![short] } else { vec![Shortfall { booking: "y".into(), ..short }] })
+                        });
+                        assert_eq!(found, answer, "bound {bound}, asked {asked}, own {own}");
+                        assert!(probes <= 2 * (u32::BITS - bound.leading_zeros()) + 2, "{probes} probes");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

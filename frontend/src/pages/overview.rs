@@ -2,13 +2,15 @@
 //!
 //! Platform admins: capacity per GPU model in compute slices (allocated, free, stranded: free but out of reach of
 //! any instance under the GPU's MIG layout, unavailable: on cordoned GPUs or nodes that are not ready), fleet utilisation now and hour by hour over 24 h, idle allocations, the requests and
-//! layout changes waiting for them, and the nodes needing attention. Members: per tenant, its slices, its pending
+//! layout changes waiting for them, the nodes needing attention, and efficiency (`GET /api/v1/efficiency`: MIG
+//! compute slices placeable or stranded for the profiles asked for, and per tenant what it used of what it held). Members: per tenant, its slices, its pending
 //! requests and its compute-slice quota.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
 
 use tessera_api::allocations::AllocationView;
+use tessera_api::efficiency::EfficiencyReport;
 use tessera_api::layouts::LayoutView;
 use tessera_api::nodes::NodeView;
 use tessera_api::requests::RequestPage;
@@ -252,6 +254,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
     let pending =
         Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
     let layouts = Resource::new(|| (), |_| api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()));
+    let efficiency = Resource::new(|| (), |_| api::get_json::<EfficiencyReport>("/api/v1/efficiency".into()));
     view! {
         <div class="cards glance" data-testid="admin-glance">
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -332,6 +335,50 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                                 <div><dt>"Idle allocations"</dt><dd data-testid="idle-allocations" class:warn-text=idle != 0>{idle}</dd></div>
                             </dl>
                             <p><A href="/approvals">"Open approvals"</A>" · "<A href="/usage">"Idle allocations in usage"</A></p>
+                        }.into_any()
+                    })}
+                </Suspense>
+            </div>
+            <div class="card" data-testid="efficiency">
+                <h2>"Efficiency"</h2>
+                <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                    {move || Suspend::new(async move {
+                        let r = match efficiency.await { Ok(r) => r, Err(p) => return problem_view(&p) };
+                        let pct = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| format!("{:.0} %", v * 100.0));
+                        view! {
+                            <p class="muted small">"MIG compute slices for the profiles asked for, and what tenants used of what they held over the last 24 h."</p>
+                            <ul class="plain">
+                                {r.models.into_iter().map(|m| {
+                                    let free = m.placeable + m.stranded;
+                                    let text = format!("{} allocated · {} placeable · {} stranded{}", m.allocated, m.placeable, m.stranded,
+                                        if m.cordoned > 0 { format!(" · {} cordoned", m.cordoned) } else { String::new() });
+                                    view! {
+                                        <li data-model=m.model.clone() data-allocated=m.allocated data-placeable=m.placeable data-stranded=m.stranded data-cordoned=m.cordoned data-gpus=m.gpus
+                                            title=format!("{} of {free} free slices cannot hold any profile asked for without moving someone", m.stranded)>
+                                            <strong>{m.model.clone()}</strong>" "<span class="muted">{text}</span>
+                                        </li>
+                                    }
+                                }).collect_view()}
+                            </ul>
+                            {if r.tenants.is_empty() {
+                                view! { <p class="muted small">"Nothing was held in the last 24 h."</p> }.into_any()
+                            } else {
+                                view! {
+                                    <table class="small">
+                                        <thead><tr><th>"Tenant"</th><th>"Slice-hours held"</th><th>"Used"</th><th>"Idle"</th></tr></thead>
+                                        <tbody>
+                                            {r.tenants.into_iter().map(|t| view! {
+                                                <tr data-tenant=t.tenant.clone()>
+                                                    <td>{t.tenant.clone()}</td>
+                                                    <td>{tessera_core::clock::rounded(t.held_slice_hours, 1)}</td>
+                                                    <td data-testid="efficiency-used">{pct(t.efficiency)}</td>
+                                                    <td class:warn-text=!t.idle_allocations.is_empty()>{t.idle_allocations.len()}</td>
+                                                </tr>
+                                            }).collect_view()}
+                                        </tbody>
+                                    </table>
+                                }.into_any()
+                            }}
                         }.into_any()
                     })}
                 </Suspense>

@@ -107,7 +107,7 @@ pub(super) async fn run(api: &Api, cmd: ReservationCommand, out: &mut dyn Write)
             let count = body.count;
             let answer = api.call::<_, ReservationPreview>(Method::POST, &path, Some(&body), None).await?;
             if let Answer::Ok(p) = &answer {
-                let free = if p.free_in_window >= p.free_in_window_limit {
+                let free = if p.free_in_window_limit > 0 && p.free_in_window >= p.free_in_window_limit {
                     format!("{} or more", p.free_in_window)
                 } else {
                     p.free_in_window.to_string()

@@ -196,6 +196,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry::live))
         .routes(routes!(telemetry::metrics))
         .routes(routes!(usage::usage))
+        .routes(routes!(usage::efficiency))
         .routes(routes!(notifications::create_tenant_webhook, notifications::list_tenant_webhooks))
         .routes(routes!(notifications::create_webhook, notifications::list_webhooks))
         .routes(routes!(notifications::get_webhook, notifications::delete_webhook))

@@ -377,6 +377,7 @@ async fn fleet_gauges(text: &mut String, state: &AppState, nodes: Vec<Node>) -> 
          # TYPE tessera_node_state gauge"
     );
     let mut gpus = Vec::new();
+    let all_nodes = nodes.clone();
     for n in nodes {
         let record = records.iter().find(|r| r.node_id == n.id);
         let view = super::nodes::node_view(n.clone(), record, state, now);
@@ -421,56 +422,18 @@ async fn fleet_gauges(text: &mut String, state: &AppState, nodes: Vec<Node>) -> 
     for (host, g) in &gpus {
         let _ = writeln!(text, "tessera_gpu_cordoned{{{}}} {}", labels(host, g), u8::from(g.cordoned));
     }
-    // MIG compute slices by model: allocated, placeable, stranded (`tessera_core::efficiency`) for the profiles the
-    // live requests ask for; a model nobody asks for is judged for all its profiles, so idle is not stranded.
-    // Cordoned GPUs' free slices are counted apart.
-    let live = state.store.live_requests().await?;
-    let allocations = state.store.live_allocations().await?;
-    let mut by_model: std::collections::BTreeMap<String, [u32; 4]> = std::collections::BTreeMap::new();
-    for (_, g) in gpus.iter().filter(|(_, g)| g.mig_enabled) {
-        let Some((model, _)) = state.catalog.resolve(&g.model) else { continue };
-        let mut demanded: Vec<usize> = live
-            .iter()
-            .filter_map(|r| match &r.spec {
-                tessera_core::request::SliceSpec::Mig { profile, model: asked } => asked
-                    .as_deref()
-                    .is_none_or(|a| state.catalog.resolve(a).is_some_and(|(x, _)| x.key == model.key))
-                    .then(|| model.profile_index(profile))
-                    .flatten(),
-                _ => None,
-            })
-            .collect();
-        if demanded.is_empty() {
-            demanded = (0..model.profiles.len()).collect();
-        }
-        demanded.sort_unstable();
-        demanded.dedup();
-        let in_use: Vec<tessera_core::layout::Inst> = allocations
-            .iter()
-            .filter(|a| a.gpu_id == g.id)
-            .filter_map(|a| {
-                Some(tessera_core::layout::Inst { profile: model.profile_index(&a.profile)?, start: a.start })
-            })
-            .collect();
-        let c = tessera_core::efficiency::capacity(model, &in_use, &demanded);
-        let row = by_model.entry(model.key.clone()).or_default();
-        row[0] += u32::from(c.allocated);
-        if g.cordoned {
-            row[3] += u32::from(c.placeable + c.stranded);
-        } else {
-            row[1] += u32::from(c.placeable);
-            row[2] += u32::from(c.stranded);
-        }
-    }
+    let (by_model, _) = crate::services::efficiency::fleet_capacity_of(state, &all_nodes).await?;
     let _ = writeln!(
         text,
         "# HELP tessera_compute_slices MIG compute slices by model: allocated (instances in use), placeable (free and \
          usable by the profiles live requests ask for), stranded (free and usable by none of them), cordoned (free \
          on cordoned GPUs).\n# TYPE tessera_compute_slices gauge"
     );
-    for (model, row) in &by_model {
-        for (state, n) in ["allocated", "placeable", "stranded", "cordoned"].iter().zip(row) {
-            let _ = writeln!(text, "tessera_compute_slices{{modelName=\"{}\",state=\"{state}\"}} {n}", esc(model));
+    for m in &by_model {
+        for (state, n) in
+            [("allocated", m.allocated), ("placeable", m.placeable), ("stranded", m.stranded), ("cordoned", m.cordoned)]
+        {
+            let _ = writeln!(text, "tessera_compute_slices{{modelName=\"{}\",state=\"{state}\"}} {n}", esc(&m.model));
         }
     }
     Ok(())

@@ -13,6 +13,7 @@ use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, 
 use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Principal, now_ms};
+pub use tessera_api::efficiency::{EfficiencyQuery, EfficiencyReport};
 pub use tessera_api::usage::UsageQuery;
 
 /// The columns of the CSV report, one line per allocation.
@@ -41,18 +42,7 @@ pub async fn usage(
     };
     let idle_below = q.idle_below.unwrap_or(DEFAULT_IDLE_BELOW);
     let idle_hours = q.idle_hours.unwrap_or(DEFAULT_IDLE_HOURS);
-    if !IDLE_BELOW.contains(&idle_below) || !IDLE_HOURS.contains(&idle_hours) {
-        return Err(ApiError::invalid(
-            "invalid_idle",
-            format!(
-                "`idle_below` is a percentage from {} to {}, `idle_hours` a number of hours from {} to {}",
-                IDLE_BELOW.start(),
-                IDLE_BELOW.end(),
-                IDLE_HOURS.start(),
-                IDLE_HOURS.end()
-            ),
-        ));
-    }
+    check_idle(idle_below, "idle_hours", idle_hours)?;
     let now = now_ms();
     let to = super::time_param("to", q.to)?.unwrap_or(now);
     let from = super::time_param("from", q.from)?.unwrap_or((to - 30 * 24 * 3600 * 1000).max(0));
@@ -203,4 +193,43 @@ mod tests {
         );
         assert_eq!(lines[3], "");
     }
+}
+
+/// Fleet efficiency (platform admins): MIG compute slices per model and in total by what they can do now
+/// (allocated, placeable for the profiles the live requests ask for, stranded, free on cordoned GPUs), and per tenant
+/// the compute-slice-hours held over the last `hours`, the share of them measured, what was used (weighted by each
+/// device's mean utilisation) and the allocations idle over the whole look-back.
+#[utoipa::path(get, path = "/api/v1/efficiency", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(EfficiencyQuery),
+    responses((status = 200, body = EfficiencyReport), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_idle")))]
+pub async fn efficiency(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<EfficiencyQuery>,
+) -> Result<ApiJson<EfficiencyReport>, ApiError> {
+    use crate::services::efficiency::{DEFAULT_EFFICIENCY_HOURS, DEFAULT_EFFICIENCY_IDLE_BELOW, report};
+    p.require_platform_admin()?;
+    let hours = q.hours.unwrap_or(DEFAULT_EFFICIENCY_HOURS);
+    let idle_below = q.idle_below.unwrap_or(DEFAULT_EFFICIENCY_IDLE_BELOW);
+    check_idle(idle_below, "hours", hours)?;
+    Ok(ApiJson(report(&state, hours, idle_below, now_ms()).await?))
+}
+
+/// `422 invalid_idle` unless `below` is a percentage and `hours` (the parameter `name`) a look-back the telemetry
+/// keeps.
+fn check_idle(below: f64, name: &str, hours: f64) -> Result<(), ApiError> {
+    if IDLE_BELOW.contains(&below) && IDLE_HOURS.contains(&hours) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_idle",
+        format!(
+            "`idle_below` is a percentage from {} to {}, `{name}` a number of hours from {} to {}",
+            IDLE_BELOW.start(),
+            IDLE_BELOW.end(),
+            IDLE_HOURS.start(),
+            IDLE_HOURS.end()
+        ),
+    ))
 }

@@ -9,6 +9,7 @@ pub mod approvals;
 pub mod audit;
 pub mod budgets;
 pub mod cohorts;
+pub mod efficiency;
 pub mod email;
 pub mod fleet;
 pub mod governance;

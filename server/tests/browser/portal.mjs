@@ -921,6 +921,18 @@ display_name = "Test IdP"
     });
     check(parts.length > 0 && parts.every((p) => p.total > 0 && Math.abs(p.sum - p.total) < 0.11),
       `overview: allocated, free, stranded and unavailable add up to each model's compute slices (${capacities.join('; ')})`);
+    // Efficiency: per MIG model, allocated + placeable + stranded + cordoned is every compute slice of its GPUs (7 on
+    // the demo's H100s and A100s), as the server's report has it; the tenants that held slices are listed.
+    await page.locator('[data-testid=efficiency] li[data-model]').first().waitFor();
+    const efficiency = await page.locator('[data-testid=efficiency] li[data-model]').evaluateAll((els) => els.map((e) => ({
+      model: e.dataset.model, gpus: Number(e.dataset.gpus),
+      sum: ['allocated', 'placeable', 'stranded', 'cordoned'].reduce((a, k) => a + Number(e.dataset[k]), 0) })));
+    const report = await api('GET', '/api/v1/efficiency');
+    check(efficiency.length === report.models.length && efficiency.length >= 2
+      && efficiency.every((m) => m.gpus > 0 && m.sum === 7 * m.gpus),
+      `overview: efficiency splits each MIG model's compute slices as the report does (${JSON.stringify(efficiency)})`);
+    const heldBy = await page.locator('[data-testid=efficiency] tr[data-tenant]').count();
+    check(heldBy === report.tenants.length && heldBy > 0, `overview: efficiency lists the ${heldBy} tenants that held slices in the last 24 h`);
 
     // Every page in both themes, for people to look at (target/test-output/portal/tour-*.png).
     const anyGpu = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((g) => g.mig_enabled);

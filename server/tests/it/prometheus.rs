@@ -210,6 +210,34 @@ async fn prometheus_lints_and_scrapes_the_exposition_with_tenant_labels() {
         assert!(!all.iter().any(|a| a["labels"]["alertname"] == quiet), "{quiet} fired on a healthy node: {all:?}");
     }
 
+    // The efficiency report: the H100's seven compute slices split by what they can do, and the tenant's idle
+    // allocation, used at 0 % of what it held.
+    let efficiency = |query: &'static str| {
+        let client = server.client.clone();
+        let (base, admin) = (server.base.clone(), server.admin.clone());
+        async move {
+            let r = client.get(format!("{base}/api/v1/efficiency{query}")).bearer_auth(admin).send().await.ok()?;
+            Some((r.status(), r.json::<Value>().await.ok()?))
+        }
+    };
+    let (status, report) = efficiency("").await.expect("efficiency");
+    assert_eq!(status, StatusCode::OK, "{report}");
+    let total = &report["total"];
+    let slices = ["allocated", "placeable", "stranded", "cordoned"].map(|k| total[k].as_u64().expect("count"));
+    assert_eq!((total["gpus"].as_u64(), slices), (Some(1), [1, 6, 0, 0]), "{report}");
+    assert_eq!(report["models"][0]["model"], "H100-80GB", "{report}");
+    let seen = wait_for(Duration::from_secs(30), || async {
+        let (_, r) = efficiency("?hours=0.005").await?;
+        let t = r["tenants"].as_array()?.iter().find(|t| t["tenant"] == "vision")?.clone();
+        t["idle_allocations"].as_array()?.iter().any(|a| a == alloc_id.as_str()).then_some(t)
+    })
+    .await
+    .expect("the idle allocation is listed once active for the whole look-back");
+    assert!(seen["held_slice_hours"].as_f64().is_some_and(|h| h > 0.0), "{seen}");
+    assert_eq!((seen["used_slice_hours"].as_f64(), seen["efficiency"].as_f64()), (Some(0.0), Some(0.0)), "{seen}");
+    let (status, bad) = efficiency("?hours=721").await.expect("efficiency");
+    assert_eq!((status, bad["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_idle")), "{bad}");
+
     // Every query of the shipped dashboard is valid PromQL over these series, and the fleet's panels have data.
     let dashboard: Value = serde_json::from_str(
         &std::fs::read_to_string(deploy.join("grafana/tessera-dashboard.json")).expect("dashboard"),

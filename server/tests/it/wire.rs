@@ -28,7 +28,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
     use tessera_api::{
         agents, allocations, audit, catalog, cohorts, layouts, nodes, people, requests, signin, telemetry,
     };
-    use tessera_api::{tenants, usage};
+    use tessera_api::{efficiency, tenants, usage};
     macro_rules! as_type {
         ($($name:literal => $t:ty),* $(,)?) => {
             match schema {
@@ -89,6 +89,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "TenantView" => tenants::TenantView,
         "TokenView" => people::TokenView,
         "UsageReport" => usage::UsageReport,
+        "EfficiencyReport" => efficiency::EfficiencyReport,
         "UserView" => people::UserView,
     )
 }
@@ -371,6 +372,7 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::GET, "/api/v1/audit", &format!("/api/v1/audit?object=request/{r}"), None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/audit/entries", "/api/v1/audit/entries?limit=5", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/usage", "/api/v1/usage", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/efficiency", "/api/v1/efficiency", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/telemetry/heatmap", "/api/v1/telemetry/heatmap?node=wire", None, S::OK).await;
     let path = format!("/api/v1/requests/{r}/release");
     w.call(&admin, M::POST, "/api/v1/requests/{id}/release", &path, Some(json!({"reason": "done"})), S::OK).await;

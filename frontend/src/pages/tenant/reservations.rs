@@ -155,7 +155,7 @@ pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i6
                     None => String::new(),
                     Some(Err(p)) => p.message(),
                     Some(Ok(p)) => {
-                        let free = if p.free_in_window >= p.free_in_window_limit {
+                        let free = if p.free_in_window_limit > 0 && p.free_in_window >= p.free_in_window_limit {
                             format!("{} or more", p.free_in_window)
                         } else {
                             p.free_in_window.to_string()
