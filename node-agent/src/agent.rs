@@ -363,17 +363,28 @@ fn health_signature(
     v
 }
 
-/// Reads the GPUs' health every `every` and wakes the status loop when it changed (a new XID, a GPU judged
-/// otherwise), so that a fault is reported at once rather than at the next periodic status.
-async fn watch_health(backend: Backend, every: Duration, changed: Arc<tokio::sync::Notify>) {
-    let mut last = None;
+/// What a status told the server of the GPUs' health, as [`health_signature`] has it.
+type Reported = Arc<std::sync::Mutex<Option<Vec<(String, Option<i64>, tessera_core::health::HealthState)>>>>;
+
+/// The health signature of a status as sent.
+fn status_signature(status: &NodeStatus) -> Vec<(String, Option<i64>, tessera_core::health::HealthState)> {
+    let reports: Vec<(String, tessera_core::health::GpuHealthReport)> =
+        status.gpus.iter().filter_map(|g| Some((g.uuid.clone(), g.health.clone()?))).collect();
+    health_signature(&reports)
+}
+
+/// Reads the GPUs' health every `every` and wakes the status loop when it differs from what the last status sent
+/// told the server (a new XID, a GPU judged otherwise), so that a fault is reported at once rather than at the next
+/// periodic status. Comparing with what was sent, not with the watch's own last reading, a fault that came before
+/// the watch's first reading is reported at once too.
+async fn watch_health(backend: Backend, every: Duration, reported: Reported, changed: Arc<tokio::sync::Notify>) {
     loop {
         tokio::time::sleep(every).await;
         let now = health_signature(&with_backend(&backend, |b| b.health()).await);
-        if last.as_ref().is_some_and(|l| *l != now) {
+        let told = reported.lock().ok().and_then(|r| r.clone());
+        if told.is_some_and(|t| t != now) {
             changed.notify_one();
         }
-        last = Some(now);
     }
 }
 
@@ -401,7 +412,9 @@ async fn apply_loop(
     let mut last_report = tokio::time::Instant::now();
     let mut unsent: Option<NodeStatus> = None;
     let health_changed = Arc::new(tokio::sync::Notify::new());
-    let watcher = tokio::spawn(watch_health(backend.clone(), config.health_every, health_changed.clone()));
+    let reported: Reported = Arc::default();
+    let watcher =
+        tokio::spawn(watch_health(backend.clone(), config.health_every, reported.clone(), health_changed.clone()));
     let _stop_watcher = AbortOnDrop(watcher);
     loop {
         let wait = if retry_errors || unsent.is_some() { config.retry_every } else { config.status_every };
@@ -458,6 +471,9 @@ async fn apply_loop(
         if let Some(status) = &unsent {
             match send_status(&config, &http, &cred, status).await {
                 Ok(()) => {
+                    if let Ok(mut r) = reported.lock() {
+                        *r = Some(status_signature(status));
+                    }
                     unsent = None;
                     last_report = tokio::time::Instant::now();
                 }
