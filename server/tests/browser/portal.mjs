@@ -806,7 +806,13 @@ display_name = "Test IdP"
     check(await cform.locator('select[name=priority]').inputValue() === 'low', 'request form: the priority chosen is kept through refreshes');
     await cform.locator('button[type=submit]').click();
     await tp.locator('form .ok', { hasText: 'is pending' }).or(tp.locator('form .ok', { hasText: 'approved' })).first().waitFor();
-    const researchRequests = (await api('GET', `/api/v1/requests?tenant=${research.id}&limit=500`)).items;
+    // The creation is read back from the API until it is there (a message in the form can come before it on a
+    // loaded machine).
+    let researchRequests = [];
+    await waitFor('the borrowed request', async () => {
+      researchRequests = (await api('GET', `/api/v1/requests?tenant=${research.id}&limit=500`)).items;
+      return researchRequests.some((r) => r.reason === 'borrowed evaluation run');
+    }, 15000).catch(() => {});
     const borrowedReq = researchRequests.find((r) => r.reason === 'borrowed evaluation run');
     // When it is not found, the reasons the server has say what the form sent (a refresh that ate keystrokes shows here).
     const reasonsSeen = borrowedReq ? '' : `; reasons: ${JSON.stringify(researchRequests.map((r) => r.reason))}`;
