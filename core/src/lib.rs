@@ -8,6 +8,7 @@ pub mod budget;
 pub mod catalog;
 pub mod clock;
 pub mod cohort;
+pub mod defrag;
 pub mod efficiency;
 pub mod event;
 pub mod health;

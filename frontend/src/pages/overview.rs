@@ -11,7 +11,7 @@ use leptos_router::components::A;
 
 use tessera_api::allocations::AllocationView;
 use tessera_api::efficiency::EfficiencyReport;
-use tessera_api::layouts::LayoutView;
+use tessera_api::layouts::{DefragQuery, DefragReport, LayoutView};
 use tessera_api::nodes::NodeView;
 use tessera_api::requests::RequestPage;
 use tessera_api::telemetry::Heatmap;
@@ -19,7 +19,7 @@ use tessera_api::tenants::QuotaView;
 use tessera_api::usage::UsageReport;
 use tessera_core::catalog::Catalog;
 
-use crate::api;
+use crate::api::{self, ProblemExt};
 use crate::widgets::{SessionResource, TenantsResource, problem_view};
 use crate::wire::role_label;
 
@@ -383,6 +383,77 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                     })}
                 </Suspense>
             </div>
+            <Defragmentation />
+        </div>
+    }
+}
+
+/// Defragmentation (`GET` and `POST /api/v1/defragmentation`): how many GPUs would gain if their free part were laid
+/// out again for the largest profile asked for on each model, with the fleet's figures, and one button that makes
+/// the layout proposals (approved under Approvals like any other).
+#[component]
+fn Defragmentation() -> impl IntoView {
+    let version = RwSignal::new(0u32);
+    let message = RwSignal::new(None::<(bool, String)>);
+    let report =
+        Resource::new(move || version.get(), |_| api::get_json::<DefragReport>("/api/v1/defragmentation".into()));
+    let propose = move |_| {
+        leptos::task::spawn_local(async move {
+            let r =
+                api::send_json::<DefragReport>("POST", "/api/v1/defragmentation".into(), DefragQuery::default()).await;
+            message.set(Some(match r {
+                Ok(r) => (
+                    true,
+                    format!(
+                        "{} layout change{} proposed: approve {} under Approvals.",
+                        r.gpus.len(),
+                        if r.gpus.len() == 1 { "" } else { "s" },
+                        if r.gpus.len() == 1 { "it" } else { "them" }
+                    ),
+                ),
+                Err(p) => (false, p.message()),
+            }));
+            version.update(|v| *v += 1);
+        });
+    };
+    view! {
+        <div class="card" data-testid="defragmentation">
+            <h2>"Defragmentation"</h2>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let r = match report.await { Ok(r) => r, Err(p) => return problem_view(&p) };
+                    let waiting = r.skipped.iter().filter(|s| s.code == "layout_proposal_open").count();
+                    let note = (waiting > 0).then(|| view! { <p class="muted small" data-testid="defrag-waiting">{format!("{waiting} GPU(s) have a layout change waiting for approval.")}</p> });
+                    if r.gpus.is_empty() {
+                        return view! {
+                            <p class="muted" data-testid="defrag-none">"No GPU's free instances can be laid out better for the profiles asked for."</p>
+                            {note}
+                        }.into_any();
+                    }
+                    let more = r.gpus.len().saturating_sub(6);
+                    view! {
+                        <p class="muted small">"Free instances and free units laid out again for the largest profile asked for on each model; every instance held stays where it is."</p>
+                        <dl class="stats">
+                            <div><dt>"GPUs that gain"</dt><dd data-testid="defrag-gpus">{r.gpus.len()}</dd></div>
+                            <div><dt>"Free target instances"</dt><dd data-testid="defrag-target">{format!("{} → {}", r.before.target_instances, r.after.target_instances)}</dd></div>
+                            <div title="Free compute slices a request gets only after a layout change"><dt>"Slices needing a layout change"</dt><dd data-testid="defrag-not-ready">{format!("{} → {}", r.before.not_ready_slices, r.after.not_ready_slices)}</dd></div>
+                        </dl>
+                        <ul class="plain small">
+                            {r.gpus.iter().take(6).map(|g| view! {
+                                <li data-gpu=g.gpu.clone()>
+                                    <strong>{format!("{} · {}", g.node, g.model)}</strong>" "
+                                    <span class="muted">{format!("{} free {} → {}", g.target, g.before.target_instances, g.after.target_instances)}</span>
+                                </li>
+                            }).collect_view()}
+                        </ul>
+                        {(more > 0).then(|| view! { <p class="muted small">{format!("and {more} more")}</p> })}
+                        {note}
+                        {(r.stranded_slices > 0).then(|| view! { <p class="muted small">{format!("{} free slices stay out of reach: only moving an instance in use frees them.", r.stranded_slices)}</p> })}
+                        <button type="button" data-testid="defrag-propose" on:click=propose>"Propose these layouts"</button>
+                    }.into_any()
+                })}
+            </Transition>
+            {move || message.get().map(|(ok, text)| view! { <p class:ok=ok class:error=!ok data-testid="defrag-message">{text}" "<A href="/approvals">"Approvals"</A></p> })}
         </div>
     }
 }

@@ -176,6 +176,23 @@ pub enum NodeCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Lay out the free part of MIG GPUs again for the profiles people ask for, every instance held kept (platform
+    /// admins). Lists the GPUs that gain with before and after figures; `--propose` makes each a layout proposal to
+    /// approve like any other.
+    Defragment {
+        /// The profile to make room for (default: on each model, the largest one asked for).
+        #[arg(long)]
+        profile: Option<String>,
+        /// Only GPUs of this model.
+        #[arg(long)]
+        model: Option<String>,
+        /// At most this many GPUs, those that gain most first.
+        #[arg(long)]
+        max_gpus: Option<u32>,
+        /// Make the layout proposals (without it, nothing is written).
+        #[arg(long)]
+        propose: bool,
+    },
 }
 
 /// A command against a running server.
@@ -293,6 +310,28 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 let path = format!("/api/v1/gpus/{gpu}/drain");
                 let answer: Answer<tessera_api::nodes::GpuDrain> =
                     api.call(Method::POST, &path, Some(&body), None).await?;
+                return print(out, answer);
+            }
+            ApiCommand::Node(NodeCommand::Defragment { profile, model, max_gpus, propose }) => {
+                let q = tessera_api::layouts::DefragQuery { profile, model, max_gpus };
+                let answer: Answer<tessera_api::layouts::DefragReport> = if propose {
+                    api.call(Method::POST, "/api/v1/defragmentation", Some(&q), None).await?
+                } else {
+                    let mut query = url::form_urlencoded::Serializer::new(String::new());
+                    if let Some(v) = &q.profile {
+                        query.append_pair("profile", v);
+                    }
+                    if let Some(v) = &q.model {
+                        query.append_pair("model", v);
+                    }
+                    if let Some(v) = q.max_gpus {
+                        query.append_pair("max_gpus", &v.to_string());
+                    }
+                    api.get(&format!("/api/v1/defragmentation?{}", query.finish())).await?
+                };
+                if let Answer::Ok(r) = &answer {
+                    say(&defrag_text(r, propose));
+                }
                 return print(out, answer);
             }
             ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
@@ -413,4 +452,38 @@ pub fn preview_text(p: &RequestPreview) -> String {
 
 fn parse_priority(text: &str) -> Result<tessera_core::cohort::Priority, String> {
     tessera_core::cohort::Priority::parse(text).ok_or_else(|| format!("`{text}`: use low, normal or high"))
+}
+
+/// A defragmentation report in one sentence per GPU, then the fleet's figures.
+fn defrag_text(r: &tessera_api::layouts::DefragReport, proposed: bool) -> String {
+    let mut lines: Vec<String> = r
+        .gpus
+        .iter()
+        .map(|g| {
+            let made = g.proposal_id.as_deref().map(|id| format!(" (proposal {id})")).unwrap_or_default();
+            format!(
+                "{} on {}: {} free {} instances instead of {}, {} ready compute slices instead of {}{made}",
+                g.gpu,
+                g.node,
+                g.after.target_instances,
+                g.target,
+                g.before.target_instances,
+                g.after.ready_slices,
+                g.before.ready_slices
+            )
+        })
+        .collect();
+    let verb = if proposed { "proposed for" } else { "would gain on" };
+    lines.push(format!(
+        "Defragmentation {verb} {} GPUs: target instances {} -> {}, slices needing a layout change {} -> {} \
+         (at least {} stay stranded by instances in use); {} GPUs left out.",
+        r.gpus.len(),
+        r.before.target_instances,
+        r.after.target_instances,
+        r.before.not_ready_slices,
+        r.after.not_ready_slices,
+        r.stranded_slices,
+        r.skipped.len()
+    ));
+    lines.join("\n")
 }

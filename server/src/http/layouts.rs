@@ -5,9 +5,9 @@ use axum::extract::{Path, State};
 
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
-use crate::services::approvals;
+use crate::services::{approvals, efficiency};
 use crate::store::{LayoutProposal, Principal};
-pub use tessera_api::layouts::{LayoutEdit, LayoutQuery, LayoutView, RejectLayout};
+pub use tessera_api::layouts::{DefragQuery, DefragReport, LayoutEdit, LayoutQuery, LayoutView, RejectLayout};
 
 impl From<LayoutProposal> for LayoutView {
     fn from(p: LayoutProposal) -> Self {
@@ -95,4 +95,35 @@ pub async fn get_layout(
     Path(id): Path<String>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
     Ok(ApiJson(approvals::layout(&state, &p, &id).await?.into()))
+}
+
+/// Defragmentation, without writing anything (platform admins): per MIG GPU, a layout that keeps every instance
+/// held and lays the free instances and free units out again as instances of the profiles asked for, the target
+/// profile first (the largest asked for on each model, or `profile`). Only GPUs that gain are listed, those that
+/// gain most first, with before and after figures; ready slices and target instances never go down.
+#[utoipa::path(get, path = "/api/v1/defragmentation", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(DefragQuery),
+    responses((status = 200, body = DefragReport), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_max_gpus, unknown_model, unknown_profile or value_too_long")))]
+pub async fn preview_defragmentation(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<DefragQuery>,
+) -> Result<ApiJson<DefragReport>, ApiError> {
+    Ok(ApiJson(efficiency::defragment(&state, &p, &q, false).await?))
+}
+
+/// Defragmentation, proposed (platform admins): what `GET /api/v1/defragmentation` lists becomes one layout proposal
+/// per GPU (`proposal_id`), approved or rejected like any other. A GPU whose layout changed meanwhile, or that got a
+/// proposal meanwhile, is listed in `skipped`.
+#[utoipa::path(post, path = "/api/v1/defragmentation", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    request_body = DefragQuery,
+    responses((status = 200, body = DefragReport), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_max_gpus, unknown_model, unknown_profile or value_too_long")))]
+pub async fn propose_defragmentation(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(q): ApiJson<DefragQuery>,
+) -> Result<ApiJson<DefragReport>, ApiError> {
+    Ok(ApiJson(efficiency::defragment(&state, &p, &q, true).await?))
 }

@@ -165,6 +165,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(nodes::offerings))
         .routes(routes!(layouts::approve_layout))
         .routes(routes!(layouts::reject_layout))
+        .routes(routes!(layouts::preview_defragmentation, layouts::propose_defragmentation))
         .routes(routes!(people::create_user, people::list_users))
         .routes(routes!(people::set_member, people::remove_member))
         .routes(routes!(people::list_members))

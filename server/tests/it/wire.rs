@@ -60,6 +60,7 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "CreatedToken" => people::CreatedToken,
         "GpuView" => nodes::GpuView,
         "GpuDrain" => nodes::GpuDrain,
+        "DefragReport" => layouts::DefragReport,
         "Heatmap" => telemetry::Heatmap,
         "JoinTokenView" => agents::JoinTokenView,
         "LayoutVerdict" => catalog::LayoutVerdict,
@@ -406,6 +407,12 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
         .call(&admin, M::PUT, "/api/v1/gpus/{id}/layout", &format!("/api/v1/gpus/{gpu}/layout"), Some(edit), S::CREATED)
         .await;
     let path = format!("/api/v1/layouts/{}/reject", id(&proposal));
+    w.call(&admin, M::POST, "/api/v1/layouts/{id}/reject", &path, Some(json!({"reason": "not now"})), S::OK).await;
+    let (m, p) = ("/api/v1/defragmentation", "/api/v1/defragmentation?profile=7g.80gb");
+    let seen = w.call(&admin, M::GET, m, p, None, S::OK).await;
+    assert_eq!(seen["gpus"][0]["target"], "7g.80gb", "{seen}");
+    let made = w.call(&admin, M::POST, m, m, Some(json!({"profile": "7g.80gb"})), S::OK).await;
+    let path = format!("/api/v1/layouts/{}/reject", made["gpus"][0]["proposal_id"].as_str().expect("a proposal"));
     w.call(&admin, M::POST, "/api/v1/layouts/{id}/reject", &path, Some(json!({"reason": "not now"})), S::OK).await;
     let spare = w
         .call(&admin, M::POST, "/api/v1/nodes", "/api/v1/nodes", Some(json!({"name": "spare", "gpus": []})), S::CREATED)
