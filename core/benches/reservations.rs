@@ -52,6 +52,7 @@ struct Setup {
     accepted: usize,
     previews: usize,
     offers: usize,
+    plain_offers: usize,
     baseline_offers: usize,
     baseline_previews: usize,
 }
@@ -65,6 +66,7 @@ fn main() {
             accepted: 100,
             previews: 20,
             offers: 1_000,
+            plain_offers: 1_000,
             baseline_offers: 100,
             baseline_previews: 20,
         }
@@ -75,6 +77,7 @@ fn main() {
             accepted: 500,
             previews: 200,
             offers: 10_000,
+            plain_offers: 1_000,
             baseline_offers: 300,
             baseline_previews: 30,
         }
@@ -242,48 +245,64 @@ fn main() {
     if std::env::args().any(|a| a == "--previews-only") {
         return;
     }
-    // Admission of many offers over a month.
+    // Admission of many offers over a month, as the server admits: each accepted reservation's slices are kept for
+    // the replays that follow (`accept_and_keep`). The same offers without kept slices (`accept`, the previous
+    // path) on the first `plain_offers`, and whole replays of the calendar with its kept slices on the first
+    // `baseline_offers`, which must agree.
     let mut rng = Rng::new(11);
     let offers: Vec<Booking> = (0..setup.offers).map(|i| offer(catalog, &mut rng, 2_000_000 + i)).collect();
-    let mut prepared = Calendar::new(catalog, gpus.clone(), holds.clone(), Vec::new()).prepare(NOW);
-    let mut times = Vec::new();
-    let mut slow = Vec::new();
-    let mut taken = 0;
+    let empty = Calendar::new(catalog, gpus.clone(), holds.clone(), Vec::new());
+    let mut kept = empty.prepare(NOW);
+    let mut plain = empty.prepare(NOW);
+    let (mut times, mut plain_times, mut slow) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut taken, mut plain_taken) = (0, 0);
     for (i, b) in offers.iter().enumerate() {
         if i < setup.baseline_offers {
             let t = Instant::now();
-            let full = baseline_admit(prepared.calendar(), b);
+            let full = baseline_admit(kept.calendar(), b);
             slow.push(t.elapsed());
-            assert_eq!(
-                prepared.fits(b).is_ok(),
-                full,
-                "the prepared calendar and the full replay disagree on offer {i}"
-            );
+            assert_eq!(kept.fits(b).is_ok(), full, "the prepared calendar and the full replay disagree on offer {i}");
         }
         let t = Instant::now();
-        let ok = prepared.accept(b.clone()).is_ok();
+        let ok = kept.accept_and_keep(b.clone()).is_ok();
         times.push(t.elapsed());
-        if ok {
-            taken += 1;
+        taken += usize::from(ok);
+        if i < setup.plain_offers {
+            let t = Instant::now();
+            plain_taken += usize::from(plain.accept(b.clone()).is_ok());
+            plain_times.push(t.elapsed());
         }
         if !quick && (i + 1) % 1_000 == 0 {
             let spent: f64 = times.iter().map(Duration::as_secs_f64).sum();
             eprintln!("admission: {} offers, {taken} accepted, {spent:.1} s", i + 1);
         }
     }
+    let total = |v: &[Duration]| v.iter().map(Duration::as_secs_f64).sum::<f64>();
     println!();
     println!(
-        "## Admission of {} offers over 30 days ({taken} accepted; baseline on the first {})",
+        "## Admission of {} offers over 30 days ({taken} accepted with kept slices; without them {plain_taken} of the \
+         first {}; whole replays on the first {})",
         offers.len(),
+        plain_times.len(),
         slow.len()
     );
-    println!("Total {:.1} s for the prepared calendar.", times.iter().map(Duration::as_secs_f64).sum::<f64>());
+    println!(
+        "Total {:.1} s with kept slices; the first {} offers: {:.1} s with kept slices, {:.1} s without ({:.1}x).",
+        total(&times),
+        plain_times.len(),
+        total(&times[..plain_times.len()]),
+        total(&plain_times),
+        total(&plain_times) / total(&times[..plain_times.len()]).max(1e-9)
+    );
     println!("| path | p50 | p99 | max |");
     println!("|---|---|---|---|");
     let mut first: Vec<Duration> = times[..slow.len()].to_vec();
-    row(&format!("prepared calendar, first {}", slow.len()), &mut first);
-    row("baseline: full replay, same offers", &mut slow);
-    row(&format!("prepared calendar, all {}", times.len()), &mut times);
+    row(&format!("kept slices, first {}", slow.len()), &mut first);
+    row("baseline: full replay with the kept slices, same offers", &mut slow);
+    let mut first_plain: Vec<Duration> = times[..plain_times.len()].to_vec();
+    row(&format!("kept slices, first {}", plain_times.len()), &mut first_plain);
+    row(&format!("without kept slices, first {}", plain_times.len()), &mut plain_times);
+    row(&format!("kept slices, all {}", times.len()), &mut times);
 }
 
 /// Admission as the calendar did it before it was prepared: the whole future replayed with `b` added.

@@ -558,6 +558,17 @@ impl<'a> Prepared<'a> {
 
     /// Accepts `new` if it fits (see [`Prepared::fits`]); the simulation then includes it.
     pub fn accept(&mut self, new: Booking) -> Result<(), Vec<Shortfall>> {
+        self.accept_with(new, false)
+    }
+
+    /// Accepts `new` as [`Prepared::accept`] does, then keeps each reservation the change placed (`new` included)
+    /// on its slices for the replays that follow, as the server keeps them after each acceptance
+    /// ([`Calendar::with_hints`]): a later change then moves only what it must, and its replay stops sooner.
+    pub fn accept_and_keep(&mut self, new: Booking) -> Result<(), Vec<Shortfall>> {
+        self.accept_with(new, true)
+    }
+
+    fn accept_with(&mut self, new: Booking, keep: bool) -> Result<(), Vec<Shortfall>> {
         let replay = self.replay_new(&new, false);
         let short = self.shortfalls(&replay);
         if !short.is_empty() {
@@ -575,6 +586,15 @@ impl<'a> Prepared<'a> {
                 .collect(),
             ..replay
         };
+        if keep {
+            for (m, range, _) in &replay.members {
+                if let Member::Booked(i) = m
+                    && !range.is_empty()
+                {
+                    self.cal.hints.insert(self.cal.bookings[*i].id.clone(), replay.fresh[range.clone()].to_vec());
+                }
+            }
+        }
         self.absorb(replay);
         self.regroup();
         Ok(())
@@ -1456,6 +1476,31 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+        /// Accepting and keeping each acceptance's slices (as the server keeps them) answers as a whole replay of the
+        /// calendar with those kept slices, and the simulation kept is that replay's.
+        #[test]
+        fn accepting_and_keeping_matches_whole_replays_with_the_kept_slices(
+            books in prop::collection::vec((0usize..1000).prop_flat_map(arb_booking), 1..30),
+            held in prop::collection::vec((0usize..2, 0u8..7, prop::option::of(1i64..150)), 0..6),
+        ) {
+            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let holds = valid_holds(&gpus, held);
+            let mut kept = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
+            for b in books {
+                if kept.calendar().bookings().iter().any(|x| x.id == b.id) {
+                    continue;
+                }
+                let whole = kept.calendar().clone().with_booking(b.clone()).simulate(0, &[]);
+                let fits = kept.fits(&b);
+                prop_assert_eq!(fits.clone().err(), (!whole.short.is_empty()).then(|| whole.short.clone()));
+                if fits.is_ok() {
+                    kept.accept_and_keep(b).expect("fits");
+                    prop_assert_eq!(kept.simulation(), whole.clone());
+                    prop_assert_eq!(kept.simulation(), kept.calendar().simulate(0, &[]));
+                }
+            }
+        }
 
         /// A prepared calendar replays only from a change's start and stops once the change's slices have ended:
         /// its admissions, simulations after accepting, previews' counts and protection answer exactly as whole

@@ -474,16 +474,25 @@ fn defrag_text(r: &tessera_api::layouts::DefragReport, proposed: bool) -> String
         })
         .collect();
     let verb = if proposed { "proposed for" } else { "would gain on" };
+    let mut left: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for s in &r.skipped {
+        *left.entry(s.code.as_str()).or_default() += 1;
+    }
+    let left = if left.is_empty() {
+        String::new()
+    } else {
+        let parts: Vec<String> = left.iter().map(|(code, n)| format!("{n} {code}")).collect();
+        format!(" GPUs that would gain but were left out: {}.", parts.join(", "))
+    };
     lines.push(format!(
-        "Defragmentation {verb} {} GPUs: target instances {} -> {}, slices needing a layout change {} -> {} \
-         (at least {} stay stranded by instances in use); {} GPUs left out.",
+        "Defragmentation {verb} {} GPUs: free target instances {} -> {}, slices needing a layout change {} -> {} \
+         (at least {} stay stranded by instances in use).{left}",
         r.gpus.len(),
         r.before.target_instances,
         r.after.target_instances,
         r.before.not_ready_slices,
         r.after.not_ready_slices,
         r.stranded_slices,
-        r.skipped.len()
     ));
     lines.join("\n")
 }

@@ -939,6 +939,27 @@ display_name = "Test IdP"
       `overview: efficiency splits each MIG model's compute slices as the report does (${JSON.stringify(efficiency)})`);
     const heldBy = await page.locator('[data-testid=efficiency] tr[data-tenant]').count();
     check(heldBy === report.tenants.length && heldBy > 0, `overview: efficiency lists the ${heldBy} tenants that held slices in the last 24 h`);
+    // Defragmentation: the card shows what the API lists (every MIG GPU's auto-layout is off here, so free parts
+    // wait for layout changes); "Propose these layouts" makes one proposal per GPU listed, which are then rejected
+    // like any other so that the rest of the test sees the fleet as it was.
+    const defrag = page.locator('[data-testid=defragmentation]');
+    await defrag.locator('[data-testid=defrag-none], [data-testid=defrag-gpus]').first().waitFor();
+    const gains = await api('GET', '/api/v1/defragmentation');
+    const shownGpus = Number(await defrag.locator('[data-testid=defrag-gpus]').textContent({ timeout: 5000 }).catch(() => '0'));
+    const shownTarget = (await defrag.locator('[data-testid=defrag-target]').textContent({ timeout: 5000 }).catch(() => '')).trim();
+    check(gains.gpus.length > 0 && shownGpus === gains.gpus.length
+      && shownTarget === `${gains.before.target_instances} → ${gains.after.target_instances}`
+      && gains.after.not_ready_slices <= gains.before.not_ready_slices,
+      `overview: defragmentation shows the ${shownGpus} GPU(s) that gain (free target instances ${shownTarget}) as the API lists them`);
+    await defrag.locator('[data-testid=defrag-propose]').click();
+    const proposedText = (await defrag.locator('[data-testid=defrag-message]').textContent({ timeout: 30000 })).trim();
+    const listed = new Set(gains.gpus.map((g) => g.gpu));
+    const made = (await api('GET', '/api/v1/layouts?state=proposed')).filter((l) => listed.has(l.gpu)); // listed GPUs had none open
+    check(made.length === gains.gpus.length && proposedText.startsWith(`${made.length} layout change`)
+      && made.every((l) => { const g = gains.gpus.find((x) => x.gpu === l.gpu); return JSON.stringify(l.layout) === JSON.stringify(g.layout); }),
+      `overview: "Propose these layouts" made ${made.length} layout proposal(s), as listed (${proposedText})`);
+    await defrag.locator('[data-testid=defrag-waiting]').waitFor({ timeout: 30000 });
+    for (const l of made) await api('POST', `/api/v1/layouts/${l.id}/reject`, { reason: 'defragmentation tried in the browser test' });
 
     // Every page in both themes, for people to look at (target/test-output/portal/tour-*.png).
     const anyGpu = (await api('GET', '/api/v1/nodes')).flatMap((n) => n.gpus).find((g) => g.mig_enabled);
