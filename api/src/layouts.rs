@@ -135,8 +135,9 @@ pub struct DefragGpu {
 pub struct DefragSkipped {
     /// GPU id.
     pub gpu: String,
-    /// `cordoned`, `auto_layout` (its layout changes when a request needs it), `layout_proposal_open`,
-    /// `layout_stale` (it changed while proposing) or `over_max_gpus`.
+    /// `cordoned`, `node_not_ready`, `auto_layout` (its layout changes when a request needs it),
+    /// `layout_proposal_open`, `layout_unreadable` (an instance or a holder of a profile its model does not have),
+    /// `layout_stale` (it changed while proposing), `gpu_gone` (removed while proposing) or `over_max_gpus`.
     pub code: String,
 }
 
@@ -147,7 +148,8 @@ pub struct DefragSkipped {
 pub struct DefragReport {
     /// GPUs whose layout gains, those that gain most first.
     pub gpus: Vec<DefragGpu>,
-    /// The GPUs considered (MIG mode, a model with a target) as they are.
+    /// The GPUs considered (MIG mode, a model with a target) as they are; `target_instances` adds up each model's
+    /// own target profile.
     pub before: DefragFigures,
     /// The same GPUs with the listed layouts.
     pub after: DefragFigures,

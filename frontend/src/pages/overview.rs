@@ -402,6 +402,9 @@ fn Defragmentation() -> impl IntoView {
             let r =
                 api::send_json::<DefragReport>("POST", "/api/v1/defragmentation".into(), DefragQuery::default()).await;
             message.set(Some(match r {
+                Ok(r) if r.gpus.is_empty() => {
+                    (false, "No layout change proposed: the fleet changed meanwhile.".to_string())
+                }
                 Ok(r) => (
                     true,
                     format!(
@@ -423,7 +426,11 @@ fn Defragmentation() -> impl IntoView {
                 {move || Suspend::new(async move {
                     let r = match report.await { Ok(r) => r, Err(p) => return problem_view(&p) };
                     let waiting = r.skipped.iter().filter(|s| s.code == "layout_proposal_open").count();
-                    let note = (waiting > 0).then(|| view! { <p class="muted small" data-testid="defrag-waiting">{format!("{waiting} GPU(s) have a layout change waiting for approval.")}</p> });
+                    let held_back = r.skipped.len() - waiting;
+                    let note = view! {
+                        {(waiting > 0).then(|| view! { <p class="muted small" data-testid="defrag-waiting">{format!("{waiting} GPU(s) have a layout change waiting for approval.")}</p> })}
+                        {(held_back > 0).then(|| view! { <p class="muted small" title="Cordoned, on a node that is not ready, on auto-layout, or past the batch's limit">{format!("{held_back} GPU(s) that would gain are left out.")}</p> })}
+                    };
                     if r.gpus.is_empty() {
                         return view! {
                             <p class="muted" data-testid="defrag-none">"No GPU's free instances can be laid out better for the profiles asked for."</p>
@@ -453,7 +460,7 @@ fn Defragmentation() -> impl IntoView {
                     }.into_any()
                 })}
             </Transition>
-            {move || message.get().map(|(ok, text)| view! { <p class:ok=ok class:error=!ok data-testid="defrag-message">{text}" "<A href="/approvals">"Approvals"</A></p> })}
+            {move || message.get().map(|(ok, text)| view! { <p class:ok=ok class:error=!ok data-testid="defrag-message">{text}" "{ok.then(|| view! { <A href="/approvals">"Approvals"</A> })}</p> })}
         </div>
     }
 }

@@ -172,7 +172,8 @@ pub async fn defragment(
     if !(1..=MAX_DEFRAG_GPUS).contains(&max_gpus) {
         return Err(ApiError::invalid("invalid_max_gpus", format!("`max_gpus` is from 1 to {MAX_DEFRAG_GPUS}")));
     }
-    if q.profile.as_ref().is_some_and(|s| s.len() > 64) || q.model.as_ref().is_some_and(|s| s.len() > 64) {
+    let too_long = |v: &Option<String>| v.as_ref().is_some_and(|s| s.chars().count() > 64);
+    if too_long(&q.profile) || too_long(&q.model) {
         return Err(ApiError::invalid("value_too_long", "`profile` and `model` have at most 64 characters"));
     }
     let only_model = match q.model.as_deref() {
@@ -199,6 +200,17 @@ pub async fn defragment(
     let nodes = state.store.nodes().await?;
     let live = state.store.live_requests().await?;
     let allocations = state.store.live_allocations().await?;
+    let now = crate::store::now_ms();
+    let ready: HashMap<String, bool> = state
+        .store
+        .agent_records()
+        .await?
+        .into_iter()
+        .map(|r| {
+            let (ok, _) = super::agents::ready(state, &r.node_id, r.last_seen_ms, now);
+            (r.node_id, ok)
+        })
+        .collect();
     let open: std::collections::HashSet<String> =
         state.store.proposals(Some("proposed")).await?.into_iter().map(|l| l.gpu_id).collect();
     let mut held_on: HashMap<&str, Vec<(&str, u8)>> = HashMap::new();
@@ -227,14 +239,22 @@ pub async fn defragment(
             })
             .clone();
         let Some((demanded, target)) = target else { continue };
-        let layout = instances(model, g.layout.iter().map(|i| (i.profile.as_str(), i.start)));
-        let held = instances(model, held_on.get(g.id.as_str()).into_iter().flatten().copied());
-        let now = readiness(model, &layout, &held, &demanded, target);
-        add(&mut before, now);
+        // An instance or a holder of a profile the model does not have: the GPU is left as it is (a layout
+        // written without it would drop it unchecked).
+        let (Some(layout), Some(held)) = (
+            instances(model, g.layout.iter().map(|i| (i.profile.as_str(), i.start))),
+            instances(model, held_on.get(g.id.as_str()).into_iter().flatten().copied()),
+        ) else {
+            skipped.push(DefragSkipped { gpu: g.id.clone(), code: "layout_unreadable".to_string() });
+            continue;
+        };
+        add(&mut before, readiness(model, &layout, &held, &demanded, target));
         stranded += u32::from(capacity(model, &held, &with(&demanded, target)).stranded);
         let Some(d) = lay_out_again(model, &layout, &held, &demanded, target) else { continue };
         let code = if g.cordoned {
             "cordoned"
+        } else if !ready.get(&node.id).copied().unwrap_or(false) {
+            "node_not_ready"
         } else if g.auto_layout {
             "auto_layout"
         } else if open.contains(&g.id) {
@@ -291,6 +311,11 @@ pub async fn defragment(
                     skipped.push(DefragSkipped { gpu: view.gpu, code: code.to_string() });
                     continue;
                 }
+                // Removed since it was read: nothing to propose there, and the proposals made stay listed.
+                Err(StoreError::NotFound { .. }) => {
+                    skipped.push(DefragSkipped { gpu: view.gpu, code: "gpu_gone".to_string() });
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -302,9 +327,9 @@ pub async fn defragment(
     Ok(DefragReport { gpus, before, after, stranded_slices: stranded, skipped })
 }
 
-/// `(profile name, start)` pairs as instances of `model`, leaving out profiles it does not have.
-fn instances<'a>(model: &GpuModel, of: impl Iterator<Item = (&'a str, u8)>) -> Vec<Inst> {
-    of.filter_map(|(p, start)| Some(Inst { profile: model.profile_index(p)?, start })).collect()
+/// `(profile name, start)` pairs as instances of `model`; `None` when one names a profile it does not have.
+fn instances<'a>(model: &GpuModel, of: impl Iterator<Item = (&'a str, u8)>) -> Option<Vec<Inst>> {
+    of.map(|(p, start)| Some(Inst { profile: model.profile_index(p)?, start })).collect()
 }
 
 fn with(demanded: &[usize], target: usize) -> Vec<usize> {
