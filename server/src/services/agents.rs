@@ -325,6 +325,20 @@ pub async fn tell_readiness(state: &AppState) -> Result<usize, ApiError> {
     Ok(told)
 }
 
+/// Per node id with an agent record, whether it counts as ready at `now` ([`ready`]).
+pub async fn ready_nodes(state: &AppState, now: i64) -> Result<std::collections::HashMap<String, bool>, StoreError> {
+    Ok(state
+        .store
+        .agent_records()
+        .await?
+        .into_iter()
+        .map(|r| {
+            let (ok, _) = ready(state, &r.node_id, r.last_seen_ms, now);
+            (r.node_id, ok)
+        })
+        .collect())
+}
+
 /// Whether a node counts as ready: heard from within [`NOT_READY_AFTER_MS`] (by this replica, or as written to
 /// the store by any replica).
 pub fn ready(state: &AppState, node_id: &str, stored_last_seen: Option<i64>, now: i64) -> (bool, Option<i64>) {

@@ -201,16 +201,7 @@ pub async fn defragment(
     let live = state.store.live_requests().await?;
     let allocations = state.store.live_allocations().await?;
     let now = crate::store::now_ms();
-    let ready: HashMap<String, bool> = state
-        .store
-        .agent_records()
-        .await?
-        .into_iter()
-        .map(|r| {
-            let (ok, _) = super::agents::ready(state, &r.node_id, r.last_seen_ms, now);
-            (r.node_id, ok)
-        })
-        .collect();
+    let ready = super::agents::ready_nodes(state, now).await?;
     let open: std::collections::HashSet<String> =
         state.store.proposals(Some("proposed")).await?.into_iter().map(|l| l.gpu_id).collect();
     let mut held_on: HashMap<&str, Vec<(&str, u8)>> = HashMap::new();

@@ -46,16 +46,7 @@ impl Context {
         let now = now_ms();
         let calendar = super::reservations::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
-        let ready = state
-            .store
-            .agent_records()
-            .await?
-            .into_iter()
-            .map(|r| {
-                let (ok, _) = super::agents::ready(state, &r.node_id, r.last_seen_ms, now);
-                (r.node_id, ok)
-            })
-            .collect();
+        let ready = super::agents::ready_nodes(state, now).await?;
         let admins = state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();
         Ok(Context {
             fleet,

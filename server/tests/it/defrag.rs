@@ -36,15 +36,7 @@ async fn the_free_part_of_a_gpu_is_laid_out_again_for_the_profile_asked_for(db: 
     app.one_gpu_of("H100-80GB").await;
     let gpu = app.mig_gpus("H100-80GB").await[0].clone();
     // The GPU's node is heard from (a node that is not ready gets no proposal).
-    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
-    let node = nodes
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["gpus"].as_array().is_some_and(|g| g.iter().any(|g| g["id"] == gpu.as_str())))
-        .cloned()
-        .expect("the GPU's node");
-    app.state.hub.seen(node["id"].as_str().expect("node id"));
+    app.heard_node_of(&gpu).await;
     let t = app.tenant("vision", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7})).await;
     let dev = app.member("vision-dev", &t).await;
     // One 1g.10gb held; then the GPU's layout waits for an admin.

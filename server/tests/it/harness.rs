@@ -341,6 +341,21 @@ impl TestApp {
             .collect()
     }
 
+    /// The node (as `GET /api/v1/nodes` lists it) of the GPU `gpu`, marked as heard from by this replica: its
+    /// GPUs count as on a ready node.
+    pub(crate) async fn heard_node_of(&self, gpu: &str) -> Value {
+        let (_, nodes) = self.get("/api/v1/nodes", &self.admin).await;
+        let node = nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["gpus"].as_array().is_some_and(|g| g.iter().any(|g| g["id"] == gpu)))
+            .cloned()
+            .expect("the GPU's node");
+        self.state.hub.seen(node["id"].as_str().expect("node id"));
+        node
+    }
+
     /// Cordons every GPU of `model` in MIG mode but the first: one takes new work.
     pub(crate) async fn one_gpu_of(&self, model: &str) {
         let gpus = self.mig_gpus(model).await;

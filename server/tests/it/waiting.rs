@@ -226,16 +226,8 @@ async fn a_scattered_gpu_names_the_instances_to_move_to_make_room(db: &TestDb) {
     let app = TestApp::on(db).auto_layout().start().await;
     app.one_gpu_of("H100-80GB").await;
     let gpu = app.mig_gpus("H100-80GB").await[0].clone();
-    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
-    let node = nodes
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|n| n["gpus"].as_array().is_some_and(|g| g.iter().any(|g| g["id"] == gpu.as_str())))
-        .cloned()
-        .expect("the GPU's node");
     // The node's agent is heard from: its free slices count.
-    app.state.hub.seen(node["id"].as_str().expect("node id"));
+    let node = app.heard_node_of(&gpu).await;
     let t = app.tenant("vision", json!({"auto_approve": true, "auto_approve_max_compute_slices": 7})).await;
     let dev = app.member("vision-dev", &t).await;
     // Seven 1g.10gb fill the GPU; all but those at units 0 and 4 are cancelled: five compute slices are free, and
