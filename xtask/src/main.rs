@@ -64,6 +64,16 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     let wasm = target_dir.join("wasm32-unknown-unknown").join(dir).join("tessera_frontend.wasm");
     let out = target_dir.join("site").join("pkg");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    // Binding and shrinking take minutes; when the wasm cargo left is the one the site was made from, the site is
+    // left as it is (its files keep their times, so the server that embeds them is not rebuilt either).
+    let stamp = out.join(".built-from");
+    let from = built_from(&root, &wasm, dev)?;
+    let made = ["tessera.js", "tessera_bg.wasm"].iter().all(|f| out.join(f).exists());
+    if made && std::fs::read_to_string(&stamp).is_ok_and(|s| s == from) {
+        eprintln!("xtask: the portal site is up to date with {}", wasm.display());
+        return Ok(out);
+    }
+    let _ = std::fs::remove_file(&stamp);
     wasm_bindgen_cli_support::Bindgen::new()
         .input_path(&wasm)
         .out_name("tessera")
@@ -75,12 +85,32 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     if !dev {
         shrink(&root, &out.join("tessera_bg.wasm"))?;
     }
+    std::fs::write(&stamp, from).map_err(|e| format!("{}: {e}", stamp.display()))?;
     Ok(out)
+}
+
+/// What the site is made from: the profile, whether `wasm-opt` is there to shrink it, and the size and modification
+/// time of the wasm cargo built.
+fn built_from(root: &Path, wasm: &Path, dev: bool) -> Result<String, String> {
+    let meta = std::fs::metadata(wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
+    let modified =
+        meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos());
+    let how = match (dev, wasm_opt(root).exists()) {
+        (true, _) => "dev",
+        (false, true) => "release shrunk",
+        (false, false) => "release",
+    };
+    Ok(format!("{how} {} {modified}\n", meta.len()))
+}
+
+/// npm's `wasm-opt` (binaryen) in `xtask/node_modules`.
+fn wasm_opt(root: &Path) -> PathBuf {
+    root.join("xtask").join("node_modules").join(".bin").join("wasm-opt")
 }
 
 /// `wasm-opt -Oz` in place, with npm's binaryen from `xtask/node_modules` when it is there.
 fn shrink(root: &Path, wasm: &Path) -> Result<(), String> {
-    let tool = root.join("xtask").join("node_modules").join(".bin").join("wasm-opt");
+    let tool = wasm_opt(root);
     if !tool.exists() {
         eprintln!("xtask: {} not installed (npm ci --prefix xtask): the wasm is not shrunk", tool.display());
         return Ok(());
