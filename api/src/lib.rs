@@ -20,6 +20,7 @@ pub mod problem;
 pub mod quotas;
 pub mod requests;
 pub mod reservations;
+pub mod rightsize;
 pub mod signin;
 pub mod telemetry;
 pub mod tenants;

@@ -19,6 +19,7 @@ pub mod quota;
 pub mod quota_request;
 pub mod request;
 pub mod reservation;
+pub mod rightsize;
 pub mod sharing;
 pub mod text;
 pub mod timeline;

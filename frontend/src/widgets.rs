@@ -37,6 +37,19 @@ pub fn problem_view(problem: &Problem) -> AnyView {
     }
 }
 
+/// Messages after an action (`(ok, text)`, oldest first), read out politely as they change.
+#[component]
+pub fn Messages(
+    messages: RwSignal<Vec<(bool, String)>>,
+    #[prop(optional)] testid: Option<&'static str>,
+) -> impl IntoView {
+    view! {
+        <ul class="messages" aria-live="polite" data-testid=testid>
+            {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
+        </ul>
+    }
+}
+
 /// Copies `text` to the clipboard; says "Copied" once done. `label` names what it copies for screen readers.
 #[component]
 pub fn CopyButton(text: String, #[prop(optional, into)] label: String) -> impl IntoView {

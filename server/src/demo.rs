@@ -153,8 +153,9 @@ const IDLE_FOR_MS: i64 = 3 * 24 * 3_600_000;
 ///   for an admin's approval of their layout changes;
 /// - a cohort `ml` of both: vision is guaranteed 7 compute slices and may borrow up to 14, llm-serving lends what it
 ///   does not use;
-/// - vision's slices, placed by the planner as any request is, one of them held for three days and idle, one
-///   borrowed;
+/// - vision's slices, placed by the planner as any request is, one of them held for three days and idle, a
+///   3g.40gb held for a day at a light load (12 %, 15 % of its memory) that right-sizing finds would fit a 1g.10gb,
+///   one borrowed;
 ///   llm-serving's approved requests, one of them waiting for a layout change on the A100, one pending request,
 ///   and a quota request for a month of more compute, waiting for an admin;
 /// - a week of released allocations for both tenants, with their minute telemetry, so usage, chargeback and the
@@ -240,7 +241,14 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     };
     // The free 1g.10gb on demo-node-1's GPU 1 goes to this one at once: it becomes the idle allocation.
     let idle = ask(&vision.id, "1g.10gb", "H100-80GB", 1, "label QA notebook").await;
-    ask(&vision.id, "3g.40gb", "H100-80GB", 1, "training: detector v7").await;
+    if let Some(r) = &idle {
+        set_load(state, sims, &r.id, Held::Idle).await;
+    }
+    // The free 3g.40gb there goes to this one: a day at a light load makes it the oversized one right-sizing finds.
+    let light = ask(&vision.id, "3g.40gb", "H100-80GB", 1, "training: detector v7").await;
+    if let Some(r) = &light {
+        set_load(state, sims, &r.id, Held::Light).await;
+    }
     ask(&vision.id, "2g.20gb", "A100-80GB", 1, "evaluation sweeps").await;
     ask(&vision.id, "1g.10gb", "H100-80GB", 2, "development notebooks").await;
     for (profile, model, count, reason) in
@@ -263,9 +271,13 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     }
 
     let quiet = match idle {
-        Some(r) => make_idle(state, sims, &r.id, started_ms).await.map_err(|e| err(&e))?,
+        Some(r) => make_held(state, &r.id, started_ms, Held::Idle).await.map_err(|e| err(&e))?,
         None => None,
     };
+    // On the same GPU, and held for less time than the idle one: the history already leaves room for it.
+    if let Some(r) = light {
+        make_held(state, &r.id, started_ms, Held::Light).await.map_err(|e| err(&e))?;
+    }
     let nodes = state.store.nodes().await.map_err(|e| err(&e))?;
     let (past, minutes) = history(&nodes, &[&vision.id, &llm.id], started_ms, quiet.as_ref());
     // The minutes first: the history's audit entry says the demo is ready.
@@ -277,14 +289,45 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     Ok(())
 }
 
-/// Waits for the request's allocation to turn active, then makes it look held for three days and unused: the
-/// simulated node keeps it idle, its times move back, and its device's minutes for those days are recorded as idle.
-/// Returns the GPU and the time from which its history must leave room for it.
-async fn make_idle(
+/// How a demo allocation made to look held for a while was used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Unused for three days: reclaim and the idle alert find it.
+    Idle,
+    /// A day at a known light load (12 %, 15 % of its memory): right-sizing finds it oversized.
+    Light,
+}
+
+/// A light allocation's day.
+const LIGHT_FOR_MS: i64 = 24 * 3_600_000;
+
+/// Gives the request's allocations the load `held` says on the simulated nodes, as soon as they exist and before
+/// their instances do (the request was placed when it was made), so that no sample at another load is sent for
+/// them: one busy minute would be a light allocation's peak. Allocation ids are unique: every node may know them.
+async fn set_load(state: &AppState, sims: &[(String, SimHandle)], request_id: &str, held: Held) {
+    let live = match state.store.live_allocations().await {
+        Ok(live) => live,
+        Err(e) => return tracing::warn!(error = %e, "demo load not set"),
+    };
+    for a in live.iter().filter(|a| a.request_id == request_id) {
+        for (_, sim) in sims {
+            let mut sim = sim.lock().unwrap_or_else(|e| e.into_inner());
+            match held {
+                Held::Idle => sim.idle_allocations.push(a.id.clone()),
+                Held::Light => sim.light_allocations.push(a.id.clone()),
+            }
+        }
+    }
+}
+
+/// Waits for the request's allocation to turn active, then makes it look held as `held` says: the simulated node
+/// keeps that load ([`set_load`]), its times move back, and its device's minutes since then are recorded at that load. Returns
+/// the GPU and the time from which its history must leave room for it.
+async fn make_held(
     state: &AppState,
-    sims: &[(String, SimHandle)],
     request_id: &str,
     started_ms: i64,
+    held: Held,
 ) -> Result<Option<(String, i64)>, crate::store::StoreError> {
     let mut active = None;
     for _ in 0..120 {
@@ -296,13 +339,13 @@ async fn make_idle(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let Some(m) = active else {
-        tracing::warn!("the demo's idle allocation did not turn active within a minute");
+        tracing::warn!(?held, "a demo allocation did not turn active within a minute");
         return Ok(None);
     };
-    if let Some((_, sim)) = sims.iter().find(|(n, _)| *n == m.node) {
-        sim.lock().unwrap_or_else(|e| e.into_inner()).idle_allocations.push(m.id.clone());
-    }
-    let since = started_ms - IDLE_FOR_MS;
+    let (since, (util, mem_share)) = match held {
+        Held::Idle => (started_ms - IDLE_FOR_MS, tessera_agent::backend::sim::IDLE),
+        Held::Light => (started_ms - LIGHT_FOR_MS, tessera_agent::backend::sim::LIGHT),
+    };
     state.store.backdate_request(request_id, since).await?;
     let nodes = state.store.nodes().await?;
     let Some((node, gpu)) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.uuid == m.gpu_uuid).map(|g| (n, g)))
@@ -320,9 +363,10 @@ async fn make_idle(
             profile: Some(m.profile.clone()),
             start: Some(m.start),
             samples,
-            util_avg: 0.0,
-            util_max: 0.0,
-            mem_used_avg: (mem_total * 0.02).round(),
+            util_avg: util,
+            util_max: util,
+            mem_used_avg: (mem_total * mem_share).round(),
+            mem_used_max: Some((mem_total * mem_share).round()),
             mem_total,
             power_avg: None,
             temp_max: None,
@@ -455,6 +499,7 @@ fn history(
                             util_avg: round1(util),
                             util_max: round1((util * 1.15).min(100.0)),
                             mem_used_avg: used,
+                            mem_used_max: Some((used * 1.05).min(mem_total).round()),
                             mem_total,
                             power_avg: None,
                             temp_max: None,
@@ -477,6 +522,7 @@ fn history(
                     util_avg: round1(util),
                     util_max: round1((util * 1.15).min(100.0)),
                     mem_used_avg: gpu_mem[i],
+                    mem_used_max: Some(gpu_mem[i]),
                     mem_total: total,
                     power_avg: Some(round1(70.0 + 3.3 * util)),
                     temp_max: Some(round1(32.0 + 0.4 * util)),

@@ -73,6 +73,11 @@ impl ApiError {
         ApiError::Denied { status: StatusCode::FORBIDDEN, code, detail: detail.into() }
     }
 
+    /// A 409 with `code`.
+    pub fn conflict(code: &'static str, detail: impl Into<String>) -> ApiError {
+        ApiError::Conflict { code, detail: detail.into(), errors: Vec::new() }
+    }
+
     /// A 422 with `code`.
     pub fn invalid(code: &'static str, detail: impl Into<String>) -> ApiError {
         ApiError::Invalid { status: StatusCode::UNPROCESSABLE_ENTITY, code, detail: detail.into() }

@@ -13,7 +13,7 @@ use tessera_core::catalog::Catalog;
 use tessera_core::quota::Resource as QuotaResource;
 
 use crate::api::{self, ProblemExt};
-use crate::widgets::{TenantsResource, problem_view};
+use crate::widgets::{Messages, TenantsResource, problem_view};
 use crate::wire::role_label;
 
 /// A quota edit checked as the server checks it: `(canonical key, limit)`, where a blank amount (`None`) removes
@@ -327,9 +327,7 @@ fn QuotaCard(tenant: String) -> impl IntoView {
                 <button class="button primary" type="submit">"Save quotas"</button>
             </div>
             {move || new_key_error().map(|e| view! { <p class="error small" data-testid="quota-key-error">{e}</p> })}
-            <ul class="messages" aria-live="polite" data-testid="quota-messages">
-                {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
-            </ul>
+            <Messages messages=messages testid="quota-messages" />
         </form>
     }
 }

@@ -10,7 +10,7 @@ use tessera_api::nodes::{GpuView, NodeView};
 
 use crate::api::{self, ProblemExt};
 use crate::pages::{ago, clock, now_ms};
-use crate::widgets::problem_view;
+use crate::widgets::{Messages, problem_view};
 use crate::wire::gpu_state;
 
 /// The fleet page.
@@ -38,9 +38,7 @@ pub fn FleetPage() -> impl IntoView {
                     <input type="search" placeholder="Filter by node, model or state" bind:value=filter />
                 </label>
             </div>
-            <ul class="messages" aria-live="polite">
-                {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
-            </ul>
+            <Messages messages=messages />
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match nodes.await {

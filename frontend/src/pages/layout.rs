@@ -14,7 +14,7 @@ use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
 use crate::api::{self, ProblemExt};
 use crate::pages::approvals::LayoutCard;
 use crate::pages::slots::{diff_view, units};
-use crate::widgets::problem_view;
+use crate::widgets::{Messages, problem_view};
 use crate::wire::node_with_gpu;
 
 /// An instance that cannot go, and why.
@@ -248,9 +248,7 @@ fn Editor(node: String, gpu: GpuView, on_applied: Callback<()>) -> impl IntoView
                     }).collect_view()
                 }}
             </div>
-            <ul class="messages" aria-live="polite" data-testid="editor-messages">
-                {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
-            </ul>
+            <Messages messages=messages testid="editor-messages" />
             <h2>"Change against the GPU's layout"</h2>
             <div data-testid="draft-diff">
                 {move || {

@@ -1,16 +1,19 @@
 //! `/usage`: usage and chargeback. GPU-hours per tenant or per profile over a period, as a chart and a table,
 //! with the allocations behind them and a CSV export (the API's own `format=csv`). Allocations that are held but
 //! idle (under N % utilisation for the last H hours) are highlighted; platform admins can reclaim them, which
-//! releases the request with a reason the tenant sees. Members see their tenants only.
+//! releases the request with a reason the tenant sees. Members see their tenants only. Below them, right-sizing
+//! (`GET /api/v1/rightsizing`): per active allocation its peak memory and 95th percentile utilisation, and the
+//! smallest slice that would carry them with headroom.
 
 use leptos::prelude::*;
 use tessera_api::requests::{ReleaseBody, RequestView};
+use tessera_api::rightsize::{Replacement, RightsizeAllocation, RightsizeBody, RightsizeReport, RightsizeVerdict};
 use tessera_api::usage::UsageReport;
 
 use crate::api::{self, ProblemExt};
 use crate::pages::now_ms;
 use crate::pages::tenant::short;
-use crate::widgets::{Glossary, SessionResource, problem_view};
+use crate::widgets::{Glossary, Messages, SessionResource, problem_view};
 
 const HOUR_MS: i64 = 3_600_000;
 
@@ -215,9 +218,7 @@ pub fn UsagePage() -> impl IntoView {
                                         <label class="grow">"Reason (for reclaims)"<input type="text" name="reclaim-reason" bind:value=reason placeholder="e.g. idle for a day" /></label>
                                     </div>
                                 })}
-                                <ul class="messages" aria-live="polite">
-                                    {move || messages.get().into_iter().map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
-                                </ul>
+                                <Messages messages=messages />
                                 <div class="table-wrap">
                                 <table data-testid="usage-allocations">
                                     <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Held"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th><th scope="col">"Mean utilisation"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
@@ -249,6 +250,7 @@ pub fn UsagePage() -> impl IntoView {
                                         <button class="button small" type="button" data-testid="show-all" on:click=move |_| show_all.update(|v| *v = !*v)>{move || if show_all.get() { "Show fewer" } else { "Show all" }}</button>
                                     </p>
                                 })}
+                                <Rightsizing />
                                 <Glossary />
                             }.into_any()
                         }
@@ -256,6 +258,130 @@ pub fn UsagePage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+    }
+}
+
+/// What the right-sizing table says of one allocation's judgement.
+pub fn verdict_text(a: &RightsizeAllocation) -> String {
+    match a.verdict {
+        RightsizeVerdict::Smaller => format!(
+            "a {} would do: {} compute slices back, {} slice-hours a day",
+            a.suggested_profile.as_deref().unwrap_or("smaller slice"),
+            a.compute_slices_saved,
+            a.slice_hours_saved_per_day
+        ),
+        RightsizeVerdict::RightSized => "right-sized".into(),
+        RightsizeVerdict::AtLimit => "at its limit: it may want a larger slice".into(),
+        RightsizeVerdict::NotEnoughData => "under an hour of telemetry".into(),
+        RightsizeVerdict::SharedDevice => "shared GPU: not judged".into(),
+        RightsizeVerdict::UnknownModel => "unknown model".into(),
+    }
+}
+
+/// The verdict as the API spells it.
+pub fn verdict_code(v: RightsizeVerdict) -> &'static str {
+    match v {
+        RightsizeVerdict::Smaller => "smaller",
+        RightsizeVerdict::RightSized => "right_sized",
+        RightsizeVerdict::AtLimit => "at_limit",
+        RightsizeVerdict::NotEnoughData => "not_enough_data",
+        RightsizeVerdict::SharedDevice => "shared_device",
+        RightsizeVerdict::UnknownModel => "unknown_model",
+    }
+}
+
+/// Memory in GiB with one decimal, or a dash.
+fn gib(mib: Option<f64>) -> String {
+    mib.map_or_else(|| "—".to_string(), |m| format!("{:.1} GiB", m / 1024.0))
+}
+
+/// Right-sizing of the active allocations the caller may see, over a window and with a headroom they choose.
+#[component]
+fn Rightsizing() -> impl IntoView {
+    let days = RwSignal::new(7u32);
+    let headroom = RwSignal::new(20.0f64);
+    let report = Resource::new(
+        move || (days.get(), headroom.get()),
+        |(d, h)| api::get_json::<RightsizeReport>(format!("/api/v1/rightsizing?days={d}&headroom_pct={h}")),
+    );
+    let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    let asked = RwSignal::new(Vec::<String>::new());
+    let resize = move |allocation: String, profile: String| {
+        leptos::task::spawn_local(async move {
+            let body = RightsizeBody { profile: profile.clone(), reason: None };
+            let path = format!("/api/v1/allocations/{allocation}/rightsize");
+            match api::send_json::<Replacement>("POST", path, body).await {
+                Ok(r) => {
+                    asked.update(|a| a.push(allocation));
+                    messages.set(vec![(
+                        true,
+                        format!(
+                            "Asked for a {profile} (request {}, {}): request {} is released when it is active.",
+                            short(&r.request.id),
+                            r.request.state,
+                            short(&r.replaces)
+                        ),
+                    )]);
+                }
+                Err(p) => messages.set(vec![(false, p.message())]),
+            }
+        });
+    };
+    view! {
+        <h2 id="rightsizing">"Right-sizing"</h2>
+        <div class="card" data-testid="rightsizing">
+            <div class="toolbar">
+                <label>"Over"
+                    <select name="rightsize-days" on:change=move |ev| { if let Ok(d) = event_target_value(&ev).parse() { days.set(d); } }>
+                        <option value="1" selected=move || days.get() == 1>"the last day"</option>
+                        <option value="7" selected=move || days.get() == 7>"the last 7 days"</option>
+                        <option value="30" selected=move || days.get() == 30>"the last 30 days"</option>
+                    </select>
+                </label>
+                <label>"Headroom (%)"<input type="number" name="rightsize-headroom" min="0" max="100" step="5" prop:value=move || headroom.get().to_string()
+                    on:change=move |ev| { if let Ok(v) = event_target_value(&ev).parse::<f64>() && (0.0..=100.0).contains(&v) { headroom.set(v); } } /></label>
+            </div>
+            <Messages messages=messages />
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match report.await {
+                        Err(p) => problem_view(&p),
+                        Ok(r) => view! {
+                            <p data-testid="rightsize-summary" class:warn-text=r.smaller != 0>{format!(
+                                "{} of {} could be smaller with {}% headroom: {} compute slices back, {} slice-hours a day.",
+                                r.smaller, crate::pages::count(r.allocations.len() as u64, "active allocation"), r.headroom_pct,
+                                r.compute_slices_saved, r.slice_hours_saved_per_day)}</p>
+                            <div class="table-wrap">
+                            <table data-testid="rightsize-allocations">
+                                <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col" title="Highest memory in use in the window">"Peak memory"</th><th scope="col" title="95th percentile of the one-minute mean utilisation, of what it holds">"p95 utilisation"</th><th scope="col">"Verdict"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                                <tbody>
+                                    {r.allocations.iter().take(PAGE_ROWS).map(|a| view! {
+                                        <tr data-allocation=a.allocation.clone() data-verdict=verdict_code(a.verdict) data-suggested=a.suggested_profile.clone().unwrap_or_default()>
+                                            <td>{a.tenant.clone()}</td>
+                                            <td>{format!("{} {}", a.model, a.held)}</td>
+                                            <td>{a.node.clone()}</td>
+                                            <td>{format!("{} of {}", gib(a.peak_mem_mib), gib(Some(a.memory_mib)))}</td>
+                                            <td>{a.p95_util_pct.map_or_else(|| "not measured".to_string(), |u| format!("{u:.1} %"))}</td>
+                                            <td class:ok-text=a.verdict == RightsizeVerdict::Smaller>{verdict_text(a)}</td>
+                                            <td class="actions">{a.suggested_profile.clone().map(|to| {
+                                                let (allocation, label) = (a.allocation.clone(), format!("Request a {to}"));
+                                                let done = allocation.clone();
+                                                view! {
+                                                    <button class="button small" data-testid="resize" title="Ask for the smaller slice; this one is released when it is active"
+                                                        prop:disabled=move || asked.get().contains(&done)
+                                                        on:click=move |_| resize(allocation.clone(), to.clone())>{label}</button>
+                                                }
+                                            })}</td>
+                                        </tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                            </div>
+                        }.into_any(),
+                    }
+                })}
+            </Transition>
+        </div>
     }
 }
 

@@ -42,6 +42,9 @@ pub struct SimNode {
     /// Allocations that sit idle whatever the seed picks (a demo's allocation for reclaim to find).
     #[serde(default)]
     pub idle_allocations: Vec<String>,
+    /// Allocations at the steady light load [`LIGHT`] (a demo's oversized allocation for right-sizing to find).
+    #[serde(default)]
+    pub light_allocations: Vec<String>,
 }
 
 fn default_idle_percent() -> u8 {
@@ -221,6 +224,7 @@ impl SimNode {
             seed: 0,
             idle_percent: default_idle_percent(),
             idle_allocations: Vec::new(),
+            light_allocations: Vec::new(),
         }
     }
 
@@ -228,6 +232,9 @@ impl SimNode {
     fn load(&self, allocation: &str, t_s: u64) -> (f64, f64) {
         if self.idle_allocations.iter().any(|a| a == allocation) {
             return IDLE;
+        }
+        if self.light_allocations.iter().any(|a| a == allocation) {
+            return LIGHT;
         }
         load(self.seed, self.idle_percent, allocation, t_s)
     }
@@ -519,7 +526,11 @@ fn unit(seed: u64, key: &str, n: u64) -> f64 {
 }
 
 /// The load of an allocation nobody uses: no utilisation, its memory barely touched.
-const IDLE: (f64, f64) = (0.0, 0.02);
+/// An idle allocation's load: (utilisation %, share of its memory in use).
+pub const IDLE: (f64, f64) = (0.0, 0.02);
+/// A light allocation's steady load: 12 % busy, 15 % of its memory in use (a 3g.40gb at that load fits a 1g.10gb
+/// with 20 % headroom).
+pub const LIGHT: (f64, f64) = (12.0, 0.15);
 
 /// The synthetic load of one allocation at second `t_s`: (utilisation %, share of its memory in use).
 /// `idle_percent` of the allocations sit idle (allocations nobody uses, as reclaim should find); the others move

@@ -148,6 +148,31 @@ pub enum RequestCommand {
         /// Request id.
         id: String,
     },
+    /// Right-sizing: per active allocation you may see (platform admins: the fleet), its peak memory and 95th
+    /// percentile utilisation, and the smallest profile that would carry them with headroom.
+    Rightsize {
+        /// Tenant id.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The window, days before now (1-30).
+        #[arg(long)]
+        days: Option<u32>,
+        /// Headroom over the peak memory and the 95th percentile utilisation, % (0-100).
+        #[arg(long)]
+        headroom_pct: Option<f64>,
+    },
+    /// Request the smaller slice in place of an active allocation's request: as many slices of PROFILE as the
+    /// request holds; the old request is released when the new one is active.
+    Resize {
+        /// Allocation id (`tessera request rightsize`).
+        allocation: String,
+        /// The smaller profile (the right-sizing report's suggestion).
+        #[arg(long)]
+        profile: String,
+        /// Why (shown to approvers).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// Nodes and their agents.
@@ -380,6 +405,37 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
                 let path = format!("/api/v1/requests/{id}/cancel");
                 print(out, api.call::<(), RequestView>(Method::POST, &path, None, None).await?)
             }
+            RequestCommand::Rightsize { tenant, days, headroom_pct } => {
+                let mut query = url::form_urlencoded::Serializer::new(String::new());
+                if let Some(v) = &tenant {
+                    query.append_pair("tenant", v);
+                }
+                if let Some(v) = days {
+                    query.append_pair("days", &v.to_string());
+                }
+                if let Some(v) = headroom_pct {
+                    query.append_pair("headroom_pct", &v.to_string());
+                }
+                let answer: Answer<tessera_api::rightsize::RightsizeReport> =
+                    api.get(&format!("/api/v1/rightsizing?{}", query.finish())).await?;
+                if let Answer::Ok(r) = &answer {
+                    say(&rightsize_text(r));
+                }
+                print(out, answer)
+            }
+            RequestCommand::Resize { allocation, profile, reason } => {
+                let path = format!("/api/v1/allocations/{allocation}/rightsize");
+                let body = tessera_api::rightsize::RightsizeBody { profile, reason };
+                let answer: Answer<tessera_api::rightsize::Replacement> =
+                    api.call(Method::POST, &path, Some(&body), None).await?;
+                if let Answer::Ok(r) = &answer {
+                    say(&format!(
+                        "Request {} ({}) asks for the smaller slice; request {} is released when it is active.",
+                        r.request.id, r.request.state, r.replaces
+                    ));
+                }
+                print(out, answer)
+            }
         }
     })
 }
@@ -452,6 +508,33 @@ pub fn preview_text(p: &RequestPreview) -> String {
 
 fn parse_priority(text: &str) -> Result<tessera_core::cohort::Priority, String> {
     tessera_core::cohort::Priority::parse(text).ok_or_else(|| format!("`{text}`: use low, normal or high"))
+}
+
+/// A right-sizing report in one sentence per allocation that could be smaller, then the totals.
+pub fn rightsize_text(r: &tessera_api::rightsize::RightsizeReport) -> String {
+    let mut lines: Vec<String> = r
+        .allocations
+        .iter()
+        .filter_map(|a| {
+            let to = a.suggested_profile.as_deref()?;
+            let peak = a.peak_mem_mib.map_or_else(|| "?".to_string(), |m| format!("{:.1} GiB", m / 1024.0));
+            let util = a.p95_util_pct.map_or_else(|| "not measured".to_string(), |u| format!("{u}%"));
+            Some(format!(
+                "{} ({}, {} on {}): peaked at {peak}, p95 utilisation {util}: a {to} would do, \
+                 {} compute slices and {} slice-hours a day saved",
+                a.allocation, a.tenant, a.held, a.node, a.compute_slices_saved, a.slice_hours_saved_per_day
+            ))
+        })
+        .collect();
+    lines.push(format!(
+        "{} of {} active allocations could be smaller with {}% headroom: {} compute slices, {} slice-hours a day.",
+        r.smaller,
+        r.allocations.len(),
+        r.headroom_pct,
+        r.compute_slices_saved,
+        r.slice_hours_saved_per_day
+    ));
+    lines.join("\n")
 }
 
 /// A defragmentation report in one sentence per GPU, then the fleet's figures.

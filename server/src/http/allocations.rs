@@ -10,6 +10,7 @@ use crate::app::AppState;
 use crate::services::fleet;
 use crate::store::Principal;
 pub use tessera_api::allocations::{AllocationQuery, AllocationView};
+pub use tessera_api::rightsize::{Replacement, RightsizeBody};
 
 /// Where the planner would place a MIG request on the fleet as it is now: existing free instances, or new ones at
 /// exact placements with the resulting layouts. Nothing is changed; approvers (platform admins) see this before
@@ -34,4 +35,27 @@ pub async fn list_allocations(
     ApiQuery(q): ApiQuery<AllocationQuery>,
 ) -> Result<ApiJson<Vec<AllocationView>>, ApiError> {
     Ok(ApiJson(fleet::allocations(&state, &p, &q.tenant).await?))
+}
+
+/// Request the smaller slice: for the tenant of an active allocation, asks for as many slices of `profile` (smaller
+/// than what it holds: same model and variant, no more compute or memory slices, fewer of one) as its request holds,
+/// through the same quota, policy and approval as any request. When the new request turns active, the request it
+/// replaces is released in that transaction (`request.released` by `system:rightsize`); until then both are held
+/// and counted against the quota. One replacement at a time per request.
+#[utoipa::path(post, path = "/api/v1/allocations/{id}/rightsize", tag = "usage", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
+    params(("id" = String, Path)), request_body = RightsizeBody,
+    responses((status = 201, body = Replacement, description = "the new request, and the request it replaces"),
+        (status = 400, body = Problem), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 409, body = Problem, description = "allocation_not_active, request_not_active, replacement_open or quota_exceeded"),
+        (status = 422, body = Problem, description = "unknown_profile, not_smaller, shared_device, unknown_model, value_too_long, invalid_reason")))]
+pub async fn rightsize_allocation(
+    State(state): State<AppState>,
+    p: Principal,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<RightsizeBody>,
+) -> Result<(axum::http::StatusCode, ApiJson<Replacement>), ApiError> {
+    let (request, replaces) =
+        crate::services::rightsize::replace(&state, &p, &id, &body.profile, body.reason.as_deref()).await?;
+    let view = Replacement { request: request.into(), replaces };
+    Ok((axum::http::StatusCode::CREATED, ApiJson(view)))
 }

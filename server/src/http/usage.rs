@@ -14,6 +14,7 @@ use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Principal, now_ms};
 pub use tessera_api::efficiency::{EfficiencyQuery, EfficiencyReport};
+pub use tessera_api::rightsize::{RightsizeQuery, RightsizeReport};
 pub use tessera_api::usage::UsageQuery;
 
 /// The columns of the CSV report, one line per allocation.
@@ -232,4 +233,41 @@ fn check_idle(below: f64, name: &str, hours: f64) -> Result<(), ApiError> {
             IDLE_HOURS.end()
         ),
     ))
+}
+
+/// Right-sizing: per active allocation the caller may see (platform admins: the fleet), its peak memory and the
+/// 95th percentile of its one-minute mean utilisation over the last `days` (or its life, when shorter), and the
+/// smallest profile of its model and variant that would carry both with `headroom_pct`, with the compute slices and
+/// slice-hours that would save. Time-sliced and MPS shares are listed as `shared_device` (their device reports every
+/// holder at once); allocations with under an hour of telemetry as `not_enough_data`.
+#[utoipa::path(get, path = "/api/v1/rightsizing", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    params(RightsizeQuery),
+    responses((status = 200, body = RightsizeReport), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_days or invalid_headroom")))]
+pub async fn rightsizing(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<RightsizeQuery>,
+) -> Result<ApiJson<RightsizeReport>, ApiError> {
+    use crate::services::rightsize::{DAYS, DEFAULT_DAYS, report};
+    use tessera_core::rightsize::{DEFAULT_HEADROOM, MAX_HEADROOM};
+    let days = q.days.unwrap_or(DEFAULT_DAYS);
+    if !DAYS.contains(&days) {
+        return Err(ApiError::invalid(
+            "invalid_days",
+            format!("`days` is a whole number of days from {} to {}", DAYS.start(), DAYS.end()),
+        ));
+    }
+    let headroom = q.headroom_pct.map_or(DEFAULT_HEADROOM, |h| h / 100.0);
+    if !(0.0..=MAX_HEADROOM).contains(&headroom) {
+        return Err(ApiError::invalid(
+            "invalid_headroom",
+            format!("`headroom_pct` is a percentage from 0 to {}", MAX_HEADROOM * 100.0),
+        ));
+    }
+    let tenants = match p.reading_scope(q.tenant.as_deref())? {
+        Scope::Fleet => None,
+        Scope::Tenants(tenants) => Some(tenants),
+    };
+    Ok(ApiJson(report(&state, tenants.as_deref(), days, headroom, now_ms()).await?))
 }

@@ -22,6 +22,7 @@ pub mod queue;
 pub mod quotas;
 pub mod requests;
 pub mod reservations;
+pub mod rightsize;
 pub mod telemetry;
 pub mod tenants;
 pub mod usage;

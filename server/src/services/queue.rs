@@ -27,6 +27,7 @@ struct Job {
     idempotency: Option<(String, String)>,
     duration_s: Option<u64>,
     priority: tessera_core::cohort::Priority,
+    replaces: Option<String>,
     reply: oneshot::Sender<Result<Created, StoreError>>,
 }
 
@@ -43,6 +44,7 @@ impl Job {
             idempotency: self.idempotency.as_ref().map(|(u, k)| (u.as_str(), k.as_str())),
             duration_s: self.duration_s,
             priority: self.priority,
+            replaces: self.replaces.as_deref(),
         }
     }
 }
@@ -73,6 +75,7 @@ impl CreateQueue {
             idempotency: new.idempotency.map(|(u, k)| (u.to_string(), k.to_string())),
             duration_s: new.duration_s,
             priority: new.priority,
+            replaces: new.replaces.map(str::to_string),
             reply,
         };
         let stopped = || StoreError::Failed("the request writer stopped before answering".to_string());

@@ -188,6 +188,18 @@ pub async fn create(
     ask: Ask<'_>,
     idempotency_key: Option<&str>,
 ) -> Result<(SliceRequest, bool), ApiError> {
+    create_replacing(state, p, ask, idempotency_key, None).await
+}
+
+/// [`create`], for a request that replaces the active request `replaces` of the same tenant once it is active
+/// itself (the caller has checked that it may).
+pub async fn create_replacing(
+    state: &AppState,
+    p: &Principal,
+    ask: Ask<'_>,
+    idempotency_key: Option<&str>,
+    replaces: Option<&str>,
+) -> Result<(SliceRequest, bool), ApiError> {
     let Ask { tenant, spec, count, reason, duration_s, priority } = ask;
     check(state, p, &ask)?;
     if let Some(key) = idempotency_key
@@ -213,6 +225,7 @@ pub async fn create(
         idempotency: idempotency_key.map(|k| (p.user.id.as_str(), k)),
         duration_s,
         priority,
+        replaces,
     };
     let Created { request, created, tenant: tenant_row } = match state.creates.create(new).await {
         Ok(done) => done,
@@ -244,6 +257,11 @@ pub async fn create(
         match crate::services::approvals::approve_as(state, AUTO_APPROVER, request.clone(), Some(request.version)).await
         {
             Ok(approval) => return Ok((approval.request, true)),
+            // The sweep that places queued requests ([`place_queued`]) moved it meanwhile: answer with what it
+            // is now.
+            Err(ApiError::Conflict { code: "version_conflict", .. }) => {
+                return Ok((state.store.request(&request.id).await?, true));
+            }
             Err(e) => tracing::info!(request = %request.id, error = %e, "auto-approval left the request pending"),
         }
     }

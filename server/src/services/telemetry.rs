@@ -148,6 +148,7 @@ struct MinuteAcc {
     util_sum: f64,
     util_max: f64,
     mem_sum: f64,
+    mem_max: f64,
     mem_total: f64,
     power_sum: f64,
     power_n: i64,
@@ -162,6 +163,7 @@ impl MinuteAcc {
             util_sum: 0.0,
             util_max: 0.0,
             mem_sum: 0.0,
+            mem_max: 0.0,
             mem_total: 0.0,
             power_sum: 0.0,
             power_n: 0,
@@ -175,6 +177,7 @@ impl MinuteAcc {
         self.util_sum += util;
         self.util_max = self.util_max.max(util);
         self.mem_sum += f64::from(s.mem_used_mib.max(0.0));
+        self.mem_max = self.mem_max.max(f64::from(s.mem_used_mib.max(0.0)));
         self.mem_total = f64::from(s.mem_total_mib.max(0.0));
         if let Some(p) = s.power_w {
             self.power_sum += f64::from(p);
@@ -198,6 +201,7 @@ impl MinuteAcc {
             util_avg: self.util_sum / n,
             util_max: self.util_max,
             mem_used_avg: self.mem_sum / n,
+            mem_used_max: Some(self.mem_max),
             mem_total: self.mem_total,
             power_avg: (self.power_n > 0).then(|| self.power_sum / self.power_n as f64),
             temp_max: self.temp_max,
@@ -259,6 +263,10 @@ fn merge(into: &mut MinuteRow, add: &MinuteRow) {
     into.util_avg = (into.util_avg * a + add.util_avg * b) / n;
     into.util_max = into.util_max.max(add.util_max);
     into.mem_used_avg = (into.mem_used_avg * a + add.mem_used_avg * b) / n;
+    into.mem_used_max = match (into.mem_used_max, add.mem_used_max) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
     into.mem_total = add.mem_total;
     into.power_avg = match (into.power_avg, add.power_avg) {
         (Some(x), Some(y)) => Some((x * a + y * b) / n),

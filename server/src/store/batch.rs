@@ -378,6 +378,19 @@ impl Store {
                     .push_bind(borrowed.contains(r.id.as_str()));
             });
             q.build().execute(&mut *tx).await?;
+            let replacing: Vec<(&str, &str, i64)> = inserted
+                .iter()
+                .filter_map(|(r, n)| Some((r.id.as_str(), n.replaces?, r.created_at_ms)))
+                .collect();
+            if !replacing.is_empty() {
+                let mut q = QueryBuilder::<DB>::new(
+                    "INSERT INTO request_replacements (request_id, replaces_request_id, created_at_ms) ",
+                );
+                q.push_values(&replacing, |mut b, (id, old, at)| {
+                    b.push_bind(*id).push_bind(*old).push_bind(*at);
+                });
+                q.build().execute(&mut *tx).await?;
+            }
             let charges = charge_rows(&inserted);
             if !charges.is_empty() {
                 let mut q = QueryBuilder::<DB>::new("INSERT INTO request_charges (request_id, resource, amount_milli) ");

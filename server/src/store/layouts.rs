@@ -49,7 +49,11 @@ async fn apply_layout<'c>(conn: impl Into<Conn<'c>>, gpu_id: &str, layout: &str)
 }
 
 /// Writes a request's new state, if it is still at `before_version`.
-async fn set_request<'c>(conn: impl Into<Conn<'c>>, r: &SliceRequest, before_version: i64) -> Result<(), StoreError> {
+pub(super) async fn set_request<'c>(
+    conn: impl Into<Conn<'c>>,
+    r: &SliceRequest,
+    before_version: i64,
+) -> Result<(), StoreError> {
     let done = on_conn!(conn.into(), conn, _dialect => {
         sqlx::query(
             "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4 \
@@ -298,6 +302,14 @@ impl Store {
             .fetch_all(pool)
             .await?)
         })
+    }
+
+    /// An allocation by id, in whatever state.
+    pub async fn allocation(&self, id: &str) -> Result<Option<Allocation>, StoreError> {
+        let sql = format!("SELECT {ALLOCATION_FIELDS} FROM allocations a WHERE a.id = $1");
+        let row: Option<AllocationRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?);
+        Ok(row.map(allocation_from))
     }
 
     /// Allocations that hold their instance (reserved or active).

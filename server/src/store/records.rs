@@ -379,6 +379,8 @@ pub struct NewRequest<'a> {
     pub duration_s: Option<u64>,
     /// Its priority within its tenant.
     pub priority: Priority,
+    /// The active request of the same tenant it replaces: released in the transaction that makes this one active.
+    pub replaces: Option<&'a str>,
 }
 
 impl NewRequest<'_> {

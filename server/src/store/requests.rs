@@ -121,6 +121,48 @@ pub(super) async fn request_in<'c>(
     request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
 }
 
+/// The actor that releases a request replaced by a right-sized one.
+pub const RIGHTSIZE_ACTOR: &str = "system:rightsize";
+
+/// When `new` turns active: the request it replaces (right-sizing's smaller slice), if it is still active and of
+/// the same tenant, is released in the same transaction, as [`RIGHTSIZE_ACTOR`], its reason naming `new`. Returns
+/// it when it was released.
+async fn release_replaced<'c>(
+    conn: impl Into<Conn<'c>>,
+    new: &SliceRequest,
+) -> Result<Option<SliceRequest>, StoreError> {
+    on_conn!(conn.into(), conn, _dialect => {
+        let old: Option<(String,)> =
+            sqlx::query_as("SELECT replaces_request_id FROM request_replacements WHERE request_id = $1")
+                .bind(&new.id)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let Some((old,)) = old else { return Ok(None) };
+        let before = request_in(&mut *conn, &old, true).await?;
+        if before.state != RequestState::Active || before.tenant_id != new.tenant_id {
+            return Ok(None);
+        }
+        let state = before.state.transition(RequestState::Released)?;
+        let now = now_ms();
+        let after = SliceRequest {
+            state,
+            reason: format!("replaced by the right-sized request {}", new.id),
+            version: before.version + 1,
+            updated_at_ms: now,
+            ..before.clone()
+        };
+        super::layouts::set_request(&mut *conn, &after, before.version).await?;
+        release_allocations(&mut *conn, &after.id).await?;
+        if before.state.holds_quota() {
+            adjust_usage(&mut *conn, &after.tenant_id, &after.id, -1).await?;
+        }
+        let object = format!("request/{}", after.id);
+        let (b, a) = (Some(to_json(&before)), Some(to_json(&after)));
+        audit_insert(&mut *conn, RIGHTSIZE_ACTOR, "request.released", &object, b, a).await?;
+        Ok(Some(after))
+    })
+}
+
 /// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
 pub(super) async fn release_allocations<'c>(conn: impl Into<Conn<'c>>, request_id: &str) -> Result<(), StoreError> {
     on_conn!(conn.into(), conn, _dialect => {
@@ -276,9 +318,38 @@ impl Store {
             let action = format!("request.{}", after.state);
             let object = format!("request/{}", after.id);
             audit_insert(&mut tx, t.actor, &action, &object, Some(to_json(&before)), Some(to_json(&after))).await?;
+            if after.state == RequestState::Active {
+                release_replaced(&mut tx, &after).await?;
+            }
             tx.commit().await?;
             Ok(after)
         })
+    }
+
+    /// A request still on its way (pending, approved or provisioning) made to replace `request_id`, if any.
+    pub async fn open_replacement(&self, request_id: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT r.id FROM request_replacements x JOIN slice_requests r ON r.id = x.request_id \
+                 WHERE x.replaces_request_id = $1 AND r.state IN ('pending', 'approved', 'provisioning') \
+                 ORDER BY r.id LIMIT 1",
+            )
+            .bind(request_id)
+            .fetch_optional(pool)
+            .await?
+        });
+        Ok(row.map(|(id,)| id))
+    }
+
+    /// The request `request_id` replaces once active, if it was made to replace one.
+    pub async fn replaces(&self, request_id: &str) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT replaces_request_id FROM request_replacements WHERE request_id = $1")
+                .bind(request_id)
+                .fetch_optional(pool)
+                .await?
+        });
+        Ok(row.map(|(id,)| id))
     }
 
     /// Requests matching `filter`, by id (creation order).

@@ -27,6 +27,8 @@ pub struct MinuteRow {
     pub util_max: f64,
     /// Mean memory used, MiB.
     pub mem_used_avg: f64,
+    /// Highest memory used, MiB (`None` on rows written before it was kept).
+    pub mem_used_max: Option<f64>,
     /// Memory total, MiB.
     pub mem_total: f64,
     /// Mean power, W.
@@ -35,11 +37,25 @@ pub struct MinuteRow {
     pub temp_max: Option<f64>,
 }
 
-/// Rows per statement (13 parameters each, well under SQLite's limit).
+/// Rows per statement (14 parameters each, well under SQLite's limit).
 const CHUNK: usize = 200;
 
-type Row =
-    (String, i64, String, String, Option<String>, Option<i64>, i64, f64, f64, f64, f64, Option<f64>, Option<f64>);
+type Row = (
+    String,
+    i64,
+    String,
+    String,
+    Option<String>,
+    Option<i64>,
+    i64,
+    f64,
+    f64,
+    f64,
+    f64,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+);
 
 fn from_row(r: Row) -> MinuteRow {
     MinuteRow {
@@ -56,7 +72,19 @@ fn from_row(r: Row) -> MinuteRow {
         mem_total: r.10,
         power_avg: r.11,
         temp_max: r.12,
+        mem_used_max: r.13,
     }
+}
+
+/// One device's minutes in a window ([`Store::device_use`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceUse {
+    /// Minutes with telemetry.
+    pub minutes: u32,
+    /// Highest memory in use, MiB.
+    pub peak_mem_mib: Option<f64>,
+    /// Minutes per mean utilisation rounded to a whole percent.
+    pub util_minutes: [u64; 101],
 }
 
 /// A live or past allocation with the times it was in use.
@@ -106,6 +134,8 @@ const MERGE: &str = "ON CONFLICT (device, minute_ms) DO UPDATE SET \
         / (telemetry_minutes.samples + excluded.samples) END, \
     temp_max = CASE WHEN telemetry_minutes.temp_max > excluded.temp_max \
         THEN telemetry_minutes.temp_max ELSE COALESCE(excluded.temp_max, telemetry_minutes.temp_max) END, \
+    mem_used_max = CASE WHEN telemetry_minutes.mem_used_max > excluded.mem_used_max \
+        THEN telemetry_minutes.mem_used_max ELSE COALESCE(excluded.mem_used_max, telemetry_minutes.mem_used_max) END, \
     samples = telemetry_minutes.samples + excluded.samples";
 
 impl Store {
@@ -120,14 +150,14 @@ impl Store {
             for chunk in rows.chunks(CHUNK) {
                 let values: Vec<String> = (0..chunk.len())
                     .map(|i| {
-                        let b = i * 13;
-                        let p: Vec<String> = (1..=13).map(|k| format!("${}", b + k)).collect();
+                        let b = i * 14;
+                        let p: Vec<String> = (1..=14).map(|k| format!("${}", b + k)).collect();
                         format!("({})", p.join(", "))
                     })
                     .collect();
                 let sql = format!(
                     "INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, \
-                     util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max) VALUES {} {MERGE}",
+                     util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max) VALUES {} {MERGE}",
                     values.join(", ")
                 );
                 let mut q = sqlx::query(&sql);
@@ -145,7 +175,8 @@ impl Store {
                         .bind(r.mem_used_avg)
                         .bind(r.mem_total)
                         .bind(r.power_avg)
-                        .bind(r.temp_max);
+                        .bind(r.temp_max)
+                        .bind(r.mem_used_max);
                 }
                 q.execute(&mut *tx).await?;
             }
@@ -159,7 +190,7 @@ impl Store {
         on_pool!(self, pool, _dialect => {
             let rows: Vec<Row> = sqlx::query_as(
                 "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT), CAST(samples AS BIGINT), \
-                 util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max FROM telemetry_minutes \
+                 util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max FROM telemetry_minutes \
                  WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 IS NULL OR node_id = $3) \
                  ORDER BY device, minute_ms",
             )
@@ -185,6 +216,35 @@ impl Store {
             .fetch_all(pool)
             .await?)
         })
+    }
+
+    /// One device's minutes with `from_ms <= minute_ms < to_ms` as right-sizing reads them: how many, the highest
+    /// memory in use (each minute's peak, or its mean on rows written before peaks were kept), and how many minutes
+    /// had each mean utilisation rounded to a whole percent (`util_minutes[p]`, clamped to 0-100). One indexed range
+    /// scan, grouped in the database.
+    pub async fn device_use(&self, device: &str, from_ms: i64, to_ms: i64) -> Result<DeviceUse, StoreError> {
+        let rows: Vec<(i64, i64, Option<f64>)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT CAST(ROUND(util_avg) AS BIGINT), CAST(COUNT(*) AS BIGINT), \
+                 MAX(COALESCE(mem_used_max, mem_used_avg)) FROM telemetry_minutes \
+                 WHERE device = $1 AND minute_ms >= $2 AND minute_ms < $3 GROUP BY CAST(ROUND(util_avg) AS BIGINT)",
+            )
+            .bind(device)
+            .bind(from_ms)
+            .bind(to_ms)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut out = DeviceUse { minutes: 0, peak_mem_mib: None, util_minutes: [0; 101] };
+        for (pct, n, mem) in rows {
+            let n = u64::try_from(n).unwrap_or(0);
+            out.util_minutes[usize::try_from(pct.clamp(0, 100)).unwrap_or(0)] += n;
+            out.minutes = out.minutes.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+            if let Some(m) = mem {
+                out.peak_mem_mib = Some(out.peak_mem_mib.map_or(m, |p: f64| p.max(m)));
+            }
+        }
+        Ok(out)
     }
 
     /// Deletes minute rows older than `before_ms`; returns how many.

@@ -23,7 +23,7 @@
 //     editor (the in-use instance locked, a refused start explained in the core's words, one added with the
 //     keyboard, proposed and approved), reads the audit log, creates a tenant and edits research's quotas (a limit
 //     added, then removed), policy and members, and on the usage page finds ada's allocation idle, exports the CSV
-//     and reclaims it;
+//     and reclaims it, and sees right-sizing find the demo's light 3g.40gb oversized (and follow a new headroom);
 //   - the tenant dashboard fits a 1,024 px wide screen;
 //   - the heatmap drawing benchmark (1,000 rows × 900 columns against per-cell drawing) prints its figures;
 //   - last, XID 79 injected into a simulated GPU shows on the fleet page as unhealthy and cordoned, and another GPU
@@ -784,6 +784,51 @@ display_name = "Test IdP"
     await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=released]`).waitFor();
     check(true, 'tenant: the dashboard is also reached by the tenant\'s id');
     check(true, 'usage: the admin reclaims the idle allocation; the tenant sees its request released');
+
+    // Right-sizing (root, on the usage page): the demo's 3g.40gb, held for a day at 12 % and 15 % of its memory, would
+    // fit a 1g.10gb with the default 20 % headroom; every row the table shows says what the API says; with 100 %
+    // headroom (typed, then left alone for 5 s) its memory needs a 1g.20gb, and the table keeps that answer.
+    const rs = page.locator('[data-testid=rightsizing]');
+    await rs.scrollIntoViewIfNeeded();
+    const sized = await api('GET', '/api/v1/rightsizing?days=7&headroom_pct=20');
+    const oversized = sized.allocations.find((a) => a.held === '3g.40gb' && a.tenant === 'vision' && a.minutes >= 1000);
+    check(oversized && oversized.verdict === 'smaller' && oversized.suggested_profile === '1g.10gb' && oversized.p95_util_pct === 12.5,
+      `right-sizing: the demo's light 3g.40gb would fit a 1g.10gb (${JSON.stringify(oversized)})`);
+    await rs.locator(`tr[data-allocation="${oversized.allocation}"][data-verdict=smaller][data-suggested="1g.10gb"]`).waitFor();
+    const shown = async () => rs.locator('tbody tr').evaluateAll((rows) => rows.map((r) =>
+      [r.dataset.allocation, r.dataset.verdict, r.dataset.suggested].join(' ')));
+    const agree = async (headroom) => {
+      const r = await api('GET', `/api/v1/rightsizing?days=7&headroom_pct=${headroom}`);
+      const want = r.allocations.slice(0, 25).map((a) => [a.allocation, a.verdict, a.suggested_profile ?? ''].join(' '));
+      return JSON.stringify(await shown()) === JSON.stringify(want);
+    };
+    await waitFor('the right-sizing table to agree with the API', () => agree(20), 30000, 500);
+    check(true, 'right-sizing: every row shows the verdict and suggestion the API gives');
+    const headroomInput = rs.locator('input[name=rightsize-headroom]');
+    await headroomInput.fill('');
+    await headroomInput.pressSequentially('100', { delay: 150 });
+    await headroomInput.dispatchEvent('change');
+    await rs.locator(`tr[data-allocation="${oversized.allocation}"][data-suggested="1g.20gb"]`).waitFor({ timeout: 30000 });
+    await page.waitForTimeout(5000);
+    check(await rs.locator(`tr[data-allocation="${oversized.allocation}"][data-suggested="1g.20gb"]`).count() === 1
+      && await headroomInput.inputValue() === '100' && await agree(100),
+      'right-sizing: with 100 % headroom the 3g.40gb needs a 1g.20gb, and 5 s later the table and the input still say so');
+    // One click asks for the smaller slice (vision approves its own); once that is active, the 3g.40gb's request
+    // is released by system:rightsize.
+    await headroomInput.fill('');
+    await headroomInput.pressSequentially('20', { delay: 150 });
+    await headroomInput.dispatchEvent('change');
+    const lightRow = rs.locator(`tr[data-allocation="${oversized.allocation}"][data-suggested="1g.10gb"]`);
+    await lightRow.waitFor({ timeout: 30000 });
+    await lightRow.locator('[data-testid=resize]').click();
+    await rs.locator('ul.messages li.ok', { hasText: 'released when it is active' }).waitFor();
+    check(await lightRow.locator('[data-testid=resize]').isDisabled(), 'right-sizing: the button is not offered twice');
+    await waitFor('the 3g.40gb request to be released once the smaller slice is active', async () =>
+      (await api('GET', `/api/v1/requests/${oversized.request}`)).state === 'released', 90000, 1000);
+    const trail = await api('GET', `/api/v1/audit?object=request/${oversized.request}`);
+    check(trail.at(-1).actor === 'system:rightsize' && (await api('GET', `/api/v1/allocations?tenant=${oversized.tenant_id}`))
+      .some((a) => a.profile === '1g.10gb' && a.state === 'active' && a.request !== oversized.request),
+      'right-sizing: one click; the 1g.10gb is active and the 3g.40gb released by system:rightsize');
 
     // Cohorts (ada's research borrows from lender; lender asks for its guarantee back): research's borrowed slice is
     // marked, its holder sees the notice with a countdown that runs, and the slice goes after the grace period.

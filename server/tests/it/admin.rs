@@ -26,6 +26,8 @@ on_both_backends!(
     active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason,
     usage_flags_idle_allocations_from_stored_minutes_and_the_live_window,
     usage_sums_profiles_and_exports_csv,
+    rightsizing_finds_the_smallest_slice_that_carries_a_known_load,
+    the_smaller_slice_replaces_its_request_once_active,
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
@@ -73,6 +75,12 @@ impl App {
     async fn active(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (String, Vec<Value>) {
         let (s, request) = self.ask(token, tenant, profile, count).await;
         assert_eq!(s, StatusCode::CREATED, "{request}");
+        self.activate(tenant, &request, count).await
+    }
+
+    /// Has the admin approve `request` (as created) if it is pending, and reports its `count` reserved instances as
+    /// the node's agent would: it is active. Returns its id and its allocations.
+    async fn activate(&self, tenant: &str, request: &Value, count: u32) -> (String, Vec<Value>) {
         let id = request["id"].as_str().expect("id").to_string();
         if request["state"] == "pending" {
             let (s, v) = self.send(Method::POST, &format!("/api/v1/requests/{id}/approve"), &self.admin, None).await;
@@ -568,6 +576,7 @@ fn minute(app: &App, device: &str, gpu: &str, minute_ms: i64, util: f64) -> Minu
         util_avg: util,
         util_max: util,
         mem_used_avg: 100.0,
+        mem_used_max: None,
         mem_total: 10_000.0,
         power_avg: None,
         temp_max: None,
@@ -748,4 +757,193 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
         let (s, v) = app.get(&format!("/api/v1/usage?{params}"), &alice).await;
         assert_eq!((s, code(&v)), (status, expected), "{params}: {v}");
     }
+}
+
+/// Allocations whose load is known (minute rows written as the telemetry flush writes them): a 3g.40gb that peaked
+/// at 6,000 MiB and sat at 10 % for 95 % of its minutes fits a 1g.10gb with 20 % headroom; a busy 1g.10gb is at its
+/// limit; a 2g.20gb with half an hour of telemetry is not judged; the window, the headroom and who sees what hold.
+async fn rightsizing_finds_the_smallest_slice_that_carries_a_known_load(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("sizers", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (_, big) = app.active(&alice, &t, "3g.40gb", 1).await;
+    let (_, busy) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let (_, young) = app.active(&alice, &t, "2g.20gb", 1).await;
+    let (big, busy, young) = (&big[0], &busy[0], &young[0]);
+    let field = |a: &Value, f: &str| a[f].as_str().expect(f).to_string();
+    for a in [big, busy, young] {
+        app.backdate(db, &field(a, "id"), 4 * 3_600_000).await;
+    }
+    let now = now_ms();
+    let this_minute = now - now.rem_euclid(60_000);
+    let row = |a: &Value, k: i64, util: f64, mem_avg: f64, mem_max: Option<f64>| MinuteRow {
+        profile: a["profile"].as_str().map(str::to_string),
+        mem_used_avg: mem_avg,
+        mem_used_max: mem_max,
+        util_max: (util * 1.2).min(100.0),
+        ..minute(&app, &field(a, "device_uuid"), &field(a, "gpu_uuid"), this_minute - k * 60_000, util)
+    };
+    let mut rows = Vec::new();
+    // 120 minutes: 114 at 10.2 % and 6 at 70 %; memory 3,000 MiB on average, 6,000 at its peak once. The peak is
+    // what counts, not the mean.
+    for k in 1..=120 {
+        let util = if k % 20 == 0 { 70.0 } else { 10.2 };
+        rows.push(row(big, k, util, 3_000.0, Some(if k == 7 { 6_000.0 } else { 3_500.0 })));
+        rows.push(row(busy, k, 90.0, 100.0, Some(150.0)));
+    }
+    // Rows written before peaks were kept count their mean.
+    rows.push(row(busy, 121, 90.0, 4_000.0, None));
+    rows.extend((1..=30).map(|k| row(young, k, 1.0, 100.0, Some(100.0))));
+    app.state.store.write_minutes(&rows).await.expect("minutes");
+
+    let of = |v: &Value, a: &Value| -> Value {
+        let found = v["allocations"].as_array().expect("rows").iter().find(|r| r["allocation"] == a["id"]).cloned();
+        found.unwrap_or_else(|| panic!("no row for {a} in {v:#}"))
+    };
+    let (s, v) = app.get(&format!("/api/v1/rightsizing?tenant={t}"), &alice).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["headroom_pct"], 20.0);
+    assert_eq!(v["allocations"].as_array().map(Vec::len), Some(3), "{v:#}");
+    let b = of(&v, big);
+    assert_eq!(
+        (b["verdict"].as_str(), b["suggested_profile"].as_str(), b["minutes"].as_u64()),
+        (Some("smaller"), Some("1g.10gb"), Some(120)),
+        "{b:#}"
+    );
+    // 95 % of 120 minutes is 114: the 10 % bucket, reported at its upper edge.
+    assert_eq!((b["p95_util_pct"].as_f64(), b["peak_mem_mib"].as_f64()), (Some(10.5), Some(6_000.0)), "{b:#}");
+    assert!((b["need_compute_slices"].as_f64().expect("need") - 0.105 * 3.0 * 1.2).abs() < 1e-9, "{b:#}");
+    assert!((b["need_mem_mib"].as_f64().expect("need") - 7_200.0).abs() < 1e-9, "{b:#}");
+    assert_eq!((b["compute_slices"].as_u64(), b["compute_slices_saved"].as_u64()), (Some(3), Some(2)), "{b:#}");
+    assert_eq!((b["memory_slices_saved"].as_u64(), b["slice_hours_saved_per_day"].as_f64()), (Some(3), Some(48.0)));
+    // Over the window it was held (4 hours): two slices for 4 hours.
+    let saved = b["slice_hours_saved"].as_f64().expect("saved");
+    assert!((saved - 8.0).abs() < 0.01, "{b:#}");
+    let u = of(&v, busy);
+    assert_eq!((u["verdict"].as_str(), u["p95_util_pct"].as_f64()), (Some("at_limit"), Some(90.5)), "{u:#}");
+    assert_eq!(u["peak_mem_mib"].as_f64(), Some(4_000.0), "the mean of a row without a peak: {u:#}");
+    let y = of(&v, young);
+    assert_eq!((y["verdict"].as_str(), y["minutes"].as_u64()), (Some("not_enough_data"), Some(30)), "{y:#}");
+    // Smaller first; the totals are theirs.
+    assert_eq!(v["allocations"][0]["allocation"], big["id"]);
+    assert_eq!((v["smaller"].as_u64(), v["compute_slices_saved"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(v["slice_hours_saved_per_day"].as_f64(), Some(48.0));
+
+    // The CLI prints the same report.
+    let (code, out) = app.cli(&alice, &["request", "rightsize", "--tenant", &t]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let printed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(
+        (printed["smaller"].as_u64(), of(&printed, big)["suggested_profile"].as_str()),
+        (Some(1), Some("1g.10gb"))
+    );
+
+    // No headroom: the busy 1g.10gb needs 0.905 of its slice, right-sized; 6,000 MiB still fits a 1g.10gb.
+    let (_, v) = app.get(&format!("/api/v1/rightsizing?tenant={t}&headroom_pct=0"), &alice).await;
+    assert_eq!(of(&v, busy)["verdict"], "right_sized", "{v:#}");
+    assert_eq!(of(&v, big)["suggested_profile"], "1g.10gb");
+    // 100 % headroom: 12,000 MiB needs a 1g.20gb.
+    let (_, v) = app.get(&format!("/api/v1/rightsizing?tenant={t}&headroom_pct=100"), &alice).await;
+    assert_eq!(of(&v, big)["suggested_profile"], "1g.20gb", "{v:#}");
+    // The window: the last day holds the same minutes; all of them are within it.
+    let (_, v) = app.get(&format!("/api/v1/rightsizing?tenant={t}&days=1"), &alice).await;
+    assert_eq!(of(&v, big)["minutes"], 120);
+
+    // Bounds, each with its code.
+    let unprocessable = StatusCode::UNPROCESSABLE_ENTITY;
+    for (query, status, code) in [
+        ("days=0", unprocessable, "invalid_days"),
+        ("days=31", unprocessable, "invalid_days"),
+        ("days=99999999999", StatusCode::BAD_REQUEST, "invalid_query"),
+        ("headroom_pct=-1", unprocessable, "invalid_headroom"),
+        ("headroom_pct=100.5", unprocessable, "invalid_headroom"),
+        ("headroom_pct=NaN", unprocessable, "invalid_headroom"),
+    ] {
+        let (s, v) = app.get(&format!("/api/v1/rightsizing?{query}"), &alice).await;
+        assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{query}: {v}");
+    }
+    // A member of another tenant sees none of it, and may not name this tenant; the admin sees the fleet.
+    let other = app.limited_tenant("others", json!({}), 1).await;
+    let (_, olga) = app.user("olga", &[(&other, Role::Member)]).await;
+    let (s, v) = app.get("/api/v1/rightsizing", &olga).await;
+    assert_eq!((s, v["allocations"].clone()), (StatusCode::OK, json!([])));
+    let (s, _) = app.get(&format!("/api/v1/rightsizing?tenant={t}"), &olga).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, v) = app.get("/api/v1/rightsizing", &app.admin).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(of(&v, big)["tenant"], "sizers");
+}
+
+/// "Request the smaller slice": a new request of the smaller profile, checked like any other; both are held until
+/// it is active, and then the old request is released in the same transaction, by `system:rightsize`.
+async fn the_smaller_slice_replaces_its_request_once_active(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("shrinkers", json!({}), 5).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (old, held) = app.active(&alice, &t, "3g.40gb", 1).await;
+    let allocation = held[0]["id"].as_str().expect("id").to_string();
+    let path = format!("/api/v1/allocations/{allocation}/rightsize");
+    let held_quota = |v: &Value| -> f64 {
+        let lines = v["resources"].as_array().expect("lines");
+        lines.iter().find(|l| l["resource"] == "compute_slices").and_then(|l| l["held"].as_f64()).expect("held")
+    };
+
+    // Refused, each with its code, and nothing created.
+    let long = "x".repeat(65);
+    for (body, status, code) in [
+        (json!({"profile": "3g.40gb"}), StatusCode::UNPROCESSABLE_ENTITY, "not_smaller"),
+        (json!({"profile": "4g.40gb"}), StatusCode::UNPROCESSABLE_ENTITY, "not_smaller"),
+        (json!({"profile": "1g.10gb+me"}), StatusCode::UNPROCESSABLE_ENTITY, "not_smaller"),
+        (json!({"profile": "9g.900gb"}), StatusCode::UNPROCESSABLE_ENTITY, "unknown_profile"),
+        (json!({"profile": long}), StatusCode::UNPROCESSABLE_ENTITY, "value_too_long"),
+        (json!({"profile": "1g.10gb", "reason": "x".repeat(2001)}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_reason"),
+        (json!({"profile": "1g.10gb", "extra": 1}), StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+    ] {
+        let (s, v) = app.send(Method::POST, &path, &alice, Some(body.clone())).await;
+        assert_eq!((s, v["code"].as_str()), (status, Some(code)), "{body}: {v}");
+    }
+    let (s, _) =
+        app.send(Method::POST, "/api/v1/allocations/nope/rightsize", &alice, Some(json!({"profile": "1g.10gb"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let other = app.limited_tenant("others", json!({}), 7).await;
+    let (_, olga) = app.user("olga", &[(&other, Role::Member)]).await;
+    let (s, _) = app.send(Method::POST, &path, &olga, Some(json!({"profile": "1g.10gb"}))).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "another tenant's member");
+    let (_, list) = app.get(&format!("/api/v1/requests?tenant={t}"), &alice).await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "nothing created: {list}");
+
+    // Asked (with the CLI): as many slices as the request holds, of the smaller profile, pending like any request
+    // of the tenant.
+    let (code, out) = app.cli(&alice, &["request", "resize", &allocation, "--profile", "1g.10gb"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["replaces"], old.as_str());
+    let new = v["request"].clone();
+    assert_eq!((new["spec"]["profile"].as_str(), new["count"].as_u64()), (Some("1g.10gb"), Some(1)), "{new}");
+    assert!(new["reason"].as_str().expect("reason").contains(&old), "{new}");
+    // One at a time; and until it is active both are held.
+    let (s, v) = app.send(Method::POST, &path, &alice, Some(json!({"profile": "2g.20gb"}))).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("replacement_open")), "{v}");
+    let (_, quota) = app.get(&format!("/api/v1/tenants/{t}/quotas"), &alice).await;
+    assert_eq!(held_quota(&quota), 4.0, "{quota}");
+    // A 2g.20gb would not fit the quota beside them (4 + 2 > 5).
+    let (s, v) = app.ask(&alice, &t, "2g.20gb", 1).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("quota_exceeded")), "{v}");
+
+    // Approved and reported: the new request is active and the old one released, by system:rightsize.
+    let (new_id, _) = app.activate(&t, &new, 1).await;
+    let (_, old_now) = app.get(&format!("/api/v1/requests/{old}"), &alice).await;
+    assert_eq!(old_now["state"], "released", "{old_now}");
+    assert!(old_now["reason"].as_str().expect("reason").contains(&new_id), "{old_now}");
+    let (_, history) = app.get(&format!("/api/v1/audit?object=request/{old}"), &app.admin).await;
+    let last = history.as_array().and_then(|h| h.last()).expect("entry").clone();
+    assert_eq!((last["action"].as_str(), last["actor"].as_str()), (Some("request.released"), Some("system:rightsize")));
+    let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={t}"), &alice).await;
+    let live: Vec<&str> = allocations.as_array().expect("list").iter().filter_map(|a| a["profile"].as_str()).collect();
+    assert_eq!(live, ["1g.10gb"], "{allocations}");
+    let (_, quota) = app.get(&format!("/api/v1/tenants/{t}/quotas"), &alice).await;
+    assert_eq!(held_quota(&quota), 1.0, "{quota}");
+    // The released allocation is not resized again.
+    let (s, v) = app.send(Method::POST, &path, &alice, Some(json!({"profile": "1g.10gb"}))).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("allocation_not_active")), "{v}");
 }

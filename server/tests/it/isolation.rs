@@ -28,6 +28,8 @@ struct World {
     b_spare: String,
     b_token_ids: Vec<String>,
     b_requests: Vec<String>,
+    /// The allocation of B's approved request.
+    b_allocation: String,
     b_quota_requests: Vec<String>,
     b_reservations: Vec<String>,
     b_webhooks: Vec<String>,
@@ -169,6 +171,14 @@ async fn world() -> World {
         .await
         .expect("send");
     assert!(r.status().is_success(), "{:?}", r.text().await);
+    // Its allocation (reserved, the request being approved).
+    let listed: Value = call(Method::GET, &format!("/api/v1/allocations?tenant={b}"), json!(null))
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let b_allocation = listed[0]["id"].as_str().expect("B's allocation").to_string();
     let nodes: Value = call(Method::GET, "/api/v1/nodes", json!(null)).await.expect("send").json().await.expect("json");
     let node_id = nodes[0]["id"].as_str().expect("node").to_string();
     let gpu = nodes[0]["gpus"][0]["id"].as_str().expect("gpu").to_string();
@@ -202,6 +212,7 @@ async fn world() -> World {
         b_spare,
         b_token_ids,
         b_requests,
+        b_allocation,
         b_quota_requests,
         b_reservations,
         b_webhooks,
@@ -255,6 +266,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("members", "{user}") if method == "delete" => w.b_spare.clone(),
             ("members", "{user}") => w.b_user.clone(),
             ("requests", "{id}") => w.b_requests[round % 7].clone(),
+            ("allocations", "{id}") => w.b_allocation.clone(),
             ("quota-requests", "{id}") => w.b_quota_requests[round % w.b_quota_requests.len()].clone(),
             ("reservations", "{id}") => w.b_reservations[round % w.b_reservations.len()].clone(),
             ("gpus", "{id}") => w.gpu.clone(),
@@ -283,7 +295,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             format!("?tenant={}", w.b_tenant)
         }
         ("get", "/api/v1/audit") => format!("?object=tenant/{}", w.b_tenant),
-        ("get", "/api/v1/usage") => format!("?tenant={}", w.b_tenant),
+        ("get", "/api/v1/usage") | ("get", "/api/v1/rightsizing") => format!("?tenant={}", w.b_tenant),
         ("get", "/auth/link") => "?token=tsl_unknown".to_string(),
         _ => String::new(),
     };
@@ -330,6 +342,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("put", "/api/v1/gpus/{id}/auto-layout") => json!({"enabled": false}),
         ("post", "/api/v1/gpus/{id}/drain") => json!({"deadline_s": 3600, "reason": "isolation"}),
         ("post", "/api/v1/defragmentation") => json!({"max_gpus": 1}),
+        ("post", "/api/v1/allocations/{id}/rightsize") => json!({"profile": "1g.10gb"}),
         ("put", "/api/v1/gpus/{id}/layout") => json!({"instances": [{"profile": "1g.10gb", "start": 0}]}),
         ("post", "/api/v1/nodes") => json!({"name": format!("n-{unique}"), "gpus": []}),
         ("post", "/api/v1/tokens") => json!({"name": "matrix"}),
@@ -435,6 +448,7 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
             let touches_b = url.contains(&w.b_tenant)
                 || url.contains(&w.b_user)
                 || url.contains(&w.b_spare)
+                || url.contains(&w.b_allocation)
                 || w.b_requests
                     .iter()
                     .chain(&w.b_token_ids)

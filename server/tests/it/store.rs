@@ -69,6 +69,7 @@ async fn request(
             idempotency: None,
             duration_s: None,
             priority: Default::default(),
+            replaces: None,
         })
         .await
         .map(|(r, _)| r)
@@ -283,6 +284,7 @@ async fn a_retried_request_with_the_same_idempotency_key_creates_one_request(sto
                     idempotency: Some((&user, "key-1")),
                     duration_s: None,
                     priority: Default::default(),
+                    replaces: None,
                 };
                 store.create_request(new).await.expect("create")
             })
@@ -467,6 +469,7 @@ async fn requests_with_a_duration_expire_and_free_their_instances(store: &Store)
         idempotency: None,
         duration_s: Some(3600),
         priority: Default::default(),
+        replaces: None,
     };
     let (r, _) = store.create_request(new).await.expect("create");
     assert_eq!((r.duration_s, r.expires_at_ms), (Some(3600), None));
@@ -597,6 +600,7 @@ impl Ask {
             idempotency: self.key,
             duration_s: None,
             priority: Default::default(),
+            replaces: None,
         }
     }
 }
@@ -1043,6 +1047,7 @@ async fn utilisation_sums_are_sample_weighted_per_device_within_the_range(store:
         util_avg: util,
         util_max: util,
         mem_used_avg: 1.0,
+        mem_used_max: None,
         mem_total: 10.0,
         power_avg: None,
         temp_max: None,

@@ -91,6 +91,8 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "TokenView" => people::TokenView,
         "UsageReport" => usage::UsageReport,
         "EfficiencyReport" => efficiency::EfficiencyReport,
+        "RightsizeReport" => tessera_api::rightsize::RightsizeReport,
+        "Replacement" => tessera_api::rightsize::Replacement,
         "UserView" => people::UserView,
     )
 }
@@ -348,7 +350,7 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::GET, "/api/v1/offerings", "/api/v1/offerings", None, S::OK).await;
 
     // A request made, placed, approved onto a layout change, and running on the agent.
-    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1});
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "2g.20gb", "model": "H100-80GB"}, "count": 1});
     let request = w.call(&admin, M::POST, "/api/v1/requests", "/api/v1/requests", Some(ask), S::CREATED).await;
     let r = id(&request);
     w.call(&admin, M::GET, "/api/v1/requests", &format!("/api/v1/requests?tenant={t}"), None, S::OK).await;
@@ -367,13 +369,19 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
             w.call(&admin, M::POST, "/api/v1/layouts/{id}/approve", &path, None, S::OK).await;
         }
     }
-    first_allocation_active(&w.server, &t).await;
+    let active = first_allocation_active(&w.server, &t).await;
+    // The smaller slice asked for in its place (pending: the tenant's policy approves nothing by itself).
+    let path = format!("/api/v1/allocations/{}/rightsize", id(&active));
+    let smaller = Some(json!({"profile": "1g.10gb"}));
+    let replacement = w.call(&admin, M::POST, "/api/v1/allocations/{id}/rightsize", &path, smaller, S::CREATED).await;
+    assert_eq!(replacement["replaces"], r.as_str(), "{replacement}");
     w.call(&admin, M::GET, "/api/v1/allocations", &format!("/api/v1/allocations?tenant={t}"), None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/nodes", "/api/v1/nodes", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/audit", &format!("/api/v1/audit?object=request/{r}"), None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/audit/entries", "/api/v1/audit/entries?limit=5", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/usage", "/api/v1/usage", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/efficiency", "/api/v1/efficiency", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/rightsizing", "/api/v1/rightsizing", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/telemetry/heatmap", "/api/v1/telemetry/heatmap?node=wire", None, S::OK).await;
     let path = format!("/api/v1/requests/{r}/release");
     w.call(&admin, M::POST, "/api/v1/requests/{id}/release", &path, Some(json!({"reason": "done"})), S::OK).await;
@@ -401,7 +409,7 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::PUT, "/api/v1/gpus/{id}/auto-layout", &path, Some(json!({"enabled": false})), S::OK).await;
     let nodes = w.call(&admin, M::GET, "/api/v1/nodes", "/api/v1/nodes", None, S::OK).await;
     let now = nodes.as_array().and_then(|n| n.iter().find(|n| n["name"] == "wire")).expect("node")["gpus"][0].clone();
-    assert_eq!(now["layout"][0]["profile"], "1g.10gb", "{now}");
+    assert_eq!(now["layout"][0]["profile"], "2g.20gb", "{now}");
     let edit = json!({"instances": [{"profile": "7g.80gb", "start": 0}]});
     let proposal = w
         .call(&admin, M::PUT, "/api/v1/gpus/{id}/layout", &format!("/api/v1/gpus/{gpu}/layout"), Some(edit), S::CREATED)
