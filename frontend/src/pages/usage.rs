@@ -250,13 +250,14 @@ pub fn UsagePage() -> impl IntoView {
                                         <button class="button small" type="button" data-testid="show-all" on:click=move |_| show_all.update(|v| *v = !*v)>{move || if show_all.get() { "Show fewer" } else { "Show all" }}</button>
                                     </p>
                                 })}
-                                <Rightsizing />
                                 <Glossary />
                             }.into_any()
                         }
                     }
                 })}
             </Transition>
+            // Outside the usage report's transition: changing the period or reclaiming leaves its settings alone.
+            <Rightsizing />
         </section>
     }
 }
@@ -307,23 +308,25 @@ fn Rightsizing() -> impl IntoView {
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
     let asked = RwSignal::new(Vec::<String>::new());
     let resize = move |allocation: String, profile: String| {
+        // Offered once: the button is off from the click, and back only if the server refused.
+        asked.update(|a| a.push(allocation.clone()));
         leptos::task::spawn_local(async move {
             let body = RightsizeBody { profile: profile.clone(), reason: None };
             let path = format!("/api/v1/allocations/{allocation}/rightsize");
             match api::send_json::<Replacement>("POST", path, body).await {
                 Ok(r) => {
-                    asked.update(|a| a.push(allocation));
-                    messages.set(vec![(
-                        true,
-                        format!(
-                            "Asked for a {profile} (request {}, {}): request {} is released when it is active.",
-                            short(&r.request.id),
-                            r.request.state,
-                            short(&r.replaces)
-                        ),
-                    )]);
+                    let text = format!(
+                        "Asked for a {profile} (request {}, {}): request {} is released when it is active.",
+                        short(&r.request.id),
+                        r.request.state,
+                        short(&r.replaces)
+                    );
+                    messages.set(vec![(true, text)]);
                 }
-                Err(p) => messages.set(vec![(false, p.message())]),
+                Err(p) => {
+                    asked.update(|a| a.retain(|x| *x != allocation));
+                    messages.set(vec![(false, p.message())]);
+                }
             }
         });
     };
@@ -377,6 +380,9 @@ fn Rightsizing() -> impl IntoView {
                                 </tbody>
                             </table>
                             </div>
+                            {let n = r.allocations.len(); (n > PAGE_ROWS).then(|| view! {
+                                <p class="more muted">{format!("The first {PAGE_ROWS} of {n} (those that could be smaller first); `tessera request rightsize` lists all.")}</p>
+                            })}
                         }.into_any(),
                     }
                 })}

@@ -41,13 +41,16 @@ pub async fn list_allocations(
 /// than what it holds: same model and variant, no more compute or memory slices, fewer of one) as its request holds,
 /// through the same quota, policy and approval as any request. When the new request turns active, the request it
 /// replaces is released in that transaction (`request.released` by `system:rightsize`); until then both are held
-/// and counted against the quota. One replacement at a time per request.
+/// and counted against the quota, and the tenant's budget policy applies as to any request. One replacement at a
+/// time per request. A request of several slices is replaced whole: each of its other slices must fit the smaller
+/// profile by the default right-sizing (`siblings_do_not_fit`). A platform admin shrinking a tenant they are not a
+/// member of gives a `reason` (`reason_required`). What is left of a limited request's duration carries over.
 #[utoipa::path(post, path = "/api/v1/allocations/{id}/rightsize", tag = "usage", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path)), request_body = RightsizeBody,
     responses((status = 201, body = Replacement, description = "the new request, and the request it replaces"),
         (status = 400, body = Problem), (status = 401, body = Problem), (status = 404, body = Problem),
-        (status = 409, body = Problem, description = "allocation_not_active, request_not_active, replacement_open or quota_exceeded"),
-        (status = 422, body = Problem, description = "unknown_profile, not_smaller, shared_device, unknown_model, value_too_long, invalid_reason")))]
+        (status = 409, body = Problem, description = "allocation_not_active, request_not_active, replacement_open, quota_exceeded or budget_exhausted"),
+        (status = 422, body = Problem, description = "unknown_profile, not_smaller, shared_device, unknown_model, siblings_do_not_fit, reason_required, value_too_long, invalid_reason")))]
 pub async fn rightsize_allocation(
     State(state): State<AppState>,
     p: Principal,

@@ -258,8 +258,8 @@ pub async fn rightsizing(
             format!("`days` is a whole number of days from {} to {}", DAYS.start(), DAYS.end()),
         ));
     }
-    let headroom = q.headroom_pct.map_or(DEFAULT_HEADROOM, |h| h / 100.0);
-    if !(0.0..=MAX_HEADROOM).contains(&headroom) {
+    let headroom_pct = q.headroom_pct.unwrap_or(DEFAULT_HEADROOM * 100.0);
+    if !(0.0..=MAX_HEADROOM * 100.0).contains(&headroom_pct) {
         return Err(ApiError::invalid(
             "invalid_headroom",
             format!("`headroom_pct` is a percentage from 0 to {}", MAX_HEADROOM * 100.0),
@@ -269,5 +269,5 @@ pub async fn rightsizing(
         Scope::Fleet => None,
         Scope::Tenants(tenants) => Some(tenants),
     };
-    Ok(ApiJson(report(&state, tenants.as_deref(), days, headroom, now_ms()).await?))
+    Ok(ApiJson(report(&state, tenants.as_deref(), days, headroom_pct, now_ms()).await?))
 }

@@ -233,6 +233,10 @@ pub async fn create_replacing(
         Err(crate::store::StoreError::Conflict { constraint }) if constraint == "idempotency_keys" => {
             return Err(key_reused());
         }
+        Err(crate::store::StoreError::Conflict { constraint }) if constraint == "replacement_open" => {
+            let detail = format!("another request already replaces request {}", replaces.unwrap_or_default());
+            return Err(ApiError::conflict("replacement_open", detail));
+        }
         Err(e) => return Err(e.into()),
     };
     if !created && (request.tenant_id != tenant || request.spec != *spec || request.count != count) {

@@ -16,15 +16,16 @@ pub const DEFAULT_DAYS: u32 = 7;
 /// The windows callers may give, days (the minute series is kept 30).
 pub const DAYS: std::ops::RangeInclusive<u32> = 1..=30;
 
-/// Judges the active allocations of `tenants` (all with `None`) over the last `days` before `now` with `headroom`
-/// (a fraction): reads each one's minutes in its window (one grouped range scan per allocation).
+/// Judges the active allocations of `tenants` (all with `None`) over the last `days` before `now` with
+/// `headroom_pct` % of headroom: reads each one's minutes in its window (one grouped range scan per allocation).
 pub async fn report(
     state: &AppState,
     tenants: Option<&[String]>,
     days: u32,
-    headroom: f64,
+    headroom_pct: f64,
     now: i64,
 ) -> Result<RightsizeReport, StoreError> {
+    let headroom = headroom_pct / 100.0;
     let from = now - i64::from(days) * 86_400_000;
     // Every tenant's allocations, for who shares a device; the caller's are judged.
     let allocations = state.store.metered(None, now, now + 1).await?;
@@ -58,7 +59,7 @@ pub async fn report(
     Ok(RightsizeReport {
         from_ms: from,
         to_ms: now,
-        headroom_pct: headroom * 100.0,
+        headroom_pct,
         smaller: u32::try_from(smaller.len()).unwrap_or(u32::MAX),
         compute_slices_saved: smaller.iter().map(|r| r.compute_slices_saved).sum(),
         slice_hours_saved_per_day: smaller.iter().map(|r| r.slice_hours_saved_per_day).sum(),
@@ -161,6 +162,18 @@ pub fn judge(
     row
 }
 
+/// A verdict in words, for refusals.
+fn verdict_words(v: RightsizeVerdict) -> &'static str {
+    match v {
+        RightsizeVerdict::Smaller => "it needs more than that",
+        RightsizeVerdict::RightSized => "it is right-sized",
+        RightsizeVerdict::AtLimit => "it is at its limit",
+        RightsizeVerdict::NotEnoughData => "under an hour of telemetry",
+        RightsizeVerdict::SharedDevice => "its device is shared",
+        RightsizeVerdict::UnknownModel => "its model is unknown",
+    }
+}
+
 /// Most characters of a profile name in a right-sizing body.
 pub const MAX_PROFILE_LEN: usize = 64;
 
@@ -229,10 +242,50 @@ pub async fn replace(
         );
         return Err(ApiError::invalid("not_smaller", detail));
     }
+    // A platform admin shrinking a tenant they are not a member of gives the tenant a reason, as a reclaim does.
+    if p.role_in(&old.tenant_id).is_none() && reason.is_none_or(|r| r.trim().is_empty()) {
+        let detail = "shrinking another tenant's request needs a reason the tenant sees";
+        return Err(ApiError::invalid("reason_required", detail));
+    }
     if let Some(open) = state.store.open_replacement(&old.id).await? {
         let detail = format!("request {open} already replaces request {}", old.id);
         return Err(ApiError::conflict("replacement_open", detail));
     }
+    // The whole request is replaced: every other slice of it must fit the smaller profile too, judged as the report
+    // judges them by default.
+    if old.count > 1 {
+        let metered = state.store.metered(Some(&old.tenant_id), now, now + 1).await?;
+        let from = now - i64::from(DEFAULT_DAYS) * 86_400_000;
+        for sibling in metered.iter().filter(|s| s.request_id == old.id && s.id != a.id && s.released_at_ms.is_none()) {
+            let start = sibling.activated_at_ms.max(from).min(now);
+            let used = match &sibling.device_uuid {
+                Some(d) => Some(state.store.device_use(d, start, now).await?),
+                None => None,
+            };
+            let row = judge(state.catalog, sibling, start, now, used.as_ref(), false, rightsize::DEFAULT_HEADROOM);
+            let fits = row.verdict == RightsizeVerdict::Smaller
+                && row
+                    .need_compute_slices
+                    .is_some_and(|c| (c - 1e-9).ceil().max(1.0) <= f64::from(model.profiles[to].compute_slices))
+                && row.need_mem_mib.is_some_and(|m| m <= rightsize::profile_memory_mib(model, &model.profiles[to]));
+            if !fits {
+                let detail = format!(
+                    "request {} holds {} slices, and allocation {} of it does not fit a {profile} ({}): right-sizing \
+                     replaces the whole request",
+                    old.id,
+                    old.count,
+                    sibling.id,
+                    verdict_words(row.verdict)
+                );
+                return Err(ApiError::invalid("siblings_do_not_fit", detail));
+            }
+        }
+    }
+    // What is left of a limited request carries over (at least the shortest duration a request may have).
+    let duration_s = old.expires_at_ms.map(|e| {
+        let left = u64::try_from((e - now).max(0) / 1000).unwrap_or(0);
+        left.clamp(super::requests::MIN_DURATION_S, super::requests::MAX_DURATION_S)
+    });
     let spec = tessera_core::request::SliceSpec::Mig { profile: profile.to_string(), model: Some(model.key.clone()) };
     let default_reason = format!("right-sizing: {} in place of the {} of request {}", profile, a.profile, old.id);
     let ask = super::requests::Ask {
@@ -240,7 +293,7 @@ pub async fn replace(
         spec: &spec,
         count: old.count,
         reason: reason.unwrap_or(&default_reason),
-        duration_s: None,
+        duration_s,
         priority: old.priority,
     };
     let (request, _) = super::requests::create_replacing(state, p, ask, None, Some(&old.id)).await?;

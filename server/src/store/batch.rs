@@ -347,6 +347,19 @@ impl Store {
                 keyed_requests(q.build_query_as::<KeyedRequestRow>().fetch_all(&mut *tx).await?, &mut loaded)?;
             }
 
+            // A request is replaced by one request at a time: checked under the tenant's lock taken above, so two
+            // replacements asked for at once cannot both pass (the batch then goes one request at a time, and only
+            // the second replacement fails).
+            let mut replaced = BTreeSet::new();
+            for old in items.iter().filter_map(|(_, n)| n.replaces) {
+                let open: Option<(String,)> = sqlx::query_as(super::requests::OPEN_REPLACEMENT)
+                    .bind(old)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if open.is_some() || !replaced.insert(old) {
+                    return Err(StoreError::Conflict { constraint: "replacement_open".to_string() });
+                }
+            }
             let plan = plan(items, loaded);
             let borrowed: BTreeSet<&str> = plan
                 .outcomes

@@ -121,6 +121,11 @@ pub(super) async fn request_in<'c>(
     request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
 }
 
+/// The request still on its way (pending, approved or provisioning) made to replace `$1`, if any.
+pub(super) const OPEN_REPLACEMENT: &str = "SELECT r.id FROM request_replacements x \
+    JOIN slice_requests r ON r.id = x.request_id \
+    WHERE x.replaces_request_id = $1 AND r.state IN ('pending', 'approved', 'provisioning') ORDER BY r.id LIMIT 1";
+
 /// The actor that releases a request replaced by a right-sized one.
 pub const RIGHTSIZE_ACTOR: &str = "system:rightsize";
 
@@ -329,14 +334,7 @@ impl Store {
     /// A request still on its way (pending, approved or provisioning) made to replace `request_id`, if any.
     pub async fn open_replacement(&self, request_id: &str) -> Result<Option<String>, StoreError> {
         let row: Option<(String,)> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(
-                "SELECT r.id FROM request_replacements x JOIN slice_requests r ON r.id = x.request_id \
-                 WHERE x.replaces_request_id = $1 AND r.state IN ('pending', 'approved', 'provisioning') \
-                 ORDER BY r.id LIMIT 1",
-            )
-            .bind(request_id)
-            .fetch_optional(pool)
-            .await?
+            sqlx::query_as(OPEN_REPLACEMENT).bind(request_id).fetch_optional(pool).await?
         });
         Ok(row.map(|(id,)| id))
     }

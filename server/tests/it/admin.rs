@@ -28,6 +28,7 @@ on_both_backends!(
     usage_sums_profiles_and_exports_csv,
     rightsizing_finds_the_smallest_slice_that_carries_a_known_load,
     the_smaller_slice_replaces_its_request_once_active,
+    a_request_is_replaced_whole_and_by_one_request_at_a_time,
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
@@ -921,6 +922,7 @@ async fn the_smaller_slice_replaces_its_request_once_active(db: &TestDb) {
     let new = v["request"].clone();
     assert_eq!((new["spec"]["profile"].as_str(), new["count"].as_u64()), (Some("1g.10gb"), Some(1)), "{new}");
     assert!(new["reason"].as_str().expect("reason").contains(&old), "{new}");
+    assert!(new["duration_s"].is_null(), "an unlimited request's replacement is unlimited: {new}");
     // One at a time; and until it is active both are held.
     let (s, v) = app.send(Method::POST, &path, &alice, Some(json!({"profile": "2g.20gb"}))).await;
     assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("replacement_open")), "{v}");
@@ -946,4 +948,58 @@ async fn the_smaller_slice_replaces_its_request_once_active(db: &TestDb) {
     // The released allocation is not resized again.
     let (s, v) = app.send(Method::POST, &path, &alice, Some(json!({"profile": "1g.10gb"}))).await;
     assert_eq!((s, v["code"].as_str()), (StatusCode::CONFLICT, Some("allocation_not_active")), "{v}");
+}
+
+/// A request of several slices is replaced whole, so each of its other slices must fit the smaller profile; a
+/// platform admin shrinking a tenant they are not in gives a reason; two replacements asked for at once make one.
+async fn a_request_is_replaced_whole_and_by_one_request_at_a_time(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("pairs", json!({}), 14).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (_, mixed) = app.active(&alice, &t, "2g.20gb", 2).await;
+    let (light_id, light) = app.active(&alice, &t, "2g.20gb", 2).await;
+    let field = |a: &Value, f: &str| a[f].as_str().expect(f).to_string();
+    for a in mixed.iter().chain(&light) {
+        app.backdate(db, &field(a, "id"), 4 * 3_600_000).await;
+    }
+    let now = now_ms();
+    let this_minute = now - now.rem_euclid(60_000);
+    let mut rows = Vec::new();
+    for (a, util) in [(&mixed[0], 5.0), (&mixed[1], 90.0), (&light[0], 5.0), (&light[1], 5.0)] {
+        for k in 1..=90 {
+            rows.push(MinuteRow {
+                profile: Some("2g.20gb".into()),
+                mem_used_max: Some(1_000.0),
+                ..minute(&app, &field(a, "device_uuid"), &field(a, "gpu_uuid"), this_minute - k * 60_000, util)
+            });
+        }
+    }
+    app.state.store.write_minutes(&rows).await.expect("minutes");
+    let path = |a: &Value| format!("/api/v1/allocations/{}/rightsize", field(a, "id"));
+    let smaller = json!({"profile": "1g.10gb"});
+
+    // The busy sibling needs both of its slices: the request is not shrunk for its idle one.
+    let (s, v) = app.send(Method::POST, &path(&mixed[0]), &alice, Some(smaller.clone())).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("siblings_do_not_fit")), "{v}");
+    assert!(v["detail"].as_str().expect("detail").contains(&field(&mixed[1], "id")), "{v}");
+    // The admin is no member of the tenant: a reason, or nothing.
+    let (s, v) = app.send(Method::POST, &path(&light[0]), &app.admin, Some(smaller.clone())).await;
+    assert_eq!((s, v["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("reason_required")), "{v}");
+    // Two at once (from both slices of the idle request): one replacement, one refusal.
+    let (first, second) = (path(&light[0]), path(&light[1]));
+    let (a, b) = tokio::join!(
+        app.send(Method::POST, &first, &alice, Some(smaller.clone())),
+        app.send(Method::POST, &second, &alice, Some(smaller.clone())),
+    );
+    let mut statuses = [a.0, b.0];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::CREATED, StatusCode::CONFLICT], "{} / {}", a.1, b.1);
+    let made = if a.0 == StatusCode::CREATED { &a.1 } else { &b.1 };
+    let refused = if a.0 == StatusCode::CREATED { &b.1 } else { &a.1 };
+    assert_eq!(refused["code"], "replacement_open", "{refused}");
+    assert_eq!((made["replaces"].as_str(), made["request"]["count"].as_u64()), (Some(light_id.as_str()), Some(2)));
+    let (_, list) = app.get(&format!("/api/v1/requests?tenant={t}"), &alice).await;
+    let asked: Vec<&Value> =
+        list["items"].as_array().expect("items").iter().filter(|r| r["spec"]["profile"] == "1g.10gb").collect();
+    assert_eq!(asked.len(), 1, "{list}");
 }

@@ -372,7 +372,7 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     let active = first_allocation_active(&w.server, &t).await;
     // The smaller slice asked for in its place (pending: the tenant's policy approves nothing by itself).
     let path = format!("/api/v1/allocations/{}/rightsize", id(&active));
-    let smaller = Some(json!({"profile": "1g.10gb"}));
+    let smaller = Some(json!({"profile": "1g.10gb", "reason": "wire"}));
     let replacement = w.call(&admin, M::POST, "/api/v1/allocations/{id}/rightsize", &path, smaller, S::CREATED).await;
     assert_eq!(replacement["replaces"], r.as_str(), "{replacement}");
     w.call(&admin, M::GET, "/api/v1/allocations", &format!("/api/v1/allocations?tenant={t}"), None, S::OK).await;
