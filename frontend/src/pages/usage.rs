@@ -126,6 +126,7 @@ pub fn UsagePage() -> impl IntoView {
     let reason = RwSignal::new(String::new());
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
     let show_all = RwSignal::new(false);
+    let reclaimed = RwSignal::new(0u64);
     let path = Memo::new(move |_| usage_query(days.get(), now_ms(), idle_below.get(), idle_hours.get()));
     let report = Resource::new(move || path.get(), api::get_json::<UsageReport>);
     let reclaim = move |request: String| {
@@ -140,6 +141,7 @@ pub fn UsagePage() -> impl IntoView {
                 Ok(r) => {
                     messages.set(vec![(true, format!("Reclaimed {}: the request is {}.", short(&r.id), r.state))]);
                     report.refetch();
+                    reclaimed.update(|n| *n += 1);
                 }
                 Err(p) => messages.set(vec![(false, p.message())]),
             }
@@ -257,7 +259,7 @@ pub fn UsagePage() -> impl IntoView {
                 })}
             </Transition>
             // Outside the usage report's transition: changing the period or reclaiming leaves its settings alone.
-            <Rightsizing />
+            <Rightsizing reclaimed=reclaimed />
         </section>
     }
 }
@@ -298,20 +300,27 @@ fn gib(mib: Option<f64>) -> String {
 
 /// Right-sizing of the active allocations the caller may see, over a window and with a headroom they choose.
 #[component]
-fn Rightsizing() -> impl IntoView {
+fn Rightsizing(
+    /// Bumped by each reclaim on the page: the allocations changed, so the report is read again.
+    reclaimed: RwSignal<u64>,
+) -> impl IntoView {
     let days = RwSignal::new(7u32);
     let headroom = RwSignal::new(20.0f64);
     let report = Resource::new(
-        move || (days.get(), headroom.get()),
-        |(d, h)| api::get_json::<RightsizeReport>(format!("/api/v1/rightsizing?days={d}&headroom_pct={h}")),
+        move || (days.get(), headroom.get(), reclaimed.get()),
+        |(d, h, _)| api::get_json::<RightsizeReport>(format!("/api/v1/rightsizing?days={d}&headroom_pct={h}")),
     );
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
+    // Optional for the tenant's members; a platform admin shrinking another tenant's request must give one.
+    let reason = RwSignal::new(String::new());
     let asked = RwSignal::new(Vec::<String>::new());
     let resize = move |allocation: String, profile: String| {
         // Offered once: the button is off from the click, and back only if the server refused.
         asked.update(|a| a.push(allocation.clone()));
         leptos::task::spawn_local(async move {
-            let body = RightsizeBody { profile: profile.clone(), reason: None };
+            let why = reason.get_untracked();
+            let why = (!why.trim().is_empty()).then(|| why.trim().to_string());
+            let body = RightsizeBody { profile: profile.clone(), reason: why };
             let path = format!("/api/v1/allocations/{allocation}/rightsize");
             match api::send_json::<Replacement>("POST", path, body).await {
                 Ok(r) => {
@@ -322,6 +331,7 @@ fn Rightsizing() -> impl IntoView {
                         short(&r.replaces)
                     );
                     messages.set(vec![(true, text)]);
+                    report.refetch();
                 }
                 Err(p) => {
                     asked.update(|a| a.retain(|x| *x != allocation));
@@ -341,6 +351,7 @@ fn Rightsizing() -> impl IntoView {
                         <option value="30" selected=move || days.get() == 30>"the last 30 days"</option>
                     </select>
                 </label>
+                <label class="grow">"Reason (shown to approvers and the tenant)"<input type="text" name="rightsize-reason" bind:value=reason placeholder="needed when it is not your tenant" /></label>
                 <label>"Headroom (%)"<input type="number" name="rightsize-headroom" min="0" max="100" step="5" prop:value=move || headroom.get().to_string()
                     on:change=move |ev| { if let Ok(v) = event_target_value(&ev).parse::<f64>() && (0.0..=100.0).contains(&v) { headroom.set(v); } } /></label>
             </div>

@@ -820,6 +820,11 @@ display_name = "Test IdP"
     await headroomInput.dispatchEvent('change');
     const lightRow = rs.locator(`tr[data-allocation="${oversized.allocation}"][data-suggested="1g.10gb"]`);
     await lightRow.waitFor({ timeout: 30000 });
+    // root is no member of vision: a reason is asked for first, then given.
+    await lightRow.locator('[data-testid=resize]').click();
+    await rs.locator('ul.messages li.error', { hasText: 'reason' }).waitFor();
+    check(await lightRow.locator('[data-testid=resize]').isEnabled(), 'right-sizing: refused without a reason, the button is offered again');
+    await rs.locator('input[name=rightsize-reason]').pressSequentially('3g.40gb idle at 12 %', { delay: 50 });
     await lightRow.locator('[data-testid=resize]').click();
     await rs.locator('ul.messages li.ok', { hasText: 'released when it is active' }).waitFor();
     check(await lightRow.locator('[data-testid=resize]').isDisabled(), 'right-sizing: the button is not offered twice');
