@@ -237,6 +237,7 @@ pub async fn serve(
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
         let mut idle_swept = tokio::time::Instant::now();
+        let mut efficiency_recorded: Option<tokio::time::Instant> = None;
         loop {
             tick.tick().await;
             let now = crate::store::now_ms();
@@ -298,6 +299,14 @@ pub async fn serve(
                     Ok(0) => {}
                     Ok(n) => tracing::info!(told = n, "idle slices told"),
                     Err(e) => tracing::warn!(error = %e, "idle sweep failed"),
+                }
+            }
+            let sample_every =
+                std::time::Duration::from_secs(u64::from(crate::services::efficiency::SAMPLE_MINUTES) * 60);
+            if efficiency_recorded.is_none_or(|at| at.elapsed() >= sample_every) {
+                efficiency_recorded = Some(tokio::time::Instant::now());
+                if let Err(e) = crate::services::efficiency::record(&sweeping, crate::store::now_ms()).await {
+                    tracing::warn!(error = %e, "efficiency history sample failed");
                 }
             }
             match crate::services::agents::tell_readiness(&sweeping).await {

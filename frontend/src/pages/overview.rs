@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use tessera_api::allocations::AllocationView;
-use tessera_api::efficiency::EfficiencyReport;
+use tessera_api::efficiency::{EfficiencyDay, EfficiencyHistory, EfficiencyReport, ModelPrice, Prices, PricesBody};
 use tessera_api::layouts::{DefragQuery, DefragReport, LayoutView};
 use tessera_api::nodes::NodeView;
 use tessera_api::requests::RequestPage;
@@ -345,6 +345,13 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                     {move || Suspend::new(async move {
                         let r = match efficiency.await { Ok(r) => r, Err(p) => return problem_view(&p) };
                         let pct = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| format!("{:.0} %", v * 100.0));
+                        let currency = r.currency.clone();
+                        let priced = currency.is_some();
+                        let money = move |v: Option<f64>| match (&currency, v) {
+                            (Some(c), Some(v)) => format!("{v:.2} {c}"),
+                            _ => "—".to_string(),
+                        };
+                        let total_waste = money(r.waste_cost);
                         view! {
                             <p class="muted small">"MIG compute slices for the profiles asked for, and what tenants used of what they held over the last 24 h."</p>
                             <ul class="plain">
@@ -365,25 +372,218 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                             } else {
                                 view! {
                                     <table class="small">
-                                        <thead><tr><th>"Tenant"</th><th>"Slice-hours held"</th><th>"Used"</th><th>"Idle"</th></tr></thead>
+                                        <thead><tr><th>"Tenant"</th><th>"Slice-hours held"</th><th>"Used"</th><th>"Idle"</th>
+                                            {priced.then(|| view! { <th>"Cost"</th><th title="Measured GPU-hours left unused, at the model's price">"Waste"</th> })}</tr></thead>
                                         <tbody>
-                                            {r.tenants.into_iter().map(|t| view! {
+                                            {r.tenants.into_iter().map(|t| { let wasting = t.waste_cost.unwrap_or(0.0) > 0.0; view! {
                                                 <tr data-tenant=t.tenant.clone()>
                                                     <td>{t.tenant.clone()}</td>
                                                     <td>{tessera_core::clock::rounded(t.held_slice_hours, 1)}</td>
                                                     <td data-testid="efficiency-used">{pct(t.efficiency)}</td>
                                                     <td class:warn-text=!t.idle_allocations.is_empty()>{t.idle_allocations.len()}</td>
+                                                    {priced.then(|| view! {
+                                                        <td data-testid="efficiency-cost">{money(t.held_cost)}</td>
+                                                        <td data-testid="efficiency-waste" class:warn-text=wasting>{money(t.waste_cost)}</td>
+                                                    })}
                                                 </tr>
-                                            }).collect_view()}
+                                            }}).collect_view()}
                                         </tbody>
                                     </table>
+                                    {priced.then(|| view! { <p class="small">"Waste over 24 h: "<strong data-testid="efficiency-waste-total">{total_waste.clone()}</strong></p> })}
                                 }.into_any()
                             }}
                         }.into_any()
                     })}
                 </Suspense>
             </div>
+            <EfficiencyHistoryCard />
+            <PriceList />
             <Defragmentation />
+        </div>
+    }
+}
+
+/// Days shown by the efficiency history chart.
+const HISTORY_DAYS: u32 = 90;
+
+/// One day's column of the history chart, in chart units (0-`CHART_H` from the top): the stacked compute slices
+/// (allocated, placeable, stranded, cordoned, bottom up, scaled to the largest day) and the efficiency point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryColumn {
+    /// The day, `YYYY-MM-DD`.
+    pub day: String,
+    /// Left edge.
+    pub x: f64,
+    /// Heights of allocated, placeable, stranded and cordoned.
+    pub heights: [f64; 4],
+    /// The efficiency's height from the bottom, when measured.
+    pub efficiency: Option<f64>,
+}
+
+/// Chart width and height.
+pub const CHART_W: f64 = 360.0;
+/// Chart height.
+pub const CHART_H: f64 = 120.0;
+
+/// The chart's columns: one per day of the last `span` days ending at `today_ms`, placed by date (a day without a
+/// record leaves a gap), stacked heights scaled so the largest day fills the chart.
+pub fn history_columns(days: &[EfficiencyDay], today_ms: i64, span: u32) -> Vec<HistoryColumn> {
+    let span = span.max(1);
+    let width = CHART_W / f64::from(span);
+    let first = today_ms - i64::from(span - 1) * 86_400_000;
+    let total = |d: &EfficiencyDay| d.allocated + d.placeable + d.stranded + d.cordoned;
+    let top = days.iter().map(total).fold(0.0_f64, f64::max).max(1e-9);
+    days.iter()
+        .filter(|d| d.day_ms >= first && d.day_ms <= today_ms)
+        .map(|d| {
+            let k = (d.day_ms - first) / 86_400_000;
+            let h = |v: f64| v.max(0.0) / top * CHART_H;
+            HistoryColumn {
+                day: d.day.clone(),
+                x: k as f64 * width,
+                heights: [h(d.allocated), h(d.placeable), h(d.stranded), h(d.cordoned)],
+                efficiency: d.efficiency.map(|e| e.clamp(0.0, 1.0) * CHART_H),
+            }
+        })
+        .collect()
+}
+
+/// The fleet's efficiency per day over 90 days (`GET /api/v1/efficiency/history`): compute slices allocated,
+/// placeable, stranded and cordoned as stacked columns (means over the day), the share used of what was measured as
+/// a line, and what was wasted in all and on the newest day.
+#[component]
+fn EfficiencyHistoryCard() -> impl IntoView {
+    let history = Resource::new(
+        || (),
+        |_| api::get_json::<EfficiencyHistory>(format!("/api/v1/efficiency/history?days={HISTORY_DAYS}")),
+    );
+    view! {
+        <div class="card wide" data-testid="efficiency-history">
+            <h2>"Efficiency, day by day"</h2>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let h = match history.await { Ok(h) => h, Err(p) => return problem_view(&p) };
+                    if h.days.is_empty() {
+                        return view! { <p class="muted">"Nothing recorded yet: the server samples the fleet every "{h.sample_minutes}" minutes."</p> }.into_any();
+                    }
+                    let today = h.from_ms + i64::from(HISTORY_DAYS - 1) * 86_400_000;
+                    let columns = history_columns(&h.days, today, HISTORY_DAYS);
+                    let label = format!("Compute slices and efficiency per day, {} days recorded", columns.len());
+                    let width = CHART_W / f64::from(HISTORY_DAYS);
+                    let line: String = columns.iter().filter_map(|c| c.efficiency.map(|e| format!("{:.1},{:.1}", c.x + width / 2.0, CHART_H - e))).collect::<Vec<_>>().join(" ");
+                    let currency = h.currency.clone();
+                    let waste: Option<f64> = h.days.iter().filter_map(|d| d.waste_cost).reduce(|a, b| a + b);
+                    let newest = h.days.last().cloned();
+                    let pct = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| format!("{:.0} %", v * 100.0));
+                    view! {
+                        <svg class="history" viewBox=format!("0 0 {CHART_W} {CHART_H}") preserveAspectRatio="none" role="img"
+                            aria-label=label>
+                            {columns.into_iter().zip(h.days.iter()).map(|(c, d)| {
+                                let mut y = CHART_H;
+                                let rects = ["allocated", "placeable", "stranded", "cordoned"].into_iter().zip(c.heights).map(|(class, ht)| {
+                                    y -= ht;
+                                    view! { <rect class=class x=format!("{:.2}", c.x) y=format!("{y:.2}") width=format!("{:.2}", (width - 0.5).max(0.5)) height=format!("{ht:.2}") /> }
+                                }).collect_view();
+                                let title = format!("{}: {:.1} allocated, {:.1} placeable, {:.1} stranded, {:.1} cordoned; used {}", d.day, d.allocated, d.placeable, d.stranded, d.cordoned, pct(d.efficiency));
+                                view! {
+                                    <g data-testid="history-day" data-day=d.day.clone() data-allocated=format!("{:.3}", d.allocated) data-stranded=format!("{:.3}", d.stranded) data-samples=d.samples>
+                                        <title>{title}</title>
+                                        {rects}
+                                    </g>
+                                }
+                            }).collect_view()}
+                            <polyline class="efficiency" points=line fill="none" />
+                        </svg>
+                        <p class="legend small">
+                            <span class="item"><span class="key used"></span>"allocated"</span>
+                            <span class="item"><span class="key"></span>"placeable"</span>
+                            <span class="item"><span class="key stranded"></span>"stranded"</span>
+                            <span class="item"><span class="key off"></span>"cordoned"</span>
+                            <span class="item"><span class="key efficiency"></span>"used of measured"</span>
+                        </p>
+                        {newest.map(|d| {
+                            let money = |v: Option<f64>| match (&currency, v) { (Some(c), Some(v)) => format!(" · waste {v:.2} {c}"), _ => String::new() };
+                            view! {
+                                <p class="small" data-testid="history-newest">
+                                    <strong>{d.day.clone()}</strong>
+                                    {format!(": {:.1} slice-hours held, {} used{}", d.held_slice_hours, pct(d.efficiency), money(d.waste_cost))}
+                                </p>
+                            }
+                        })}
+                        {match (&h.currency, waste) {
+                            (Some(c), Some(w)) => view! { <p class="small">{format!("Waste over the {} days recorded: ", h.days.len())}<strong data-testid="history-waste">{format!("{w:.2} {c}")}</strong></p> }.into_any(),
+                            _ => view! { <p class="muted small">"Set prices per GPU-hour to see what the waste costs."</p> }.into_any(),
+                        }}
+                    }.into_any()
+                })}
+            </Suspense>
+        </div>
+    }
+}
+
+/// The price list (`GET`/`PUT /api/v1/prices`): a currency and a price per GPU-hour for each catalog model (empty:
+/// unpriced). Saving replaces the list and reloads the efficiency figures' costs on the next visit.
+#[component]
+fn PriceList() -> impl IntoView {
+    let version = RwSignal::new(0u32);
+    let message = RwSignal::new(None::<(bool, String)>);
+    let list = Resource::new(move || version.get(), |_| api::get_json::<Prices>("/api/v1/prices".into()));
+    view! {
+        <div class="card" data-testid="prices">
+            <h2>"Prices"</h2>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    let p = match list.await { Ok(p) => p, Err(e) => return problem_view(&e) };
+                    let currency = RwSignal::new(p.currency.clone().unwrap_or_else(|| "EUR".to_string()));
+                    let rows: Vec<(String, RwSignal<String>)> = Catalog::builtin().models.iter().map(|m| {
+                        let now = p.models.iter().find(|x| x.model == m.key).map(|x| x.per_gpu_hour.to_string()).unwrap_or_default();
+                        (m.key.clone(), RwSignal::new(now))
+                    }).collect();
+                    let save_rows = rows.clone();
+                    let save = move |ev: leptos::ev::SubmitEvent| {
+                        ev.prevent_default();
+                        let mut models = Vec::new();
+                        for (model, v) in &save_rows {
+                            let text = v.get_untracked();
+                            let text = text.trim();
+                            if text.is_empty() {
+                                continue;
+                            }
+                            match text.parse::<f64>() {
+                                Ok(per_gpu_hour) if per_gpu_hour.is_finite() => models.push(ModelPrice { model: model.clone(), per_gpu_hour }),
+                                _ => {
+                                    message.set(Some((false, format!("The price of {model} is not a number."))));
+                                    return;
+                                }
+                            }
+                        }
+                        let body = PricesBody { currency: currency.get_untracked().trim().to_string(), models };
+                        leptos::task::spawn_local(async move {
+                            match api::send_json::<Prices>("PUT", "/api/v1/prices".into(), body).await {
+                                Ok(p) => {
+                                    message.set(Some((true, format!("{} price(s) saved in {}.", p.models.len(), p.currency.unwrap_or_default()))));
+                                    version.update(|v| *v += 1);
+                                }
+                                Err(e) => message.set(Some((false, e.message()))),
+                            }
+                        });
+                    };
+                    view! {
+                        <p class="muted small">"Per GPU-hour of a whole GPU; a slice costs its share. Empty: not priced."
+                            {p.updated_by.clone().map(|by| format!(" Set by {by}."))}</p>
+                        <form class="prices" on:submit=save>
+                            <label>"Currency"<input type="text" name="currency" maxlength="3" size="4" prop:value=move || currency.get() on:input=move |ev| currency.set(event_target_value(&ev)) /></label>
+                            {rows.into_iter().map(|(model, v)| view! {
+                                <label data-model=model.clone()>{model.clone()}
+                                    <input type="number" name=format!("price-{model}") min="0" max="1000000" step="any" prop:value=move || v.get() on:input=move |ev| v.set(event_target_value(&ev)) />
+                                </label>
+                            }).collect_view()}
+                            <button type="submit" data-testid="prices-save">"Save prices"</button>
+                        </form>
+                    }.into_any()
+                })}
+            </Transition>
+            {move || message.get().map(|(ok, text)| view! { <p class:ok=ok class:error=!ok data-testid="prices-message">{text}</p> })}
         </div>
     }
 }
@@ -543,6 +743,42 @@ mod tests {
     use tessera_core::layout::PlacedInstance;
 
     use super::*;
+
+    fn day(k: i64, allocated: f64, stranded: f64, efficiency: Option<f64>) -> EfficiencyDay {
+        EfficiencyDay {
+            day: format!("d{k}"),
+            day_ms: k * 86_400_000,
+            samples: 144,
+            gpus: 2.0,
+            allocated,
+            placeable: 14.0 - allocated - stranded,
+            stranded,
+            cordoned: 0.0,
+            held_slice_hours: allocated * 24.0,
+            measured_slice_hours: allocated * 24.0,
+            used_slice_hours: 0.0,
+            efficiency,
+            held_gpu_hours: 0.0,
+            wasted_gpu_hours: 0.0,
+            held_cost: None,
+            waste_cost: None,
+        }
+    }
+
+    #[test]
+    fn history_columns_sit_at_their_date_and_stack_to_the_largest_day() {
+        // Days 10 and 12 of a 5-day window ending at day 12: day 11 is a gap, days 8 and 9 are empty.
+        let days = [day(10, 7.0, 0.0, Some(0.5)), day(12, 3.5, 3.5, None), day(1, 14.0, 0.0, None)];
+        let c = history_columns(&days, 12 * 86_400_000, 5);
+        assert_eq!(c.len(), 2, "the day before the window is left out");
+        let w = CHART_W / 5.0;
+        assert_eq!((c[0].x, c[1].x), (2.0 * w, 4.0 * w));
+        // Both days hold 14 slices: full height, split as their figures.
+        assert_eq!(c[0].heights, [CHART_H / 2.0, CHART_H / 2.0, 0.0, 0.0]);
+        assert_eq!(c[1].heights, [CHART_H / 4.0, CHART_H / 2.0, CHART_H / 4.0, 0.0]);
+        assert_eq!((c[0].efficiency, c[1].efficiency), (Some(CHART_H / 2.0), None));
+        assert!(history_columns(&[], 0, 90).is_empty());
+    }
 
     fn gpu(model: &str, layout: &[(&str, u8)], held: &[(&str, u8)], cordoned: bool) -> GpuView {
         GpuView {

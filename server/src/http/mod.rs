@@ -199,6 +199,8 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(telemetry::metrics))
         .routes(routes!(usage::usage))
         .routes(routes!(usage::efficiency))
+        .routes(routes!(usage::efficiency_history))
+        .routes(routes!(usage::prices, usage::set_prices))
         .routes(routes!(usage::rightsizing))
         .routes(routes!(notifications::create_tenant_webhook, notifications::list_tenant_webhooks))
         .routes(routes!(notifications::create_webhook, notifications::list_webhooks))

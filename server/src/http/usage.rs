@@ -13,7 +13,9 @@ use crate::services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, 
 use crate::services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
 use crate::store::telemetry::Metered;
 use crate::store::{Principal, now_ms};
-pub use tessera_api::efficiency::{EfficiencyQuery, EfficiencyReport};
+pub use tessera_api::efficiency::{
+    EfficiencyHistory, EfficiencyQuery, EfficiencyReport, HistoryQuery, Prices, PricesBody,
+};
 pub use tessera_api::rightsize::{RightsizeQuery, RightsizeReport};
 pub use tessera_api::usage::UsageQuery;
 
@@ -215,6 +217,47 @@ pub async fn efficiency(
     let idle_below = q.idle_below.unwrap_or(DEFAULT_EFFICIENCY_IDLE_BELOW);
     check_idle(idle_below, "hours", hours)?;
     Ok(ApiJson(report(&state, hours, idle_below, now_ms()).await?))
+}
+
+/// Fleet efficiency per UTC day over the last `days` (at most 90; platform admins): MIG compute slices allocated,
+/// placeable, stranded and cordoned (means over the day's samples, one every 10 minutes while a server runs), the
+/// compute-slice-hours held, measured and used, and the GPU-hours held and wasted, with their cost at today's
+/// prices; of one model or the whole fleet. Days with nothing recorded are left out.
+#[utoipa::path(get, path = "/api/v1/efficiency/history", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(HistoryQuery),
+    responses((status = 200, body = EfficiencyHistory), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_days, unknown_model or value_too_long")))]
+pub async fn efficiency_history(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiQuery(q): ApiQuery<HistoryQuery>,
+) -> Result<ApiJson<EfficiencyHistory>, ApiError> {
+    Ok(ApiJson(crate::services::efficiency::history(&state, &p, &q, now_ms()).await?))
+}
+
+/// The price list: what a GPU-hour of each model costs, in one currency (any signed-in user). The efficiency report
+/// and its history cost what was held and wasted with it.
+#[utoipa::path(get, path = "/api/v1/prices", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = Prices), (status = 401, body = Problem)))]
+pub async fn prices(State(state): State<AppState>, _p: Principal) -> Result<ApiJson<Prices>, ApiError> {
+    Ok(ApiJson(crate::services::efficiency::prices(&state).await?))
+}
+
+/// Replaces the price list whole (platform admins; `prices.set` in the audit log): a currency (ISO 4217, three
+/// capital letters) and at most one price per GPU-hour (0 to 1,000,000) per catalog model. An empty list removes
+/// every price.
+#[utoipa::path(put, path = "/api/v1/prices", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    request_body = PricesBody,
+    responses((status = 200, body = Prices), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_currency, unknown_model, duplicate_model, invalid_price or value_too_long")))]
+pub async fn set_prices(
+    State(state): State<AppState>,
+    p: Principal,
+    ApiJson(body): ApiJson<PricesBody>,
+) -> Result<ApiJson<Prices>, ApiError> {
+    Ok(ApiJson(crate::services::efficiency::set_prices(&state, &p, &body).await?))
 }
 
 /// `422 invalid_idle` unless `below` is a percentage and `hours` (the parameter `name`) a look-back the telemetry

@@ -13,8 +13,12 @@ use crate::app::AppState;
 use crate::http::error::ApiError;
 use crate::services::idle::{device_utilisation, lookback_start};
 use crate::services::usage::{IdleRule, meter};
+use crate::store::efficiency::{CapacitySample, DayUse};
 use crate::store::{LayoutChange, Node, Principal, SliceRequest, StoreError};
-pub use tessera_api::efficiency::{EfficiencyReport, ModelCapacity, TenantEfficiency};
+pub use tessera_api::efficiency::{
+    EfficiencyDay, EfficiencyHistory, EfficiencyReport, HistoryQuery, ModelCapacity, ModelPrice, Prices, PricesBody,
+    TenantEfficiency,
+};
 pub use tessera_api::layouts::{DefragFigures, DefragGpu, DefragQuery, DefragReport, DefragSkipped};
 
 /// Idle below this mean utilisation (%) unless the caller says otherwise: the shipped alert's threshold.
@@ -121,35 +125,62 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
         Default::default()
     };
     let usage = meter(state.catalog, &metered, from, now, now, IdleRule { below: idle_below, hours, util: &util });
-    let mut tenants: BTreeMap<(String, String), TenantEfficiency> = BTreeMap::new();
+    let prices = price_map(state).await?;
+    let mut tenants: BTreeMap<(String, String), (TenantEfficiency, Cost)> = BTreeMap::new();
     for a in &usage.allocations {
-        let t = tenants.entry((a.tenant.clone(), a.tenant_id.clone())).or_insert_with(|| TenantEfficiency {
-            tenant_id: a.tenant_id.clone(),
-            tenant: a.tenant.clone(),
-            held_slice_hours: 0.0,
-            measured_slice_hours: 0.0,
-            used_slice_hours: 0.0,
-            efficiency: None,
-            idle_allocations: Vec::new(),
+        let (t, cost) = tenants.entry((a.tenant.clone(), a.tenant_id.clone())).or_insert_with(|| {
+            (
+                TenantEfficiency {
+                    tenant_id: a.tenant_id.clone(),
+                    tenant: a.tenant.clone(),
+                    held_slice_hours: 0.0,
+                    measured_slice_hours: 0.0,
+                    used_slice_hours: 0.0,
+                    efficiency: None,
+                    idle_allocations: Vec::new(),
+                    held_gpu_hours: 0.0,
+                    wasted_gpu_hours: 0.0,
+                    held_cost: None,
+                    waste_cost: None,
+                    unpriced_gpu_hours: 0.0,
+                },
+                Cost::default(),
+            )
         });
         let slice_hours = a.slice_seconds / 3600.0;
         t.held_slice_hours += slice_hours;
+        t.held_gpu_hours += a.gpu_hours;
+        let mut wasted = 0.0;
         if let Some(u) = a.util_mean {
+            let u = u.clamp(0.0, 100.0) / 100.0;
             t.measured_slice_hours += slice_hours;
-            t.used_slice_hours += slice_hours * u.clamp(0.0, 100.0) / 100.0;
+            t.used_slice_hours += slice_hours * u;
+            wasted = a.gpu_hours * (1.0 - u);
+            t.wasted_gpu_hours += wasted;
+        }
+        match prices.per_gpu_hour.get(&a.model) {
+            Some(price) => cost.add(a.gpu_hours * price, wasted * price),
+            None => t.unpriced_gpu_hours += a.gpu_hours,
         }
         if a.idle {
             t.idle_allocations.push(a.allocation.clone());
         }
     }
+    let mut waste_cost = Cost::default();
     let tenants = tenants
         .into_values()
-        .map(|mut t| {
+        .map(|(mut t, cost)| {
             t.efficiency = (t.measured_slice_hours > 0.0).then(|| t.used_slice_hours / t.measured_slice_hours);
+            (t.held_cost, t.waste_cost) = cost.figures();
+            if cost.priced {
+                waste_cost.add(cost.held, cost.wasted);
+            }
             t
         })
         .collect();
-    Ok(EfficiencyReport { from_ms: from, to_ms: now, idle_below, models, total, tenants })
+    let currency = prices.currency;
+    let waste_cost = currency.as_ref().map(|_| waste_cost.wasted);
+    Ok(EfficiencyReport { from_ms: from, to_ms: now, idle_below, models, total, tenants, currency, waste_cost })
 }
 
 /// GPUs considered by one defragmentation at most unless the caller says otherwise.
@@ -176,16 +207,7 @@ pub async fn defragment(
     if too_long(&q.profile) || too_long(&q.model) {
         return Err(ApiError::invalid("value_too_long", "`profile` and `model` have at most 64 characters"));
     }
-    let only_model = match q.model.as_deref() {
-        Some(m) => Some(
-            state
-                .catalog
-                .resolve(m)
-                .map(|(x, _)| x.key.clone())
-                .ok_or_else(|| ApiError::invalid("unknown_model", format!("no GPU model matches `{m}`")))?,
-        ),
-        None => None,
-    };
+    let only_model = model_key(state, q.model.as_deref())?;
     if let Some(name) = q.profile.as_deref() {
         let known = state
             .catalog
@@ -318,6 +340,19 @@ pub async fn defragment(
     Ok(DefragReport { gpus, before, after, stranded_slices: stranded, skipped })
 }
 
+/// The catalog key of the model named `name` (a key or a name), `None` for none; `unknown_model` when the catalog
+/// has no such model.
+fn model_key(state: &AppState, name: Option<&str>) -> Result<Option<String>, ApiError> {
+    name.map(|m| {
+        state
+            .catalog
+            .resolve(m)
+            .map(|(x, _)| x.key.clone())
+            .ok_or_else(|| ApiError::invalid("unknown_model", format!("no GPU model matches `{m}`")))
+    })
+    .transpose()
+}
+
 /// `(profile name, start)` pairs as instances of `model`; `None` when one names a profile it does not have.
 fn instances<'a>(model: &GpuModel, of: impl Iterator<Item = (&'a str, u8)>) -> Option<Vec<Inst>> {
     of.map(|(p, start)| Some(Inst { profile: model.profile_index(p)?, start })).collect()
@@ -354,4 +389,249 @@ fn sub(to: &mut DefragFigures, f: DefragFigures) {
     to.target_instances = to.target_instances.saturating_sub(f.target_instances);
     to.ready_slices = to.ready_slices.saturating_sub(f.ready_slices);
     to.not_ready_slices = to.not_ready_slices.saturating_sub(f.not_ready_slices);
+}
+
+/// Costs summed over GPU-hours of priced models.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cost {
+    priced: bool,
+    held: f64,
+    wasted: f64,
+}
+
+impl Cost {
+    fn add(&mut self, held: f64, wasted: f64) {
+        self.priced = true;
+        self.held += held;
+        self.wasted += wasted;
+    }
+
+    /// `(held, wasted)`, both `None` when nothing priced was added.
+    fn figures(self) -> (Option<f64>, Option<f64>) {
+        if self.priced { (Some(self.held), Some(self.wasted)) } else { (None, None) }
+    }
+}
+
+/// The price list as used: the currency (`None` when no price is set) and the price per GPU-hour by model key.
+#[derive(Debug, Clone, Default)]
+pub struct PriceMap {
+    /// ISO 4217 code.
+    pub currency: Option<String>,
+    /// Per GPU-hour, by catalog model key.
+    pub per_gpu_hour: HashMap<String, f64>,
+}
+
+/// The stored price list as a [`PriceMap`].
+pub async fn price_map(state: &AppState) -> Result<PriceMap, StoreError> {
+    let rows = state.store.prices().await?;
+    Ok(PriceMap {
+        currency: rows.first().map(|r| r.1.clone()),
+        per_gpu_hour: rows.into_iter().map(|(model, _, price, _, _)| (model, price)).collect(),
+    })
+}
+
+/// The most a GPU-hour may be priced at.
+pub const MAX_PRICE_PER_GPU_HOUR: f64 = 1_000_000.0;
+
+/// The price list (any signed-in user: what their slices cost is no secret).
+pub async fn prices(state: &AppState) -> Result<Prices, StoreError> {
+    let rows = state.store.prices().await?;
+    Ok(Prices {
+        currency: rows.first().map(|r| r.1.clone()),
+        updated_at_ms: rows.iter().map(|r| r.3).max(),
+        updated_by: rows.first().map(|r| r.4.clone()),
+        models: rows.into_iter().map(|(model, _, per_gpu_hour, _, _)| ModelPrice { model, per_gpu_hour }).collect(),
+    })
+}
+
+/// Replaces the price list (platform admins): a three-letter capital currency code (`invalid_currency`), models
+/// the catalog knows (`unknown_model`, stored by key), each once (`duplicate_model`), prices from 0 to
+/// [`MAX_PRICE_PER_GPU_HOUR`] (`invalid_price`). The list as stored.
+pub async fn set_prices(state: &AppState, p: &Principal, body: &PricesBody) -> Result<Prices, ApiError> {
+    p.require_platform_admin()?;
+    if body.currency.len() != 3 || !body.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+        return Err(ApiError::invalid("invalid_currency", "`currency` is an ISO 4217 code: three capital letters"));
+    }
+    if body.models.len() > state.catalog.models.len() {
+        return Err(ApiError::invalid("duplicate_model", "at most one price per model of the catalog"));
+    }
+    let mut list: Vec<(String, f64)> = Vec::with_capacity(body.models.len());
+    for m in &body.models {
+        if m.model.chars().count() > 64 {
+            return Err(ApiError::invalid("value_too_long", "`model` has at most 64 characters"));
+        }
+        let Some((model, _)) = state.catalog.resolve(&m.model) else {
+            return Err(ApiError::invalid("unknown_model", format!("no GPU model matches `{}`", m.model)));
+        };
+        if !(0.0..=MAX_PRICE_PER_GPU_HOUR).contains(&m.per_gpu_hour) {
+            return Err(ApiError::invalid(
+                "invalid_price",
+                format!("`per_gpu_hour` is from 0 to {MAX_PRICE_PER_GPU_HOUR}"),
+            ));
+        }
+        if list.iter().any(|(k, _)| *k == model.key) {
+            return Err(ApiError::invalid("duplicate_model", format!("`{}` is priced twice", model.key)));
+        }
+        list.push((model.key.clone(), m.per_gpu_hour));
+    }
+    state.store.set_prices(&body.currency, &list, &p.actor()).await?;
+    Ok(prices(state).await?)
+}
+
+/// Minutes between two capacity samples of the history.
+pub const SAMPLE_MINUTES: u32 = 10;
+/// Days of history kept and shown at most.
+pub const HISTORY_DAYS: u32 = 90;
+const DAY_MS: i64 = 86_400_000;
+
+/// Records the history at `now_ms`: the fleet's capacity per model in the current sampling slot (once per slot,
+/// whichever replica comes first), the use per model of the day so far and, in the first two slots of a day, of
+/// the whole day before; and drops what is older than [`HISTORY_DAYS`]. Called by the server's sweep.
+pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
+    let slot_ms = i64::from(SAMPLE_MINUTES) * 60_000;
+    let slot = now_ms - now_ms.rem_euclid(slot_ms);
+    let (models, _) = fleet_capacity(state).await?;
+    let samples: Vec<(String, CapacitySample)> = models
+        .iter()
+        .map(|m| {
+            let c = CapacitySample {
+                gpus: m.gpus,
+                allocated: m.allocated,
+                placeable: m.placeable,
+                stranded: m.stranded,
+                cordoned: m.cordoned,
+            };
+            (m.model.clone(), c)
+        })
+        .collect();
+    state.store.record_capacity(slot, &samples).await?;
+    let today = now_ms - now_ms.rem_euclid(DAY_MS);
+    if now_ms - today < 2 * slot_ms {
+        let rows = day_use(state, today - DAY_MS, today).await?;
+        state.store.record_day_use(today - DAY_MS, &rows).await?;
+    }
+    let rows = day_use(state, today, now_ms).await?;
+    state.store.record_day_use(today, &rows).await?;
+    state.store.prune_efficiency(today - i64::from(HISTORY_DAYS - 1) * DAY_MS).await?;
+    Ok(())
+}
+
+/// Per model, what was held, measured, used and wasted in `[from_ms, to_ms)`; utilisation is each device's mean
+/// over that span (as in [`report`]), known for the allocations active at `to_ms`.
+async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUse>, StoreError> {
+    let metered = state.store.metered(None, from_ms, to_ms).await?;
+    if metered.is_empty() {
+        return Ok(Vec::new());
+    }
+    let hours = (to_ms - from_ms).max(1) as f64 / 3_600_000.0;
+    let util = if metered.iter().any(|a| a.released_at_ms.is_none_or(|r| r >= to_ms) && a.device_uuid.is_some()) {
+        device_utilisation(state, hours, to_ms).await?
+    } else {
+        Default::default()
+    };
+    let usage = meter(
+        state.catalog,
+        &metered,
+        from_ms,
+        to_ms,
+        to_ms,
+        IdleRule { below: DEFAULT_EFFICIENCY_IDLE_BELOW, hours, util: &util },
+    );
+    let mut by_model: BTreeMap<String, DayUse> = BTreeMap::new();
+    for a in &usage.allocations {
+        let d = by_model.entry(a.model.clone()).or_insert_with(|| DayUse {
+            day_ms: from_ms,
+            model: a.model.clone(),
+            ..DayUse::default()
+        });
+        let slice_hours = a.slice_seconds / 3600.0;
+        d.held_slice_hours += slice_hours;
+        d.held_gpu_hours += a.gpu_hours;
+        if let Some(u) = a.util_mean {
+            let u = u.clamp(0.0, 100.0) / 100.0;
+            d.measured_slice_hours += slice_hours;
+            d.used_slice_hours += slice_hours * u;
+            d.wasted_gpu_hours += a.gpu_hours * (1.0 - u);
+        }
+    }
+    Ok(by_model.into_values().collect())
+}
+
+/// The efficiency history of the last `days` UTC days (today included), of one model or the whole fleet, costed
+/// at today's prices (platform admins). `invalid_days` outside 1-[`HISTORY_DAYS`], `unknown_model`.
+pub async fn history(
+    state: &AppState,
+    p: &Principal,
+    q: &HistoryQuery,
+    now_ms: i64,
+) -> Result<EfficiencyHistory, ApiError> {
+    p.require_platform_admin()?;
+    let days = q.days.unwrap_or(HISTORY_DAYS);
+    if !(1..=HISTORY_DAYS).contains(&days) {
+        return Err(ApiError::invalid("invalid_days", format!("`days` is from 1 to {HISTORY_DAYS}")));
+    }
+    if q.model.as_ref().is_some_and(|m| m.chars().count() > 64) {
+        return Err(ApiError::invalid("value_too_long", "`model` has at most 64 characters"));
+    }
+    let model = model_key(state, q.model.as_deref())?;
+    let today = now_ms - now_ms.rem_euclid(DAY_MS);
+    let from_ms = today - i64::from(days - 1) * DAY_MS;
+    let (slots, capacity, used) = state.store.efficiency_history(from_ms).await?;
+    let prices = price_map(state).await?;
+    let wanted = |m: &str| model.as_deref().is_none_or(|k| k == m);
+    let mut out: BTreeMap<i64, (EfficiencyDay, Cost)> = BTreeMap::new();
+    let blank = |day_ms: i64| {
+        let (y, m, d) = tessera_core::clock::civil(day_ms.div_euclid(DAY_MS));
+        EfficiencyDay {
+            day: format!("{y:04}-{m:02}-{d:02}"),
+            day_ms,
+            samples: 0,
+            gpus: 0.0,
+            allocated: 0.0,
+            placeable: 0.0,
+            stranded: 0.0,
+            cordoned: 0.0,
+            held_slice_hours: 0.0,
+            measured_slice_hours: 0.0,
+            used_slice_hours: 0.0,
+            efficiency: None,
+            held_gpu_hours: 0.0,
+            wasted_gpu_hours: 0.0,
+            held_cost: None,
+            waste_cost: None,
+        }
+    };
+    let samples: HashMap<i64, i64> = slots.into_iter().collect();
+    for c in capacity.iter().filter(|c| wanted(&c.model)) {
+        let n = samples.get(&c.day_ms).copied().unwrap_or(1).max(1);
+        let (d, _) = out.entry(c.day_ms).or_insert_with(|| (blank(c.day_ms), Cost::default()));
+        d.samples = u32::try_from(n).unwrap_or(u32::MAX);
+        let mean = |x: i64| x as f64 / n as f64;
+        d.gpus += mean(c.gpus);
+        d.allocated += mean(c.allocated);
+        d.placeable += mean(c.placeable);
+        d.stranded += mean(c.stranded);
+        d.cordoned += mean(c.cordoned);
+    }
+    for u in used.iter().filter(|u| wanted(&u.model)) {
+        let (d, cost) = out.entry(u.day_ms).or_insert_with(|| (blank(u.day_ms), Cost::default()));
+        d.samples = u32::try_from(samples.get(&u.day_ms).copied().unwrap_or(0)).unwrap_or(u32::MAX);
+        d.held_slice_hours += u.held_slice_hours;
+        d.measured_slice_hours += u.measured_slice_hours;
+        d.used_slice_hours += u.used_slice_hours;
+        d.held_gpu_hours += u.held_gpu_hours;
+        d.wasted_gpu_hours += u.wasted_gpu_hours;
+        if let Some(price) = prices.per_gpu_hour.get(&u.model) {
+            cost.add(u.held_gpu_hours * price, u.wasted_gpu_hours * price);
+        }
+    }
+    let days = out
+        .into_values()
+        .map(|(mut d, cost)| {
+            d.efficiency = (d.measured_slice_hours > 0.0).then(|| d.used_slice_hours / d.measured_slice_hours);
+            (d.held_cost, d.waste_cost) = cost.figures();
+            d
+        })
+        .collect();
+    Ok(EfficiencyHistory { from_ms, model, currency: prices.currency, sample_minutes: SAMPLE_MINUTES, days })
 }

@@ -18,6 +18,7 @@ pub mod auth;
 pub mod batch;
 pub mod changes;
 pub mod cohorts;
+pub mod efficiency;
 pub mod fleet;
 pub mod governance;
 pub mod history;

@@ -29,6 +29,7 @@ on_both_backends!(
     rightsizing_finds_the_smallest_slice_that_carries_a_known_load,
     the_smaller_slice_replaces_its_request_once_active,
     a_request_is_replaced_whole_and_by_one_request_at_a_time,
+    prices_cost_what_is_held_and_wasted_and_the_history_keeps_each_day,
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
@@ -1002,4 +1003,141 @@ async fn a_request_is_replaced_whole_and_by_one_request_at_a_time(db: &TestDb) {
     let asked: Vec<&Value> =
         list["items"].as_array().expect("items").iter().filter(|r| r["spec"]["profile"] == "1g.10gb").collect();
     assert_eq!(asked.len(), 1, "{list}");
+}
+
+/// A 3g.40gb of an H100 (7 compute slices) held for 3 hours at 25 % utilisation: the efficiency report and the daily
+/// history cost it at the price list's rate, once a price is set; the price list's bounds; the history is sampled
+/// once per slot, keeps 90 days, and is for platform admins.
+async fn prices_cost_what_is_held_and_wasted_and_the_history_keeps_each_day(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("payers", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (_, held) = app.active(&alice, &t, "3g.40gb", 1).await;
+    let a = &held[0];
+    let field = |f: &str| a[f].as_str().expect(f).to_string();
+    let model = field("model");
+    app.backdate(db, &field("id"), 3 * 3_600_000).await;
+    let now = now_ms();
+    let this_minute = now - now.rem_euclid(60_000);
+    // Stored minutes at 25 % from 180 to 16 minutes ago: before the live window, which holds none of this device.
+    let rows: Vec<MinuteRow> = (16..=180)
+        .map(|k| MinuteRow {
+            profile: Some("3g.40gb".into()),
+            ..minute(&app, &field("device_uuid"), &field("gpu_uuid"), this_minute - k * 60_000, 25.0)
+        })
+        .collect();
+    app.state.store.write_minutes(&rows).await.expect("minutes");
+    let close = |v: &Value, want: f64| (v.as_f64().unwrap_or(f64::NAN) - want).abs() < 1e-3;
+
+    // No price yet: GPU-hours, no cost.
+    let tenant_of = |v: &Value| -> Value {
+        let rows = v["tenants"].as_array().expect("tenants");
+        rows.iter().find(|r| r["tenant_id"] == t.as_str()).cloned().unwrap_or_else(|| panic!("{v:#}"))
+    };
+    let (s, v) = app.get("/api/v1/efficiency?hours=2", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let row = tenant_of(&v);
+    assert!(close(&row["held_slice_hours"], 6.0) && close(&row["held_gpu_hours"], 6.0 / 7.0), "{row:#}");
+    assert!(close(&row["wasted_gpu_hours"], 6.0 / 7.0 * 0.75), "{row:#}");
+    assert_eq!(
+        (row["held_cost"].clone(), row["waste_cost"].clone(), v["currency"].clone()),
+        (Value::Null, Value::Null, Value::Null)
+    );
+    assert!(close(&row["unpriced_gpu_hours"], 6.0 / 7.0), "{row:#}");
+    let (s, v) = app.get("/api/v1/prices", &alice).await;
+    assert_eq!((s, v["currency"].clone(), v["models"].clone()), (StatusCode::OK, Value::Null, json!([])));
+
+    // The price list's bounds, none of which changes it.
+    let put = |body: Value, token: String| {
+        let app = &app;
+        async move { app.send(Method::PUT, "/api/v1/prices", &token, Some(body)).await }
+    };
+    let admin = app.admin.clone();
+    for (body, want) in [
+        (json!({"currency": "eur", "models": []}), "invalid_currency"),
+        (json!({"currency": "EURO", "models": []}), "invalid_currency"),
+        (json!({"currency": "EUR", "models": [{"model": "nope", "per_gpu_hour": 1.0}]}), "unknown_model"),
+        (json!({"currency": "EUR", "models": [{"model": model, "per_gpu_hour": -0.5}]}), "invalid_price"),
+        (json!({"currency": "EUR", "models": [{"model": model, "per_gpu_hour": 1_000_000.5}]}), "invalid_price"),
+        (
+            json!({"currency": "EUR", "models": [{"model": model, "per_gpu_hour": 1.0}, {"model": model, "per_gpu_hour": 2.0}]}),
+            "duplicate_model",
+        ),
+        (json!({"currency": "EUR", "models": [{"model": "x".repeat(65), "per_gpu_hour": 1.0}]}), "value_too_long"),
+    ] {
+        let (s, v) = put(body.clone(), admin.clone()).await;
+        assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, want), "{body}: {v}");
+    }
+    let (s, v) = put(json!({"currency": "EUR", "models": [], "extra": 1}), admin.clone()).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"), "{v}");
+    let (s, v) =
+        put(json!({"currency": "EUR", "models": [{"model": model, "per_gpu_hour": 7.0}]}), alice.clone()).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    let (_, v) = app.get("/api/v1/prices", &alice).await;
+    assert_eq!(v["models"], json!([]), "refusals change nothing");
+
+    // 7 EUR per H100-hour: the 3g costs 3 EUR an hour, and three quarters of it is wasted.
+    let (s, v) =
+        put(json!({"currency": "EUR", "models": [{"model": model, "per_gpu_hour": 7.0}]}), admin.clone()).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["currency"].as_str(), v["models"][0]["model"].as_str(), v["updated_by"].as_str()),
+        (Some("EUR"), Some(model.as_str()), Some("user:admin"))
+    );
+    let (_, v) = app.get("/api/v1/efficiency?hours=2", &app.admin).await;
+    let row = tenant_of(&v);
+    assert!(close(&row["held_cost"], 6.0) && close(&row["waste_cost"], 4.5), "{row:#}");
+    assert!(close(&row["unpriced_gpu_hours"], 0.0) && close(&v["waste_cost"], 4.5), "{v:#}");
+    assert_eq!(v["currency"], "EUR");
+    let (_, audit) = app.get("/api/v1/audit/entries?action=prices.set", &app.admin).await;
+    assert_eq!(audit["entries"].as_array().map(Vec::len), Some(1), "{audit}");
+    let after: Value = serde_json::from_str(audit["entries"][0]["after"].as_str().expect("after")).expect("json");
+    assert_eq!(after, json!([{"model": model, "currency": "EUR", "per_gpu_hour": 7.0}]));
+
+    // History: two samples in one slot count once, a second slot counts again; the days before hold capacity only.
+    let record = tessera_server::services::efficiency::record;
+    let day = 86_400_000;
+    let today = now - now.rem_euclid(day);
+    let slot = 600_000;
+    let at = today + (now - today) / slot * slot;
+    for when in [at - 2 * day, at - day, at, at + 1, at - slot] {
+        record(&app.state, when).await.expect("record");
+    }
+    // Too old to keep: written, then dropped by the next sample.
+    record(&app.state, at - 95 * day).await.expect("record");
+    record(&app.state, at).await.expect("record");
+    let (_, _, kept) = app.state.store.efficiency_history(0).await.expect("history");
+    let (slots, _, _) = app.state.store.efficiency_history(0).await.expect("history");
+    assert!(slots.iter().all(|(d, _)| *d >= today - 89 * day), "{slots:?} {kept:?}");
+    let (s, v) = app.get("/api/v1/efficiency/history?days=3", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let days = v["days"].as_array().expect("days");
+    assert_eq!(days.len(), 3, "{v:#}");
+    assert_eq!((v["currency"].as_str(), v["sample_minutes"].as_u64()), (Some("EUR"), Some(10)));
+    let last = &days[2];
+    assert_eq!(last["day_ms"].as_i64(), Some(today), "{v:#}");
+    let samples_today = if at - slot >= today { 2 } else { 1 };
+    assert_eq!(last["samples"].as_u64(), Some(samples_today), "{last:#}");
+    assert_eq!((days[0]["samples"].as_u64(), days[1]["samples"].as_u64()), (Some(1), Some(1)));
+    assert!(days[0]["gpus"].as_f64().expect("gpus") >= 1.0, "{v:#}");
+    // Today's use: held since the later of its start and midnight; measured at 25 %.
+    let hours_today = (at - (now - 3 * 3_600_000).max(today)) as f64 / 3_600_000.0;
+    assert!((last["held_slice_hours"].as_f64().expect("held") - 3.0 * hours_today).abs() < 0.01, "{last:#}");
+    assert!(close(&last["efficiency"], 0.25), "{last:#}");
+    let held_cost = last["held_cost"].as_f64().expect("cost");
+    assert!((held_cost - 3.0 * hours_today).abs() < 0.01, "{last:#}");
+    assert!((last["waste_cost"].as_f64().expect("waste") - 0.75 * held_cost).abs() < 0.01, "{last:#}");
+    assert_eq!(last["day"].as_str().map(str::len), Some(10));
+    // Of one model: its capacity alone; another model's days hold no use.
+    let (_, one) = app.get(&format!("/api/v1/efficiency/history?days=1&model={model}"), &app.admin).await;
+    assert_eq!(one["days"][0]["held_slice_hours"], last["held_slice_hours"], "{one:#}");
+    assert!(one["days"][0]["gpus"].as_f64() <= last["gpus"].as_f64(), "{one:#}");
+    for (query, want) in [("days=0", "invalid_days"), ("days=91", "invalid_days"), ("model=nope", "unknown_model")] {
+        let (s, v) = app.get(&format!("/api/v1/efficiency/history?{query}"), &app.admin).await;
+        assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, want), "{query}: {v}");
+    }
+    let (s, _) = app.get("/api/v1/efficiency/history?days=99999999999", &app.admin).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _) = app.get("/api/v1/efficiency/history", &alice).await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
 }

@@ -343,6 +343,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("post", "/api/v1/gpus/{id}/drain") => json!({"deadline_s": 3600, "reason": "isolation"}),
         ("post", "/api/v1/defragmentation") => json!({"max_gpus": 1}),
         ("post", "/api/v1/allocations/{id}/rightsize") => json!({"profile": "1g.10gb"}),
+        ("put", "/api/v1/prices") => json!({"currency": "EUR", "models": []}),
         ("put", "/api/v1/gpus/{id}/layout") => json!({"instances": [{"profile": "1g.10gb", "start": 0}]}),
         ("post", "/api/v1/nodes") => json!({"name": format!("n-{unique}"), "gpus": []}),
         ("post", "/api/v1/tokens") => json!({"name": "matrix"}),

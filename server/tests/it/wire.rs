@@ -91,6 +91,8 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "TokenView" => people::TokenView,
         "UsageReport" => usage::UsageReport,
         "EfficiencyReport" => efficiency::EfficiencyReport,
+        "EfficiencyHistory" => efficiency::EfficiencyHistory,
+        "Prices" => efficiency::Prices,
         "RightsizeReport" => tessera_api::rightsize::RightsizeReport,
         "Replacement" => tessera_api::rightsize::Replacement,
         "UserView" => people::UserView,
@@ -380,7 +382,11 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     w.call(&admin, M::GET, "/api/v1/audit", &format!("/api/v1/audit?object=request/{r}"), None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/audit/entries", "/api/v1/audit/entries?limit=5", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/usage", "/api/v1/usage", None, S::OK).await;
+    let prices = Some(json!({"currency": "EUR", "models": [{"model": "H100-80GB", "per_gpu_hour": 2.5}]}));
+    w.call(&admin, M::PUT, "/api/v1/prices", "/api/v1/prices", prices, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/prices", "/api/v1/prices", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/efficiency", "/api/v1/efficiency", None, S::OK).await;
+    w.call(&admin, M::GET, "/api/v1/efficiency/history", "/api/v1/efficiency/history?days=7", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/rightsizing", "/api/v1/rightsizing", None, S::OK).await;
     w.call(&admin, M::GET, "/api/v1/telemetry/heatmap", "/api/v1/telemetry/heatmap?node=wire", None, S::OK).await;
     let path = format!("/api/v1/requests/{r}/release");

@@ -1,0 +1,35 @@
+-- Prices per GPU-hour per catalog model, in one currency, set by platform admins: what held and wasted capacity
+-- costs in the efficiency report and its history.
+CREATE TABLE gpu_prices (
+    model TEXT PRIMARY KEY,
+    currency TEXT NOT NULL,
+    per_gpu_hour REAL NOT NULL CHECK (per_gpu_hour >= 0),
+    updated_at_ms INTEGER NOT NULL,
+    updated_by TEXT NOT NULL
+);
+
+-- MIG capacity per model (and `total`), one sample per sampling slot: replicas sampling the same slot write it once.
+CREATE TABLE capacity_samples (
+    slot_ms INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    gpus INTEGER NOT NULL,
+    allocated INTEGER NOT NULL,
+    placeable INTEGER NOT NULL,
+    stranded INTEGER NOT NULL,
+    cordoned INTEGER NOT NULL,
+    PRIMARY KEY (slot_ms, model)
+);
+
+-- Per UTC day and model (and `total`): compute-slice-hours held, measured and used, and GPU-hours held and wasted
+-- (measured but unused), rewritten as the day goes on and once more after it ends.
+CREATE TABLE efficiency_days (
+    day_ms INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    held_slice_hours REAL NOT NULL,
+    measured_slice_hours REAL NOT NULL,
+    used_slice_hours REAL NOT NULL,
+    held_gpu_hours REAL NOT NULL,
+    wasted_gpu_hours REAL NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (day_ms, model)
+);
