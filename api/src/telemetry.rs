@@ -72,6 +72,24 @@ pub struct HeatmapRow {
     pub allocations: Vec<RowAllocation>,
     /// One value per column (`null`: no sample in it).
     pub values: Vec<Option<f32>>,
+    /// A GPU row: the GPU's health now (`null` for an instance row, or a GPU the server does not know).
+    #[serde(default)]
+    pub health: Option<tessera_core::health::HealthState>,
+    /// A GPU row: the changes of its health within the heatmap's range, oldest first (at most 50, the newest kept).
+    #[serde(default)]
+    pub health_marks: Vec<HealthMark>,
+}
+
+/// A change of a GPU's health: a marker on its heatmap row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HealthMark {
+    /// When, UTC ms.
+    pub at_ms: i64,
+    /// The state it turned to.
+    pub state: tessera_core::health::HealthState,
+    /// The codes of the findings behind it, worst first (e.g. `xid_79`, `row_remap_pending`).
+    pub codes: Vec<String>,
 }
 
 /// An allocation on a heatmap row.

@@ -8,7 +8,7 @@ CREATE TABLE gpu_prices (
     updated_by TEXT NOT NULL
 );
 
--- MIG capacity per model (and `total`), one sample per sampling slot: replicas sampling the same slot write it once.
+-- MIG capacity per model, one sample per sampling slot: replicas sampling the same slot write one row.
 CREATE TABLE capacity_samples (
     slot_ms BIGINT NOT NULL,
     model TEXT NOT NULL,
@@ -20,7 +20,7 @@ CREATE TABLE capacity_samples (
     PRIMARY KEY (slot_ms, model)
 );
 
--- Per UTC day and model (and `total`): compute-slice-hours held, measured and used, and GPU-hours held and wasted
+-- Per UTC day and model: compute-slice-hours held, measured and used, and GPU-hours held and wasted
 -- (measured but unused), rewritten as the day goes on and once more after it ends.
 CREATE TABLE efficiency_days (
     day_ms BIGINT NOT NULL,

@@ -286,6 +286,8 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     }
     state.store.record_history(&past, "system:demo").await.map_err(|e| err(&e))?;
     tracing::info!(allocations = past.len(), minutes = minutes.len(), "demo history recorded");
+    // Today's efficiency sample again, now that the demo's slices are held.
+    crate::services::efficiency::record(state, crate::store::now_ms()).await.map_err(|e| err(&e))?;
     Ok(())
 }
 

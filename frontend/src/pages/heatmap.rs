@@ -95,11 +95,18 @@ impl LiveHeatmap for Heatmap {
         let mut changed = false;
         for row in &mut self.rows {
             let Some(f) = fresh.rows.iter().find(|f| f.device == row.device) else { continue };
-            if row.allocations != f.allocations || row.node != f.node || row.gpu_index != f.gpu_index {
+            if row.allocations != f.allocations
+                || row.node != f.node
+                || row.gpu_index != f.gpu_index
+                || row.health != f.health
+                || row.health_marks != f.health_marks
+            {
                 row.allocations = f.allocations.clone();
                 row.node = f.node.clone();
                 row.gpu_index = f.gpu_index;
                 row.model = f.model.clone();
+                row.health = f.health;
+                row.health_marks = f.health_marks.clone();
                 changed = true;
             }
         }
@@ -148,6 +155,8 @@ impl LiveHeatmap for Heatmap {
                         start: s.start,
                         allocations: vec![],
                         values: vec![None; self.columns],
+                        health: None,
+                        health_marks: vec![],
                     };
                     let at = after.map_or(self.rows.len(), |i| i + 1);
                     self.rows.insert(at, row);
@@ -176,6 +185,45 @@ const VIRIDIS: [[u8; 3]; 9] = [
 ];
 
 /// The colour of `v` on a 0..=`max` scale; `None` (no sample) is drawn as `empty`.
+/// A health marker as drawn: on the `row`-th visible row, at `x` (0-1 of the width), of what `device`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// Index among the visible rows.
+    pub row: usize,
+    /// Horizontal position, a fraction of the heatmap's width.
+    pub x: f64,
+    /// `healthy`, `degraded` or `unhealthy`.
+    pub state: &'static str,
+    /// The GPU's device (its row).
+    pub device: String,
+    /// When, UTC ms.
+    pub at_ms: i64,
+    /// What it says: the state, the time and the findings' codes.
+    pub title: String,
+}
+
+/// The health markers of the visible rows that fall within the heatmap's range.
+pub fn markers(h: &Heatmap, rows: &[&HeatmapRow]) -> Vec<Marker> {
+    let span = (h.to_ms - h.from_ms).max(1) as f64;
+    rows.iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            r.health_marks.iter().filter(|m| m.at_ms >= h.from_ms && m.at_ms < h.to_ms).map(move |m| {
+                let state = m.state.as_str();
+                let why = if m.codes.is_empty() { String::new() } else { format!(": {}", m.codes.join(", ")) };
+                Marker {
+                    row: i,
+                    x: (m.at_ms - h.from_ms) as f64 / span,
+                    state,
+                    device: r.device.clone(),
+                    at_ms: m.at_ms,
+                    title: format!("{} turned {state} at {}{why}", label(r), crate::pages::clock(m.at_ms)),
+                }
+            })
+        })
+        .collect()
+}
+
 pub fn colour(v: Option<f32>, max: f32, empty: [u8; 3]) -> [u8; 3] {
     let Some(v) = v else { return empty };
     let x = (v / max.max(f32::EPSILON)).clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;
@@ -317,6 +365,9 @@ pub fn HeatmapPage() -> impl IntoView {
                                         view! { <button class="fold" aria-expanded=open.to_string() aria-label="Show or hide this GPU's MIG instances" on:click=move |_| folded.update(|s| { if !s.remove(&gpu) { s.insert(gpu.clone()); } })>{if open { "▾" } else { "▸" }}</button> }.into_any()
                                     } else { view! { <span class="fold"></span> }.into_any() }}
                                     <span class="name">{label(r)}</span>
+                                    {r.health.filter(|s| *s != tessera_core::health::HealthState::Healthy).map(|s| view! {
+                                        <span class=format!("health-badge {}", s.as_str()) data-testid="health-badge" data-state=s.as_str()>{s.as_str()}</span>
+                                    })}
                                     {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
                                 </li>
                             }
@@ -325,6 +376,18 @@ pub fn HeatmapPage() -> impl IntoView {
                 </ol>
                 <div class="hm-canvas">
                     <canvas node_ref=canvas data-testid="heatmap-canvas" aria-label="Heatmap: rows are devices, columns are time"></canvas>
+                    <div class="hm-marks" aria-label="Health changes">
+                        {move || live.with(|h| h.as_ref().map(|h| {
+                            let f = folded.get();
+                            let rows = visible(h, &f);
+                            let row_px = row_h.get();
+                            markers(h, &rows).into_iter().map(|m| view! {
+                                <span class=format!("hm-mark {}", m.state) data-testid="health-marker" data-state=m.state data-device=m.device data-at=m.at_ms
+                                    title=m.title.clone() aria-label=m.title
+                                    style=format!("left:{:.3}%;top:{}px;height:{row_px}px", m.x * 100.0, m.row as u32 * row_px)></span>
+                            }).collect::<Vec<_>>()
+                        }))}
+                    </div>
                     <div class="hm-ticks small muted" data-testid="time-axis" aria-hidden="true">
                         {move || live.with(|h| h.as_ref().map(|h| ticks(h.from_ms, h.to_ms, 8).into_iter().map(|(x, t)| {
                             view! { <span class="tick" style=format!("left:{:.3}%", x * 100.0)>{crate::pages::clock(t)}</span> }
@@ -403,6 +466,8 @@ pub fn synthetic(spec: &str) -> Heatmap {
                 start: None,
                 allocations: vec![],
                 values: (0..columns).map(|_| Some(next())).collect(),
+                health: None,
+                health_marks: vec![],
             })
             .collect(),
     }
@@ -867,6 +932,41 @@ mod tests {
         assert_eq!(h.rows[1].allocations[0].tenant, "vision");
         assert_eq!(h.rows[1].values[3], Some(7.0));
         assert!(!h.adopt(&fresh));
+    }
+
+    #[test]
+    fn health_changes_are_marked_at_their_time_on_visible_gpu_rows_and_adopted_on_refresh() {
+        use tessera_api::telemetry::HealthMark;
+        use tessera_core::health::HealthState;
+        let mut h = synthetic("2x1");
+        let (from, to) = (h.from_ms, h.to_ms);
+        let mark = |at_ms: i64, state: HealthState, codes: &[&str]| HealthMark {
+            at_ms,
+            state,
+            codes: codes.iter().map(|c| c.to_string()).collect(),
+        };
+        let mut fresh = h.clone();
+        let span = to - from;
+        let gpu1 = fresh.rows.iter().position(|r| r.kind == "gpu" && r.gpu_uuid == "GPU-1").expect("GPU-1");
+        fresh.rows[gpu1].health = Some(HealthState::Unhealthy);
+        fresh.rows[gpu1].health_marks = vec![
+            mark(from - 1, HealthState::Degraded, &[]),
+            mark(from + span / 4, HealthState::Unhealthy, &["xid_79"]),
+        ];
+        // A refresh brings the GPU's health and its changes.
+        assert!(h.adopt(&fresh));
+        assert!(!h.adopt(&fresh), "nothing new the second time");
+        let rows = visible(&h, &Default::default());
+        let m = markers(&h, &rows);
+        assert_eq!(m.len(), 1, "a change before the range is not drawn: {m:?}");
+        let row = rows.iter().position(|r| r.device == h.rows[gpu1].device).expect("row");
+        assert_eq!((m[0].row, m[0].state, m[0].x), (row, "unhealthy", 0.25));
+        assert!(m[0].title.contains("xid_79") && m[0].title.contains("unhealthy"), "{}", m[0].title);
+        // Folding other GPUs moves the row up; the marker follows it.
+        let folded = std::collections::HashSet::from(["GPU-0".to_string()]);
+        let rows = visible(&h, &folded);
+        let row = rows.iter().position(|r| r.device == h.rows[gpu1].device).expect("row");
+        assert_eq!(markers(&h, &rows)[0].row, row);
     }
 
     #[test]

@@ -568,14 +568,16 @@ fn PriceList() -> impl IntoView {
                             }
                         });
                     };
+                    // The inputs are given their values once: written back on every keystroke, a number input being
+                    // typed (`3.` is not a number yet) would lose what was typed.
                     view! {
                         <p class="muted small">"Per GPU-hour of a whole GPU; a slice costs its share. Empty: not priced."
                             {p.updated_by.clone().map(|by| format!(" Set by {by}."))}</p>
                         <form class="prices" on:submit=save>
-                            <label>"Currency"<input type="text" name="currency" maxlength="3" size="4" prop:value=move || currency.get() on:input=move |ev| currency.set(event_target_value(&ev)) /></label>
+                            <label>"Currency"<input type="text" name="currency" maxlength="3" size="4" prop:value=currency.get_untracked() on:input=move |ev| currency.set(event_target_value(&ev)) /></label>
                             {rows.into_iter().map(|(model, v)| view! {
                                 <label data-model=model.clone()>{model.clone()}
-                                    <input type="number" name=format!("price-{model}") min="0" max="1000000" step="any" prop:value=move || v.get() on:input=move |ev| v.set(event_target_value(&ev)) />
+                                    <input type="number" name=format!("price-{model}") min="0" max="1000000" step="any" prop:value=v.get_untracked() on:input=move |ev| v.set(event_target_value(&ev)) />
                                 </label>
                             }).collect_view()}
                             <button type="submit" data-testid="prices-save">"Save prices"</button>

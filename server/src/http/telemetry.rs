@@ -23,7 +23,7 @@ use crate::auth::permissions::Scope;
 use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
-pub use tessera_api::telemetry::{Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
+pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
 
 /// Most cells (rows × columns) in one heatmap answer (about 10 MB of JSON).
 const MAX_CELLS: usize = 1_500_000;
@@ -193,6 +193,7 @@ pub async fn heatmap(
             ),
         ));
     }
+    mark_health(&state, &nodes, &mut rows, from, from + step_ms * columns as i64).await?;
     rows.sort_by(|a, b| {
         (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
             &b.node,
@@ -215,6 +216,36 @@ pub async fn heatmap(
     }))
 }
 
+/// The most health markers on one row (the newest kept).
+const MAX_MARKS_PER_ROW: usize = 50;
+
+/// Puts on each GPU row the changes of its health within `[from, to)`.
+async fn mark_health(
+    state: &AppState,
+    nodes: &[Node],
+    rows: &mut [HeatmapRow],
+    from: i64,
+    to: i64,
+) -> Result<(), ApiError> {
+    if !rows.iter().any(|r| r.kind == "gpu") {
+        return Ok(());
+    }
+    let uuid_of: HashMap<&str, &str> =
+        nodes.iter().flat_map(|n| n.gpus.iter()).map(|g| (g.id.as_str(), g.uuid.as_str())).collect();
+    let mut marks: HashMap<&str, Vec<HealthMark>> = HashMap::new();
+    for (gpu, at_ms, health, codes) in state.store.health_changes(from, to).await? {
+        let Some(uuid) = uuid_of.get(gpu.as_str()) else { continue };
+        marks.entry(uuid).or_default().push(HealthMark { at_ms, state: health, codes });
+    }
+    for r in rows.iter_mut().filter(|r| r.kind == "gpu") {
+        if let Some(mut m) = marks.remove(r.gpu_uuid.as_str()) {
+            m.drain(..m.len().saturating_sub(MAX_MARKS_PER_ROW));
+            r.health_marks = m;
+        }
+    }
+    Ok(())
+}
+
 /// Live allocations by device UUID (only the caller's tenants' unless a platform admin).
 async fn current_holders(state: &AppState, p: &Principal) -> Result<HashMap<String, Vec<Metered>>, ApiError> {
     let now = now_ms();
@@ -232,6 +263,8 @@ fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, va
     let node = nodes.iter().find(|n| n.id == k.node_id);
     let gpu = node.and_then(|n| n.gpus.iter().find(|g| g.uuid == k.gpu));
     HeatmapRow {
+        health: gpu.filter(|_| k.profile.is_none()).map(|g| g.health.state),
+        health_marks: Vec::new(),
         node: node.map_or_else(|| k.node_id.clone(), |n| n.name.clone()),
         node_id: k.node_id,
         gpu_uuid: k.gpu,

@@ -484,8 +484,8 @@ pub const SAMPLE_MINUTES: u32 = 10;
 pub const HISTORY_DAYS: u32 = 90;
 const DAY_MS: i64 = 86_400_000;
 
-/// Records the history at `now_ms`: the fleet's capacity per model in the current sampling slot (once per slot,
-/// whichever replica comes first), the use per model of the day so far and, in the first two slots of a day, of
+/// Records the history at `now_ms`: the fleet's capacity per model in the current sampling slot (once per slot:
+/// a later sample of the slot, from this or another replica, replaces it), the use per model of the day so far and, in the first two slots of a day, of
 /// the whole day before; and drops what is older than [`HISTORY_DAYS`]. Called by the server's sweep.
 pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
     let slot_ms = i64::from(SAMPLE_MINUTES) * 60_000;

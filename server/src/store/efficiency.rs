@@ -105,15 +105,16 @@ impl Store {
     }
 
     /// Records the capacity of each model in the sampling slot starting at `slot_ms`; a slot already sampled (by
-    /// this or another replica) is left as it is. Whether this call wrote it.
-    pub async fn record_capacity(&self, slot_ms: i64, models: &[(String, CapacitySample)]) -> Result<bool, StoreError> {
+    /// this or another replica) takes the newer figures and still counts once.
+    pub async fn record_capacity(&self, slot_ms: i64, models: &[(String, CapacitySample)]) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let mut wrote = false;
             for (model, c) in models {
-                let done = sqlx::query(
+                sqlx::query(
                     "INSERT INTO capacity_samples (slot_ms, model, gpus, allocated, placeable, stranded, cordoned) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (slot_ms, model) DO NOTHING",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (slot_ms, model) DO UPDATE SET \
+                     gpus = excluded.gpus, allocated = excluded.allocated, placeable = excluded.placeable, \
+                     stranded = excluded.stranded, cordoned = excluded.cordoned",
                 )
                 .bind(slot_ms)
                 .bind(model)
@@ -124,10 +125,9 @@ impl Store {
                 .bind(i64::from(c.cordoned))
                 .execute(&mut *tx)
                 .await?;
-                wrote |= done.rows_affected() == 1;
             }
             tx.commit().await?;
-            Ok(wrote)
+            Ok(())
         })
     }
 

@@ -256,6 +256,43 @@ impl Store {
     }
 }
 
+/// The most health changes one heatmap reads.
+pub const MAX_HEALTH_CHANGES: i64 = 5_000;
+
+/// A recorded change of a GPU's health: `(gpu id, at ms, state, finding codes)`.
+pub type HealthChangeRow = (String, i64, HealthState, Vec<String>);
+
+impl Store {
+    /// The changes of GPU health recorded in `[from_ms, to_ms)` (the platform's `gpu.unhealthy`, `gpu.degraded` and
+    /// `gpu.healthy` events), oldest first; the newest [`MAX_HEALTH_CHANGES`] when there are more.
+    pub async fn health_changes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<HealthChangeRow>, StoreError> {
+        let sql = "SELECT subject, at_ms, CAST(data AS TEXT) FROM events WHERE tenant_id IS NULL \
+                   AND type IN ('gpu.unhealthy', 'gpu.degraded', 'gpu.healthy') AND at_ms >= $1 AND at_ms < $2 \
+                   ORDER BY at_ms DESC, seq DESC LIMIT $3";
+        let rows: Vec<(String, i64, String)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(sql).bind(from_ms).bind(to_ms).bind(MAX_HEALTH_CHANGES).fetch_all(pool).await?
+        });
+        let mut out: Vec<HealthChangeRow> = rows
+            .into_iter()
+            .filter_map(|(subject, at_ms, data)| {
+                let gpu = subject.strip_prefix("gpu/")?.to_string();
+                let data: serde_json::Value = serde_json::from_str(&data).ok()?;
+                let after = &data["after"];
+                let state = HealthState::parse(after["state"].as_str()?)?;
+                let codes = after["findings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["code"].as_str().map(str::to_string))
+                    .collect();
+                Some((gpu, at_ms, state, codes))
+            })
+            .collect();
+        out.reverse();
+        Ok(out)
+    }
+}
+
 impl Store {
     /// Starts draining a GPU (or moves the deadline of its drain), in one transaction: cordoned, the drain recorded,
     /// `gpu.draining` told to the platform and to each tenant holding slices on it. The tenants told.

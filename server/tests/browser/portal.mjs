@@ -989,6 +989,52 @@ display_name = "Test IdP"
       `overview: efficiency splits each MIG model's compute slices as the report does (${JSON.stringify(efficiency)})`);
     const heldBy = await page.locator('[data-testid=efficiency] tr[data-tenant]').count();
     check(heldBy === report.tenants.length && heldBy > 0, `overview: efficiency lists the ${heldBy} tenants that held slices in the last 24 h`);
+    // Efficiency day by day: one column per day the server recorded (it samples the fleet when it starts), with
+    // the API's figures.
+    const history = await api('GET', '/api/v1/efficiency/history?days=90');
+    await page.locator('[data-testid=history-day]').first().waitFor({ timeout: 15000 });
+    const dayColumns = await page.locator('[data-testid=history-day]').evaluateAll((els) => els.map((e) => ({
+      day: e.dataset.day, allocated: Number(e.dataset.allocated), samples: Number(e.dataset.samples) })));
+    const newestDay = history.days[history.days.length - 1];
+    const newestColumn = dayColumns[dayColumns.length - 1];
+    check(dayColumns.length === history.days.length && dayColumns.length >= 1
+      && newestColumn.day === newestDay.day && Math.abs(newestColumn.allocated - newestDay.allocated) < 0.01,
+      `overview: the efficiency history draws one column per recorded day as the API lists them (${JSON.stringify(dayColumns.slice(-2))})`);
+    // Prices: typed slowly into the form, which keeps what is typed; saved, the efficiency card costs each
+    // tenant's held and wasted GPU-hours as the API does.
+    const prices = page.locator('[data-testid=prices]');
+    const currencyInput = prices.locator('input[name=currency]');
+    await currencyInput.fill('');
+    await currencyInput.pressSequentially('CHF', { delay: 300 });
+    const h100Price = prices.locator('input[name="price-H100-80GB"]');
+    await h100Price.fill('');
+    await h100Price.pressSequentially('3.5', { delay: 300 });
+    await page.waitForTimeout(4000);
+    check(await currencyInput.inputValue() === 'CHF' && await h100Price.inputValue() === '3.5',
+      'prices: the form keeps what was typed slowly, 4 s later');
+    await prices.locator('[data-testid=prices-save]').click();
+    const savedText = (await prices.locator('[data-testid=prices-message]').textContent({ timeout: 15000 })).trim();
+    const priced = await api('GET', '/api/v1/prices');
+    check(/saved in CHF/.test(savedText) && priced.currency === 'CHF'
+      && priced.models.length === 1 && priced.models[0].per_gpu_hour === 3.5,
+      `prices: saving the form sets the price list ("${savedText}": ${JSON.stringify(priced.models)})`);
+    await page.reload();
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await page.locator('[data-testid=efficiency-waste-total]').waitFor({ timeout: 15000 });
+    const costed = await api('GET', '/api/v1/efficiency');
+    const shownCosts = await page.locator('[data-testid=efficiency] tr[data-tenant]').evaluateAll((rows) => rows.map((r) => ({
+      tenant: r.dataset.tenant,
+      cost: (r.querySelector('[data-testid=efficiency-cost]') || {}).textContent,
+      waste: (r.querySelector('[data-testid=efficiency-waste]') || {}).textContent })));
+    const money = (v) => (v === null ? '—' : `${v.toFixed(2)} CHF`);
+    const costsAgree = shownCosts.length === costed.tenants.length && shownCosts.every((row) => {
+      const t = costed.tenants.find((x) => x.tenant === row.tenant);
+      // The report is read again here, a moment after the page's: a cent of drift is allowed.
+      const near = (text, v) => text === money(v) || (v !== null && Math.abs(Number.parseFloat(text) - v) <= 0.02);
+      return t && near(row.cost, t.held_cost) && near(row.waste, t.waste_cost);
+    });
+    check(costsAgree && costed.currency === 'CHF',
+      `overview: efficiency costs each tenant's held and wasted GPU-hours at the prices set (${JSON.stringify(shownCosts)})`);
     // Defragmentation: the card shows what the API lists (every MIG GPU's auto-layout is off here, so free parts
     // wait for layout changes); "Propose these layouts" makes one proposal per GPU listed, which are then rejected
     // like any other so that the rest of the test sees the fleet as it was.
@@ -1204,6 +1250,25 @@ display_name = "Test IdP"
     await page.screenshot({ path: path.join(out, 'fleet-unhealthy.png'), fullPage: true });
     const told = (await api('GET', '/api/v1/inbox?limit=200')).filter((e) => e.type === 'gpu.unhealthy' && e.data.after.uuid === sickUuid);
     check(told.length >= 1, `inbox: gpu.unhealthy told (${told.length} event(s))`);
+    // The heatmap marks the change on the GPU's row, where it happened, and badges the GPU; the marker stays put
+    // as the live window moves on.
+    await page.goto(`${base}/heatmap`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const marker = page.locator(`[data-testid=health-marker][data-device="${sickUuid}"][data-state=unhealthy]`);
+    await marker.first().waitFor({ state: 'attached', timeout: 30000 });
+    const sickMap = await api('GET', '/api/v1/telemetry/heatmap?node=demo-node-2');
+    const sickMapRow = sickMap.rows.find((r) => r.device === sickUuid);
+    const markTitle = await marker.first().getAttribute('title');
+    const healthBadge = await page.locator(`li[data-device="${sickUuid}"] [data-testid=health-badge]`).getAttribute('data-state');
+    const markedAt = Number(await marker.first().getAttribute('data-at'));
+    await page.waitForTimeout(5000);
+    const stillMarked = await page.locator(`[data-testid=health-marker][data-device="${sickUuid}"][data-at="${markedAt}"]`).count();
+    check(sickMapRow && sickMapRow.health === 'unhealthy' && sickMapRow.health_marks.some((m) => m.at_ms === markedAt)
+      && /xid_79/.test(markTitle) && healthBadge === 'unhealthy' && stillMarked === 1,
+      `heatmap: the unhealthy GPU is badged and its change marked at ${new Date(markedAt).toISOString()} ("${markTitle}"), still there 5 s later`);
+    await page.screenshot({ path: path.join(out, 'heatmap-health.png'), fullPage: true });
+    await page.goto(`${base}/fleet`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     // Drain one GPU from the fleet page (confirmed in the dialog): it shows draining or drained, the node's other
     // GPUs untouched.
     const drainUuid = second.gpus[1].uuid;

@@ -360,6 +360,8 @@ async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
     let mut a = SimAgent::new(&server.base, "sick", "H100-80GB:2", server.join_token(None).await);
     // Statuses unasked every 6 s: a change told within 4 s of its injection came by the health watch's own report.
     a.status_every = Duration::from_secs(6);
+    // Telemetry, so that the heatmap has the GPUs' rows to mark.
+    a.telemetry = crate::telemetry::fast(10_000);
     a.start();
     let node = server.settled("sick").await;
     for g in node["gpus"].as_array().expect("gpus") {
@@ -449,6 +451,55 @@ async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
         (again["cordoned"].as_bool(), again["health"]["findings"][0]["code"].as_str()),
         (Some(true), Some("row_remap_pending"))
     );
+    // The heatmap marks each change on its GPU's row, with what caused it, and says how each GPU is now.
+    let (s, map) = server.call(Method::GET, "/api/v1/telemetry/heatmap?node=sick", None).await;
+    assert_eq!(s, StatusCode::OK, "{map}");
+    let gpu_row = |index: u64| -> Value {
+        let rows = map["rows"].as_array().expect("rows");
+        let found = rows.iter().find(|r| r["kind"] == "gpu" && r["gpu_index"].as_u64() == Some(index)).cloned();
+        found.unwrap_or_else(|| panic!("no row of GPU {index}: {map:#}"))
+    };
+    let (row0, row1) = (gpu_row(0), gpu_row(1));
+    let marks = |r: &Value| -> Vec<(String, Vec<String>)> {
+        r["health_marks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let codes = m["codes"].as_array().into_iter().flatten().filter_map(|c| c.as_str().map(String::from));
+                (m["state"].as_str().unwrap_or_default().to_string(), codes.collect())
+            })
+            .collect()
+    };
+    let owned = |v: &[&str]| v.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    assert_eq!(row0["health"], "unhealthy", "{row0:#}");
+    assert_eq!(
+        marks(&row0),
+        [
+            ("unhealthy".to_string(), owned(&["xid_79"])),
+            ("healthy".to_string(), owned(&[])),
+            ("unhealthy".to_string(), owned(&["row_remap_pending"]))
+        ],
+        "{row0:#}"
+    );
+    let times: Vec<i64> =
+        row0["health_marks"].as_array().expect("marks").iter().filter_map(|m| m["at_ms"].as_i64()).collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]) && times.iter().all(|t| *t >= map["from_ms"].as_i64().unwrap_or(0)),
+        "{row0:#}"
+    );
+    assert_eq!(
+        (row1["health"].as_str(), marks(&row1)),
+        (Some("degraded"), vec![("degraded".to_string(), owned(&["throttle_hw_thermal_slowdown"]))])
+    );
+    let mig_rows: Vec<&Value> = map["rows"].as_array().expect("rows").iter().filter(|r| r["kind"] == "mig").collect();
+    assert!(mig_rows.iter().all(|r| r["health"].is_null() && r["health_marks"] == json!([])), "{map:#}");
+    // Before the changes: no marker.
+    let before = map["from_ms"].as_i64().expect("from") - 3_600_000;
+    let (_, old) = server
+        .call(Method::GET, &format!("/api/v1/telemetry/heatmap?node=sick&from={before}&to={}", before + 60_000), None)
+        .await;
+    assert!(old["rows"].as_array().into_iter().flatten().all(|r| r["health_marks"] == json!([])), "{old:#}");
 
     // Reports are bounded: 17 XIDs, an XID from the future (it would hide every later one) and a GPU listed twice are
     // refused, and nothing of them is taken.
@@ -481,6 +532,39 @@ async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
     let twice = json!({"observed_generation": 0, "gpus": [gpu_status(json!({})), gpu_status(json!({}))]});
     let (s, body) = put(twice).await;
     assert_eq!((s, body["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("duplicate_gpu")), "{body}");
+    server.stop().await;
+}
+
+/// Every other signal the simulated driver can report, each on a GPU of its own, through the real agent and server:
+/// the state and finding the fleet shows, and the automatic cordon for the unhealthy ones only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_health_signal_reaches_its_gpus_state_through_the_simulated_driver() {
+    use tessera_core::health::{DEGRADING_XIDS, HOT_C, RETIRED_PAGES_DEGRADED};
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "signals", "H100-80GB:6", server.join_token(None).await);
+    a.start();
+    server.settled("signals").await;
+    let remap_failed = json!({"correctable": 0, "uncorrectable": 1, "pending": false, "failure": true});
+    let cases = [
+        (json!({"ecc_uncorrected_volatile": 2}), "degraded", "ecc_uncorrected"),
+        (json!({"retired_pages_pending": true}), "unhealthy", "pages_pending_retirement"),
+        (json!({"temperature_c": HOT_C + 3}), "degraded", "hot"),
+        (json!({"retired_pages": RETIRED_PAGES_DEGRADED}), "degraded", "retired_pages"),
+        (json!({"remapped_rows": remap_failed}), "unhealthy", "row_remap_failure"),
+        (json!({"xids": [DEGRADING_XIDS[0]]}), "degraded", "xid_63"),
+    ];
+    for (i, (fault, _, _)) in cases.iter().enumerate() {
+        inject(&a, i, fault.clone());
+    }
+    for (i, (fault, state, code)) in cases.iter().enumerate() {
+        let g = gpu_when(&server, "signals", i, |g| g["health"]["state"] == *state).await;
+        assert_eq!(g["health"]["findings"][0]["code"], *code, "{fault}: {g:#}");
+        assert_eq!(
+            g["cordoned"].as_bool(),
+            Some(*state == "unhealthy"),
+            "{fault}: only unhealthy GPUs are cordoned: {g:#}"
+        );
+    }
     server.stop().await;
 }
 
