@@ -84,6 +84,8 @@ pub struct EfficiencyReport {
     pub currency: Option<String>,
     /// The cost of waste of all tenants (`null` when no price is set).
     pub waste_cost: Option<f64>,
+    /// GPU-hours of models without a price, left out of every cost.
+    pub unpriced_gpu_hours: f64,
 }
 
 /// The price of one GPU model per GPU-hour.
@@ -170,6 +172,8 @@ pub struct EfficiencyDay {
     pub held_cost: Option<f64>,
     /// What the wasted GPU-hours cost at today's prices (`null` when none of the day's models has a price).
     pub waste_cost: Option<f64>,
+    /// GPU-hours held of models without a price, left out of both costs.
+    pub unpriced_gpu_hours: f64,
 }
 
 /// Fleet efficiency per UTC day, oldest first; days with nothing recorded are left out.

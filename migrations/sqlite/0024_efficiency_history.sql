@@ -33,3 +33,6 @@ CREATE TABLE efficiency_days (
     updated_at_ms INTEGER NOT NULL,
     PRIMARY KEY (day_ms, model)
 );
+
+-- The health changes a heatmap marks, read by type and time.
+CREATE INDEX events_by_type_time ON events (type, at_ms);

@@ -184,7 +184,6 @@ const VIRIDIS: [[u8; 3]; 9] = [
     [253, 231, 37],
 ];
 
-/// The colour of `v` on a 0..=`max` scale; `None` (no sample) is drawn as `empty`.
 /// A health marker as drawn: on the `row`-th visible row, at `x` (0-1 of the width), of what `device`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Marker {
@@ -224,6 +223,7 @@ pub fn markers(h: &Heatmap, rows: &[&HeatmapRow]) -> Vec<Marker> {
         .collect()
 }
 
+/// The colour of `v` on a 0..=`max` scale; `None` (no sample) is drawn as `empty`.
 pub fn colour(v: Option<f32>, max: f32, empty: [u8; 3]) -> [u8; 3] {
     let Some(v) = v else { return empty };
     let x = (v / max.max(f32::EPSILON)).clamp(0.0, 1.0) * (VIRIDIS.len() - 1) as f32;

@@ -407,11 +407,13 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
 const HISTORY_DAYS: u32 = 90;
 
 /// One day's column of the history chart, in chart units (0-`CHART_H` from the top): the stacked compute slices
-/// (allocated, placeable, stranded, cordoned, bottom up, scaled to the largest day) and the efficiency point.
+/// (allocated, placeable, stranded, cordoned, bottom up, scaled to the largest day shown) and the efficiency point.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistoryColumn {
-    /// The day, `YYYY-MM-DD`.
-    pub day: String,
+    /// Which of the days given.
+    pub index: usize,
+    /// Days since the window's first day.
+    pub slot: i64,
     /// Left edge.
     pub x: f64,
     /// Heights of allocated, placeable, stranded and cordoned.
@@ -426,26 +428,50 @@ pub const CHART_W: f64 = 360.0;
 pub const CHART_H: f64 = 120.0;
 
 /// The chart's columns: one per day of the last `span` days ending at `today_ms`, placed by date (a day without a
-/// record leaves a gap), stacked heights scaled so the largest day fills the chart.
+/// record leaves a gap), stacked heights scaled so the largest day shown fills the chart.
 pub fn history_columns(days: &[EfficiencyDay], today_ms: i64, span: u32) -> Vec<HistoryColumn> {
     let span = span.max(1);
     let width = CHART_W / f64::from(span);
     let first = today_ms - i64::from(span - 1) * 86_400_000;
     let total = |d: &EfficiencyDay| d.allocated + d.placeable + d.stranded + d.cordoned;
-    let top = days.iter().map(total).fold(0.0_f64, f64::max).max(1e-9);
-    days.iter()
-        .filter(|d| d.day_ms >= first && d.day_ms <= today_ms)
-        .map(|d| {
-            let k = (d.day_ms - first) / 86_400_000;
+    let shown: Vec<(usize, &EfficiencyDay)> =
+        days.iter().enumerate().filter(|(_, d)| d.day_ms >= first && d.day_ms <= today_ms).collect();
+    let top = shown.iter().map(|(_, d)| total(d)).fold(0.0_f64, f64::max).max(1e-9);
+    shown
+        .into_iter()
+        .map(|(index, d)| {
+            let slot = (d.day_ms - first) / 86_400_000;
             let h = |v: f64| v.max(0.0) / top * CHART_H;
             HistoryColumn {
-                day: d.day.clone(),
-                x: k as f64 * width,
+                index,
+                slot,
+                x: slot as f64 * width,
                 heights: [h(d.allocated), h(d.placeable), h(d.stranded), h(d.cordoned)],
                 efficiency: d.efficiency.map(|e| e.clamp(0.0, 1.0) * CHART_H),
             }
         })
         .collect()
+}
+
+/// The efficiency line's pieces as SVG `points`: consecutive measured days joined, a gap wherever a day is missing
+/// or unmeasured.
+pub fn efficiency_lines(columns: &[HistoryColumn], span: u32) -> Vec<String> {
+    let width = CHART_W / f64::from(span.max(1));
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    let mut last: Option<i64> = None;
+    for c in columns {
+        let Some(e) = c.efficiency else {
+            last = None;
+            continue;
+        };
+        let point = format!("{:.1},{:.1}", c.x + width / 2.0, CHART_H - e);
+        match (last, lines.last_mut()) {
+            (Some(prev), Some(line)) if prev + 1 == c.slot => line.push(point),
+            _ => lines.push(vec![point]),
+        }
+        last = Some(c.slot);
+    }
+    lines.into_iter().map(|l| l.join(" ")).collect()
 }
 
 /// The fleet's efficiency per day over 90 days (`GET /api/v1/efficiency/history`): compute slices allocated,
@@ -470,15 +496,17 @@ fn EfficiencyHistoryCard() -> impl IntoView {
                     let columns = history_columns(&h.days, today, HISTORY_DAYS);
                     let label = format!("Compute slices and efficiency per day, {} days recorded", columns.len());
                     let width = CHART_W / f64::from(HISTORY_DAYS);
-                    let line: String = columns.iter().filter_map(|c| c.efficiency.map(|e| format!("{:.1},{:.1}", c.x + width / 2.0, CHART_H - e))).collect::<Vec<_>>().join(" ");
+                    let lines = efficiency_lines(&columns, HISTORY_DAYS);
                     let currency = h.currency.clone();
                     let waste: Option<f64> = h.days.iter().filter_map(|d| d.waste_cost).reduce(|a, b| a + b);
+                    let unpriced: f64 = h.days.iter().map(|d| d.unpriced_gpu_hours).sum();
                     let newest = h.days.last().cloned();
                     let pct = |v: Option<f64>| v.map_or_else(|| "—".to_string(), |v| format!("{:.0} %", v * 100.0));
                     view! {
                         <svg class="history" viewBox=format!("0 0 {CHART_W} {CHART_H}") preserveAspectRatio="none" role="img"
                             aria-label=label>
-                            {columns.into_iter().zip(h.days.iter()).map(|(c, d)| {
+                            {columns.into_iter().map(|c| {
+                                let d = &h.days[c.index];
                                 let mut y = CHART_H;
                                 let rects = ["allocated", "placeable", "stranded", "cordoned"].into_iter().zip(c.heights).map(|(class, ht)| {
                                     y -= ht;
@@ -492,7 +520,7 @@ fn EfficiencyHistoryCard() -> impl IntoView {
                                     </g>
                                 }
                             }).collect_view()}
-                            <polyline class="efficiency" points=line fill="none" />
+                            {lines.into_iter().map(|points| view! { <polyline class="efficiency" points=points fill="none" /> }).collect_view()}
                         </svg>
                         <p class="legend small">
                             <span class="item"><span class="key used"></span>"allocated"</span>
@@ -511,7 +539,10 @@ fn EfficiencyHistoryCard() -> impl IntoView {
                             }
                         })}
                         {match (&h.currency, waste) {
-                            (Some(c), Some(w)) => view! { <p class="small">{format!("Waste over the {} days recorded: ", h.days.len())}<strong data-testid="history-waste">{format!("{w:.2} {c}")}</strong></p> }.into_any(),
+                            (Some(c), Some(w)) => view! {
+                                <p class="small">{format!("Waste over the {} days recorded: ", h.days.len())}<strong data-testid="history-waste">{format!("{w:.2} {c}")}</strong>
+                                    {(unpriced > 0.0).then(|| format!(" ({unpriced:.1} GPU-hours of unpriced models left out)"))}</p>
+                            }.into_any(),
                             _ => view! { <p class="muted small">"Set prices per GPU-hour to see what the waste costs."</p> }.into_any(),
                         }}
                     }.into_any()
@@ -550,9 +581,9 @@ fn PriceList() -> impl IntoView {
                                 continue;
                             }
                             match text.parse::<f64>() {
-                                Ok(per_gpu_hour) if per_gpu_hour.is_finite() => models.push(ModelPrice { model: model.clone(), per_gpu_hour }),
+                                Ok(per_gpu_hour) if per_gpu_hour.is_finite() && per_gpu_hour >= 0.0 => models.push(ModelPrice { model: model.clone(), per_gpu_hour }),
                                 _ => {
-                                    message.set(Some((false, format!("The price of {model} is not a number."))));
+                                    message.set(Some((false, format!("The price of {model} is not a number of 0 or more (a dot for decimals)."))));
                                     return;
                                 }
                             }
@@ -560,6 +591,10 @@ fn PriceList() -> impl IntoView {
                         let body = PricesBody { currency: currency.get_untracked().trim().to_string(), models };
                         leptos::task::spawn_local(async move {
                             match api::send_json::<Prices>("PUT", "/api/v1/prices".into(), body).await {
+                                Ok(p) if p.models.is_empty() => {
+                                    message.set(Some((true, "Every price removed: nothing is costed.".to_string())));
+                                    version.update(|v| *v += 1);
+                                }
                                 Ok(p) => {
                                     message.set(Some((true, format!("{} price(s) saved in {}.", p.models.len(), p.currency.unwrap_or_default()))));
                                     version.update(|v| *v += 1);
@@ -568,8 +603,9 @@ fn PriceList() -> impl IntoView {
                             }
                         });
                     };
-                    // The inputs are given their values once: written back on every keystroke, a number input being
-                    // typed (`3.` is not a number yet) would lose what was typed.
+                    // The inputs are given their values once (written back on every keystroke, a field being typed
+                    // would lose what was typed), and are text: a number field reads as empty when what it holds is
+                    // not a number, which would silently remove that price.
                     view! {
                         <p class="muted small">"Per GPU-hour of a whole GPU; a slice costs its share. Empty: not priced."
                             {p.updated_by.clone().map(|by| format!(" Set by {by}."))}</p>
@@ -577,7 +613,7 @@ fn PriceList() -> impl IntoView {
                             <label>"Currency"<input type="text" name="currency" maxlength="3" size="4" prop:value=currency.get_untracked() on:input=move |ev| currency.set(event_target_value(&ev)) /></label>
                             {rows.into_iter().map(|(model, v)| view! {
                                 <label data-model=model.clone()>{model.clone()}
-                                    <input type="number" name=format!("price-{model}") min="0" max="1000000" step="any" prop:value=v.get_untracked() on:input=move |ev| v.set(event_target_value(&ev)) />
+                                    <input type="text" inputmode="decimal" name=format!("price-{model}") size="8" prop:value=v.get_untracked() on:input=move |ev| v.set(event_target_value(&ev)) />
                                 </label>
                             }).collect_view()}
                             <button type="submit" data-testid="prices-save">"Save prices"</button>
@@ -764,6 +800,7 @@ mod tests {
             wasted_gpu_hours: 0.0,
             held_cost: None,
             waste_cost: None,
+            unpriced_gpu_hours: 0.0,
         }
     }
 
@@ -779,7 +816,15 @@ mod tests {
         assert_eq!(c[0].heights, [CHART_H / 2.0, CHART_H / 2.0, 0.0, 0.0]);
         assert_eq!(c[1].heights, [CHART_H / 4.0, CHART_H / 2.0, CHART_H / 4.0, 0.0]);
         assert_eq!((c[0].efficiency, c[1].efficiency), (Some(CHART_H / 2.0), None));
+        assert_eq!((c[0].index, c[1].index), (0, 1), "each column names its day");
         assert!(history_columns(&[], 0, 90).is_empty());
+        // The line joins consecutive measured days only.
+        let days = [day(8, 7.0, 0.0, Some(0.5)), day(9, 7.0, 0.0, Some(0.25)), day(11, 7.0, 0.0, Some(1.0))];
+        let c = history_columns(&days, 12 * 86_400_000, 5);
+        let lines = efficiency_lines(&c, 5);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0].split(' ').count(), 2);
+        assert_eq!(lines[1], format!("{:.1},{:.1}", 3.5 * CHART_W / 5.0, 0.0));
     }
 
     fn gpu(model: &str, layout: &[(&str, u8)], held: &[(&str, u8)], cordoned: bool) -> GpuView {

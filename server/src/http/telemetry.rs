@@ -193,7 +193,7 @@ pub async fn heatmap(
             ),
         ));
     }
-    mark_health(&state, &nodes, &mut rows, from, from + step_ms * columns as i64).await?;
+    mark_health(&state, &p, &nodes, &holders, &mut rows, from, from + step_ms * columns as i64).await?;
     rows.sort_by(|a, b| {
         (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
             &b.node,
@@ -219,22 +219,42 @@ pub async fn heatmap(
 /// The most health markers on one row (the newest kept).
 const MAX_MARKS_PER_ROW: usize = 50;
 
-/// Puts on each GPU row the changes of its health within `[from, to)`.
+/// Puts on each GPU row the changes of its health within `[from, to)`, and its health now. A platform admin sees
+/// every change; a tenant member the changes its tenants were told of (a GPU they held turning unhealthy), and the
+/// health now of the GPUs they hold slices on now.
 async fn mark_health(
     state: &AppState,
+    p: &Principal,
     nodes: &[Node],
+    holders: &HashMap<String, Vec<Metered>>,
     rows: &mut [HeatmapRow],
     from: i64,
     to: i64,
 ) -> Result<(), ApiError> {
-    if !rows.iter().any(|r| r.kind == "gpu") {
+    let tenants = match p.reading_scope(None)? {
+        Scope::Fleet => None,
+        Scope::Tenants(t) => Some(t),
+    };
+    if tenants.is_some() {
+        let held_now: HashSet<&str> = holders.values().flatten().map(|a| a.gpu_uuid.as_str()).collect();
+        for r in rows.iter_mut().filter(|r| !held_now.contains(r.gpu_uuid.as_str())) {
+            r.health = None;
+        }
+    }
+    let shown: HashSet<&str> = rows.iter().filter(|r| r.kind == "gpu").map(|r| r.gpu_uuid.as_str()).collect();
+    if shown.is_empty() {
         return Ok(());
     }
-    let uuid_of: HashMap<&str, &str> =
-        nodes.iter().flat_map(|n| n.gpus.iter()).map(|g| (g.id.as_str(), g.uuid.as_str())).collect();
+    let gpus: HashMap<&str, &str> = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter())
+        .filter(|g| shown.contains(g.uuid.as_str()))
+        .map(|g| (g.id.as_str(), g.uuid.as_str()))
+        .collect();
+    let ids: Vec<String> = gpus.keys().map(|id| id.to_string()).collect();
     let mut marks: HashMap<&str, Vec<HealthMark>> = HashMap::new();
-    for (gpu, at_ms, health, codes) in state.store.health_changes(from, to).await? {
-        let Some(uuid) = uuid_of.get(gpu.as_str()) else { continue };
+    for (gpu, at_ms, health, codes) in state.store.health_changes(&ids, tenants.as_deref(), from, to).await? {
+        let Some(uuid) = gpus.get(gpu.as_str()) else { continue };
         marks.entry(uuid).or_default().push(HealthMark { at_ms, state: health, codes });
     }
     for r in rows.iter_mut().filter(|r| r.kind == "gpu") {

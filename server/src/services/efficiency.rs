@@ -167,7 +167,7 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
         }
     }
     let mut waste_cost = Cost::default();
-    let tenants = tenants
+    let tenants: Vec<TenantEfficiency> = tenants
         .into_values()
         .map(|(mut t, cost)| {
             t.efficiency = (t.measured_slice_hours > 0.0).then(|| t.used_slice_hours / t.measured_slice_hours);
@@ -180,7 +180,18 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
         .collect();
     let currency = prices.currency;
     let waste_cost = currency.as_ref().map(|_| waste_cost.wasted);
-    Ok(EfficiencyReport { from_ms: from, to_ms: now, idle_below, models, total, tenants, currency, waste_cost })
+    let unpriced_gpu_hours = tenants.iter().map(|t| t.unpriced_gpu_hours).sum();
+    Ok(EfficiencyReport {
+        from_ms: from,
+        to_ms: now,
+        idle_below,
+        models,
+        total,
+        tenants,
+        currency,
+        waste_cost,
+        unpriced_gpu_hours,
+    })
 }
 
 /// GPUs considered by one defragmentation at most unless the caller says otherwise.
@@ -485,8 +496,8 @@ pub const HISTORY_DAYS: u32 = 90;
 const DAY_MS: i64 = 86_400_000;
 
 /// Records the history at `now_ms`: the fleet's capacity per model in the current sampling slot (once per slot:
-/// a later sample of the slot, from this or another replica, replaces it), the use per model of the day so far and, in the first two slots of a day, of
-/// the whole day before; and drops what is older than [`HISTORY_DAYS`]. Called by the server's sweep.
+/// a later sample of the slot, from this or another replica, replaces it), the use per model of the day so far and,
+/// until it has been written after its end, of the whole day before; and drops what is older than [`HISTORY_DAYS`]. Called by the server's sweep.
 pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
     let slot_ms = i64::from(SAMPLE_MINUTES) * 60_000;
     let slot = now_ms - now_ms.rem_euclid(slot_ms);
@@ -506,7 +517,9 @@ pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
         .collect();
     state.store.record_capacity(slot, &samples).await?;
     let today = now_ms - now_ms.rem_euclid(DAY_MS);
-    if now_ms - today < 2 * slot_ms {
+    // The day before, whole, once it has ended: until a write after its end is recorded (a server down at
+    // midnight closes it when it is back, within the 90 days).
+    if state.store.day_use_written(today - DAY_MS).await?.is_none_or(|at| at < today) {
         let rows = day_use(state, today - DAY_MS, today).await?;
         state.store.record_day_use(today - DAY_MS, &rows).await?;
     }
@@ -519,12 +532,18 @@ pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
 /// Per model, what was held, measured, used and wasted in `[from_ms, to_ms)`; utilisation is each device's mean
 /// over that span (as in [`report`]), known for the allocations active at `to_ms`.
 async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUse>, StoreError> {
-    let metered = state.store.metered(None, from_ms, to_ms).await?;
+    let mut metered = state.store.metered(None, from_ms, to_ms).await?;
     if metered.is_empty() {
         return Ok(Vec::new());
     }
+    // Released after the span ends: active throughout it, and measured as an active allocation is.
+    for a in &mut metered {
+        if a.released_at_ms.is_some_and(|r| r >= to_ms) {
+            a.released_at_ms = None;
+        }
+    }
     let hours = (to_ms - from_ms).max(1) as f64 / 3_600_000.0;
-    let util = if metered.iter().any(|a| a.released_at_ms.is_none_or(|r| r >= to_ms) && a.device_uuid.is_some()) {
+    let util = if metered.iter().any(|a| a.released_at_ms.is_none() && a.device_uuid.is_some()) {
         device_utilisation(state, hours, to_ms).await?
     } else {
         Default::default()
@@ -576,7 +595,7 @@ pub async fn history(
     let model = model_key(state, q.model.as_deref())?;
     let today = now_ms - now_ms.rem_euclid(DAY_MS);
     let from_ms = today - i64::from(days - 1) * DAY_MS;
-    let (slots, capacity, used) = state.store.efficiency_history(from_ms).await?;
+    let (capacity, used) = state.store.efficiency_history(from_ms).await?;
     let prices = price_map(state).await?;
     let wanted = |m: &str| model.as_deref().is_none_or(|k| k == m);
     let mut out: BTreeMap<i64, (EfficiencyDay, Cost)> = BTreeMap::new();
@@ -599,11 +618,12 @@ pub async fn history(
             wasted_gpu_hours: 0.0,
             held_cost: None,
             waste_cost: None,
+            unpriced_gpu_hours: 0.0,
         }
     };
-    let samples: HashMap<i64, i64> = slots.into_iter().collect();
+    let samples: HashMap<i64, i64> = capacity.iter().map(|c| (c.day_ms, c.samples)).collect();
     for c in capacity.iter().filter(|c| wanted(&c.model)) {
-        let n = samples.get(&c.day_ms).copied().unwrap_or(1).max(1);
+        let n = c.samples.max(1);
         let (d, _) = out.entry(c.day_ms).or_insert_with(|| (blank(c.day_ms), Cost::default()));
         d.samples = u32::try_from(n).unwrap_or(u32::MAX);
         let mean = |x: i64| x as f64 / n as f64;
@@ -621,8 +641,9 @@ pub async fn history(
         d.used_slice_hours += u.used_slice_hours;
         d.held_gpu_hours += u.held_gpu_hours;
         d.wasted_gpu_hours += u.wasted_gpu_hours;
-        if let Some(price) = prices.per_gpu_hour.get(&u.model) {
-            cost.add(u.held_gpu_hours * price, u.wasted_gpu_hours * price);
+        match prices.per_gpu_hour.get(&u.model) {
+            Some(price) => cost.add(u.held_gpu_hours * price, u.wasted_gpu_hours * price),
+            None => d.unpriced_gpu_hours += u.held_gpu_hours,
         }
     }
     let days = out

@@ -21,6 +21,8 @@ pub struct CapacityDay {
     pub stranded: i64,
     /// Sum of free compute slices on cordoned GPUs.
     pub cordoned: i64,
+    /// Samples taken that day (of any model).
+    pub samples: i64,
 }
 
 /// One day of use of one model.
@@ -131,17 +133,20 @@ impl Store {
         })
     }
 
-    /// Writes the use of each model on the day starting at `day_ms`, in place of what was there.
+    /// Writes the use of each model on the day starting at `day_ms`, in place of what was there: each model's row
+    /// upserted, then the day's rows this write did not touch removed (two replicas writing at once cannot collide).
     pub async fn record_day_use(&self, day_ms: i64, rows: &[DayUse]) -> Result<(), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            sqlx::query("DELETE FROM efficiency_days WHERE day_ms = $1").bind(day_ms).execute(&mut *tx).await?;
             for r in rows {
                 sqlx::query(
                     "INSERT INTO efficiency_days (day_ms, model, held_slice_hours, measured_slice_hours, \
                      used_slice_hours, held_gpu_hours, wasted_gpu_hours, updated_at_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (day_ms, model) DO UPDATE SET \
+                     held_slice_hours = excluded.held_slice_hours, measured_slice_hours = excluded.measured_slice_hours, \
+                     used_slice_hours = excluded.used_slice_hours, held_gpu_hours = excluded.held_gpu_hours, \
+                     wasted_gpu_hours = excluded.wasted_gpu_hours, updated_at_ms = excluded.updated_at_ms",
                 )
                 .bind(day_ms)
                 .bind(&r.model)
@@ -154,36 +159,47 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
+            sqlx::query("DELETE FROM efficiency_days WHERE day_ms = $1 AND updated_at_ms < $2")
+                .bind(day_ms)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
             tx.commit().await?;
             Ok(())
         })
     }
 
-    /// The history from the day starting at `from_day_ms`: per day, the number of capacity samples; per day and
-    /// model, capacity summed over those samples; and per day and model, the use.
-    #[allow(clippy::type_complexity)]
-    pub async fn efficiency_history(
-        &self,
-        from_day_ms: i64,
-    ) -> Result<(Vec<(i64, i64)>, Vec<CapacityDay>, Vec<DayUse>), StoreError> {
-        let slots = "SELECT slot_ms - slot_ms % 86400000 AS day, CAST(COUNT(DISTINCT slot_ms) AS BIGINT) \
-                     FROM capacity_samples WHERE slot_ms >= $1 GROUP BY slot_ms - slot_ms % 86400000 ORDER BY day";
-        let capacity = "SELECT slot_ms - slot_ms % 86400000 AS day, model, CAST(SUM(gpus) AS BIGINT), \
-                        CAST(SUM(allocated) AS BIGINT), CAST(SUM(placeable) AS BIGINT), CAST(SUM(stranded) AS BIGINT), \
-                        CAST(SUM(cordoned) AS BIGINT) FROM capacity_samples WHERE slot_ms >= $1 \
-                        GROUP BY slot_ms - slot_ms % 86400000, model ORDER BY day, model";
+    /// When the use of the day starting at `day_ms` was last written (`None`: never, or nothing was held).
+    pub async fn day_use_written(&self, day_ms: i64) -> Result<Option<i64>, StoreError> {
+        let sql = "SELECT MAX(updated_at_ms) FROM efficiency_days WHERE day_ms = $1";
+        let row: (Option<i64>,) =
+            on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(day_ms).fetch_one(pool).await?);
+        Ok(row.0)
+    }
+
+    /// The history from the day starting at `from_day_ms`: per day and model, capacity summed over the day's
+    /// samples (with their number); and per day and model, the use.
+    pub async fn efficiency_history(&self, from_day_ms: i64) -> Result<(Vec<CapacityDay>, Vec<DayUse>), StoreError> {
+        // The samples of each day are counted in the same statement as the sums: one snapshot on both backends.
+        let capacity = "SELECT d.day, d.model, d.gpus, d.allocated, d.placeable, d.stranded, d.cordoned, \
+                        (SELECT CAST(COUNT(DISTINCT c.slot_ms) AS BIGINT) FROM capacity_samples c \
+                         WHERE c.slot_ms >= d.day AND c.slot_ms < d.day + 86400000) \
+                        FROM (SELECT slot_ms - slot_ms % 86400000 AS day, model, CAST(SUM(gpus) AS BIGINT) AS gpus, \
+                        CAST(SUM(allocated) AS BIGINT) AS allocated, CAST(SUM(placeable) AS BIGINT) AS placeable, \
+                        CAST(SUM(stranded) AS BIGINT) AS stranded, CAST(SUM(cordoned) AS BIGINT) AS cordoned \
+                        FROM capacity_samples WHERE slot_ms >= $1 \
+                        GROUP BY slot_ms - slot_ms % 86400000, model) d ORDER BY d.day, d.model";
         let used = "SELECT day_ms, model, held_slice_hours, measured_slice_hours, used_slice_hours, held_gpu_hours, \
                     wasted_gpu_hours FROM efficiency_days WHERE day_ms >= $1 ORDER BY day_ms, model";
-        type C = (i64, String, i64, i64, i64, i64, i64);
+        type C = (i64, String, i64, i64, i64, i64, i64, i64);
         type U = (i64, String, f64, f64, f64, f64, f64);
-        let (slots, capacity, used): (Vec<(i64, i64)>, Vec<C>, Vec<U>) = on_pool!(self, pool, _dialect => (
-            sqlx::query_as(slots).bind(from_day_ms).fetch_all(pool).await?,
+        let (capacity, used): (Vec<C>, Vec<U>) = on_pool!(self, pool, _dialect => (
             sqlx::query_as(capacity).bind(from_day_ms).fetch_all(pool).await?,
             sqlx::query_as(used).bind(from_day_ms).fetch_all(pool).await?,
         ));
         let capacity = capacity
             .into_iter()
-            .map(|(day_ms, model, gpus, allocated, placeable, stranded, cordoned)| CapacityDay {
+            .map(|(day_ms, model, gpus, allocated, placeable, stranded, cordoned, samples)| CapacityDay {
                 day_ms,
                 model,
                 gpus,
@@ -191,6 +207,7 @@ impl Store {
                 placeable,
                 stranded,
                 cordoned,
+                samples,
             })
             .collect();
         let used = used
@@ -205,7 +222,7 @@ impl Store {
                 wasted_gpu_hours: wasted_gpu,
             })
             .collect();
-        Ok((slots, capacity, used))
+        Ok((capacity, used))
     }
 
     /// Deletes the history from before the day holding `before_ms`; how many rows.

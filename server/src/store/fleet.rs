@@ -263,15 +263,45 @@ pub const MAX_HEALTH_CHANGES: i64 = 5_000;
 pub type HealthChangeRow = (String, i64, HealthState, Vec<String>);
 
 impl Store {
-    /// The changes of GPU health recorded in `[from_ms, to_ms)` (the platform's `gpu.unhealthy`, `gpu.degraded` and
-    /// `gpu.healthy` events), oldest first; the newest [`MAX_HEALTH_CHANGES`] when there are more.
-    pub async fn health_changes(&self, from_ms: i64, to_ms: i64) -> Result<Vec<HealthChangeRow>, StoreError> {
-        let sql = "SELECT subject, at_ms, CAST(data AS TEXT) FROM events WHERE tenant_id IS NULL \
-                   AND type IN ('gpu.unhealthy', 'gpu.degraded', 'gpu.healthy') AND at_ms >= $1 AND at_ms < $2 \
-                   ORDER BY at_ms DESC, seq DESC LIMIT $3";
-        let rows: Vec<(String, i64, String)> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(sql).bind(from_ms).bind(to_ms).bind(MAX_HEALTH_CHANGES).fetch_all(pool).await?
-        });
+    /// The changes of the health of the GPUs `gpu_ids` recorded in `[from_ms, to_ms)`, oldest first: the platform's
+    /// `gpu.unhealthy`, `gpu.degraded` and `gpu.healthy` events, or with `tenants`, only the copies those tenants
+    /// were sent (a holder is told when its GPU turns unhealthy). The newest [`MAX_HEALTH_CHANGES`] when there are
+    /// more.
+    pub async fn health_changes(
+        &self,
+        gpu_ids: &[String],
+        tenants: Option<&[String]>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<HealthChangeRow>, StoreError> {
+        let mut rows: Vec<(String, i64, String)> = Vec::new();
+        let subjects: Vec<String> = gpu_ids.iter().map(|g| format!("gpu/{g}")).collect();
+        let readers: Vec<Option<&str>> = match tenants {
+            None => vec![None],
+            Some(t) => t.iter().map(|t| Some(t.as_str())).collect(),
+        };
+        for chunk in subjects.chunks(200) {
+            let list = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect::<Vec<_>>().join(", ");
+            let sql = format!(
+                "SELECT subject, at_ms, CAST(data AS TEXT) FROM events WHERE type IN ('gpu.unhealthy', 'gpu.degraded', \
+                 'gpu.healthy') AND at_ms >= $1 AND at_ms < $2 AND (tenant_id = $3 OR ($3 IS NULL AND tenant_id IS NULL)) \
+                 AND subject IN ({list}) ORDER BY at_ms DESC, seq DESC LIMIT $4"
+            );
+            for reader in &readers {
+                let got: Vec<(String, i64, String)> = on_pool!(self, pool, _dialect => {
+                    let mut q = sqlx::query_as(&sql).bind(from_ms).bind(to_ms).bind(*reader).bind(MAX_HEALTH_CHANGES);
+                    for subject in chunk {
+                        q = q.bind(subject);
+                    }
+                    q.fetch_all(pool).await?
+                });
+                rows.extend(got);
+            }
+        }
+        // Newest first, each change once (several tenants may have been told of the same one), at most the cap.
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        rows.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        rows.truncate(usize::try_from(MAX_HEALTH_CHANGES).unwrap_or(usize::MAX));
         let mut out: Vec<HealthChangeRow> = rows
             .into_iter()
             .filter_map(|(subject, at_ms, data)| {

@@ -493,13 +493,51 @@ async fn a_gpu_reporting_a_fatal_error_is_cordoned_and_its_holders_told() {
         (Some("degraded"), vec![("degraded".to_string(), owned(&["throttle_hw_thermal_slowdown"]))])
     );
     let mig_rows: Vec<&Value> = map["rows"].as_array().expect("rows").iter().filter(|r| r["kind"] == "mig").collect();
-    assert!(mig_rows.iter().all(|r| r["health"].is_null() && r["health_marks"] == json!([])), "{map:#}");
-    // Before the changes: no marker.
-    let before = map["from_ms"].as_i64().expect("from") - 3_600_000;
+    assert!(
+        !mig_rows.is_empty() && mig_rows.iter().all(|r| r["health"].is_null() && r["health_marks"] == json!([])),
+        "{map:#}"
+    );
+    // Just before the first change: the rows, without a marker.
+    let first = times[0];
     let (_, old) = server
-        .call(Method::GET, &format!("/api/v1/telemetry/heatmap?node=sick&from={before}&to={}", before + 60_000), None)
+        .call(
+            Method::GET,
+            &format!("/api/v1/telemetry/heatmap?node=sick&from={}&to={}", first - 5_000, first - 1_000),
+            None,
+        )
         .await;
-    assert!(old["rows"].as_array().into_iter().flatten().all(|r| r["health_marks"] == json!([])), "{old:#}");
+    let old_rows = old["rows"].as_array().expect("rows");
+    assert!(!old_rows.is_empty() && old_rows.iter().all(|r| r["health_marks"] == json!([])), "{old:#}");
+    // A tenant reads only what it was told: the holder's copies of GPU 0 turning unhealthy, twice; another
+    // tenant nothing. (A member's heatmap shows GPU rows of whole GPUs it held only; this slice is an instance.)
+    let store = tessera_server::store::Store::connect(&server.database_url).await.expect("store");
+    let told = store
+        .health_changes(std::slice::from_ref(&gpu0), Some(std::slice::from_ref(&tenant)), 0, i64::MAX / 2)
+        .await
+        .expect("changes");
+    let told: Vec<(String, Vec<String>)> =
+        told.into_iter().map(|(_, _, s, codes)| (s.as_str().to_string(), codes)).collect();
+    assert_eq!(
+        told,
+        [("unhealthy".to_string(), owned(&["xid_79"])), ("unhealthy".to_string(), owned(&["row_remap_pending"]))]
+    );
+    let nobody = store
+        .health_changes(&[gpu0.clone(), gpu1.clone()], Some(&["someone-else".to_string()]), 0, i64::MAX / 2)
+        .await
+        .expect("changes");
+    assert!(nobody.is_empty(), "{nobody:?}");
+    let (_, holder) =
+        crate::harness::user_with_token(&store, "holder", &[(&tenant, tessera_server::store::Role::Member)]).await;
+    let r = server
+        .client
+        .get(format!("{}/api/v1/telemetry/heatmap?node=sick", server.base))
+        .bearer_auth(&holder)
+        .send()
+        .await
+        .expect("send");
+    let seen: Value = r.json().await.expect("json");
+    let rows = seen["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty() && rows.iter().all(|r| r["kind"] == "mig" && r["health_marks"] == json!([])), "{seen:#}");
 
     // Reports are bounded: 17 XIDs, an XID from the future (it would hide every later one) and a GPU listed twice are
     // refused, and nothing of them is taken.
