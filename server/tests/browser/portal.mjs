@@ -730,6 +730,9 @@ display_name = "Test IdP"
     await quotaForm.locator('input[name=quota-amount]').fill('3');
     await quotaForm.locator('button[type=submit]').click();
     await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"]').waitFor();
+    // The form clears what was typed once the save answers: wait for that before typing again.
+    await quotaForm.locator('[data-testid=quota-messages]', { hasText: 'Quotas saved.' }).waitFor();
+    await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"] input[aria-label^="Limit of"][value="3"]').waitFor();
     const limits = await api('GET', `/api/v1/tenants/${research.id}/quotas`);
     check(limits.resources.some((r) => r.resource === 'mig/H100-80GB/2g.20gb' && r.limit === 3), 'tenants: the new limit is saved');
     await quotaForm.locator('[data-testid=quota-lines] tr[data-resource="mig/H100-80GB/2g.20gb"] input[aria-label^="Limit of"]').fill('');
@@ -992,7 +995,7 @@ display_name = "Test IdP"
     // Efficiency day by day: one column per day the server recorded (it samples the fleet when it starts), with
     // the API's figures.
     const history = await api('GET', '/api/v1/efficiency/history?days=90');
-    await page.locator('[data-testid=history-day]').first().waitFor({ timeout: 15000 });
+    await page.locator('[data-testid=history-day]').first().waitFor({ state: 'attached', timeout: 15000 });
     const dayColumns = await page.locator('[data-testid=history-day]').evaluateAll((els) => els.map((e) => ({
       day: e.dataset.day, allocated: Number(e.dataset.allocated), samples: Number(e.dataset.samples) })));
     const newestDay = history.days[history.days.length - 1];
