@@ -147,19 +147,14 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
                 Cost::default(),
             )
         });
-        let slice_hours = a.slice_seconds / 3600.0;
-        t.held_slice_hours += slice_hours;
-        t.held_gpu_hours += a.gpu_hours;
-        let mut wasted = 0.0;
-        if let Some(u) = a.util_mean {
-            let u = u.clamp(0.0, 100.0) / 100.0;
-            t.measured_slice_hours += slice_hours;
-            t.used_slice_hours += slice_hours * u;
-            wasted = a.gpu_hours * (1.0 - u);
-            t.wasted_gpu_hours += wasted;
-        }
+        let u = Use::of(a);
+        t.held_slice_hours += u.held_slice_hours;
+        t.measured_slice_hours += u.measured_slice_hours;
+        t.used_slice_hours += u.used_slice_hours;
+        t.held_gpu_hours += u.held_gpu_hours;
+        t.wasted_gpu_hours += u.wasted_gpu_hours;
         match prices.per_gpu_hour.get(&a.model) {
-            Some(price) => cost.add(a.gpu_hours * price, wasted * price),
+            Some(price) => cost.add(u.held_gpu_hours * price, u.wasted_gpu_hours * price),
             None => t.unpriced_gpu_hours += a.gpu_hours,
         }
         if a.idle {
@@ -563,17 +558,40 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
             model: a.model.clone(),
             ..DayUse::default()
         });
-        let slice_hours = a.slice_seconds / 3600.0;
-        d.held_slice_hours += slice_hours;
-        d.held_gpu_hours += a.gpu_hours;
-        if let Some(u) = a.util_mean {
-            let u = u.clamp(0.0, 100.0) / 100.0;
-            d.measured_slice_hours += slice_hours;
-            d.used_slice_hours += slice_hours * u;
-            d.wasted_gpu_hours += a.gpu_hours * (1.0 - u);
-        }
+        let u = Use::of(a);
+        d.held_slice_hours += u.held_slice_hours;
+        d.measured_slice_hours += u.measured_slice_hours;
+        d.used_slice_hours += u.used_slice_hours;
+        d.held_gpu_hours += u.held_gpu_hours;
+        d.wasted_gpu_hours += u.wasted_gpu_hours;
     }
     Ok(by_model.into_values().collect())
+}
+
+/// What one metered allocation held, and of it what was measured, used and wasted: the figures the report and
+/// the history sum.
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    held_slice_hours: f64,
+    measured_slice_hours: f64,
+    used_slice_hours: f64,
+    held_gpu_hours: f64,
+    wasted_gpu_hours: f64,
+}
+
+impl Use {
+    /// Measured when its device's mean utilisation is known: used is that share of it, wasted the rest.
+    fn of(a: &crate::services::usage::AllocationUsage) -> Use {
+        let held = a.slice_seconds / 3600.0;
+        let util = a.util_mean.map(|u| u.clamp(0.0, 100.0) / 100.0);
+        Use {
+            held_slice_hours: held,
+            measured_slice_hours: if util.is_some() { held } else { 0.0 },
+            used_slice_hours: util.map_or(0.0, |u| held * u),
+            held_gpu_hours: a.gpu_hours,
+            wasted_gpu_hours: util.map_or(0.0, |u| a.gpu_hours * (1.0 - u)),
+        }
+    }
 }
 
 /// The efficiency history of the last `days` UTC days (today included), of one model or the whole fleet, costed
