@@ -4,8 +4,9 @@
 //! it runs and that both paths agree; `-- --previews-only` stops before the admission of the offers).
 //!
 //! # Model
-//! - **Fleet** (seeded): 1,000 GPUs: 900 in MIG mode (H100-80GB, A100-40GB, A100-80GB drawn uniformly) with random
-//!   valid layouts of base profiles, 100 whole H100-80GB GPUs shared by time-slicing (8 replicas).
+//! - **Fleet** (seeded): 1,000 GPUs, 8 per node: 900 in MIG mode (H100-80GB, A100-40GB, A100-80GB drawn
+//!   uniformly) with random valid layouts of base profiles, 100 whole H100-80GB GPUs shared by time-slicing (8
+//!   replicas).
 //! - **Live allocations**: 5,000 of the fleet's instances and shares are held; 80 % end at a known time within the
 //!   month (uniform), 20 % have no known end (held for ever, as the calendar counts them).
 //! - **Reservations**: offered one after another, starting uniformly within the next 30 days, lasting 1 h to 3 days
@@ -377,7 +378,14 @@ fn fleet(catalog: &Catalog, rng: &mut Rng, setup: &Setup) -> (Vec<CalGpu>, Vec<H
             start: *s,
             until_ms: None,
         }));
-        gpus.push(CalGpu { id, model: model.key.clone(), mig: true, cordoned: false, layout });
+        gpus.push(CalGpu {
+            id,
+            node: format!("node-{}", i / 8),
+            model: model.key.clone(),
+            mig: true,
+            cordoned: false,
+            layout,
+        });
     }
     for i in 0..shared {
         let id = format!("shared-{i}");
@@ -389,7 +397,8 @@ fn fleet(catalog: &Catalog, rng: &mut Rng, setup: &Setup) -> (Vec<CalGpu>, Vec<H
                 until_ms: None,
             });
         }
-        gpus.push(CalGpu { id, model: SHARED_MODEL.into(), mig: false, cordoned: false, layout: vec![] });
+        let node = format!("shared-node-{}", i / 8);
+        gpus.push(CalGpu { id, node, model: SHARED_MODEL.into(), mig: false, cordoned: false, layout: vec![] });
     }
     // Hold `allocations` of the candidates, chosen at random.
     for i in (1..candidates.len()).rev() {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, GpuModel};
 use crate::layout::{Inst, Occupancy};
-use crate::planner::{DemandInput, GpuInput, InstanceInput, PlanInput, plan};
+use crate::planner::{DemandInput, Problem, plan_problem, problem};
 use crate::quota::{QuotaError, Usage, accumulate};
 use crate::request::SliceSpec;
 use crate::sharing::Sharing;
@@ -240,6 +240,9 @@ impl ReservationError {
 pub struct CalGpu {
     /// GPU id.
     pub id: String,
+    /// The node it is on: time-slicing and MPS never share a node ([`crate::sharing::validate_node`]), so a share
+    /// goes only where no other GPU of the node is shared the other way at that moment.
+    pub node: String,
     /// Catalog model key.
     pub model: String,
     /// In MIG mode.
@@ -351,10 +354,20 @@ impl<'a> Calendar<'a> {
     /// Whether `other` is the same calendar: the same GPUs, holds, reservations and kept slices (a simulation of one
     /// answers for the other).
     pub fn same_inputs(&self, other: &Calendar<'_>) -> bool {
+        self.same_fleet(other) && self.bookings.len() == other.bookings.len() && {
+            let (mut mine, mut theirs): (Vec<&Booking>, Vec<&Booking>) =
+                (self.bookings.iter().collect(), other.bookings.iter().collect());
+            mine.sort_by(|a, b| a.id.cmp(&b.id));
+            theirs.sort_by(|a, b| a.id.cmp(&b.id));
+            mine == theirs
+        }
+    }
+
+    /// Whether `other` has the same GPUs, holds and kept slices (its reservations aside).
+    fn same_fleet(&self, other: &Calendar<'_>) -> bool {
         std::ptr::eq(self.catalog, other.catalog)
             && self.gpus == other.gpus
             && self.holds == other.holds
-            && self.bookings == other.bookings
             && self.hints == other.hints
     }
 
@@ -430,6 +443,11 @@ pub struct Prepared<'a> {
     slot: Vec<Option<usize>>,
     /// Per GPU (index in `cal.gpus`), the indices of the calendar's holds on it.
     holds_on: Vec<Vec<usize>>,
+    /// Per GPU, the other GPUs of its node (indices in `cal.gpus`).
+    peers: Vec<Vec<usize>>,
+    /// Per GPU, its model's index in the catalog and its MIG layout as instances (`None` when the layout is not a
+    /// valid one of the model: the planner is then not shown the GPU).
+    planned: Vec<Option<(usize, Vec<Inst>)>>,
     /// Indices of the bookings that end after `from_ms`, in start order (ties by id).
     order: Vec<usize>,
     /// The moments at which bookings start, with their range in `order`.
@@ -493,14 +511,49 @@ impl<'a> Prepared<'a> {
                 holds_on[g].push(k);
             }
         }
+        let mut by_node: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, g) in cal.gpus.iter().enumerate() {
+            by_node.entry(g.node.as_str()).or_default().push(i);
+        }
+        let peers = cal
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| by_node[g.node.as_str()].iter().copied().filter(|&j| j != i).collect())
+            .collect();
+        let planned = cal
+            .gpus
+            .iter()
+            .zip(&models)
+            .map(|(g, m)| {
+                let m = (*m)?;
+                let specs: Vec<crate::layout::InstanceSpec> = g
+                    .layout
+                    .iter()
+                    .map(|(profile, start)| crate::layout::InstanceSpec {
+                        profile: profile.clone(),
+                        start: Some(*start),
+                    })
+                    .collect();
+                crate::layout::validate(m, &specs).ok()?;
+                let layout = g
+                    .layout
+                    .iter()
+                    .map(|(p, start)| Some(Inst { profile: m.profile_index(p)?, start: *start }))
+                    .collect::<Option<Vec<Inst>>>()?;
+                Some((cal.catalog.models.iter().position(|x| std::ptr::eq(x, m))?, layout))
+            })
+            .collect();
         let mut p = Prepared {
             cal,
             from_ms,
+            planned,
             models,
             index,
             distinct,
             slot,
             holds_on,
+            peers,
             order: vec![],
             groups: vec![],
             placed: vec![vec![]; n],
@@ -529,6 +582,26 @@ impl<'a> Prepared<'a> {
     /// not answered for.)
     pub fn answers_for(&self, cal: &Calendar<'_>, now_ms: i64) -> bool {
         now_ms >= self.from_ms && self.cal.same_inputs(cal) && cal.quiet_between(self.from_ms, now_ms)
+    }
+
+    /// When `cal` is this simulation's calendar with one reservation more, starting after `now_ms`, and nothing
+    /// happened between the simulation's start and `now_ms` (as [`Prepared::answers_for`] asks): that reservation.
+    /// Accepting it here ([`Prepared::accept_and_keep`]) then simulates `cal` as a new simulation would, replaying
+    /// only from its start.
+    pub fn one_more<'c>(&self, cal: &'c Calendar<'_>, now_ms: i64) -> Option<&'c Booking> {
+        if now_ms < self.from_ms || cal.bookings.len() != self.cal.bookings.len() + 1 || !self.cal.same_fleet(cal) {
+            return None;
+        }
+        let known: HashMap<&str, &Booking> = self.cal.bookings.iter().map(|b| (b.id.as_str(), b)).collect();
+        let mut more = None;
+        for b in &cal.bookings {
+            match known.get(b.id.as_str()) {
+                Some(k) if *k == b => {}
+                None if more.is_none() => more = Some(b),
+                _ => return None,
+            }
+        }
+        more.filter(|b| b.start_ms > now_ms && cal.quiet_between(self.from_ms, now_ms))
     }
 
     /// The whole simulation.
@@ -924,13 +997,13 @@ impl<'a> Prepared<'a> {
                         .collect()
                 })
                 .collect();
-            let gpus: Vec<GpuInput> = self
+            let gpus: Vec<problem::Gpu<'a>> = self
                 .cal
                 .gpus
                 .iter()
                 .enumerate()
                 .filter(|(_, g)| g.mig && !g.cordoned)
-                .filter_map(|(i, g)| {
+                .filter_map(|(i, _)| {
                     let (m, slot) = (self.models[i]?, self.slot[i]?);
                     let wanted = &wanted[slot];
                     if wanted.is_empty() {
@@ -943,10 +1016,13 @@ impl<'a> Prepared<'a> {
                             occ.add(m, Inst { profile: p, start: h.start });
                         }
                     }
-                    wanted.iter().any(|&p| occ.can_add_profile(m, p)).then(|| mig_input(g, &held))
+                    if !wanted.iter().any(|&p| occ.can_add_profile(m, p)) {
+                        return None;
+                    }
+                    self.planner_gpu(i, &held)
                 })
                 .collect();
-            let demand = mig
+            let demand: Vec<DemandInput> = mig
                 .iter()
                 .filter_map(|&i| match &group[i].spec {
                     SliceSpec::Mig { profile, model } => {
@@ -956,8 +1032,11 @@ impl<'a> Prepared<'a> {
                 })
                 .collect();
             if !gpus.is_empty()
-                && let Ok(planned) = plan(self.cal.catalog, &PlanInput { gpus, demand })
+                && let Ok(mut problem) = Problem::of_gpus(self.cal.catalog, gpus, &demand)
             {
+                // Only the placements are kept: a lone reservation served by free instances needs no other GPU.
+                problem.without_gpus_it_cannot_use();
+                let planned = plan_problem(&problem);
                 for s in planned.placed {
                     let i = mig[s.demand];
                     let until_ms = Some(group[i].end_ms);
@@ -976,6 +1055,34 @@ impl<'a> Prepared<'a> {
             out[i] = slices;
         }
         out
+    }
+
+    /// The planner's view of MIG GPU `i` at a moment, given what is held on it then (`mine`): that is in use; the
+    /// rest of its layout is free. When a held instance is missing from the layout (created by a layout change still
+    /// to apply), only the held instances are there. `None` when the GPU's layout, or what is held on it, is not a
+    /// valid layout of its model.
+    fn planner_gpu(&self, i: usize, mine: &[&Hold]) -> Option<problem::Gpu<'a>> {
+        let (g, model) = (&self.cal.gpus[i], self.models[i]?);
+        let (model_idx, layout) = self.planned[i].as_ref()?;
+        let held: Vec<Inst> = mine
+            .iter()
+            .map(|h| Some(Inst { profile: model.profile_index(&h.profile)?, start: h.start }))
+            .collect::<Option<_>>()?;
+        let (mut in_use, mut free): (Vec<Inst>, Vec<Inst>) = if held.iter().all(|h| layout.contains(h)) {
+            layout.iter().partition(|l| held.contains(l))
+        } else {
+            let mut occ = Occupancy::EMPTY;
+            for &h in &held {
+                if !occ.can_add(model, h) {
+                    return None;
+                }
+                occ.add(model, h);
+            }
+            (held, vec![])
+        };
+        in_use.sort();
+        free.sort();
+        Some(problem::Gpu { id: g.id.clone(), model_idx: *model_idx, model, in_use, free, cordoned: g.cordoned })
     }
 
     /// Whether `hint`'s slices can hold `b` beside what is `live` and the slices `hinted` at the same moment: each
@@ -1018,7 +1125,12 @@ impl<'a> Prepared<'a> {
                 spec => match share_of(spec) {
                     Some((_, sharing, per_gpu)) => {
                         let key = sharing.key();
+                        let on_peer = |j: usize| -> Vec<&Hold> {
+                            let id = &self.cal.gpus[j].id;
+                            live.on(j).chain(hinted.iter().filter(|x| x.gpu == *id)).collect()
+                        };
                         !g.mig
+                            && !self.node_clash(gi, sharing, on_peer)
                             && held.iter().all(|x| x.profile == key)
                             && mine.iter().enumerate().all(|(k, x)| {
                                 x.profile == key
@@ -1037,6 +1149,15 @@ impl<'a> Prepared<'a> {
         true
     }
 
+    /// Whether a share of `sharing` on GPU `gpu` would sit on a node where another GPU holds (`on`, at the moment) a
+    /// share of the other way: time-slicing and MPS never share a node.
+    fn node_clash<'h>(&self, gpu: usize, sharing: Sharing, on: impl Fn(usize) -> Vec<&'h Hold>) -> bool {
+        matches!(sharing, Sharing::Timeslice { .. } | Sharing::Mps { .. })
+            && self.peers[gpu]
+                .iter()
+                .any(|&j| on(j).iter().any(|h| Sharing::from_key(&h.profile).is_some_and(|s| s.clashes_with(sharing))))
+    }
+
     /// Shares for `b` on whole GPUs of its model (`on` gives what is held on a GPU, `added` what this moment placed
     /// already): GPUs already shared the same way first (fewest free shares), then unused ones, as approvals place
     /// them.
@@ -1048,9 +1169,12 @@ impl<'a> Prepared<'a> {
             if g.mig || g.cordoned || !self.models[i].is_some_and(|m| self.eligible(&b.spec, m)) {
                 continue;
             }
-            let held = on(i);
-            let taken: Vec<&Hold> = held.into_iter().chain(added.iter().filter(|h| h.gpu == g.id)).collect();
-            if taken.iter().any(|h| h.profile != key) {
+            let taken_on = |j: usize| -> Vec<&Hold> {
+                let id = &self.cal.gpus[j].id;
+                on(j).into_iter().chain(added.iter().filter(|h| h.gpu == *id)).collect()
+            };
+            let taken = taken_on(i);
+            if taken.iter().any(|h| h.profile != key) || self.node_clash(i, sharing, taken_on) {
                 continue;
             }
             let free: Vec<u8> =
@@ -1160,28 +1284,6 @@ impl<'x> Held<'x> {
     }
 }
 
-/// The planner's view of one MIG GPU at a moment, given what is held on it then (`mine`): that is in use; the rest
-/// of its layout is free. A held instance missing from the layout (created by a layout change still to apply)
-/// replaces the free ones.
-fn mig_input(g: &CalGpu, mine: &[&Hold]) -> GpuInput {
-    let mut mine: Vec<&&Hold> = mine.iter().collect();
-    mine.sort_by(|a, b| (a.start, &a.profile).cmp(&(b.start, &b.profile)));
-    let in_layout = |h: &&&Hold| g.layout.iter().any(|(p, s)| *p == h.profile && *s == h.start);
-    let instances = if mine.iter().all(in_layout) {
-        g.layout
-            .iter()
-            .map(|(profile, start)| InstanceInput {
-                profile: profile.clone(),
-                start: *start,
-                in_use: mine.iter().any(|h| h.profile == *profile && h.start == *start),
-            })
-            .collect()
-    } else {
-        mine.iter().map(|h| InstanceInput { profile: h.profile.clone(), start: h.start, in_use: true }).collect()
-    };
-    GpuInput { id: g.id.clone(), model: g.model.clone(), instances, cordoned: g.cordoned }
-}
-
 /// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
 pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
     match spec {
@@ -1240,11 +1342,31 @@ mod tests {
     }
 
     fn mig_gpu(id: &str) -> CalGpu {
-        CalGpu { id: id.into(), model: "H100-80GB".into(), mig: true, cordoned: false, layout: vec![] }
+        CalGpu {
+            id: id.into(),
+            node: "n-mig".into(),
+            model: "H100-80GB".into(),
+            mig: true,
+            cordoned: false,
+            layout: vec![],
+        }
     }
 
+    /// A whole GPU on node `n-whole` (whole GPUs share a node unless moved).
     fn whole_gpu(id: &str) -> CalGpu {
-        CalGpu { id: id.into(), model: "H100-80GB".into(), mig: false, cordoned: false, layout: vec![] }
+        CalGpu {
+            id: id.into(),
+            node: "n-whole".into(),
+            model: "H100-80GB".into(),
+            mig: false,
+            cordoned: false,
+            layout: vec![],
+        }
+    }
+
+    /// The GPUs of the property tests: two MIG GPUs on one node, two whole GPUs on another.
+    fn test_fleet() -> Vec<CalGpu> {
+        vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0"), whole_gpu("w1")]
     }
 
     fn mig(profile: &str, count: u32, id: &str, start_ms: i64, end_ms: i64) -> Booking {
@@ -1367,6 +1489,48 @@ mod tests {
     }
 
     #[test]
+    fn time_slicing_and_mps_never_share_a_node_at_one_moment() {
+        let ts = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 4 };
+        let mps = SliceSpec::Mps { model: "H100-80GB".into(), replicas: 4 };
+        let book = |id: &str, spec: &SliceSpec, start_ms, end_ms| Booking {
+            id: id.into(),
+            spec: spec.clone(),
+            count: 1,
+            start_ms,
+            end_ms,
+        };
+        // Two whole GPUs on one node: time-sliced on one, the other cannot take MPS while it lasts.
+        let one_node = vec![whole_gpu("a"), whole_gpu("b")];
+        let cal = Calendar::new(catalog(), one_node.clone(), vec![], vec![book("ts", &ts, 0, 100)]);
+        assert!(cal.admit(&book("mps", &mps, 50, 150), 0).is_err());
+        assert!(cal.admit(&book("mps", &mps, 100, 150), 0).is_ok(), "after it ends the node may turn to MPS");
+        assert!(cal.admit(&book("ts2", &ts, 50, 150), 0).is_ok(), "more time-slicing fits beside it");
+        // A GPU on another node takes it.
+        let other = CalGpu { node: "n-2".into(), ..whole_gpu("c") };
+        let two_nodes = [one_node.clone(), vec![other]].concat();
+        let cal = Calendar::new(catalog(), two_nodes, vec![], vec![book("ts", &ts, 0, 100)]);
+        let sim = cal.admit(&book("mps", &mps, 50, 150), 0).expect("room on the other node");
+        assert_eq!(sim.placed["mps"][0].gpu, "c");
+        // A live time-sliced allocation on the node: an MPS reservation is short, and protection refuses a
+        // time-sliced allocation that would leave an accepted MPS reservation short.
+        let live = vec![Hold { gpu: "a".into(), profile: ts_key(), start: 0, until_ms: Some(80) }];
+        let cal = Calendar::new(catalog(), one_node.clone(), live, vec![]);
+        assert!(cal.admit(&book("mps", &mps, 50, 150), 0).is_err());
+        assert!(cal.admit(&book("mps", &mps, 80, 150), 0).is_ok());
+        let cal = Calendar::new(catalog(), one_node, vec![], vec![book("mps", &mps, 50, 150)]);
+        let sim = cal.simulate(0, &[]);
+        let taken = &sim.placed["mps"][0].gpu;
+        let free = if taken == "a" { "b" } else { "a" };
+        let slice = |until_ms| vec![Hold { gpu: free.into(), profile: ts_key(), start: 0, until_ms }];
+        assert_eq!(cal.protects(&slice(None), 0).expect_err("refused").booking, "mps");
+        assert!(cal.protects(&slice(Some(50)), 0).is_ok());
+    }
+
+    fn ts_key() -> String {
+        Sharing::Timeslice { replicas: 4 }.key()
+    }
+
+    #[test]
     fn shares_pack_before_taking_whole_gpus() {
         let spec = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 4 };
         let ts = |id: &str, count| Booking { id: id.into(), spec: spec.clone(), count, start_ms: 0, end_ms: 10 };
@@ -1404,11 +1568,11 @@ mod tests {
 
     fn arb_booking(i: usize) -> impl Strategy<Value = Booking> {
         let profiles = prop::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "1g.20gb"]);
-        (profiles, 1u32..4, 0i64..20, 1i64..8, any::<bool>()).prop_map(move |(p, count, start, len, whole)| {
-            let spec = if whole && p == "1g.10gb" {
-                SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 2 }
-            } else {
-                SliceSpec::Mig { profile: p.into(), model: None }
+        (profiles, 1u32..4, 0i64..20, 1i64..8, 0u8..6).prop_map(move |(p, count, start, len, kind)| {
+            let spec = match kind {
+                4 => SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 2 },
+                5 => SliceSpec::Mps { model: "H100-80GB".into(), replicas: 2 },
+                _ => SliceSpec::Mig { profile: p.into(), model: None },
             };
             Booking { id: format!("b{i:03}"), spec, count, start_ms: start * 10, end_ms: (start + len) * 10 }
         })
@@ -1435,29 +1599,38 @@ mod tests {
 
     /// What is held at `t` (holds and the simulation's placements) is a valid set on every GPU: each MIG GPU's
     /// instances form a valid layout (no two overlap, each at a legal start), each whole GPU is shared one way with
-    /// distinct shares within its replicas.
+    /// distinct shares within its replicas, and no node has time-slicing beside MPS.
     fn valid_at(gpus: &[CalGpu], held: &[&Hold]) -> bool {
-        gpus.iter().all(|g| {
-            let on: Vec<&&Hold> = held.iter().filter(|h| h.gpu == g.id).collect();
-            if g.mig {
-                let model = catalog().model(&g.model).expect("present");
-                let specs: Vec<crate::layout::InstanceSpec> = on
-                    .iter()
-                    .map(|h| crate::layout::InstanceSpec { profile: h.profile.clone(), start: Some(h.start) })
-                    .collect();
-                crate::layout::validate(model, &specs).is_ok()
-            } else {
-                let mut starts: Vec<u8> = on.iter().map(|h| h.start).collect();
-                let n = starts.len();
-                starts.sort_unstable();
-                starts.dedup();
-                let per = on.first().and_then(|h| Sharing::from_key(&h.profile)).map_or(1, |s| match s {
-                    Sharing::Exclusive => 1,
-                    Sharing::Timeslice { replicas } | Sharing::Mps { replicas } => replicas,
-                });
-                starts.len() == n && on.iter().all(|h| h.profile == on[0].profile && u32::from(h.start) < per)
-            }
-        })
+        let kinds = |node: &str| -> Vec<Sharing> {
+            let on_node = |h: &&&Hold| gpus.iter().any(|g| g.id == h.gpu && g.node == node);
+            held.iter().filter(on_node).filter_map(|h| Sharing::from_key(&h.profile)).collect()
+        };
+        let mixed = gpus.iter().any(|g| {
+            let k = kinds(&g.node);
+            k.iter().any(|a| k.iter().any(|b| a.clashes_with(*b)))
+        });
+        !mixed
+            && gpus.iter().all(|g| {
+                let on: Vec<&&Hold> = held.iter().filter(|h| h.gpu == g.id).collect();
+                if g.mig {
+                    let model = catalog().model(&g.model).expect("present");
+                    let specs: Vec<crate::layout::InstanceSpec> = on
+                        .iter()
+                        .map(|h| crate::layout::InstanceSpec { profile: h.profile.clone(), start: Some(h.start) })
+                        .collect();
+                    crate::layout::validate(model, &specs).is_ok()
+                } else {
+                    let mut starts: Vec<u8> = on.iter().map(|h| h.start).collect();
+                    let n = starts.len();
+                    starts.sort_unstable();
+                    starts.dedup();
+                    let per = on.first().and_then(|h| Sharing::from_key(&h.profile)).map_or(1, |s| match s {
+                        Sharing::Exclusive => 1,
+                        Sharing::Timeslice { replicas } | Sharing::Mps { replicas } => replicas,
+                    });
+                    starts.len() == n && on.iter().all(|h| h.profile == on[0].profile && u32::from(h.start) < per)
+                }
+            })
     }
 
     /// 1g.10gb slices held `(GPU g0 or g1, start, until)`, each kept only if it is valid beside those before it.
@@ -1484,7 +1657,7 @@ mod tests {
             books in prop::collection::vec((0usize..1000).prop_flat_map(arb_booking), 1..30),
             held in prop::collection::vec((0usize..2, 0u8..7, prop::option::of(1i64..150)), 0..6),
         ) {
-            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let gpus = test_fleet();
             let holds = valid_holds(&gpus, held);
             let mut kept = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
             for b in books {
@@ -1495,6 +1668,14 @@ mod tests {
                 let fits = kept.fits(&b);
                 prop_assert_eq!(fits.clone().err(), (!whole.short.is_empty()).then(|| whole.short.clone()));
                 if fits.is_ok() {
+                    // The calendar with `b` is recognised as this one with one reservation more (when it starts
+                    // after the question's moment).
+                    let with_b = kept.calendar().clone().with_booking(b.clone());
+                    prop_assert_eq!(kept.one_more(&with_b, 0), (b.start_ms > 0).then_some(&b));
+                    let mut reordered = with_b.clone();
+                    reordered.bookings.reverse();
+                    prop_assert_eq!(kept.one_more(&reordered, 0), (b.start_ms > 0).then_some(&b));
+                    prop_assert_eq!(kept.one_more(kept.calendar(), 0), None);
                     kept.accept_and_keep(b).expect("fits");
                     prop_assert_eq!(kept.simulation(), whole.clone());
                     prop_assert_eq!(kept.simulation(), kept.calendar().simulate(0, &[]));
@@ -1513,7 +1694,7 @@ mod tests {
             extra in (0u8..7, prop::option::of(1i64..200)),
             hinted in any::<bool>(),
         ) {
-            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let gpus = test_fleet();
             let holds = valid_holds(&gpus, held);
             let mut prepared = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
             let mut accepted: Vec<Booking> = vec![];
@@ -1584,7 +1765,7 @@ mod tests {
             t0 in 0i64..120,
             wait in 0i64..40,
         ) {
-            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let gpus = test_fleet();
             let holds = valid_holds(&gpus, held);
             let mut cal = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]);
             for b in books {
@@ -1598,6 +1779,7 @@ mod tests {
             prop_assume!(cal.quiet_between(t0, t1));
             let late = cal.prepare(t1);
             let probe = Booking { start_ms: probe.start_ms.max(t1 + 1), end_ms: probe.end_ms.max(t1 + 11), ..probe };
+            prop_assert_eq!(early.simulation(), late.simulation());
             prop_assert_eq!(early.fits(&probe), late.fits(&probe));
             prop_assert_eq!(early.most_that_fit(&probe), late.most_that_fit(&probe));
             let h = Hold { gpu: "g0".into(), profile: "1g.10gb".into(), start: extra.0, until_ms: extra.1.map(|u| u + t1) };
@@ -1614,7 +1796,7 @@ mod tests {
         /// window has all its slices, and what is held then is valid on every GPU.
         #[test]
         fn accepted_reservations_never_over_commit(steps in arb_steps()) {
-            let gpus = vec![mig_gpu("g0"), mig_gpu("g1"), whole_gpu("w0")];
+            let gpus = test_fleet();
             let mut bookings: Vec<Booking> = vec![];
             let mut holds: Vec<Hold> = vec![];
             let mut hints: HashMap<String, Vec<Hold>> = HashMap::new();

@@ -59,6 +59,15 @@ impl Sharing {
         }
     }
 
+    /// Whether a device shared this way and one shared `other`'s way cannot be on one node: time-slicing beside MPS
+    /// (see [`validate_node`]).
+    pub fn clashes_with(self, other: Sharing) -> bool {
+        matches!(
+            (self, other),
+            (Sharing::Timeslice { .. }, Sharing::Mps { .. }) | (Sharing::Mps { .. }, Sharing::Timeslice { .. })
+        )
+    }
+
     /// How many consumers the device serves.
     pub fn replicas(self) -> u32 {
         match self {

@@ -140,6 +140,10 @@ pub fn units_mask(start: u8, size: u8) -> UnitMask {
 impl GpuModel {
     /// Index of a profile by name, ignoring case and an `MIG ` prefix as `nvidia-smi` prints it.
     pub fn profile_index(&self, name: &str) -> Option<ProfileIdx> {
+        // The name as the catalog spells it (how every stored instance and allocation names it): one comparison each.
+        if let Some(i) = self.profiles.iter().position(|p| p.name == name) {
+            return Some(i);
+        }
         let name = name.trim();
         let name = name.strip_prefix("MIG ").unwrap_or(name);
         self.profiles.iter().position(|p| p.name.eq_ignore_ascii_case(name))

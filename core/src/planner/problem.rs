@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use super::types::{PlanError, PlanInput};
+use super::types::{DemandInput, PlanError, PlanInput};
 use crate::catalog::{Catalog, GpuModel, ProfileIdx};
 use crate::layout::{self, Inst, InstanceSpec};
 
@@ -96,13 +96,21 @@ impl<'c> Problem<'c> {
             free.sort();
             gpus.push(Gpu { id: g.id.clone(), model_idx, model, in_use, free, cordoned: g.cordoned });
         }
+        Problem::of_gpus(catalog, gpus, &input.demand)
+    }
 
-        let total: u64 = input.demand.iter().map(|d| u64::from(d.count)).sum();
+    /// A problem of GPUs already in internal form (each `model` a model of `catalog` at `model_idx`, its instances a
+    /// valid layout, `in_use` and `free` sorted, ids unique: what [`Problem::new`] checks), with `demand` checked.
+    /// For callers that plan the same fleet many times and keep it in that form.
+    pub fn of_gpus(catalog: &'c Catalog, gpus: Vec<Gpu<'c>>, demand: &[DemandInput]) -> Result<Problem<'c>, PlanError> {
+        let known = || catalog.keys().join(", ");
+        let input_demand = demand;
+        let total: u64 = input_demand.iter().map(|d| u64::from(d.count)).sum();
         if total > MAX_TOTAL_DEMAND {
             return Err(PlanError::TooMuchDemand { total, max: MAX_TOTAL_DEMAND });
         }
-        let mut classes = Vec::with_capacity(input.demand.len());
-        for (index, d) in input.demand.iter().enumerate() {
+        let mut classes = Vec::with_capacity(input_demand.len());
+        for (index, d) in input_demand.iter().enumerate() {
             if d.count == 0 || d.count > MAX_DEMAND_COUNT {
                 return Err(PlanError::BadCount { index, count: d.count, max: MAX_DEMAND_COUNT });
             }
@@ -159,6 +167,26 @@ impl<'c> Problem<'c> {
             }
         }
         Ok(Problem { catalog, gpus, classes, serving })
+    }
+
+    /// When the problem is one demand entry that the existing free instances of its profile can serve whole, drops
+    /// the GPUs without such an instance and returns how many it dropped. Packing hands out an existing free instance
+    /// before it creates anything (tier 0), choosing among them by each GPU's own state and then by GPU order, so the
+    /// plan places every slice exactly where it would with those GPUs shown; only its summary (stranded capacity,
+    /// counted over every GPU shown) differs. For callers that want the placements of many plans on a large fleet.
+    pub fn without_gpus_it_cannot_use(&mut self) -> usize {
+        let [class] = self.classes.as_slice() else { return 0 };
+        let frees = |g: &Gpu<'_>| {
+            let p = if g.cordoned { None } else { class.eligible[g.model_idx] };
+            p.map_or(0, |p| g.free.iter().filter(|f| f.profile == p).count())
+        };
+        let free: usize = self.gpus.iter().map(frees).sum();
+        if free < class.count as usize {
+            return 0;
+        }
+        let before = self.gpus.len();
+        self.gpus.retain(|g| frees(g) > 0);
+        before - self.gpus.len()
     }
 
     /// Slices demanded in total.

@@ -179,11 +179,33 @@ impl PreparedCache {
         if let Some(p) = kept.filter(|p| now - p.from_ms() <= PREPARED_REUSE_MS && p.answers_for(cal, now)) {
             return p;
         }
-        let fresh = Arc::new(cal.prepare(now));
-        if let Ok(mut k) = self.0.lock() {
-            *k = Some(fresh.clone());
+        self.keep(Arc::new(cal.prepare(now)))
+    }
+
+    /// The simulation of `cal` from `now`, as [`PreparedCache::prepare`] answers it; when `cal` is the kept
+    /// simulation's calendar with one reservation more (one just accepted), the kept one accepts it and keeps its
+    /// slices ([`Prepared::accept_and_keep`]), replaying only from its start: the same simulation as a new one.
+    pub fn simulate(&self, cal: &Calendar<'static>, now: i64) -> tessera_core::reservation::Simulation {
+        let kept = self.0.lock().ok().and_then(|k| k.clone()).filter(|p| now - p.from_ms() <= PREPARED_REUSE_MS);
+        if let Some(p) = &kept {
+            if p.answers_for(cal, now) {
+                return p.simulation();
+            }
+            if let Some(b) = p.one_more(cal, now) {
+                let mut more = Prepared::clone(p);
+                if more.accept_and_keep(b.clone()).is_ok() {
+                    return self.keep(Arc::new(more)).simulation();
+                }
+            }
         }
-        fresh
+        self.prepare(cal, now).simulation()
+    }
+
+    fn keep(&self, p: Arc<Prepared<'static>>) -> Arc<Prepared<'static>> {
+        if let Ok(mut k) = self.0.lock() {
+            *k = Some(p.clone());
+        }
+        p
     }
 }
 
@@ -235,7 +257,7 @@ pub async fn keep_slices(state: &AppState) -> Result<(), ApiError> {
     }
     let fleet = FleetNow::read(state).await?;
     let live = state.store.live_requests().await?;
-    let sim = read.calendar(state, &fleet, &live).simulate(now_ms(), &[]);
+    let sim = state.prepared.simulate(&read.calendar(state, &fleet, &live), now_ms());
     let changed: Vec<(String, String)> = sim
         .placed
         .into_iter()
@@ -266,6 +288,7 @@ fn gpus(fleet: &FleetNow) -> Vec<CalGpu> {
         .flat_map(|n| n.gpus.iter())
         .map(|g| CalGpu {
             id: g.id.clone(),
+            node: g.node_id.clone(),
             model: g.model.clone(),
             mig: g.mig_enabled,
             cordoned: g.cordoned,
@@ -412,8 +435,12 @@ async fn admit(state: &AppState, body: &NewReservationBody, id: &str) -> Result<
         start_ms: body.start_ms,
         end_ms: body.end_ms,
     };
-    match cal.admit(&new, now_ms()) {
-        Ok(_) => Ok(read),
+    // The kept simulation when it answers for this calendar (a preview just before, or the last acceptance).
+    let now = now_ms();
+    let fits =
+        if body.start_ms > now { state.prepared.prepare(&cal, now).fits(&new) } else { cal.prepare(now).fits(&new) };
+    match fits {
+        Ok(()) => Ok(read),
         Err(short) => Err(no_room(&short, id)),
     }
 }

@@ -1,8 +1,8 @@
 //! Reservations over real HTTP on SQLite and PostgreSQL: a booking is accepted only if the fleet has room for its
 //! whole window (and the tenant's quota then), its preview says how many slices fit; racing bookings for the last
 //! room accept exactly what fits; booked room is protected from requests made meanwhile (they wait with reason
-//! `reserved`, or end before the reservation starts); and a reservation's slices are placed at its lead time, turn
-//! active at its start and are released at its end.
+//! `reserved`, or end before the reservation starts); a reservation's slices are placed at its lead time, turn
+//! active at its start and are released at its end; and the calendar keeps time-slicing and MPS off one node.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -16,6 +16,7 @@ on_both_backends!(
     booked_room_is_protected_from_requests_made_meanwhile,
     a_reservation_turns_active_at_its_start_and_ends_with_its_window,
     a_starting_reservation_is_placed_on_the_slices_kept_for_it,
+    time_slicing_and_mps_never_share_a_node_in_the_calendar,
 );
 
 const HOUR: i64 = 3_600_000;
@@ -354,4 +355,67 @@ async fn a_starting_reservation_is_placed_on_the_slices_kept_for_it(db: &TestDb)
         .map(|a| (a["profile"].as_str().unwrap_or("").to_string(), a["start"].as_u64().unwrap_or(99)))
         .collect();
     assert_eq!(placed, vec![("1g.10gb".to_string(), u64::from(kept[0].2))], "kept {kept:?}");
+}
+
+/// Two whole A30s on one node (the demo's own A30 cordoned): while a time-sliced reservation holds one, an MPS
+/// reservation overlapping it has no room (the other A30 shares the node), and fits once it has ended; the calendar
+/// then keeps a time-sliced request made now for ever off the node, since it would leave the MPS reservation no GPU.
+async fn time_slicing_and_mps_never_share_a_node_in_the_calendar(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    for g in nodes.as_array().into_iter().flatten().flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default()) {
+        if g["mig_enabled"] == false {
+            let path = format!("/api/v1/gpus/{}/cordon", g["id"].as_str().expect("id"));
+            let (s, b) = app.send(Method::POST, &path, &app.admin, None).await;
+            assert_eq!(s, StatusCode::OK, "{b}");
+        }
+    }
+    let a30 = |i: u32| json!({"index": i, "uuid": format!("GPU-a30-{i}"), "model": "A30-24GB", "mig_enabled": false});
+    let (s, b) = app
+        .send(Method::POST, "/api/v1/nodes", &app.admin, Some(json!({"name": "twin", "gpus": [a30(0), a30(1)]})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let t = auto_tenant(&app, "vision").await;
+    let dev = app.member("vision-dev", &t).await;
+    let share = |mode: &str, start_ms: i64, end_ms: i64| {
+        json!({"spec": {"mode": mode, "model": "A30-24GB", "replicas": 2}, "count": 1, "start_ms": start_ms,
+               "end_ms": end_ms, "reason": "inference"})
+    };
+    let start = now_ms() + HOUR;
+    let (s, ts) = book(&app, &t, &dev, share("timeslice", start, start + 2 * HOUR)).await;
+    assert_eq!(s, StatusCode::CREATED, "{ts}");
+    accepted(&app, &dev, ts).await;
+    // MPS overlapping it: the node's other A30 is free, but not for MPS then; the preview agrees.
+    let (s, e) = book(&app, &t, &dev, share("mps", start + HOUR, start + 3 * HOUR)).await;
+    assert_eq!((s, e["code"].clone()), (StatusCode::CONFLICT, json!("no_room_in_window")), "{e}");
+    let path = format!("/api/v1/tenants/{t}/reservations/preview");
+    let (s, p) = app.send(Method::POST, &path, &dev, Some(share("mps", start + HOUR, start + 3 * HOUR))).await;
+    assert_eq!(s, StatusCode::OK, "{p}");
+    assert_eq!((p["fits"].clone(), p["free_in_window"].clone()), (json!(false), json!(0)), "{p}");
+    // More time-slicing fits beside it (the other A30, or the second share of the first).
+    let (s, p) = app.send(Method::POST, &path, &dev, Some(share("timeslice", start + HOUR, start + 3 * HOUR))).await;
+    assert_eq!((s, p["fits"].clone()), (StatusCode::OK, json!(true)), "{p}");
+    // Once the time-slicing has ended, MPS fits.
+    let (s, mps) = book(&app, &t, &dev, share("mps", start + 2 * HOUR, start + 3 * HOUR)).await;
+    assert_eq!(s, StatusCode::CREATED, "{mps}");
+    accepted(&app, &dev, mps).await;
+    // A time-sliced request made now, held for ever, would leave the MPS reservation no GPU on the node: it waits.
+    let ask = json!({"tenant": t, "spec": {"mode": "timeslice", "model": "A30-24GB", "replicas": 2}, "count": 1});
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(ask)).await;
+    assert_eq!(
+        (s, p["outcome"].clone(), p["waiting"]["code"].clone()),
+        (StatusCode::OK, json!("pending"), json!("reserved")),
+        "{p}"
+    );
+}
+
+/// The reservation `r` just booked, accepted by an admin where the tenant's policy left it pending.
+async fn accepted(app: &TestApp, token: &str, r: Value) {
+    let id = r["id"].as_str().expect("id").to_string();
+    if r["state"] == "pending" {
+        let (s, b) = app.send(Method::POST, &format!("/api/v1/reservations/{id}/approve"), &app.admin, None).await;
+        assert_eq!(s, StatusCode::OK, "{b}");
+    }
+    let (_, r) = app.get(&format!("/api/v1/reservations/{id}"), token).await;
+    assert_eq!(r["state"], "accepted", "{r}");
 }
