@@ -354,13 +354,15 @@ impl<'a> Calendar<'a> {
     /// Whether `other` is the same calendar: the same GPUs, holds, reservations and kept slices (a simulation of one
     /// answers for the other).
     pub fn same_inputs(&self, other: &Calendar<'_>) -> bool {
-        self.same_fleet(other) && self.bookings.len() == other.bookings.len() && {
-            let (mut mine, mut theirs): (Vec<&Booking>, Vec<&Booking>) =
-                (self.bookings.iter().collect(), other.bookings.iter().collect());
-            mine.sort_by(|a, b| a.id.cmp(&b.id));
-            theirs.sort_by(|a, b| a.id.cmp(&b.id));
-            mine == theirs
-        }
+        self.same_fleet(other)
+            && (self.bookings == other.bookings
+                || self.bookings.len() == other.bookings.len() && {
+                    let (mut mine, mut theirs): (Vec<&Booking>, Vec<&Booking>) =
+                        (self.bookings.iter().collect(), other.bookings.iter().collect());
+                    mine.sort_by(|a, b| a.id.cmp(&b.id));
+                    theirs.sort_by(|a, b| a.id.cmp(&b.id));
+                    mine == theirs
+                })
     }
 
     /// Whether `other` has the same GPUs, holds and kept slices (its reservations aside).
@@ -527,20 +529,14 @@ impl<'a> Prepared<'a> {
             .zip(&models)
             .map(|(g, m)| {
                 let m = (*m)?;
-                let specs: Vec<crate::layout::InstanceSpec> = g
-                    .layout
-                    .iter()
-                    .map(|(profile, start)| crate::layout::InstanceSpec {
-                        profile: profile.clone(),
-                        start: Some(*start),
-                    })
-                    .collect();
-                crate::layout::validate(m, &specs).ok()?;
                 let layout = g
                     .layout
                     .iter()
                     .map(|(p, start)| Some(Inst { profile: m.profile_index(p)?, start: *start }))
                     .collect::<Option<Vec<Inst>>>()?;
+                if !a_layout(m, &layout) {
+                    return None;
+                }
                 Some((cal.catalog.models.iter().position(|x| std::ptr::eq(x, m))?, layout))
             })
             .collect();
@@ -1071,12 +1067,8 @@ impl<'a> Prepared<'a> {
         let (mut in_use, mut free): (Vec<Inst>, Vec<Inst>) = if held.iter().all(|h| layout.contains(h)) {
             layout.iter().partition(|l| held.contains(l))
         } else {
-            let mut occ = Occupancy::EMPTY;
-            for &h in &held {
-                if !occ.can_add(model, h) {
-                    return None;
-                }
-                occ.add(model, h);
+            if !a_layout(model, &held) {
+                return None;
             }
             (held, vec![])
         };
@@ -1282,6 +1274,19 @@ impl<'x> Held<'x> {
             .chain(self.fresh_on[gpu].iter().map(move |&k| &fresh[k]))
             .filter(move |h| h.at(t))
     }
+}
+
+/// Whether `insts` form a valid layout of `model`: each at a placement of its profile, none overlapping, no profile
+/// past its most instances.
+fn a_layout(model: &GpuModel, insts: &[Inst]) -> bool {
+    let mut occ = Occupancy::EMPTY;
+    insts.iter().all(|&i| {
+        let fits = occ.can_add(model, i);
+        if fits {
+            occ.add(model, i);
+        }
+        fits
+    })
 }
 
 /// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.

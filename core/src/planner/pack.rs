@@ -186,6 +186,11 @@ impl<'p, 'c> Packer<'p, 'c> {
 
         let mut choice: Choice = None;
         for (action, next_key) in actions {
+            // Creating ranks below handing out (tier 1 and up against tier 0): with a free instance to hand out, the
+            // new instance's layout (an exhaustive search) need not be solved.
+            if matches!(action, Action::New(_)) && choice.is_some_and(|(best, _, _)| best.tier == 0) {
+                continue;
+            }
             let t = self.intern(next_key);
             let Some(ev) = self.evals[t as usize] else {
                 continue;
