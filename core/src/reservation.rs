@@ -447,9 +447,9 @@ pub struct Prepared<'a> {
     holds_on: Vec<Vec<usize>>,
     /// Per GPU, the other GPUs of its node (indices in `cal.gpus`).
     peers: Vec<Vec<usize>>,
-    /// Per GPU, its model's index in the catalog and its MIG layout as instances (`None` when the layout is not a
-    /// valid one of the model: the planner is then not shown the GPU).
-    planned: Vec<Option<(usize, Vec<Inst>)>>,
+    /// Per GPU, its model's index in the catalog and its MIG layout as instances (the layout `None` when it is not a
+    /// valid one of the model: the planner is then shown only what is held there).
+    planned: Vec<Option<(usize, Option<Vec<Inst>>)>>,
     /// Indices of the bookings that end after `from_ms`, in start order (ties by id).
     order: Vec<usize>,
     /// The moments at which bookings start, with their range in `order`.
@@ -533,10 +533,8 @@ impl<'a> Prepared<'a> {
                     .layout
                     .iter()
                     .map(|(p, start)| Some(Inst { profile: m.profile_index(p)?, start: *start }))
-                    .collect::<Option<Vec<Inst>>>()?;
-                if !a_layout(m, &layout) {
-                    return None;
-                }
+                    .collect::<Option<Vec<Inst>>>()
+                    .filter(|l| a_layout(m, l));
                 Some((cal.catalog.models.iter().position(|x| std::ptr::eq(x, m))?, layout))
             })
             .collect();
@@ -660,7 +658,9 @@ impl<'a> Prepared<'a> {
                 if let Member::Booked(i) = m
                     && !range.is_empty()
                 {
-                    self.cal.hints.insert(self.cal.bookings[*i].id.clone(), replay.fresh[range.clone()].to_vec());
+                    // As the server stores them: where, not until when (a kept slice is held to its reservation's end).
+                    let slices = replay.fresh[range.clone()].iter().map(|h| Hold { until_ms: None, ..h.clone() });
+                    self.cal.hints.insert(self.cal.bookings[*i].id.clone(), slices.collect());
                 }
             }
         }
@@ -1055,8 +1055,8 @@ impl<'a> Prepared<'a> {
 
     /// The planner's view of MIG GPU `i` at a moment, given what is held on it then (`mine`): that is in use; the
     /// rest of its layout is free. When a held instance is missing from the layout (created by a layout change still
-    /// to apply), only the held instances are there. `None` when the GPU's layout, or what is held on it, is not a
-    /// valid layout of its model.
+    /// to apply), or the layout is not a valid one of the model, only the held instances are there. `None` when what
+    /// is held is not a valid layout either.
     fn planner_gpu(&self, i: usize, mine: &[&Hold]) -> Option<problem::Gpu<'a>> {
         let (g, model) = (&self.cal.gpus[i], self.models[i]?);
         let (model_idx, layout) = self.planned[i].as_ref()?;
@@ -1064,7 +1064,9 @@ impl<'a> Prepared<'a> {
             .iter()
             .map(|h| Some(Inst { profile: model.profile_index(&h.profile)?, start: h.start }))
             .collect::<Option<_>>()?;
-        let (mut in_use, mut free): (Vec<Inst>, Vec<Inst>) = if held.iter().all(|h| layout.contains(h)) {
+        let (mut in_use, mut free): (Vec<Inst>, Vec<Inst>) = if let Some(layout) = layout
+            && held.iter().all(|h| layout.contains(h))
+        {
             layout.iter().partition(|l| held.contains(l))
         } else {
             if !a_layout(model, &held) {
@@ -1665,6 +1667,8 @@ mod tests {
             let gpus = test_fleet();
             let holds = valid_holds(&gpus, held);
             let mut kept = Calendar::new(catalog(), gpus.clone(), holds.clone(), vec![]).prepare(0);
+            // What the server stores after each acceptance: every reservation's slices, where and not until when.
+            let mut stored: HashMap<String, Vec<Hold>> = HashMap::new();
             for b in books {
                 if kept.calendar().bookings().iter().any(|x| x.id == b.id) {
                     continue;
@@ -1683,6 +1687,15 @@ mod tests {
                     prop_assert_eq!(kept.one_more(kept.calendar(), 0), None);
                     kept.accept_and_keep(b).expect("fits");
                     prop_assert_eq!(kept.simulation(), whole.clone());
+                    // The calendar read back with what was stored is the one kept (in another order): the server's
+                    // cache answers for it.
+                    for (id, slices) in kept.simulation().placed.into_iter().filter(|(_, s)| !s.is_empty()) {
+                        stored.insert(id, slices.into_iter().map(|h| Hold { until_ms: None, ..h }).collect());
+                    }
+                    let mut read_back: Vec<Booking> = kept.calendar().bookings().to_vec();
+                    read_back.reverse();
+                    let read_back = Calendar::new(catalog(), gpus.clone(), holds.clone(), read_back).with_hints(stored.clone());
+                    prop_assert!(kept.answers_for(&read_back, 0));
                     prop_assert_eq!(kept.simulation(), kept.calendar().simulate(0, &[]));
                 }
             }

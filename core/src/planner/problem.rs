@@ -104,13 +104,12 @@ impl<'c> Problem<'c> {
     /// For callers that plan the same fleet many times and keep it in that form.
     pub fn of_gpus(catalog: &'c Catalog, gpus: Vec<Gpu<'c>>, demand: &[DemandInput]) -> Result<Problem<'c>, PlanError> {
         let known = || catalog.keys().join(", ");
-        let input_demand = demand;
-        let total: u64 = input_demand.iter().map(|d| u64::from(d.count)).sum();
+        let total: u64 = demand.iter().map(|d| u64::from(d.count)).sum();
         if total > MAX_TOTAL_DEMAND {
             return Err(PlanError::TooMuchDemand { total, max: MAX_TOTAL_DEMAND });
         }
-        let mut classes = Vec::with_capacity(input_demand.len());
-        for (index, d) in input_demand.iter().enumerate() {
+        let mut classes = Vec::with_capacity(demand.len());
+        for (index, d) in demand.iter().enumerate() {
             if d.count == 0 || d.count > MAX_DEMAND_COUNT {
                 return Err(PlanError::BadCount { index, count: d.count, max: MAX_DEMAND_COUNT });
             }

@@ -104,9 +104,10 @@ pub fn placement(
 }
 
 /// Where `count` slices of `spec` go when they go exactly on `kept` (a reservation's slices, kept by the calendar's
-/// simulations): the layout changes that create those instances, destroying only free instances in the way.
-/// `None` when they cannot all go there now (a GPU gone, cordoned or with an open proposal, an instance in use in
-/// the way, another profile or count); the planner then places them as any approval.
+/// simulations): for MIG, the layout changes that create those instances, destroying only free instances in the
+/// way; for whole-GPU shares, the shares themselves ([`shares_on`]). `None` when they cannot all go there now (a GPU
+/// gone, cordoned or with an open proposal, an instance or share in use in the way, another profile or count); the
+/// planner then places them as any approval.
 pub fn placement_on(
     state: &AppState,
     fleet: &FleetNow,
@@ -115,7 +116,9 @@ pub fn placement_on(
     kept: &[tessera_core::reservation::Hold],
 ) -> Option<(Vec<LayoutChange>, Vec<Reservation>)> {
     use tessera_core::layout::{Inst, solve_at, to_placed};
-    let SliceSpec::Mig { profile, model: wanted } = spec else { return None };
+    let SliceSpec::Mig { profile, model: wanted } = spec else {
+        return shares_on(state, fleet, spec, count, kept).map(|r| (vec![], r));
+    };
     if kept.is_empty() || u32::try_from(kept.len()).ok()? != count || kept.iter().any(|h| h.profile != *profile) {
         return None;
     }
@@ -248,6 +251,58 @@ fn held_on<'a>(
     gpu: &'a str,
 ) -> impl Iterator<Item = &'a crate::store::Allocation> {
     live.iter().filter(move |a| a.gpu_id == gpu)
+}
+
+/// Whole-GPU shares of `spec` exactly on `kept`, when each is free now: on a GPU of the model, not in MIG mode and not
+/// cordoned, whose live shares are all of the same sharing and none at that index, on a node that core's sharing rules
+/// accept with those GPUs shared so (time-slicing and MPS never share a node). The calendar kept them where later
+/// reservations leave them room; placing them anywhere else could take a node another reservation needs.
+fn shares_on(
+    state: &AppState,
+    fleet: &FleetNow,
+    spec: &SliceSpec,
+    count: u32,
+    kept: &[tessera_core::reservation::Hold],
+) -> Option<Vec<Reservation>> {
+    let (model, want, per_gpu) = share_of(spec)?;
+    let key = want.key();
+    let model = state.catalog.resolve(model).map(|(m, _)| m.key.clone())?;
+    if kept.is_empty() || u32::try_from(kept.len()).ok()? != count {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (k, h) in kept.iter().enumerate() {
+        let taken_twice = kept[..k].iter().any(|x| x.gpu == h.gpu && x.start == h.start);
+        if h.profile != key || u32::from(h.start) >= per_gpu || taken_twice {
+            return None;
+        }
+        let node = fleet.nodes.iter().find(|n| n.gpus.iter().any(|g| g.id == h.gpu))?;
+        let g = node.gpus.iter().find(|g| g.id == h.gpu)?;
+        if g.model != model || g.mig_enabled || g.cordoned {
+            return None;
+        }
+        if held_on(&fleet.live, &g.id).any(|a| a.profile != key || a.start == h.start) {
+            return None;
+        }
+        let trial: Vec<(&str, GpuSharing)> = node
+            .gpus
+            .iter()
+            .filter(|x| !x.mig_enabled)
+            .map(|x| {
+                let gpu = if kept.iter().any(|y| y.gpu == x.id) {
+                    want
+                } else {
+                    held_on(&fleet.live, &x.id)
+                        .find_map(|a| Sharing::from_key(&a.profile))
+                        .unwrap_or(Sharing::Exclusive)
+                };
+                (x.id.as_str(), GpuSharing { mig_enabled: false, gpu, instances: vec![] })
+            })
+            .collect();
+        validate_node(trial.iter().map(|(id, s)| (*id, s))).ok()?;
+        out.push(Reservation { gpu_id: g.id.clone(), profile: key.clone(), start: h.start, change: None });
+    }
+    Some(out)
 }
 
 /// Places whole-GPU slices on GPUs of the model that are not in MIG mode and not cordoned, shared the same way (or

@@ -401,12 +401,57 @@ async fn time_slicing_and_mps_never_share_a_node_in_the_calendar(db: &TestDb) {
     accepted(&app, &dev, mps).await;
     // A time-sliced request made now, held for ever, would leave the MPS reservation no GPU on the node: it waits.
     let ask = json!({"tenant": t, "spec": {"mode": "timeslice", "model": "A30-24GB", "replicas": 2}, "count": 1});
-    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(ask)).await;
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &dev, Some(ask.clone())).await;
     assert_eq!(
         (s, p["outcome"].clone(), p["waiting"]["code"].clone()),
         (StatusCode::OK, json!("pending"), json!("reserved")),
         "{p}"
     );
+    // A starting share goes on the share the calendar kept for it when that is free now (here the second share of
+    // one A30, though the other A30 is unused), and not at all beside MPS on its node.
+    use tessera_server::services::approvals::{FleetNow, placement_on};
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    let twin: Vec<String> = nodes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["name"] == "twin")
+        .flat_map(|n| n["gpus"].as_array().cloned().unwrap_or_default())
+        .filter_map(|g| g["id"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(twin.len(), 2);
+    let spec = |mode: &str| -> tessera_core::request::SliceSpec {
+        serde_json::from_value(json!({"mode": mode, "model": "A30-24GB", "replicas": 2})).expect("spec")
+    };
+    let kept = |gpu: &str, mode: &str| {
+        vec![tessera_core::reservation::Hold {
+            gpu: gpu.into(),
+            profile: format!("{mode}:2"),
+            start: 1,
+            until_ms: None,
+        }]
+    };
+    let fleet = FleetNow::read(&app.state).await.expect("fleet");
+    let (changes, placed) =
+        placement_on(&app.state, &fleet, &spec("timeslice"), 1, &kept(&twin[1], "timeslice")).expect("free now");
+    assert!(changes.is_empty());
+    assert_eq!(
+        (placed[0].gpu_id.as_str(), placed[0].start, placed[0].profile.as_str()),
+        (twin[1].as_str(), 1, "timeslice:2")
+    );
+    assert!(placement_on(&app.state, &fleet, &spec("timeslice"), 2, &kept(&twin[1], "timeslice")).is_none(), "count");
+    // Half an hour of MPS ends before the reservations start: placed now, on one A30.
+    let mut short = ask;
+    short["spec"]["mode"] = json!("mps");
+    short["duration_s"] = json!(1800);
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(short)).await;
+    assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("approved")), "{r}");
+    let live = app.store.tenant_allocations(&t).await.expect("allocations");
+    let on = live.iter().find(|a| a.request_id == r["id"]).expect("the MPS share").gpu_id.clone();
+    let other = twin.iter().find(|g| **g != on).expect("the other A30");
+    let fleet = FleetNow::read(&app.state).await.expect("fleet");
+    assert!(placement_on(&app.state, &fleet, &spec("timeslice"), 1, &kept(other, "timeslice")).is_none(), "beside MPS");
+    assert!(placement_on(&app.state, &fleet, &spec("mps"), 1, &kept(other, "mps")).is_some(), "MPS beside MPS");
 }
 
 /// The reservation `r` just booked, accepted by an admin where the tenant's policy left it pending.
