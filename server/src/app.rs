@@ -39,8 +39,10 @@ pub struct App {
     pub telemetry_retention_ms: i64,
     /// The devices each node owns (its GPUs and the MIG instances its status reports), for checking telemetry.
     pub node_gpus: NodeGpuCache,
-    /// Most connections open at once.
-    pub max_connections: usize,
+    /// Most connections open at once, and per client address.
+    pub connections: crate::listen::Limits,
+    /// The long-lived streams open on this replica, under their caps.
+    pub streams: crate::services::streams::Streams,
     /// What tenants' budgets have spent, as the sweep last found it.
     pub budgets: crate::services::budgets::BudgetCache,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
@@ -109,6 +111,13 @@ impl PrincipalCache {
     pub fn get(&self, hash: &str) -> Option<Resolved> {
         let map = self.0.lock().ok()?;
         map.get(hash).filter(|(at, _)| at.elapsed() < PRINCIPAL_TTL).map(|(_, p)| p.clone())
+    }
+
+    /// The cached resolution of a credential hash, if read within `max_age` (streams checking their right read
+    /// the database more often than the cache's own lifetime).
+    pub fn get_within(&self, hash: &str, max_age: Duration) -> Option<Resolved> {
+        let map = self.0.lock().ok()?;
+        map.get(hash).filter(|(at, _)| at.elapsed() < max_age.min(PRINCIPAL_TTL)).map(|(_, p)| p.clone())
     }
 
     /// Remembers a resolution.

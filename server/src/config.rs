@@ -89,7 +89,8 @@ pub fn default_data_dir() -> PathBuf {
 
 /// The settings `tessera serve` runs with: flags (and their `TESSERA_*` variables) over the file over the
 /// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
-/// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`, and the
+/// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`,
+/// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, and the
 /// sign-in variables of [`with_auth_env`]) read through `env`.
 pub fn resolve(
     flags: Overrides,
@@ -110,6 +111,25 @@ pub fn resolve(
                 .filter(|n| *n > 0)
                 .ok_or("TESSERA_MAX_CONNECTIONS must be a whole number above 0")?,
         ),
+        None => None,
+    };
+    let max_connections_per_address = match env("TESSERA_MAX_CONNECTIONS_PER_ADDRESS") {
+        Some(v) => Some(
+            v.trim()
+                .parse::<usize>()
+                .ok()
+                .ok_or("TESSERA_MAX_CONNECTIONS_PER_ADDRESS must be a whole number (0: no per-address cap)")?,
+        ),
+        None => None,
+    };
+    let stream_lifetime = match env("TESSERA_STREAM_LIFETIME_S") {
+        Some(v) => Some(std::time::Duration::from_secs(
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (10..=3600).contains(n))
+                .ok_or("TESSERA_STREAM_LIFETIME_S must be a whole number of seconds from 10 to 3600")?,
+        )),
         None => None,
     };
     let mut webhooks = crate::services::notifications::Delivery::default();
@@ -148,6 +168,8 @@ pub fn resolve(
             .collect(),
         telemetry: Default::default(),
         max_connections,
+        max_connections_per_address,
+        stream_lifetime,
         webhooks,
         email,
     })

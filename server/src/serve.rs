@@ -37,6 +37,12 @@ pub struct Settings {
     /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
     /// [`crate::listen::default_max_connections`].
     pub max_connections: Option<usize>,
+    /// Most connections open from one client address (`TESSERA_MAX_CONNECTIONS_PER_ADDRESS`; 0: no per-address
+    /// caps, for a server behind a proxy); default [`crate::listen::default_per_address`].
+    pub max_connections_per_address: Option<usize>,
+    /// How long one live telemetry or inbox stream lasts before the client opens another
+    /// (`TESSERA_STREAM_LIFETIME_S`, 10 to 3600); default [`crate::services::streams::STREAM_LIFETIME`].
+    pub stream_lifetime: Option<std::time::Duration>,
     /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts).
     pub webhooks: crate::services::notifications::Delivery,
     /// Mail (`[email]`, `TESSERA_SMTP_URL`...); `None`: no mail is sent.
@@ -57,6 +63,8 @@ impl std::fmt::Debug for Settings {
             .field("auth", &self.auth)
             .field("telemetry", &self.telemetry)
             .field("max_connections", &self.max_connections)
+            .field("max_connections_per_address", &self.max_connections_per_address)
+            .field("stream_lifetime", &self.stream_lifetime)
             .field("webhooks", &self.webhooks)
             .field("email", &self.email)
             .finish()
@@ -159,6 +167,10 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     if settings.demo && !store.nodes().await?.iter().any(|n| n.name == crate::demo::DEMO_NODE) {
         store.register_node(crate::demo::DEMO_NODE, &crate::demo::demo_gpus(), "system").await?;
     }
+    let limits = crate::listen::Limits::new(
+        settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
+        settings.max_connections_per_address,
+    );
     let state = AppState(Arc::new(App {
         creates: crate::services::queue::CreateQueue::start(store.clone()),
         store,
@@ -173,7 +185,11 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         )),
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
-        max_connections: settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
+        connections: limits,
+        streams: crate::services::streams::Streams::new(crate::services::streams::StreamLimits {
+            lifetime: settings.stream_lifetime.unwrap_or(crate::services::streams::STREAM_LIFETIME),
+            ..crate::services::streams::StreamLimits::for_connections(limits.max_connections, limits.per_address)
+        }),
         budgets: Default::default(),
         prepared: Default::default(),
         webhooks: settings.webhooks,
@@ -317,9 +333,9 @@ pub async fn serve(
         }
     });
     let state_for_flush = state.clone();
-    let max_connections = state.max_connections;
+    let limits = state.connections;
     let app = crate::http::router(state);
-    let served = crate::listen::serve(listener, app, max_connections, shutdown).await;
+    let served = crate::listen::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
     webhooks.abort();
     agents.abort();

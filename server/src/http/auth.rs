@@ -43,6 +43,7 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// The credential a request carries.
+#[derive(Clone)]
 enum Credential {
     ApiToken(String),
     Node(String),
@@ -173,6 +174,101 @@ impl FromRequestParts<AppState> for Principal {
             }
         }
     }
+}
+
+/// A caller of a long-lived stream: the principal, and the credential it was resolved from, so that the stream can
+/// ask again while it runs ([`Right::holds`]).
+#[derive(Clone)]
+pub struct Right {
+    /// Who opened the stream.
+    pub principal: Principal,
+    credential: Credential,
+}
+
+impl std::fmt::Debug for Right {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Right").field("user", &self.principal.user.id).finish_non_exhaustive()
+    }
+}
+
+impl FromRequestParts<AppState> for Right {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let principal = Principal::from_request_parts(parts, state).await?;
+        let credential = credential(parts)?.ok_or_else(|| ApiError::Unauthenticated("sign in".into()))?;
+        Ok(Right { principal, credential })
+    }
+}
+
+impl Right {
+    /// Whether the credential is still good and resolves to the same user with the same platform role and the same
+    /// memberships and roles. Reads the database unless a resolution of the credential is younger than half of
+    /// [`crate::services::streams::RIGHT_RECHECK`]; a revocation or membership change on this replica clears
+    /// that at once, so a stream on any replica sees it within its next check.
+    pub async fn holds(&self, state: &AppState) -> bool {
+        match self.resolve_again(state).await {
+            Ok(Some(now)) => same_right(&self.principal, &now),
+            Ok(None) => false,
+            // The database is away: keep the stream until it answers rather than end every stream at once.
+            Err(e) => {
+                tracing::debug!(error = %e, "stream: right not checked");
+                true
+            }
+        }
+    }
+
+    async fn resolve_again(&self, state: &AppState) -> Result<Option<Principal>, ApiError> {
+        let fresh = crate::services::streams::RIGHT_RECHECK / 2;
+        match &self.credential {
+            Credential::ApiToken(token) => {
+                let hash = token_hash(token);
+                if let Some(Resolved::User(p)) = state.principals.get_within(&hash, fresh) {
+                    return Ok(Some(p));
+                }
+                let found = state.store.principal_by_token(&hash).await?;
+                if let Some(p) = &found {
+                    state.principals.put(hash, Resolved::User(p.clone()));
+                }
+                Ok(found)
+            }
+            Credential::Session(id) => {
+                let hash = format!("session:{}", token_hash(id));
+                let (record, principal) = match state.principals.get_within(&hash, fresh) {
+                    Some(Resolved::Session(record, principal)) => (record, principal),
+                    _ => {
+                        let Some(record) = state.store.session(&hash["session:".len()..]).await? else {
+                            return Ok(None);
+                        };
+                        let principal = state.store.principal(&record.user_id).await?;
+                        state.principals.put(hash, Resolved::Session(record.clone(), principal.clone()));
+                        (record, principal)
+                    }
+                };
+                let now = crate::store::now_ms();
+                let idle_ms = state.auth.session_idle.as_millis() as i64;
+                let live = now < record.expires_at_ms && now - record.last_seen_at_ms < idle_ms;
+                Ok(live.then_some(principal))
+            }
+            Credential::Jwt(token) => {
+                let Some(sso) = &state.auth.sso else { return Ok(None) };
+                if sso.provider.validate_access_token(token).await.is_err() {
+                    return Ok(None);
+                }
+                // Memberships as the database has them now (an admin may have removed the user from a tenant).
+                Ok(Some(state.store.principal(&self.principal.user.id).await?))
+            }
+            Credential::Node(_) => Ok(None),
+        }
+    }
+}
+
+/// Whether two resolutions give the same rights: same user, same platform role, same memberships and roles.
+fn same_right(a: &Principal, b: &Principal) -> bool {
+    a.user.id == b.user.id
+        && a.user.platform_admin == b.user.platform_admin
+        && a.memberships.len() == b.memberships.len()
+        && a.memberships.iter().all(|m| b.memberships.contains(m))
 }
 
 /// The node whose credential the request carries (agent routes).

@@ -19,6 +19,7 @@ mod quotas;
 mod requests;
 mod reservations;
 pub mod signin;
+mod streams;
 pub mod telemetry;
 mod tenants;
 pub mod usage;

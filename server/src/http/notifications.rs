@@ -1,8 +1,7 @@
 //! Webhook endpoints (a tenant's, managed by its admins; platform-wide, by platform admins), their delivery logs,
 //! the event types, and the inbox of events the caller may read.
 
-use axum::extract::{Path, State};
-use std::convert::Infallible;
+use axum::extract::{Extension, Path, State};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -10,9 +9,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
+use super::auth::Right;
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
+use crate::listen::ClientAddr;
 use crate::services::notifications;
+use crate::services::streams::StreamKind;
 use crate::store::Principal;
 pub use tessera_api::notifications::{
     DeliveriesQuery, DeliveryView, EventTypeView, EventView, EventsQuery, InboxCount, InboxRead, NotificationSettings,
@@ -174,28 +176,22 @@ pub async fn inbox_unread(State(state): State<AppState>, p: Principal) -> Result
 
 /// Server-sent events: an `inbox` event with the caller's unread count at once, and again whenever it changes (a new
 /// event the caller may read, within a second; or its inbox was read). Each data line is an `InboxCount`. A stream
-/// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself. A user
-/// holds at most 32 streams on one replica.
+/// lasts 5 minutes and asks the client to reconnect after 2 s (`retry`), which `EventSource` does by itself; it
+/// ends within 5 s when the caller's credential is revoked, their session ends, or their memberships or roles
+/// change. A user holds at most 32 inbox streams on one replica, a client address at most 64 streams, and streams
+/// together at most half the server's connections (`429 too_many_streams` past any of them).
 #[utoipa::path(get, path = "/api/v1/inbox/stream", tag = "notifications", security(("token" = ["user"]), ("session" = ["user"])),
     responses((status = 200, description = "`text/event-stream` of `inbox` events, each an `InboxCount`", content_type = "text/event-stream"),
         (status = 429, body = Problem, description = "too_many_streams")))]
-pub async fn inbox_stream(State(state): State<AppState>, p: Principal) -> Result<Response, ApiError> {
-    let mut first = true;
-    let events = notifications::inbox_stream(state, p).ok_or_else(|| ApiError::Invalid {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        code: "too_many_streams",
-        detail: format!(
-            "at most {} inbox streams a user at once; close another tab's",
-            notifications::MAX_INBOX_STREAMS_PER_USER
-        ),
-    })?;
-    let events = events.map(move |count| {
-        let mut e = Event::default().event("inbox").json_data(&count).unwrap_or_default();
-        if std::mem::take(&mut first) {
-            e = e.retry(Duration::from_secs(2));
-        }
-        Ok::<Event, Infallible>(e)
-    });
+pub async fn inbox_stream(
+    State(state): State<AppState>,
+    right: Right,
+    addr: Option<Extension<ClientAddr>>,
+) -> Result<Response, ApiError> {
+    let held = super::streams::place(&state, StreamKind::Inbox, &right, addr.as_deref())?;
+    let events = notifications::inbox_stream(state.clone(), right.principal.clone())
+        .map(|count| Event::default().event("inbox").json_data(&count).unwrap_or_default());
+    let events = super::streams::guarded(state, right, held, events);
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }
 

@@ -5,22 +5,23 @@
 //! allocations on.
 
 use std::collections::{HashMap, HashSet};
-use std::convert::Infallible;
 use std::io::Read;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
 
-use super::auth::NodeAuth;
+use super::auth::{NodeAuth, Right};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::auth::permissions::Scope;
-use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, minute_rows};
+use crate::listen::ClientAddr;
+use crate::services::streams::StreamKind;
+use crate::services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, cell_rows};
 use crate::store::telemetry::Metered;
 use crate::store::{Node, Principal, now_ms};
 pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
@@ -170,28 +171,40 @@ pub async fn heatmap(
         Some(key) => Some(find_node(&nodes, key)?.id.clone()),
         None => None,
     };
+    // Devices the caller's tenants held at some time from `from` until now; scoped in the database, so that the
+    // cost of an answer is bounded by the answer, not by the fleet's history.
+    let held_to = to.max(now);
     let raw = if live {
-        state.telemetry.window_rows(node_id.as_deref(), metric, from, step_ms, columns)
+        let visible = visible_devices(&state, &p, from, held_to).await?;
+        let visible = |d: &str| visible.as_ref().is_none_or(|v| v.contains(d));
+        state.telemetry.window_rows(node_id.as_deref(), visible, metric, from, step_ms, columns)
     } else {
-        let rows = state.store.minutes(node_id.as_deref(), from, from + step_ms * columns as i64).await?;
-        minute_rows(&rows, metric, from, step_ms, columns)
+        let tenants = match p.reading_scope(None)? {
+            Scope::Fleet => None,
+            Scope::Tenants(t) => Some(t),
+        };
+        let cells = state
+            .store
+            .minute_cells(
+                tenants.as_deref(),
+                node_id.as_deref(),
+                metric,
+                from,
+                step_ms,
+                columns,
+                held_to,
+                MAX_CELLS + 1,
+            )
+            .await?;
+        if cells.len() > MAX_CELLS {
+            return Err(too_large(format!("more than {MAX_CELLS} cells with values")));
+        }
+        cell_rows(cells, columns)
     };
-    let visible = visible_devices(&state, &p, from, to.max(now)).await?;
     let holders = current_holders(&state, &p).await?;
-    let mut rows: Vec<HeatmapRow> = raw
-        .into_iter()
-        .filter(|(k, _)| visible.as_ref().is_none_or(|v| v.contains(&k.device)))
-        .map(|(k, values)| row(&nodes, &holders, k, values))
-        .collect();
+    let mut rows: Vec<HeatmapRow> = raw.into_iter().map(|(k, values)| row(&nodes, &holders, k, values)).collect();
     if rows.len().saturating_mul(columns) > MAX_CELLS {
-        return Err(ApiError::invalid(
-            "heatmap_too_large",
-            format!(
-                "{} rows of {columns} columns asked for; at most {MAX_CELLS} cells: choose a `node`, a larger `step` \
-                 or a shorter range",
-                rows.len()
-            ),
-        ));
+        return Err(too_large(format!("{} rows of {columns} columns", rows.len())));
     }
     mark_health(&state, &p, &nodes, &holders, &mut rows, from, from + step_ms * columns as i64).await?;
     rows.sort_by(|a, b| {
@@ -214,6 +227,14 @@ pub async fn heatmap(
         source: if live { "live" } else { "minutes" }.to_string(),
         rows,
     }))
+}
+
+/// The refusal of a heatmap with more than [`MAX_CELLS`] cells.
+fn too_large(what: String) -> ApiError {
+    ApiError::invalid(
+        "heatmap_too_large",
+        format!("{what} asked for; at most {MAX_CELLS} cells: choose a `node`, a larger `step` or a shorter range"),
+    )
 }
 
 /// The most health markers on one row (the newest kept).
@@ -266,11 +287,21 @@ async fn mark_health(
     Ok(())
 }
 
-/// Live allocations by device UUID (only the caller's tenants' unless a platform admin).
+/// Live allocations by device UUID (only the caller's tenants', read per tenant, unless a platform admin).
 async fn current_holders(state: &AppState, p: &Principal) -> Result<HashMap<String, Vec<Metered>>, ApiError> {
     let now = now_ms();
+    let live = match p.reading_scope(None)? {
+        Scope::Fleet => state.store.metered(None, now, now + 1).await?,
+        Scope::Tenants(tenants) => {
+            let mut all = Vec::new();
+            for t in &tenants {
+                all.extend(state.store.metered(Some(t), now, now + 1).await?);
+            }
+            all
+        }
+    };
     let mut out: HashMap<String, Vec<Metered>> = HashMap::new();
-    for a in state.store.metered(None, now, now + 1).await? {
+    for a in live {
         if a.released_at_ms.is_some() || !p.can_see(&a.tenant_id) {
             continue;
         }
@@ -314,15 +345,23 @@ const LIVE_GATHER: Duration = Duration::from_millis(50);
 /// every sample newer than the last one sent for its device, oldest first: a JSON array of
 /// `{node_id, device, gpu, profile, start, sample}`, several items per device when it sent several samples. A
 /// device seen for the first time starts after `since` (at most 60 s back; default: only its newest sample).
+///
+/// A stream lasts 5 minutes and asks the client to reconnect after 2 s (`retry`); it ends within 5 s when the
+/// caller's credential is revoked, their session ends, or their memberships or roles change. A user holds at most
+/// 32 live streams on one replica, a client address at most 64 streams, and streams together at most half the
+/// server's connections (`429 too_many_streams` past any of them).
 #[utoipa::path(get, path = "/api/v1/telemetry/live", tag = "telemetry",
     security(("token" = ["user"]), ("session" = ["user"])), params(LiveQuery),
     responses((status = 200, description = "`text/event-stream` of `samples` events", content_type = "text/event-stream"),
-        (status = 400, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem)))]
+        (status = 400, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem),
+        (status = 429, body = Problem, description = "too_many_streams")))]
 pub async fn live(
     State(state): State<AppState>,
-    p: Principal,
+    right: Right,
+    addr: Option<Extension<ClientAddr>>,
     ApiQuery(q): ApiQuery<LiveQuery>,
 ) -> Result<Response, ApiError> {
+    let p = right.principal.clone();
     let node_id = match &q.node {
         Some(key) => Some(find_node(&state.store.nodes().await?, key)?.id.clone()),
         None => None,
@@ -343,9 +382,18 @@ pub async fn live(
         visible_at: Option<tokio::time::Instant>,
         changes: tokio::sync::watch::Receiver<u64>,
     }
+    let held = super::streams::place(&state, StreamKind::Telemetry, &right, addr.as_deref())?;
     let changes = state.telemetry.subscribe();
-    let cursor =
-        Cursor { state, p, node_id, sent: HashMap::new(), first_after, visible: None, visible_at: None, changes };
+    let cursor = Cursor {
+        state: state.clone(),
+        p,
+        node_id,
+        sent: HashMap::new(),
+        first_after,
+        visible: None,
+        visible_at: None,
+        changes,
+    };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         let mut first = true;
         loop {
@@ -378,9 +426,10 @@ pub async fn live(
                 continue;
             }
             let event = Event::default().event("samples").json_data(&fresh).unwrap_or_default();
-            return Some((Ok::<Event, Infallible>(event), c));
+            return Some((event, c));
         }
     });
+    let stream = super::streams::guarded(state, right, held, stream);
     Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
 }
 

@@ -100,7 +100,7 @@ pub async fn device_utilisation(state: &AppState, hours: f64, now_ms: i64) -> Re
     };
     let stored =
         stored.into_iter().map(|(device, total, samples)| (device, UtilSum { total, samples: samples as f64 }));
-    let window = state.telemetry.window_rows(None, Metric::Util, look.split_ms, 1000, look.window_columns());
+    let window = state.telemetry.window_rows(None, |_| true, Metric::Util, look.split_ms, 1000, look.window_columns());
     Ok(util_means(stored, &window))
 }
 

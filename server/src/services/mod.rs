@@ -23,6 +23,7 @@ pub mod quotas;
 pub mod requests;
 pub mod reservations;
 pub mod rightsize;
+pub mod streams;
 pub mod telemetry;
 pub mod tenants;
 pub mod usage;

@@ -426,46 +426,45 @@ pub async fn mark_read(state: &AppState, p: &Principal, up_to: i64) -> Result<In
         return Err(ApiError::invalid("invalid_seq", "`up_to` is an event's `seq`, 0 or more"));
     }
     state.store.mark_read(&p.user.id, up_to).await?;
-    state.inbox.bump();
+    state.inbox.bump_reads(&p.user.id);
     unread(state, p).await
 }
 
-/// How long one inbox stream lasts; the browser's `EventSource` then opens another (with the caller's credentials
-/// and memberships read again).
-pub const INBOX_STREAM_LIFETIME: Duration = Duration::from_secs(300);
 /// How often a stream counts again without a new event (an inbox read on another replica).
 const INBOX_RECOUNT: Duration = Duration::from_secs(15);
 
 /// The caller's unread count at once, then again each time it changes: after a new event the caller may read, or
-/// after its inbox was read. Ends after [`INBOX_STREAM_LIFETIME`]; `None` when the caller holds
-/// [`MAX_INBOX_STREAMS_PER_USER`] streams on this replica already.
-pub fn inbox_stream(state: AppState, p: Principal) -> Option<impl futures_util::Stream<Item = InboxCount> + Send> {
-    let slot = state.inbox.open_stream(&p.user.id)?;
+/// after the caller's inbox was read on this replica (every [`INBOX_RECOUNT`] for reads on others). Endless: the
+/// HTTP layer holds its place under the caps, ends it after its lifetime or when the caller's right changes.
+pub fn inbox_stream(state: AppState, p: Principal) -> impl futures_util::Stream<Item = InboxCount> + Send {
     let changes = state.inbox.subscribe(&state.store);
-    let until = tokio::time::Instant::now() + INBOX_STREAM_LIFETIME;
-    let start = (state, p, changes, None::<InboxCount>, slot);
-    Some(futures_util::stream::unfold(start, move |(state, p, mut changes, last, slot)| async move {
+    let reads = state.inbox.subscribe_reads(&p.user.id);
+    let start = (state, p, changes, reads, None::<InboxCount>);
+    futures_util::stream::unfold(start, move |(state, p, mut changes, mut reads, last)| async move {
         let mut first = last.is_none();
         loop {
-            let left = until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return None;
-            }
             if !first {
-                let _ = tokio::time::timeout(INBOX_RECOUNT.min(left), changes.changed()).await;
+                let _ = tokio::time::timeout(INBOX_RECOUNT, async {
+                    tokio::select! {
+                        _ = changes.changed() => {}
+                        _ = reads.changed() => {}
+                    }
+                })
+                .await;
             }
             first = false;
             changes.borrow_and_update();
+            reads.borrow_and_update();
             match unread(&state, &p).await {
                 Ok(count) if last.as_ref() != Some(&count) => {
-                    return Some((count.clone(), (state, p, changes, Some(count), slot)));
+                    return Some((count.clone(), (state, p, changes, reads, Some(count))));
                 }
                 Ok(_) => {}
                 // The database is away: wait for the next change or recount rather than ask again at once.
                 Err(e) => tracing::debug!(error = %e, "inbox stream: count not read"),
             }
         }
-    }))
+    })
 }
 
 /// How often the newest event is looked up while somebody follows the inbox: the longest a new event waits before
@@ -479,8 +478,8 @@ pub const INBOX_POLL: Duration = Duration::from_secs(1);
 pub struct InboxWatch {
     tx: Arc<tokio::sync::watch::Sender<u64>>,
     started: std::sync::OnceLock<()>,
-    /// Streams open on this replica, per user.
-    open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    /// Per user with a stream open on this replica: a counter that moves when that user's inbox is read here.
+    reads: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<u64>>>,
 }
 
 impl Default for InboxWatch {
@@ -488,44 +487,30 @@ impl Default for InboxWatch {
         Self {
             tx: Arc::new(tokio::sync::watch::Sender::new(0)),
             started: std::sync::OnceLock::new(),
-            open: Arc::default(),
+            reads: std::sync::Mutex::default(),
         }
     }
 }
 
-/// Most inbox streams one user holds open on one replica: browser tabs, and the streams of pages just left (a
-/// stream closed by the browser is noticed at its next write, within the 15 s keep-alive).
-pub const MAX_INBOX_STREAMS_PER_USER: usize = 32;
-
-/// One open inbox stream of a user; closing it (dropping) frees the place.
-#[derive(Debug)]
-pub struct StreamSlot {
-    open: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
-    user: String,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.user) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.user);
-            }
-        }
-    }
-}
+/// Users with a reads counter past which counters nobody follows any more are dropped.
+const READS_PRUNE_AT: usize = 1024;
 
 impl InboxWatch {
-    /// A place for one more stream of `user`; `None` past [`MAX_INBOX_STREAMS_PER_USER`].
-    pub fn open_stream(&self, user: &str) -> Option<StreamSlot> {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        let n = open.entry(user.to_string()).or_default();
-        if *n >= MAX_INBOX_STREAMS_PER_USER {
-            return None;
+    /// Follows `user`'s inbox reads on this replica.
+    pub fn subscribe_reads(&self, user: &str) -> tokio::sync::watch::Receiver<u64> {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        if reads.len() >= READS_PRUNE_AT {
+            reads.retain(|_, tx| tx.receiver_count() > 0);
         }
-        *n += 1;
-        Some(StreamSlot { open: self.open.clone(), user: user.to_string() })
+        reads.entry(user.to_string()).or_insert_with(|| tokio::sync::watch::Sender::new(0)).subscribe()
+    }
+
+    /// Tells `user`'s streams on this replica to count again (their inbox was read); nobody else's count again.
+    pub fn bump_reads(&self, user: &str) {
+        let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = reads.get(user) {
+            tx.send_modify(|n| *n += 1);
+        }
     }
 
     /// Follows the counter; the first call starts the task that looks for new events (it ends with the state).
@@ -555,11 +540,6 @@ impl InboxWatch {
             });
         });
         self.tx.subscribe()
-    }
-
-    /// Tells the streams to count again (an inbox was read).
-    pub fn bump(&self) {
-        self.tx.send_modify(|n| *n += 1);
     }
 }
 
@@ -742,17 +722,20 @@ async fn send(clients: &Clients, c: Claimed) -> Sent {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_user_holds_a_bounded_number_of_inbox_streams_and_a_closed_one_frees_its_place() {
+    #[tokio::test]
+    async fn reading_an_inbox_wakes_only_its_users_streams() {
         let watch = InboxWatch::default();
-        let mut slots: Vec<StreamSlot> =
-            (0..MAX_INBOX_STREAMS_PER_USER).map(|_| watch.open_stream("u1").expect("a place")).collect();
-        assert!(watch.open_stream("u1").is_none(), "one past the bound");
-        assert!(watch.open_stream("u2").is_some(), "each user has their own");
-        slots.pop();
-        assert!(watch.open_stream("u1").is_some(), "a closed stream frees its place");
-        slots.clear();
-        assert!(watch.open.lock().expect("lock").get("u1").is_none(), "nothing kept for a user without streams");
+        let mut mine = watch.subscribe_reads("u1");
+        let also_mine = watch.subscribe_reads("u1");
+        let mut theirs = watch.subscribe_reads("u2");
+        watch.bump_reads("u1");
+        assert!(mine.has_changed().expect("open") && also_mine.has_changed().expect("open"));
+        assert!(!theirs.has_changed().expect("open"), "another user's stream does not count again");
+        mine.borrow_and_update();
+        watch.bump_reads("nobody");
+        assert!(!mine.has_changed().expect("open") && !theirs.has_changed().expect("open"));
+        theirs.borrow_and_update();
+        drop((mine, also_mine, theirs));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tessera_core::api::{Sample, TelemetryAccepted, TelemetryBatch};
 
-use crate::store::telemetry::MinuteRow;
+use crate::store::telemetry::{MinuteCell, MinuteRow};
 use crate::store::{Store, StoreError};
 pub use tessera_api::telemetry::{Latest, Metric};
 
@@ -555,6 +555,7 @@ impl Telemetry {
     pub fn window_rows(
         &self,
         node_id: Option<&str>,
+        visible: impl Fn(&str) -> bool,
         metric: Metric,
         from_ms: i64,
         step_ms: i64,
@@ -564,7 +565,7 @@ impl Telemetry {
         let inner = self.lock();
         let mut out = Vec::new();
         for (device, s) in &inner.devices {
-            if node_id.is_some_and(|n| *s.node_id != *n) {
+            if node_id.is_some_and(|n| *s.node_id != *n) || !visible(device) {
                 continue;
             }
             let mut sums = vec![(0.0f64, 0u32); columns];
@@ -605,6 +606,30 @@ pub struct DeviceKey {
     pub profile: Option<String>,
     /// MIG start unit.
     pub start: Option<u8>,
+}
+
+/// Heatmap rows from the cells the store grouped ([`crate::store::Store::minute_cells`], ordered by device and
+/// column): one row per device, `None` where a column has no value.
+pub fn cell_rows(cells: Vec<MinuteCell>, columns: usize) -> Vec<(DeviceKey, Vec<Option<f32>>)> {
+    let mut out: Vec<(DeviceKey, Vec<Option<f32>>)> = Vec::new();
+    for c in cells {
+        if out.last().is_none_or(|(k, _)| k.device != c.device) {
+            let key = DeviceKey {
+                node_id: c.node_id,
+                device: c.device,
+                gpu: c.gpu,
+                profile: c.profile,
+                start: c.start.and_then(|s| u8::try_from(s).ok()),
+            };
+            out.push((key, vec![None; columns]));
+        }
+        if let (Some((_, values)), Ok(col)) = (out.last_mut(), usize::try_from(c.col))
+            && col < columns
+        {
+            values[col] = c.value.map(|v| v as f32);
+        }
+    }
+    out
 }
 
 /// Per device, bucket means (sample-weighted) of `metric` from minute rows; `step_ms` is a multiple of a minute.

@@ -150,6 +150,7 @@ pub(crate) struct AppBuilder {
     listener: Option<tokio::net::TcpListener>,
     email: Option<tessera_server::services::email::EmailSettings>,
     strict_webhooks: bool,
+    stream_lifetime: Option<std::time::Duration>,
 }
 
 impl AppBuilder {
@@ -157,6 +158,12 @@ impl AppBuilder {
     /// listen on 127.0.0.1, which only `TESSERA_WEBHOOK_ALLOW_INTERNAL` allows).
     pub(crate) fn strict_webhooks(mut self) -> AppBuilder {
         self.strict_webhooks = true;
+        self
+    }
+
+    /// Streams last this long (`TESSERA_STREAM_LIFETIME_S`).
+    pub(crate) fn stream_lifetime(mut self, lifetime: std::time::Duration) -> AppBuilder {
+        self.stream_lifetime = Some(lifetime);
         self
     }
 
@@ -213,6 +220,7 @@ impl AppBuilder {
             demo: self.demo,
             auth: self.auth,
             email: self.email,
+            stream_lifetime: self.stream_lifetime,
             webhooks: tessera_server::services::notifications::Delivery {
                 allow_internal: !self.strict_webhooks,
                 ..Default::default()
@@ -279,6 +287,7 @@ impl TestApp {
             listener: None,
             email: None,
             strict_webhooks: false,
+            stream_lifetime: None,
         }
     }
 

@@ -345,8 +345,14 @@ async fn slow_client(port: u16) -> tokio::net::TcpStream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_clients_are_cut_off_and_connections_past_the_cap_get_a_503() {
     let port = free_port();
-    let server =
-        Server::start_with(&sqlite_url(), port, &new_token_secret(), &[("TESSERA_MAX_CONNECTIONS", "40")]).await;
+    // No per-address caps here (as behind a proxy): this is the cap on every connection.
+    let server = Server::start_with(
+        &sqlite_url(),
+        port,
+        &new_token_secret(),
+        &[("TESSERA_MAX_CONNECTIONS", "40"), ("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")],
+    )
+    .await;
     let mut slow = Vec::new();
     for _ in 0..40 {
         slow.push(slow_client(port).await);
@@ -359,7 +365,7 @@ async fn slow_clients_are_cut_off_and_connections_past_the_cap_get_a_503() {
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("application/problem+json") && answer.contains("too_many_connections"), "{answer}");
 
-    // The server cuts the slow clients off after its header-read timeout (10 s), and serves again.
+    // The server cuts the slow clients off after its header-read timeout (5 s), and serves again.
     let started = Instant::now();
     let mut cut = 0;
     for s in &mut slow {
@@ -376,6 +382,57 @@ async fn slow_clients_are_cut_off_and_connections_past_the_cap_get_a_503() {
     let r = client.get(format!("{}/healthz", server.base)).send().await.expect("healthz answers");
     assert_eq!(r.status(), StatusCode::OK);
     assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+/// Opens a connection from `from` (an address of the loopback range) that sends half a request line.
+async fn slow_client_from(from: [u8; 4], port: u16) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind((std::net::Ipv4Addr::from(from), 0).into()).expect("bind");
+    let mut stream = socket.connect(([127, 0, 0, 1], port).into()).await.expect("connect");
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_address_cannot_fill_the_connection_cap_with_silent_sockets() {
+    let port = free_port();
+    // The default per-address cap: an eighth of 128 connections, at least 16 (open, and before their headers).
+    let server =
+        Server::start_with(&sqlite_url(), port, &new_token_secret(), &[("TESSERA_MAX_CONNECTIONS", "128")]).await;
+    let mut silent = Vec::new();
+    for _ in 0..16 {
+        silent.push(slow_client_from([127, 0, 0, 2], port).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The address's next connection is refused at once, in a problem report.
+    let mut extra = slow_client_from([127, 0, 0, 2], port).await;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), extra.read_to_string(&mut answer)).await.expect("answered").ok();
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
+    assert!(answer.contains("application/problem+json") && answer.contains("too_many_connections"), "{answer}");
+    // Everybody else is served at once, however long the silent sockets stay.
+    let client = Client::builder().timeout(Duration::from_secs(2)).build().expect("client");
+    for _ in 0..20 {
+        let t = Instant::now();
+        let r = client.get(format!("{}/healthz", server.base)).send().await.expect("healthz answers");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(t.elapsed() < Duration::from_millis(500), "{:?}", t.elapsed());
+    }
+    // The silent sockets are cut off after the header-read timeout (5 s): the address is served again.
+    let started = Instant::now();
+    for s in &mut silent {
+        let mut buf = [0u8; 512];
+        let left = Duration::from_secs(10).saturating_sub(started.elapsed());
+        assert!(matches!(tokio::time::timeout(left, s.read(&mut buf)).await, Ok(Ok(_))), "closed by the server");
+    }
+    eprintln!("16 silent sockets of one address cut off after {:?}", started.elapsed());
+    drop(silent);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = slow_client_from([127, 0, 0, 2], port).await;
+    again.write_all(b"Connection: close\r\n\r\n").await.expect("finish the request");
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), again.read_to_string(&mut answer)).await.expect("answered").ok();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -18,6 +18,7 @@ mod quotas;
 mod reservations;
 mod sso;
 mod store;
+mod streams;
 mod telemetry;
 mod upgrade;
 mod waiting;
