@@ -5,6 +5,7 @@ mod agents;
 mod api;
 mod cli_mig;
 mod cohorts;
+mod cost;
 mod defrag;
 mod governance;
 mod harness;

@@ -874,7 +874,7 @@ async fn node_credentials_identify_one_node_until_revoked(store: &Store) {
 
 async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
     use tessera_core::api::{DeviceSeries, Sample, TelemetryBatch};
-    use tessera_server::services::telemetry::{Metric, Owned, Telemetry, minute_rows};
+    use tessera_server::services::telemetry::{Metric, Owned, Telemetry, cell_rows, minute_rows};
 
     let m0: i64 = (tessera_server::store::now_ms() / 60_000 - 5) * 60_000;
     let series = |device: &str, profile: Option<&str>, util: fn(i64) -> f32| DeviceSeries {
@@ -946,6 +946,34 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
     let cells = minute_rows(&all, Metric::Util, m0, 120_000, 1);
     let gpu = cells.iter().find(|(k, _)| k.device == "GPU-1").expect("row");
     assert!((f64::from(gpu.1[0].expect("value")) - 3400.0 / 140.0).abs() < 1e-3, "{:?}", gpu.1);
+
+    // Grouped in the database, every metric gives what grouping the rows gives, column by column.
+    for metric in [Metric::Util, Metric::MemUsed, Metric::MemPct, Metric::Power, Metric::Temp] {
+        for (step, columns) in [(60_000, 2), (120_000, 1), (30_000, 4)] {
+            let grouped = store.minute_cells(None, None, metric, m0, step, columns, m0 + 120_000, 100).await;
+            let mut grouped = cell_rows(grouped.expect("cells"), columns);
+            let mut expected = minute_rows(&all, metric, m0, step, columns);
+            grouped.sort_by(|a, b| a.0.device.cmp(&b.0.device));
+            expected.sort_by(|a, b| a.0.device.cmp(&b.0.device));
+            assert_eq!(grouped.len(), expected.len(), "{metric:?} step {step}");
+            for ((gk, gv), (ek, ev)) in grouped.iter().zip(&expected) {
+                assert_eq!(gk, ek, "{metric:?}");
+                let close = gv.iter().zip(ev).all(|(g, e)| match (g, e) {
+                    (Some(g), Some(e)) => (g - e).abs() < 1e-3,
+                    (g, e) => g == e,
+                });
+                assert!(close, "{metric:?} step {step}: {gv:?} against {ev:?}");
+            }
+        }
+    }
+    // Scoped to tenants, only devices they held: a tenant that held nothing, or no tenant, reads nothing.
+    let t = store.create_tenant("no-holder", POLICY, "test").await.expect("tenant");
+    let scoped = store.minute_cells(Some(&[t.id.clone()]), None, Metric::Util, m0, 60_000, 2, m0 + 120_000, 100).await;
+    assert!(scoped.expect("cells").is_empty());
+    assert!(store.minute_cells(Some(&[]), None, Metric::Util, m0, 60_000, 2, m0, 100).await.expect("cells").is_empty());
+    // At most `limit` cells are read; a node filter keeps to the node.
+    assert_eq!(store.minute_cells(None, None, Metric::Util, m0, 60_000, 2, m0, 3).await.expect("cells").len(), 3);
+    assert!(store.minute_cells(None, Some("n2"), Metric::Util, m0, 60_000, 2, m0, 9).await.expect("cells").is_empty());
 
     assert_eq!(store.prune_minutes(m0 + 60_000).await.expect("prune"), 2);
     assert_eq!(store.minutes(None, 0, i64::MAX).await.expect("minutes").len(), 2);
