@@ -140,6 +140,9 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
+/// The key webhook secrets are sealed with in tests (32 bytes in base64).
+pub(crate) const TEST_SECRET_KEY: &str = "dGVzc2VyYS10ZXN0LXNlYWxpbmcta2V5LTMyLWJ5dGU=";
+
 /// How a [`TestApp`] is started.
 pub(crate) struct AppBuilder {
     database_url: Option<String>,
@@ -150,6 +153,7 @@ pub(crate) struct AppBuilder {
     listener: Option<tokio::net::TcpListener>,
     email: Option<tessera_server::services::email::EmailSettings>,
     strict_webhooks: bool,
+    webhook_allow: Vec<String>,
 }
 
 impl AppBuilder {
@@ -157,6 +161,14 @@ impl AppBuilder {
     /// listen on 127.0.0.1, which only `TESSERA_WEBHOOK_ALLOW_INTERNAL` allows).
     pub(crate) fn strict_webhooks(mut self) -> AppBuilder {
         self.strict_webhooks = true;
+        self
+    }
+
+    /// Tenants' webhooks may reach these networks and host names besides the internet (`TESSERA_WEBHOOK_ALLOW`);
+    /// implies [`AppBuilder::strict_webhooks`].
+    pub(crate) fn webhook_allow(mut self, allow: &[&str]) -> AppBuilder {
+        self.strict_webhooks = true;
+        self.webhook_allow = allow.iter().map(|a| a.to_string()).collect();
         self
     }
 
@@ -213,10 +225,16 @@ impl AppBuilder {
             demo: self.demo,
             auth: self.auth,
             email: self.email,
-            webhooks: tessera_server::services::notifications::Delivery {
-                allow_internal: !self.strict_webhooks,
-                ..Default::default()
+            webhooks: {
+                let mut reach = tessera_server::services::outbound::Reach {
+                    allow_internal: !self.strict_webhooks,
+                    ..Default::default()
+                };
+                reach.allow(self.webhook_allow.iter().map(String::as_str)).expect("allow list");
+                tessera_server::services::notifications::Delivery { reach, ..Default::default() }
             },
+            // One key for every server of a test, as replicas of one deployment share theirs.
+            secrets: tessera_server::sealed::SecretsConfig { key: Some(TEST_SECRET_KEY.to_string()), old_keys: vec![] },
             ..Settings::default()
         };
         let (state, generated) = prepare(&settings).await.expect("prepare");
@@ -279,6 +297,7 @@ impl TestApp {
             listener: None,
             email: None,
             strict_webhooks: false,
+            webhook_allow: Vec::new(),
         }
     }
 

@@ -21,4 +21,5 @@ mod store;
 mod telemetry;
 mod upgrade;
 mod waiting;
+mod webhook_guards;
 mod wire;
