@@ -117,7 +117,9 @@ pub fn default_data_dir() -> PathBuf {
 /// The settings `tessera serve` runs with: flags (and their `TESSERA_*` variables) over the file over the
 /// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
 /// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`, and the
-/// sign-in variables of [`with_auth_env`]) read through `env`.
+/// sign-in variables of [`with_auth_env`]) read through `env`. `TESSERA_WEBHOOK_ALLOW_INTERNAL`,
+/// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY` and `TESSERA_SECRET_OLD_KEYS` (comma-separated)
+/// win over the file's `[webhooks]` and `[secrets]`.
 pub fn resolve(
     flags: Overrides,
     file: FileConfig,
