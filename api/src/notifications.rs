@@ -80,7 +80,10 @@ pub struct DeliveryView {
     pub next_at_ms: i64,
     /// The last answer's HTTP status, if any.
     pub last_status: Option<i64>,
-    /// Why the last attempt failed, if it did.
+    /// Why the last attempt failed, as a class (empty when it did not): `http_status` (see `last_status`),
+    /// `redirect_refused` (redirects are not followed), `timeout`, `connect_failed`, `dns_failed`,
+    /// `address_not_allowed` (the host is, or resolves only to, an address the endpoint may not reach), `tls_failed`,
+    /// `secret_unreadable` or `request_failed`. What the target answered is never shown.
     pub last_error: String,
     /// When it was delivered, UTC ms.
     pub delivered_at_ms: Option<i64>,

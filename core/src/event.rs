@@ -188,35 +188,12 @@ pub fn sentence(t: &str, subject: &str, tenant: Option<&str>, actor: &str) -> St
     }
 }
 
-/// Whether `ip` is inside a network rather than on the internet: loopback, private (RFC 1918, IPv6 unique local),
-/// link-local (cloud metadata services live there), shared (CGNAT), unspecified, broadcast or multicast. A tenant's
-/// webhook never reaches such an address unless the operator allows it.
+/// Whether `ip` is anything but a globally routable unicast address (see [`crate::address::is_global`]): loopback,
+/// private, link-local (cloud metadata services live there), shared (CGNAT), special-purpose, multicast, or an IPv6
+/// form that carries such an IPv4 address. A tenant's webhook never reaches such an address unless the operator
+/// allows it.
 pub fn is_internal(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-        }
-    }
+    !crate::address::is_global(ip)
 }
 
 /// Where the portal shows what an event of type `t` is about, as a path: the tenant's page for its requests,
@@ -253,10 +230,12 @@ mod tests {
             "fe80::1",
             "::ffff:10.0.0.1",
             "ff02::1",
+            "192.0.2.1",
+            "64:ff9b::a9fe:a9fe",
         ] {
             assert!(is_internal(ip.parse().expect("ip")), "{ip}");
         }
-        for ip in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "192.0.2.1", "2001:4860:4860::8888", "::ffff:1.1.1.1"] {
+        for ip in ["8.8.8.8", "172.32.0.1", "100.128.0.1", "2001:4860:4860::8888", "::ffff:1.1.1.1"] {
             assert!(!is_internal(ip.parse().expect("ip")), "{ip}");
         }
     }

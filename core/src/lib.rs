@@ -3,6 +3,7 @@
 //! Pure computation with no I/O, so the server, the node agent and the browser portal (compiled to wasm32) all run
 //! the same rules.
 
+pub mod address;
 pub mod api;
 pub mod budget;
 pub mod catalog;

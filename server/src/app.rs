@@ -49,6 +49,10 @@ pub struct App {
     pub prepared: crate::services::reservations::PreparedCache,
     /// Webhook delivery settings.
     pub webhooks: crate::services::notifications::Delivery,
+    /// The keys webhook secrets are sealed with.
+    pub secrets: crate::sealed::Keyring,
+    /// Webhook tests and redeliveries, one per endpoint or delivery at a time.
+    pub sends: crate::services::throttle::Throttle,
     /// Mail settings; `None`: no mail is sent.
     pub email: Option<crate::services::email::EmailSettings>,
     /// What the inbox streams follow.

@@ -6,6 +6,14 @@
 //! data_dir = "/var/lib/tessera"
 //! database_url = "postgres://tessera@db/tessera"
 //! demo = false
+//!
+//! [webhooks]
+//! allow_internal = false                             # TESSERA_WEBHOOK_ALLOW_INTERNAL
+//! allow = ["10.1.2.0/24", "hooks.internal.example"]  # TESSERA_WEBHOOK_ALLOW, comma-separated
+//!
+//! [secrets]
+//! key = "base64 of 32 bytes"                         # TESSERA_SECRET_KEY
+//! old_keys = []                                      # TESSERA_SECRET_OLD_KEYS, comma-separated
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -33,6 +41,23 @@ pub struct FileConfig {
     /// Mail notifications: the SMTP server, the sender, the portal's address for links.
     #[serde(default)]
     pub email: crate::services::email::EmailConfig,
+    /// Where tenants' webhooks may connect beyond the internet.
+    #[serde(default)]
+    pub webhooks: WebhooksConfig,
+    /// The key webhook secrets are sealed with (see [`crate::sealed`]).
+    #[serde(default)]
+    pub secrets: crate::sealed::SecretsConfig,
+}
+
+/// The `[webhooks]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhooksConfig {
+    /// Tenants' endpoints may reach any address.
+    pub allow_internal: Option<bool>,
+    /// Networks (CIDR form or single addresses) and host names tenants' endpoints may reach besides the internet.
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 impl std::fmt::Debug for FileConfig {
@@ -44,6 +69,8 @@ impl std::fmt::Debug for FileConfig {
             .field("demo", &self.demo)
             .field("auth", &self.auth)
             .field("email", &self.email)
+            .field("webhooks", &self.webhooks)
+            .field("secrets", &self.secrets)
             .finish()
     }
 }
@@ -91,7 +118,9 @@ pub fn default_data_dir() -> PathBuf {
 /// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
 /// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`,
 /// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, and the
-/// sign-in variables of [`with_auth_env`]) read through `env`.
+/// sign-in variables of [`with_auth_env`]) read through `env`. `TESSERA_WEBHOOK_ALLOW_INTERNAL`,
+/// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY` and `TESSERA_SECRET_OLD_KEYS` (comma-separated)
+/// win over the file's `[webhooks]` and `[secrets]`.
 pub fn resolve(
     flags: Overrides,
     file: FileConfig,
@@ -142,13 +171,23 @@ pub fn resolve(
             .ok_or("TESSERA_WEBHOOK_RETRY_CAP_S must be a whole number of seconds from 1 to 86400")?
             * 1000;
     }
+    webhooks.reach.allow_internal = file.webhooks.allow_internal.unwrap_or(false);
     if let Some(v) = env("TESSERA_WEBHOOK_ALLOW_INTERNAL") {
-        webhooks.allow_internal = match v.trim().to_ascii_lowercase().as_str() {
+        webhooks.reach.allow_internal = match v.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" | "on" => true,
             "false" | "0" | "no" | "off" => false,
             _ => return Err("TESSERA_WEBHOOK_ALLOW_INTERNAL must be true or false".into()),
         };
     }
+    match env("TESSERA_WEBHOOK_ALLOW") {
+        Some(v) => webhooks.reach.allow(v.split(','))?,
+        None => webhooks.reach.allow(file.webhooks.allow.iter().map(String::as_str))?,
+    }
+    let list = |v: String| v.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_string).collect();
+    let secrets = crate::sealed::SecretsConfig {
+        key: env("TESSERA_SECRET_KEY").or(file.secrets.key),
+        old_keys: env("TESSERA_SECRET_OLD_KEYS").map(list).unwrap_or(file.secrets.old_keys),
+    };
     let listen = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let email = file.email.resolve(env, &listen)?;
     Ok(crate::serve::Settings {
@@ -171,6 +210,7 @@ pub fn resolve(
         max_connections_per_address,
         stream_lifetime,
         webhooks,
+        secrets,
         email,
     })
 }
@@ -244,7 +284,8 @@ mod tests {
         assert_eq!(s.bootstrap_token, None, "a blank variable is no variable");
         assert_eq!(s.bootstrap_join_tokens, ["tsj_a", "tsj_b"]);
         assert_eq!(s.max_connections, Some(64));
-        assert!(!s.webhooks.allow_internal, "tenants' webhooks stay outside the network by default");
+        assert!(!s.webhooks.reach.allow_internal, "tenants' webhooks stay outside the network by default");
+        assert!(s.webhooks.reach.nets.is_empty() && s.webhooks.reach.hosts.is_empty());
         let debug = format!("{s:?}");
         assert!(!debug.contains("a long bootstrap password") && !debug.contains("tsj_a"), "{debug}");
 
@@ -252,15 +293,43 @@ mod tests {
         assert_eq!(defaults.listen, DEFAULT_LISTEN);
         let allowed =
             resolve(Overrides::default(), FileConfig::default(), env_of(&[("TESSERA_WEBHOOK_ALLOW_INTERNAL", "true")]));
-        assert!(allowed.expect("settings").webhooks.allow_internal);
+        assert!(allowed.expect("settings").webhooks.reach.allow_internal);
         for bad in [
             &[("TESSERA_MAX_CONNECTIONS", "0")][..],
             &[("TESSERA_MAX_CONNECTIONS", "many")][..],
             &[("TESSERA_WEBHOOK_ALLOW_INTERNAL", "maybe")][..],
+            &[("TESSERA_WEBHOOK_ALLOW", "10.1.2.3/8")][..],
+            &[("TESSERA_WEBHOOK_ALLOW", "http://x/")][..],
         ] {
             let bad: &'static [(&str, &str)] = Box::leak(bad.to_vec().into_boxed_slice());
             assert!(resolve(Overrides::default(), FileConfig::default(), env_of(bad)).is_err());
         }
+    }
+
+    #[test]
+    fn webhook_allow_lists_and_secret_keys_come_from_the_file_or_the_environment() {
+        let file: FileConfig = toml::from_str(
+            "[webhooks]\nallow = [\"10.1.2.0/24\", \"Hooks.Internal.Example\"]\n\
+             [secrets]\nkey = \"file-key\"\nold_keys = [\"old-key\"]\n",
+        )
+        .expect("toml");
+        let s = resolve(Overrides::default(), file.clone(), env_of(&[])).expect("settings");
+        assert_eq!(s.webhooks.reach.nets, ["10.1.2.0/24".parse::<ip_network::IpNetwork>().expect("net")]);
+        assert_eq!(s.webhooks.reach.hosts, ["hooks.internal.example"]);
+        assert_eq!(
+            (s.secrets.key.as_deref(), s.secrets.old_keys.as_slice()),
+            (Some("file-key"), &["old-key".to_string()][..])
+        );
+        assert!(!format!("{file:?}{s:?}").contains("file-key"), "keys never show");
+        let env = env_of(&[
+            ("TESSERA_WEBHOOK_ALLOW", "192.168.7.7, hooks.lan"),
+            ("TESSERA_SECRET_KEY", "env-key"),
+            ("TESSERA_SECRET_OLD_KEYS", "a, b"),
+        ]);
+        let s = resolve(Overrides::default(), file, env).expect("settings");
+        assert_eq!(s.webhooks.reach.nets, ["192.168.7.7/32".parse::<ip_network::IpNetwork>().expect("net")]);
+        assert_eq!(s.webhooks.reach.hosts, ["hooks.lan"]);
+        assert_eq!((s.secrets.key.as_deref(), s.secrets.old_keys.len()), (Some("env-key"), 2));
     }
 
     #[test]

@@ -54,6 +54,16 @@ pub enum ApiError {
         /// What is wrong.
         detail: String,
     },
+    /// 429: the caller did this too often; `Retry-After` says when it may again.
+    #[error("{detail}")]
+    TooManyRequests {
+        /// Stable code.
+        code: &'static str,
+        /// What was refused and when to try again.
+        detail: String,
+        /// Seconds until the caller may try again (the `Retry-After` header).
+        retry_after_s: u64,
+    },
     /// 503: a dependency (the database) is not available.
     #[error("{0}")]
     Unavailable(String),
@@ -95,6 +105,7 @@ impl ApiError {
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code, "Conflict"),
             ApiError::QuotaExceeded(_) => (StatusCode::CONFLICT, "quota_exceeded", "Conflict"),
             ApiError::Invalid { status, code, .. } => (*status, code, "Invalid request"),
+            ApiError::TooManyRequests { code, .. } => (StatusCode::TOO_MANY_REQUESTS, code, "Too many requests"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error"),
         }
@@ -144,6 +155,11 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/problem+json"));
+        if let ApiError::TooManyRequests { retry_after_s, .. } = &self
+            && let Ok(v) = header::HeaderValue::from_str(&retry_after_s.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
         if status == StatusCode::UNAUTHORIZED {
             let challenge = if code == "unauthenticated" { "Bearer" } else { "Bearer error=\"invalid_token\"" };
             response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static(challenge));

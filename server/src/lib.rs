@@ -13,6 +13,7 @@ pub mod http;
 pub mod listen;
 pub mod portal;
 pub mod redact;
+pub mod sealed;
 pub mod serve;
 pub mod services;
 pub mod store;

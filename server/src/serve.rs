@@ -43,8 +43,11 @@ pub struct Settings {
     /// How long one live telemetry or inbox stream lasts before the client opens another
     /// (`TESSERA_STREAM_LIFETIME_S`, 10 to 3600); default [`crate::services::streams::STREAM_LIFETIME`].
     pub stream_lifetime: Option<std::time::Duration>,
-    /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts).
+    /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts; which addresses
+    /// tenants' endpoints may reach).
     pub webhooks: crate::services::notifications::Delivery,
+    /// The key webhook secrets are sealed with (`[secrets]`, `TESSERA_SECRET_KEY`, `TESSERA_SECRET_OLD_KEYS`).
+    pub secrets: crate::sealed::SecretsConfig,
     /// Mail (`[email]`, `TESSERA_SMTP_URL`...); `None`: no mail is sent.
     pub email: Option<crate::services::email::EmailSettings>,
 }
@@ -66,6 +69,7 @@ impl std::fmt::Debug for Settings {
             .field("max_connections_per_address", &self.max_connections_per_address)
             .field("stream_lifetime", &self.stream_lifetime)
             .field("webhooks", &self.webhooks)
+            .field("secrets", &self.secrets)
             .field("email", &self.email)
             .finish()
     }
@@ -116,8 +120,11 @@ pub enum ServeError {
 /// when a token was generated, its secret (shown once; only its hash is stored).
 pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), ServeError> {
     let auth = crate::auth::Auth::from_config(&settings.auth).map_err(ServeError::Config)?;
+    let secrets =
+        crate::sealed::Keyring::from_settings(&settings.secrets, &settings.data_dir).map_err(ServeError::Config)?;
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
+    crate::services::notifications::seal_secrets(&store, &secrets).await?;
     if let Some(password) = &settings.bootstrap_password
         && password.chars().count() < crate::auth::MIN_PASSWORD
     {
@@ -192,7 +199,9 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         }),
         budgets: Default::default(),
         prepared: Default::default(),
-        webhooks: settings.webhooks,
+        webhooks: settings.webhooks.clone(),
+        secrets,
+        sends: Default::default(),
         email: settings.email.clone(),
         inbox: Default::default(),
     }));
@@ -247,8 +256,12 @@ pub async fn serve(
         state.telemetry_retention_ms,
         TELEMETRY_FLUSH,
     );
-    let webhooks =
-        crate::services::notifications::start_background(state.store.clone(), state.webhooks, state.email.clone());
+    let webhooks = crate::services::notifications::start_background(
+        state.store.clone(),
+        state.webhooks.clone(),
+        state.secrets.clone(),
+        state.email.clone(),
+    );
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
@@ -358,6 +371,10 @@ mod tests {
             bootstrap_token: Some("tsr_bootstrap-secret".into()),
             bootstrap_password: Some("admin-password".into()),
             bootstrap_join_tokens: vec!["tsj_join-secret".into()],
+            secrets: crate::sealed::SecretsConfig {
+                key: Some("c2VhbGluZy1rZXk=".into()),
+                old_keys: vec!["b2xkLWtleQ==".into()],
+            },
             auth: crate::auth::AuthConfig {
                 oidc: Some(crate::auth::OidcConfig {
                     client_secret: Some("client-secret".into()),
@@ -368,7 +385,15 @@ mod tests {
             ..Default::default()
         };
         let text = format!("{settings:?}");
-        for secret in ["db-password", "bootstrap-secret", "admin-password", "join-secret", "client-secret"] {
+        for secret in [
+            "db-password",
+            "bootstrap-secret",
+            "admin-password",
+            "join-secret",
+            "client-secret",
+            "c2VhbGluZy1rZXk",
+            "b2xkLWtleQ",
+        ] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert!(text.contains("postgres://tessera:***@db/tessera") && text.contains("Some(<redacted>)"), "{text}");

@@ -157,8 +157,7 @@ fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, Cl
         (settings.listen.clone(), settings.data_dir.clone(), settings.database_url.clone(), settings.demo);
     let listen = listen.as_str();
     if url.starts_with("sqlite:") {
-        std::fs::create_dir_all(&data_dir)
-            .map_err(|e| CliError::BadInput(format!("cannot create data dir {}: {e}", data_dir.display())))?;
+        crate::sealed::private_dir(&data_dir).map_err(|e| CliError::BadInput(format!("data dir: {e}")))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {

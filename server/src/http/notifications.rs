@@ -108,9 +108,13 @@ pub async fn rotate_secret(
 }
 
 /// Send a `webhook.test` event to this endpoint only; its delivery shows in the endpoint's log.
+///
+/// Once per endpoint every 10 s (on each replica).
 #[utoipa::path(post, path = "/api/v1/webhooks/{id}/test", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
     params(("id" = String, Path)),
-    responses((status = 202, body = TestSent), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 202, body = TestSent), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 429, body = Problem, description = "rate_limited: the endpoint was tested less than 10 s ago; `Retry-After` says when it may be again",
+            headers(("Retry-After" = u64, description = "seconds until the endpoint may be tested again")))))]
 pub async fn test_webhook(
     State(state): State<AppState>,
     p: Principal,
@@ -134,9 +138,13 @@ pub async fn list_deliveries(
 }
 
 /// Send a delivery again (pending from now, retried for another 24 hours), with the same event id.
+///
+/// Once per delivery every 10 s (on each replica).
 #[utoipa::path(post, path = "/api/v1/webhooks/{id}/deliveries/{delivery}/redeliver", tag = "notifications", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
     params(("id" = String, Path), ("delivery" = i64, Path)),
-    responses((status = 202, body = DeliveryView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    responses((status = 202, body = DeliveryView), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 429, body = Problem, description = "rate_limited: the delivery was sent again less than 10 s ago; `Retry-After` says when it may be again",
+            headers(("Retry-After" = u64, description = "seconds until the delivery may be sent again")))))]
 pub async fn redeliver(
     State(state): State<AppState>,
     p: Principal,

@@ -7,7 +7,9 @@
 //! Webhooks specification: `webhook-id` (the event id, the same on every retry), `webhook-timestamp` (seconds) and
 //! `webhook-signature` (`v1,` and base64 of HMAC-SHA256 over `id.timestamp.body` with the endpoint's secret; during a
 //! rotation's overlap, a second signature with the previous secret). A `slack` endpoint gets `{"text": ...}`.
-//! Redirects are not followed, and an answer counts as delivered only when it is 2xx.
+//! Redirects are not followed, and an answer counts as delivered only when it is 2xx. Where endpoints may connect,
+//! and what the delivery log says of a failure, is [`super::outbound`]'s. Secrets are stored sealed
+//! ([`crate::sealed`]); a test or a redelivery is throttled ([`super::throttle`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +24,7 @@ use tessera_api::notifications::{
 };
 use tessera_core::event::{self, TypeFilter};
 
+use super::outbound::{Clients, FAILURES, Reach, classify, classify_status};
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::store::notifications::{Claimed, DeliveryRecord, EventRecord, NewWebhook, Sent, WebhookRecord};
@@ -37,8 +40,6 @@ pub const MAX_DESCRIPTION: usize = 200;
 pub const MAX_WEBHOOKS: usize = 20;
 /// How long the secret before a rotation keeps signing: 24 hours.
 pub const ROTATION_OVERLAP_MS: i64 = 24 * 3_600_000;
-/// How long one attempt may take.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a claimed delivery is kept from other senders (longer than any attempt).
 const LEASE_MS: i64 = 60_000;
 /// Deliveries sent at once.
@@ -53,95 +54,18 @@ const PER_ENDPOINT: usize = 16;
 const POLL: Duration = Duration::from_millis(100);
 
 /// Worker settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     /// Longest wait between two attempts of a delivery, ms (`TESSERA_WEBHOOK_RETRY_CAP_S`; default one hour).
     pub retry_cap_ms: i64,
-    /// Whether tenants' endpoints may reach internal addresses (`TESSERA_WEBHOOK_ALLOW_INTERNAL`; default no:
-    /// see [`tessera_core::event::is_internal`]). Platform endpoints always may.
-    pub allow_internal: bool,
+    /// Which addresses tenants' endpoints may reach beyond the internet (`TESSERA_WEBHOOK_ALLOW_INTERNAL`,
+    /// `TESSERA_WEBHOOK_ALLOW`; default none). Platform endpoints may reach any.
+    pub reach: Reach,
 }
 
 impl Default for Delivery {
     fn default() -> Self {
-        Delivery { retry_cap_ms: event::RETRY_CAP_MS, allow_internal: false }
-    }
-}
-
-/// Why a tenant's endpoint may not be posted to `url`, when it may not: the host is `localhost` or an internal
-/// address.
-pub fn internal_host(url: &reqwest::Url) -> Option<String> {
-    match url.host()? {
-        url::Host::Domain(d) => {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            (d == "localhost" || d.ends_with(".localhost")).then(|| format!("{d} is this host"))
-        }
-        url::Host::Ipv4(ip) => event::is_internal(ip.into()).then(|| format!("{ip} is an internal address")),
-        url::Host::Ipv6(ip) => event::is_internal(ip.into()).then(|| format!("{ip} is an internal address")),
-    }
-}
-
-/// A resolver that keeps the internet addresses of a name only, so that a tenant's endpoint never reaches inside
-/// the network, even through a name that resolves there (or is made to, after the endpoint was checked).
-#[derive(Debug, Clone, Copy)]
-struct PublicOnly;
-
-impl reqwest::dns::Resolve for PublicOnly {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = name.as_str().to_string();
-        Box::pin(async move {
-            let all: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public = public_addresses(all);
-            if public.is_empty() {
-                let e: Box<dyn std::error::Error + Send + Sync> =
-                    format!("{host} resolves to internal addresses only, which tenants' webhooks may not reach").into();
-                return Err(e);
-            }
-            let addrs: reqwest::dns::Addrs = Box::new(public.into_iter());
-            Ok(addrs)
-        })
-    }
-}
-
-/// The addresses among `all` that are on the internet.
-fn public_addresses(all: Vec<std::net::SocketAddr>) -> Vec<std::net::SocketAddr> {
-    all.into_iter().filter(|a| !event::is_internal(a.ip())).collect()
-}
-
-/// The HTTP clients deliveries go out with: any address (platform endpoints, and tenants' when allowed), or the
-/// internet's only.
-#[derive(Debug, Clone)]
-pub struct Clients {
-    any: reqwest::Client,
-    public: reqwest::Client,
-    allow_internal: bool,
-}
-
-impl Clients {
-    /// Both clients.
-    pub fn new(allow_internal: bool) -> Result<Clients, reqwest::Error> {
-        let builder = || {
-            reqwest::Client::builder()
-                .timeout(SEND_TIMEOUT)
-                .redirect(reqwest::redirect::Policy::none())
-                .user_agent(concat!("Tessera-Webhooks/", env!("CARGO_PKG_VERSION")))
-        };
-        Ok(Clients {
-            any: builder().build()?,
-            public: builder().no_proxy().dns_resolver(std::sync::Arc::new(PublicOnly)).build()?,
-            allow_internal,
-        })
-    }
-
-    /// The client for `w`, or why `w` may not be posted to.
-    fn for_hook(&self, w: &WebhookRecord) -> Result<&reqwest::Client, String> {
-        if w.tenant_id.is_none() || self.allow_internal {
-            return Ok(&self.any);
-        }
-        match reqwest::Url::parse(&w.url).ok().as_ref().and_then(internal_host) {
-            Some(why) => Err(format!("refused: {why}, which tenants' webhooks may not reach")),
-            None => Ok(&self.public),
-        }
+        Delivery { retry_cap_ms: event::RETRY_CAP_MS, reach: Reach::default() }
     }
 }
 
@@ -217,6 +141,20 @@ fn view(w: &WebhookRecord) -> WebhookView {
     }
 }
 
+/// What the delivery log shows of an attempt's failure: its class only (empty when it did not fail). Rows from
+/// before classes were stored hold what the target answered, which is never shown.
+fn failure_class(status: Option<i64>, stored: String) -> String {
+    if stored.is_empty() || FAILURES.contains(&stored.as_str()) {
+        return stored;
+    }
+    match status {
+        Some(s) if (300..400).contains(&s) => "redirect_refused",
+        Some(_) => "http_status",
+        None => "request_failed",
+    }
+    .to_string()
+}
+
 fn delivery_view(d: DeliveryRecord) -> DeliveryView {
     DeliveryView {
         id: d.id,
@@ -228,7 +166,7 @@ fn delivery_view(d: DeliveryRecord) -> DeliveryView {
         first_at_ms: d.first_at_ms,
         next_at_ms: d.next_at_ms,
         last_status: d.last_status,
-        last_error: d.last_error,
+        last_error: failure_class(d.last_status, d.last_error),
         delivered_at_ms: d.delivered_at_ms,
     }
 }
@@ -293,8 +231,7 @@ pub async fn create(
     let tenant_id = scope(state, p, tenant).await?;
     let (format, url) = check(body)?;
     if tenant_id.is_some()
-        && !state.webhooks.allow_internal
-        && let Some(why) = reqwest::Url::parse(&url).ok().as_ref().and_then(internal_host)
+        && let Some(why) = reqwest::Url::parse(&url).ok().as_ref().and_then(|u| state.webhooks.reach.refusal(u))
     {
         return Err(ApiError::invalid(
             "webhook_internal_address",
@@ -305,6 +242,7 @@ pub async fn create(
         return Err(ApiError::invalid("webhook_too_many", format!("at most {MAX_WEBHOOKS} endpoints")));
     }
     let secret = new_secret()?;
+    let sealed = state.secrets.seal(&secret).map_err(|e| ApiError::Internal(e.to_string()))?;
     let w = state
         .store
         .create_webhook(NewWebhook {
@@ -313,7 +251,7 @@ pub async fn create(
             format,
             types: &body.types,
             description: &body.description,
-            secret: &secret,
+            secret: &sealed,
             actor: &p.actor(),
         })
         .await?;
@@ -363,13 +301,60 @@ pub async fn delete(state: &AppState, p: &Principal, id: &str) -> Result<(), Api
 pub async fn rotate(state: &AppState, p: &Principal, id: &str) -> Result<WebhookSecret, ApiError> {
     let w = managed(state, p, id).await?;
     let secret = new_secret()?;
-    let w = state.store.rotate_webhook_secret(&w.id, &secret, now_ms() + ROTATION_OVERLAP_MS, &p.actor()).await?;
+    let sealed = state.secrets.seal(&secret).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let w = state.store.rotate_webhook_secret(&w.id, &sealed, now_ms() + ROTATION_OVERLAP_MS, &p.actor()).await?;
     Ok(WebhookSecret { webhook: view(&w), secret })
 }
 
-/// Queues a `webhook.test` event for this endpoint only.
+/// Takes the turn of `key` in the sending throttle, or answers 429 `rate_limited` with when to try again.
+fn throttled(state: &AppState, key: &str, what: &str) -> Result<(), ApiError> {
+    state.sends.take(key).map_err(|wait| {
+        let retry_after_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        ApiError::TooManyRequests {
+            code: "rate_limited",
+            detail: format!(
+                "{what} at most once every {} s; try again in {retry_after_s} s",
+                super::throttle::SEND_EVERY.as_secs()
+            ),
+            retry_after_s,
+        }
+    })
+}
+
+/// Seals, with the current key, every stored secret that is not yet: plain text from before sealing, or sealed with
+/// an old key (the second half of a key rotation, see [`crate::sealed`]). How many endpoints it sealed again.
+pub async fn seal_secrets(store: &Store, keys: &crate::sealed::Keyring) -> Result<usize, crate::store::StoreError> {
+    let mut sealed = 0;
+    for old in store.webhook_secrets().await? {
+        let stale = |s: &str| !keys.is_current(s);
+        if !stale(&old.secret) && !old.previous_secret.as_deref().is_some_and(stale) {
+            continue;
+        }
+        let again = |s: &str| keys.open(s).and_then(|plain| keys.seal(&plain));
+        let new = match (again(&old.secret), old.previous_secret.as_deref().map(again).transpose()) {
+            (Ok(secret), Ok(previous_secret)) => {
+                crate::store::notifications::StoredSecrets { id: old.id.clone(), secret, previous_secret }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                // Its deliveries fail (`secret_unreadable`) until the key is given back or the secret rotated.
+                tracing::warn!(webhook = %old.id, error = %e, "a webhook secret cannot be opened to seal it again");
+                continue;
+            }
+        };
+        if store.reseal_webhook_secrets(&old, &new).await? {
+            sealed += 1;
+        }
+    }
+    if sealed > 0 {
+        tracing::info!(endpoints = sealed, key = keys.key_id(), "webhook secrets sealed with the current key");
+    }
+    Ok(sealed)
+}
+
+/// Queues a `webhook.test` event for this endpoint only; one per endpoint per [`super::throttle::SEND_EVERY`].
 pub async fn test(state: &AppState, p: &Principal, id: &str) -> Result<TestSent, ApiError> {
     let w = managed(state, p, id).await?;
+    throttled(state, &format!("test/{}", w.id), "an endpoint is tested")?;
     Ok(TestSent { event_id: state.store.test_webhook(&w, &p.actor()).await? })
 }
 
@@ -386,9 +371,10 @@ pub async fn deliveries(
     Ok(state.store.deliveries(&w.id, before, limit).await?.into_iter().map(delivery_view).collect())
 }
 
-/// Sends a delivery again.
+/// Sends a delivery again; each delivery once per [`super::throttle::SEND_EVERY`].
 pub async fn redeliver(state: &AppState, p: &Principal, id: &str, delivery: i64) -> Result<DeliveryView, ApiError> {
     let w = managed(state, p, id).await?;
+    throttled(state, &format!("redeliver/{}/{delivery}", w.id), "a delivery is sent again")?;
     match state.store.redeliver(&w.id, delivery).await {
         Ok(d) => Ok(delivery_view(d)),
         Err(crate::store::StoreError::NotFound { .. }) => Err(ApiError::NotFound("delivery not found".to_string())),
@@ -593,6 +579,7 @@ fn page_limit(limit: Option<u32>, default: u32) -> Result<u32, ApiError> {
 pub fn start_background(
     store: Store,
     settings: Delivery,
+    keys: crate::sealed::Keyring,
     email: Option<super::email::EmailSettings>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -604,7 +591,7 @@ pub fn start_background(
             }
             None => None,
         };
-        let clients = match Clients::new(settings.allow_internal) {
+        let clients = match Clients::new(settings.reach.clone()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "webhook delivery cannot start: no HTTP client");
@@ -619,7 +606,7 @@ pub fn start_background(
                     tracing::warn!(error = %e, "forgetting old events failed");
                 }
             }
-            let mut busy = match round(&store, &clients, settings, mailer.is_some()).await {
+            let mut busy = match round(&store, &clients, &keys, settings.retry_cap_ms, mailer.is_some()).await {
                 Ok(n) => n > 0,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook delivery round failed");
@@ -639,8 +626,15 @@ pub fn start_background(
     })
 }
 
-/// One round: dispatch (mail deliveries too when `email`), then send due webhook deliveries; how much it did.
-pub async fn round(store: &Store, clients: &Clients, settings: Delivery, email: bool) -> Result<usize, ApiError> {
+/// One round: dispatch (mail deliveries too when `email`), then send due webhook deliveries (their secrets opened
+/// with `keys`; the longest wait between attempts `retry_cap_ms`); how much it did.
+pub async fn round(
+    store: &Store,
+    clients: &Clients,
+    keys: &crate::sealed::Keyring,
+    retry_cap_ms: i64,
+    email: bool,
+) -> Result<usize, ApiError> {
     let mut did = store.dispatch_events(1000, email).await?;
     let claimed = store.claim_deliveries(CLAIM_BATCH, LEASE_MS).await?;
     did += claimed.len();
@@ -662,7 +656,7 @@ pub async fn round(store: &Store, clients: &Clients, settings: Delivery, email: 
             futures_util::stream::iter(group)
                 .map(|c| {
                     let clients = clients.clone();
-                    async move { send(&clients, c).await }
+                    async move { send(&clients, keys, c).await }
                 })
                 .buffer_unordered(PER_ENDPOINT)
                 .collect::<Vec<Sent>>()
@@ -670,32 +664,41 @@ pub async fn round(store: &Store, clients: &Clients, settings: Delivery, email: 
         }
     });
     let sent: Vec<Sent> = futures_util::future::join_all(groups).await.into_iter().flatten().collect();
-    store.finish_deliveries(&sent, settings.retry_cap_ms).await?;
+    store.finish_deliveries(&sent, retry_cap_ms).await?;
     Ok(did)
 }
 
 /// Posts one delivery.
-async fn send(clients: &Clients, c: Claimed) -> Sent {
+async fn send(clients: &Clients, keys: &crate::sealed::Keyring, c: Claimed) -> Sent {
+    let failed = |c: &Claimed, status: Option<u16>, class: &str| Sent {
+        delivery: c.delivery,
+        attempts: c.attempts,
+        first_at_ms: c.first_at_ms,
+        status,
+        error: class.to_string(),
+    };
     let client = match clients.for_hook(&c.webhook) {
         Ok(client) => client,
-        Err(error) => {
-            return Sent {
-                delivery: c.delivery,
-                attempts: c.attempts,
-                first_at_ms: c.first_at_ms,
-                status: None,
-                error,
-            };
+        Err(class) => return failed(&c, None, class),
+    };
+    let secret = match keys.open(&c.webhook.secret) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(webhook = %c.webhook.id, error = %e, "webhook secret cannot be opened");
+            return failed(&c, None, "secret_unreadable");
         }
     };
     let (body, content_type) = body(&c.webhook, &c.event);
     let now = now_ms();
     let ts = now / 1000;
-    let mut sigs: Vec<String> = sign(&c.webhook.secret, &c.event.id, ts, &body).into_iter().collect();
+    let mut sigs: Vec<String> = sign(&secret, &c.event.id, ts, &body).into_iter().collect();
     if let (Some(prev), Some(until)) = (&c.webhook.previous_secret, c.webhook.previous_until_ms)
         && until > now
     {
-        sigs.extend(sign(prev, &c.event.id, ts, &body));
+        match keys.open(prev) {
+            Ok(prev) => sigs.extend(sign(&prev, &c.event.id, ts, &body)),
+            Err(e) => tracing::warn!(webhook = %c.webhook.id, error = %e, "previous webhook secret cannot be opened"),
+        }
     }
     let answer = client
         .post(&c.webhook.url)
@@ -706,16 +709,15 @@ async fn send(clients: &Clients, c: Claimed) -> Sent {
         .body(body)
         .send()
         .await;
-    let (status, error) = match answer {
-        Ok(r) if r.status().is_success() => (Some(r.status().as_u16()), String::new()),
-        Ok(r) => {
-            let status = r.status().as_u16();
-            let text: String = r.text().await.unwrap_or_default().chars().take(200).collect();
-            (Some(status), format!("answered {status}: {text}"))
+    // What the target answered is never kept: only its status and a class (see `super::outbound::FAILURES`).
+    match answer {
+        Ok(r) if r.status().is_success() => Sent { error: String::new(), ..failed(&c, Some(r.status().as_u16()), "") },
+        Ok(r) => failed(&c, Some(r.status().as_u16()), classify_status(r.status())),
+        Err(e) => {
+            tracing::debug!(webhook = %c.webhook.id, error = %e, "webhook delivery failed");
+            failed(&c, None, classify(&e))
         }
-        Err(e) => (None, e.to_string()),
-    };
-    Sent { delivery: c.delivery, attempts: c.attempts, first_at_ms: c.first_at_ms, status, error }
+    }
 }
 
 #[cfg(test)]
@@ -751,44 +753,15 @@ mod tests {
     }
 
     #[test]
-    fn tenants_endpoints_never_reach_inside_the_network() {
-        let url = |u: &str| reqwest::Url::parse(u).expect("url");
-        for inside in [
-            "http://127.0.0.1:9/x",
-            "http://localhost/x",
-            "http://a.localhost./x",
-            "http://[::1]/x",
-            "http://169.254.169.254/latest/meta-data",
-            "http://10.0.0.7/x",
-            "http://[::ffff:192.168.0.1]/x",
-        ] {
-            assert!(internal_host(&url(inside)).is_some(), "{inside}");
-        }
-        assert_eq!(internal_host(&url("https://hooks.example.com/x")), None);
-        assert_eq!(internal_host(&url("http://8.8.8.8/x")), None);
-        let resolved: Vec<std::net::SocketAddr> = ["10.0.0.1:0", "8.8.8.8:0", "[::1]:0", "[2001:4860::1]:0"]
-            .iter()
-            .map(|a| a.parse().expect("addr"))
-            .collect();
-        let kept: Vec<String> = public_addresses(resolved).iter().map(|a| a.ip().to_string()).collect();
-        assert_eq!(kept, ["8.8.8.8", "2001:4860::1"], "a name resolving inside keeps its internet addresses only");
-        let w = |tenant: Option<&str>, u: &str| WebhookRecord {
-            id: "w".into(),
-            tenant_id: tenant.map(str::to_string),
-            url: u.into(),
-            format: "standard".into(),
-            types: vec![],
-            description: String::new(),
-            secret: String::new(),
-            previous_secret: None,
-            previous_until_ms: None,
-            created_by: String::new(),
-            created_at_ms: 0,
-        };
-        let strict = Clients::new(false).expect("clients");
-        assert!(strict.for_hook(&w(Some("t"), "http://127.0.0.1:9/x")).is_err(), "checked again when sending");
-        assert!(strict.for_hook(&w(None, "http://127.0.0.1:9/x")).is_ok(), "platform endpoints may");
-        assert!(Clients::new(true).expect("clients").for_hook(&w(Some("t"), "http://127.0.0.1:9/x")).is_ok());
+    fn the_delivery_log_shows_a_failure_class_never_the_answer() {
+        let class = |status: Option<i64>, stored: &str| failure_class(status, stored.to_string());
+        assert_eq!(class(Some(500), "http_status"), "http_status");
+        assert_eq!(class(None, "dns_failed"), "dns_failed");
+        // Rows from before classes were stored: what the target answered is not shown.
+        assert_eq!(class(Some(500), "answered 500: root:x:0:0:root:/root:/bin/bash"), "http_status");
+        assert_eq!(class(Some(302), "answered 302: x"), "redirect_refused");
+        assert_eq!(class(None, "error sending request for url (http://10.0.0.1/)"), "request_failed");
+        assert_eq!(class(Some(204), ""), "");
     }
 
     #[test]

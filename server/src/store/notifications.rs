@@ -94,6 +94,14 @@ pub struct DeliveryRecord {
     pub delivered_at_ms: Option<i64>,
 }
 
+/// An endpoint's secrets as stored (sealed, or plain text from before sealing).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StoredSecrets {
+    pub id: String,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+}
+
 /// A delivery claimed for sending: the delivery, its endpoint and its event.
 #[derive(Debug, Clone)]
 pub struct Claimed {
@@ -510,6 +518,32 @@ impl Store {
             tx.commit().await?;
         });
         self.webhook(id).await
+    }
+
+    /// Every endpoint's stored secrets (for sealing them again at start).
+    pub async fn webhook_secrets(&self) -> Result<Vec<StoredSecrets>, StoreError> {
+        let sql = "SELECT id, secret, previous_secret FROM webhooks ORDER BY id";
+        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?))
+    }
+
+    /// Replaces an endpoint's stored secrets with `new` when they are still `old` (a rotation in between wins);
+    /// whether they were replaced.
+    pub async fn reseal_webhook_secrets(&self, old: &StoredSecrets, new: &StoredSecrets) -> Result<bool, StoreError> {
+        let done = on_pool!(self, pool, _dialect => {
+            sqlx::query(
+                "UPDATE webhooks SET secret = $2, previous_secret = $3 WHERE id = $1 AND secret = $4 \
+                 AND previous_secret IS NOT DISTINCT FROM $5",
+            )
+            .bind(&old.id)
+            .bind(&new.secret)
+            .bind(&new.previous_secret)
+            .bind(&old.secret)
+            .bind(&old.previous_secret)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(done == 1)
     }
 
     /// Queues a `webhook.test` event for one endpoint only; its event id.

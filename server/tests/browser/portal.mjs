@@ -415,8 +415,8 @@ display_name = "Test IdP"
     const hookRefusal = wp.locator('p[role=alert]', { hasText: 'internal address' });
     await hookRefusal.waitFor();
     check(true, `webhooks: an endpoint inside the network is refused ("${(await hookRefusal.textContent()).trim()}")`);
-    // TEST-NET-1: an internet address where nothing answers.
-    await hookForm.locator('input[name=webhook-url]').fill('http://192.0.2.1:9/hook');
+    // A name that never resolves (.invalid): nothing answers.
+    await hookForm.locator('input[name=webhook-url]').fill('http://hooks.invalid:9/hook');
     await hookForm.locator('input[name=webhook-types]').fill('request.*');
     await hookForm.locator('button[type=submit]').click();
     const hookSecret = wp.locator('[data-testid=webhook-secret] [data-testid=secret]');

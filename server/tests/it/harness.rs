@@ -140,6 +140,9 @@ macro_rules! on_both_backends {
 }
 pub(crate) use on_both_backends;
 
+/// The key webhook secrets are sealed with in tests (32 bytes in base64).
+pub(crate) const TEST_SECRET_KEY: &str = "dGVzc2VyYS10ZXN0LXNlYWxpbmcta2V5LTMyLWJ5dGU=";
+
 /// How a [`TestApp`] is started.
 pub(crate) struct AppBuilder {
     database_url: Option<String>,
@@ -151,6 +154,7 @@ pub(crate) struct AppBuilder {
     email: Option<tessera_server::services::email::EmailSettings>,
     strict_webhooks: bool,
     stream_lifetime: Option<std::time::Duration>,
+    webhook_allow: Vec<String>,
 }
 
 impl AppBuilder {
@@ -164,6 +168,14 @@ impl AppBuilder {
     /// Streams last this long (`TESSERA_STREAM_LIFETIME_S`).
     pub(crate) fn stream_lifetime(mut self, lifetime: std::time::Duration) -> AppBuilder {
         self.stream_lifetime = Some(lifetime);
+        self
+    }
+
+    /// Tenants' webhooks may reach these networks and host names besides the internet (`TESSERA_WEBHOOK_ALLOW`);
+    /// implies [`AppBuilder::strict_webhooks`].
+    pub(crate) fn webhook_allow(mut self, allow: &[&str]) -> AppBuilder {
+        self.strict_webhooks = true;
+        self.webhook_allow = allow.iter().map(|a| a.to_string()).collect();
         self
     }
 
@@ -221,10 +233,16 @@ impl AppBuilder {
             auth: self.auth,
             email: self.email,
             stream_lifetime: self.stream_lifetime,
-            webhooks: tessera_server::services::notifications::Delivery {
-                allow_internal: !self.strict_webhooks,
-                ..Default::default()
+            webhooks: {
+                let mut reach = tessera_server::services::outbound::Reach {
+                    allow_internal: !self.strict_webhooks,
+                    ..Default::default()
+                };
+                reach.allow(self.webhook_allow.iter().map(String::as_str)).expect("allow list");
+                tessera_server::services::notifications::Delivery { reach, ..Default::default() }
             },
+            // One key for every server of a test, as replicas of one deployment share theirs.
+            secrets: tessera_server::sealed::SecretsConfig { key: Some(TEST_SECRET_KEY.to_string()), old_keys: vec![] },
             ..Settings::default()
         };
         let (state, generated) = prepare(&settings).await.expect("prepare");
@@ -288,6 +306,7 @@ impl TestApp {
             email: None,
             strict_webhooks: false,
             stream_lifetime: None,
+            webhook_allow: Vec::new(),
         }
     }
 

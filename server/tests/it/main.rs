@@ -23,4 +23,5 @@ mod streams;
 mod telemetry;
 mod upgrade;
 mod waiting;
+mod webhook_guards;
 mod wire;

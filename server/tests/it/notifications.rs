@@ -71,15 +71,15 @@ async fn spawn_script(script: &str, args: &[String]) -> (Child, u16, Arc<Mutex<V
 }
 
 /// A running receiver and what it has printed.
-struct Receiver {
+pub(crate) struct Receiver {
     _child: Child,
     stdin: ChildStdin,
-    url: String,
+    pub(crate) url: String,
     seen: Arc<Mutex<Vec<Value>>>,
 }
 
 impl Receiver {
-    async fn start(extra: &[&str]) -> Receiver {
+    pub(crate) async fn start(extra: &[&str]) -> Receiver {
         Receiver::start_on(0, extra).await
     }
 
@@ -91,12 +91,12 @@ impl Receiver {
         Receiver { _child: child, stdin, url: format!("http://127.0.0.1:{port}/hook"), seen }
     }
 
-    async fn secret(&mut self, how: &str, secret: &str) {
+    pub(crate) async fn secret(&mut self, how: &str, secret: &str) {
         self.stdin.write_all(format!("{how} {secret}\n").as_bytes()).await.expect("write");
         self.stdin.flush().await.expect("flush");
     }
 
-    fn all(&self) -> Vec<Value> {
+    pub(crate) fn all(&self) -> Vec<Value> {
         self.seen.lock().expect("lock").clone()
     }
 
@@ -112,7 +112,7 @@ impl Receiver {
     }
 
     /// Waits until `done` holds for the verified deliveries (at most 60 s).
-    async fn until(&self, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub(crate) async fn until(&self, what: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         for _ in 0..600 {
             let v = self.verified();
             if done(&v) {
@@ -571,7 +571,7 @@ impl MailServer {
         MailServer { _child: child, port, seen }
     }
 
-    fn all(&self) -> Vec<Value> {
+    pub(crate) fn all(&self) -> Vec<Value> {
         self.seen.lock().expect("lock").clone()
     }
 
@@ -742,6 +742,21 @@ async fn tenants_webhooks_never_point_inside_the_network(db: &TestDb) {
         "http://[::1]:9/hook",
         "http://[fd00::1]/hook",
         "http://0.0.0.0:9/hook",
+        "http://[64:ff9b::a9fe:a9fe]/latest/meta-data",
+        "http://[64:ff9b::a00:1]/hook",
+        "http://[64:ff9b:1::a00:1]/hook",
+        "http://[::a00:1]/hook",
+        "http://[::ffff:a9fe:a9fe]/hook",
+        "http://[2002:a9fe:a9fe::1]/hook",
+        "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/hook",
+        "http://[fec0::1]/hook",
+        "http://198.18.0.1/hook",
+        "http://192.0.0.8/hook",
+        "http://240.0.0.1/hook",
+        "http://100.64.0.1/hook",
+        "http://224.0.0.1/hook",
+        "http://192.0.2.1/hook",
+        "http://255.255.255.255/hook",
     ] {
         let (s, p) = app.send(Method::POST, &path, &lead, Some(json!({ "url": url }))).await;
         assert_eq!(

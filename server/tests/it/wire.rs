@@ -235,8 +235,8 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     // Webhooks: a tenant's and a platform one, listed, read, tested, their log, a redelivery, a rotation; the
     // event types and the inbox.
     let hooks = format!("/api/v1/tenants/{t}/webhooks");
-    // An internet address where nothing answers (TEST-NET-1): a tenant's endpoint may not point inside the network.
-    let body = Some(json!({"url": "http://192.0.2.1:9/hook", "types": ["request.*"], "description": "wire"}));
+    // A name that never resolves (`.invalid`): a tenant's endpoint may not point inside the network.
+    let body = Some(json!({"url": "http://hooks.invalid:9/hook", "types": ["request.*"], "description": "wire"}));
     let made = w.call(&admin, M::POST, "/api/v1/tenants/{id}/webhooks", &hooks, body, S::CREATED).await;
     let hook = made["webhook"]["id"].as_str().expect("id").to_string();
     w.call(&admin, M::GET, "/api/v1/tenants/{id}/webhooks", &hooks, None, S::OK).await;
