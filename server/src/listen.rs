@@ -105,7 +105,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         // The slot travels with the stream, into an upgraded WebSocket too: it is free once the socket closes.
-        let io = TokioIo::new(Counted { stream, _slot: slot });
+        let io = TokioIo::new(crate::malformed::Problems::new(Counted { stream, _slot: slot }));
         let mut connection = http.serve_connection(io, service).with_upgrades();
         let mut stop = stop.clone();
         tokio::spawn(async move {

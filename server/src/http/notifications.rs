@@ -1,7 +1,7 @@
 //! Webhook endpoints (a tenant's, managed by its admins; platform-wide, by platform admins), their delivery logs,
 //! the event types, and the inbox of events the caller may read.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::notifications;
 use crate::store::Principal;
@@ -28,7 +28,7 @@ pub use tessera_api::notifications::{
 pub async fn create_tenant_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<WebhookCreate>,
 ) -> Result<(StatusCode, ApiJson<WebhookSecret>), ApiError> {
     Ok((StatusCode::CREATED, ApiJson(notifications::create(&state, &p, Some(&id), &body).await?)))
@@ -41,7 +41,7 @@ pub async fn create_tenant_webhook(
 pub async fn list_tenant_webhooks(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<WebhookView>>, ApiError> {
     Ok(ApiJson(notifications::list(&state, &p, Some(&id)).await?))
 }
@@ -74,7 +74,7 @@ pub async fn list_webhooks(State(state): State<AppState>, p: Principal) -> Resul
 pub async fn get_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<WebhookView>, ApiError> {
     Ok(ApiJson(notifications::get(&state, &p, &id).await?))
 }
@@ -86,7 +86,7 @@ pub async fn get_webhook(
 pub async fn delete_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     notifications::delete(&state, &p, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -100,7 +100,7 @@ pub async fn delete_webhook(
 pub async fn rotate_secret(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<WebhookSecret>, ApiError> {
     Ok(ApiJson(notifications::rotate(&state, &p, &id).await?))
 }
@@ -112,7 +112,7 @@ pub async fn rotate_secret(
 pub async fn test_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, ApiJson<TestSent>), ApiError> {
     Ok((StatusCode::ACCEPTED, ApiJson(notifications::test(&state, &p, &id).await?)))
 }
@@ -125,7 +125,7 @@ pub async fn test_webhook(
 pub async fn list_deliveries(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<DeliveriesQuery>,
 ) -> Result<ApiJson<Vec<DeliveryView>>, ApiError> {
     Ok(ApiJson(notifications::deliveries(&state, &p, &id, q.before, q.limit).await?))
@@ -138,7 +138,7 @@ pub async fn list_deliveries(
 pub async fn redeliver(
     State(state): State<AppState>,
     p: Principal,
-    Path((id, delivery)): Path<(String, String)>,
+    ApiPath((id, delivery)): ApiPath<(String, String)>,
 ) -> Result<(StatusCode, ApiJson<DeliveryView>), ApiError> {
     // Read here, not by the extractor, so that a number past 64 bits is a problem report like any unknown id.
     let delivery = delivery.parse::<i64>().map_err(|_| ApiError::NotFound("delivery not found".to_string()))?;
