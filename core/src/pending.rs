@@ -73,8 +73,9 @@ pub enum WaitReason {
     /// Placing it now would leave an accepted reservation without room: it waits until that reservation ends (a
     /// request with a duration ending before the reservation's start is placed, limited to end by then).
     Reserved {
-        /// The reservation's id.
-        reservation: String,
+        /// The reservation's id; `null` when it is a reservation of a tenant the caller is not in (a platform admin
+        /// sees every id).
+        reservation: Option<String>,
         /// When the reservation starts, UTC milliseconds.
         starts_at_ms: i64,
     },
@@ -177,8 +178,12 @@ impl WaitReason {
             }
             WaitReason::BeingApplied { node } => format!("Node {node} is applying it."),
             WaitReason::Reserved { reservation, starts_at_ms } => format!(
-                "Its room is booked by reservation {reservation} from {} (UTC): it waits until that ends; a request \
-                 with a duration ending before then is placed at once.",
+                "Its room is booked by {} from {} (UTC): it waits until that ends; a request with a duration ending \
+                 before then is placed at once.",
+                match reservation {
+                    Some(id) => format!("reservation {id}"),
+                    None => "another tenant's reservation".to_string(),
+                },
                 crate::clock::utc_minute(*starts_at_ms)
             ),
             WaitReason::ReservationNotStarted { reservation, starts_at_ms } => format!(
@@ -229,8 +234,9 @@ pub struct RoomChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstanceMove {
-    /// The request it serves.
-    pub request: String,
+    /// The request it serves; `null` when that request is of a tenant the caller is not in (a platform admin sees
+    /// every id).
+    pub request: Option<String>,
     /// Its profile.
     pub profile: String,
     /// Where it starts now.
@@ -305,8 +311,9 @@ pub struct Facts {
     pub approvers: Vec<String>,
     /// Its slices (approved and provisioning requests).
     pub slices: Vec<SliceFacts>,
-    /// Placing it now would leave this accepted reservation `(id, start)` without room.
-    pub reserved: Option<(String, i64)>,
+    /// Placing it now would leave this accepted reservation `(id, start)` without room (no id: another tenant's
+    /// reservation, not to be named to the caller).
+    pub reserved: Option<(Option<String>, i64)>,
     /// It was made for this reservation `(id, start)`, whose window has not begun.
     pub not_before: Option<(String, i64)>,
 }
@@ -431,7 +438,7 @@ mod tests {
             gpu: "g1".into(),
             index: 2,
             node: "node-a".into(),
-            moves: vec![InstanceMove { request: "r9".into(), profile: "1g.10gb".into(), from: 4, to: 1 }],
+            moves: vec![InstanceMove { request: Some("r9".into()), profile: "1g.10gb".into(), from: 4, to: 1 }],
             fits: 1,
             layout: vec![],
         };
@@ -476,11 +483,14 @@ mod tests {
     fn room_booked_by_a_reservation_is_said_before_the_queue() {
         let mut f = facts(RequestState::Pending);
         f.auto_approves = true;
-        f.reserved = Some(("r9".into(), 120_000));
+        f.reserved = Some((Some("r9".into()), 120_000));
         let r = reason(&f).expect("waits");
         assert_eq!(r.code(), "reserved");
         assert!(WaitReason::CODES.contains(&r.code()));
         assert!(r.sentence().contains("reservation r9"), "{}", r.sentence());
+        f.reserved = Some((None, 120_000));
+        let r = reason(&f).expect("waits");
+        assert!(r.sentence().contains("booked by another tenant's reservation from"), "{}", r.sentence());
         f.reserved = None;
         assert_eq!(reason(&f), Some(WaitReason::Queued));
     }

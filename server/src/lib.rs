@@ -11,6 +11,7 @@ pub mod demo;
 pub mod error;
 pub mod http;
 pub mod listen;
+pub mod malformed;
 pub mod portal;
 pub mod redact;
 pub mod sealed;

@@ -180,7 +180,7 @@ pub async fn serve(
         });
         let service = TowerToHyperService::new(service);
         // The slot travels with the stream, into an upgraded WebSocket too: it is free once the socket closes.
-        let io = TokioIo::new(Counted { stream, _slot: slot, _open: open });
+        let io = TokioIo::new(crate::malformed::Problems::new(Counted { stream, _slot: slot, _open: open }));
         let mut connection = http.serve_connection(io, service).with_upgrades();
         let mut stop = stop.clone();
         tokio::spawn(async move {

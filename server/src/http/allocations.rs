@@ -1,11 +1,11 @@
 //! Where slices are: the planner's placement for a request before it is approved, and a tenant's allocations with
 //! what a workload needs to find them.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 
 use tessera_core::planner::Plan;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::fleet;
 use crate::store::Principal;
@@ -21,7 +21,7 @@ pub use tessera_api::rightsize::{Replacement, RightsizeBody};
 pub async fn request_placement(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<Plan>, ApiError> {
     Ok(ApiJson(fleet::placement(&state, &p, &id).await?))
 }
@@ -54,7 +54,7 @@ pub async fn list_allocations(
 pub async fn rightsize_allocation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<RightsizeBody>,
 ) -> Result<(axum::http::StatusCode, ApiJson<Replacement>), ApiError> {
     let (request, replaces) =

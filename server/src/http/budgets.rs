@@ -1,8 +1,8 @@
 //! Monthly budgets of a tenant: read by its members, changed by platform admins.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, Problem};
 use crate::app::AppState;
 use crate::services::budgets;
 use crate::store::Principal;
@@ -16,7 +16,7 @@ pub use tessera_api::budgets::{BudgetUpdate, BudgetView};
 pub async fn get_budget(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<BudgetView>, ApiError> {
     Ok(ApiJson(budgets::get(&state, &p, &id).await?))
 }
@@ -30,7 +30,7 @@ pub async fn get_budget(
 pub async fn set_budget(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<BudgetUpdate>,
 ) -> Result<ApiJson<BudgetView>, ApiError> {
     Ok(ApiJson(budgets::set(&state, &p, &id, &body).await?))

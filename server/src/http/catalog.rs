@@ -1,8 +1,8 @@
 //! The GPU catalog over HTTP: models, profiles, placements and how sure the data is.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 
-use super::error::{ApiError, ApiJson};
+use super::error::{ApiError, ApiJson, ApiPath};
 use crate::app::AppState;
 use crate::store::Principal;
 pub use tessera_api::catalog::{LayoutCheck, LayoutVerdict, ModelView, ProfileView};
@@ -51,7 +51,7 @@ pub async fn list_models(State(state): State<AppState>, _p: Principal) -> ApiJso
 pub async fn get_model(
     State(state): State<AppState>,
     _p: Principal,
-    Path(model): Path<String>,
+    ApiPath(model): ApiPath<String>,
 ) -> Result<ApiJson<ModelView>, ApiError> {
     let (m, _) =
         state.catalog.resolve(&model).ok_or_else(|| ApiError::NotFound(format!("GPU model {model} not found")))?;
@@ -66,7 +66,7 @@ pub async fn get_model(
 pub async fn validate_layout(
     State(state): State<AppState>,
     _p: Principal,
-    Path(model): Path<String>,
+    ApiPath(model): ApiPath<String>,
     ApiJson(body): ApiJson<LayoutCheck>,
 ) -> Result<ApiJson<LayoutVerdict>, ApiError> {
     let (m, _) =

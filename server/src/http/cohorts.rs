@@ -1,9 +1,9 @@
 //! Cohorts: tenants that lend each other what they guarantee but do not use, and a tenant's place in one.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, Problem};
 use crate::app::AppState;
 use crate::services::cohorts;
 use crate::store::Principal;
@@ -36,7 +36,7 @@ pub async fn list_cohorts(State(state): State<AppState>, p: Principal) -> Result
 pub async fn get_cohort(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<CohortView>, ApiError> {
     Ok(ApiJson(cohorts::get(&state, &p, &id).await?))
 }
@@ -49,7 +49,7 @@ pub async fn get_cohort(
 pub async fn update_cohort(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<CohortUpdate>,
 ) -> Result<ApiJson<CohortView>, ApiError> {
     Ok(ApiJson(cohorts::set_grace(&state, &p, &id, body.grace_s).await?))
@@ -64,7 +64,7 @@ pub async fn update_cohort(
 pub async fn set_membership(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<CohortMembership>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
     let tenant = cohorts::set_membership(&state, &p, &id, body.cohort.as_deref(), body.weight).await?;

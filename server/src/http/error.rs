@@ -2,7 +2,7 @@
 //! themselves turned into problem reports. The error type itself is [`crate::error`].
 
 use axum::Json;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -84,27 +84,55 @@ pub fn body_too_large() -> ApiError {
     }
 }
 
-/// Turns the answers that layers give by themselves (413 from the body limit, 408 from the timeout) into problem
-/// reports; everything else passes unchanged.
+/// Turns the answers that layers and the router give by themselves into problem reports: 413 from the body limit,
+/// 408 from the timeout, 405 for a method a path does not take (its `Allow` header kept), 404 for a path no route
+/// has, and any other client error given as plain text or with no body (an extractor's own rejection). Everything
+/// else (pages, problem reports, successes) passes unchanged.
 pub async fn problem_for_bare_errors(response: Response) -> Response {
-    let problem_already = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/problem+json"));
-    if problem_already {
+    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if content_type.starts_with("application/problem+json") {
         return response;
     }
-    match response.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => body_too_large().into_response(),
+    let bare = content_type.is_empty() || content_type.starts_with("text/plain");
+    let status = response.status();
+    let error = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => body_too_large(),
         StatusCode::REQUEST_TIMEOUT => ApiError::Invalid {
-            status: StatusCode::REQUEST_TIMEOUT,
+            status,
             code: "request_timeout",
             detail: format!("the request took longer than {} s", super::REQUEST_TIMEOUT.as_secs()),
+        },
+        StatusCode::METHOD_NOT_ALLOWED if bare => {
+            let allow = response.headers().get(header::ALLOW).cloned();
+            let detail = match allow.as_ref().and_then(|a| a.to_str().ok()) {
+                Some(methods) => format!("this path takes {methods} only"),
+                None => "this path does not take this method".to_string(),
+            };
+            let mut answer = ApiError::Invalid { status, code: "method_not_allowed", detail }.into_response();
+            if let Some(allow) = allow {
+                answer.headers_mut().insert(header::ALLOW, allow);
+            }
+            return answer;
         }
-        .into_response(),
-        _ => response,
-    }
+        StatusCode::NOT_FOUND if bare => ApiError::NotFound("no such path".to_string()),
+        _ if status.is_client_error() && bare => {
+            // An extractor's rejection (a WebSocket upgrade without its headers, say): its text is the detail,
+            // unless it was compressed on its way out.
+            let encoded = response.headers().contains_key(header::CONTENT_ENCODING);
+            let text = match encoded {
+                true => Default::default(),
+                false => axum::body::to_bytes(response.into_body(), 4096).await.unwrap_or_default(),
+            };
+            let detail = match String::from_utf8_lossy(&text).trim() {
+                "" => status.canonical_reason().unwrap_or("invalid request").to_string(),
+                t => t.to_string(),
+            };
+            let code = if status == StatusCode::BAD_REQUEST { "bad_request" } else { "invalid_request" };
+            ApiError::Invalid { status, code, detail }
+        }
+        _ => return response,
+    };
+    error.into_response()
 }
 
 /// The answer for a handler that panicked: a 500 problem report (the panic is logged, not shown).
@@ -125,6 +153,22 @@ pub struct ApiQuery<T>(pub T);
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> ApiError {
         ApiError::Invalid { status: StatusCode::BAD_REQUEST, code: "invalid_query", detail: r.body_text() }
+    }
+}
+
+/// `Path` whose rejections are problem reports too: a path segment that is not what the route takes (not UTF-8
+/// once percent-decoded, say) is a 400 `invalid_path`.
+#[derive(Debug, Clone, Copy, Default, FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> ApiError {
+        match r {
+            // A route whose handler takes a parameter its path does not have: ours to fix, not the client's.
+            PathRejection::MissingPathParams(_) => ApiError::Internal(r.body_text()),
+            _ => ApiError::Invalid { status: StatusCode::BAD_REQUEST, code: "invalid_path", detail: r.body_text() },
+        }
     }
 }
 

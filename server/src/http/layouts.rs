@@ -1,9 +1,9 @@
 //! Layout proposals: what approvals need changed on a GPU, for an admin to approve or reject; and per-GPU
 //! auto-layout.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::services::{approvals, efficiency};
 use crate::store::{LayoutProposal, Principal};
@@ -47,7 +47,7 @@ pub async fn list_layouts(
 pub async fn approve_layout(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
     Ok(ApiJson(approvals::decide_layout(&state, &p, &id, true, "").await?.into()))
 }
@@ -60,7 +60,7 @@ pub async fn approve_layout(
 pub async fn reject_layout(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<RejectLayout>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
     Ok(ApiJson(approvals::decide_layout(&state, &p, &id, false, &body.reason).await?.into()))
@@ -76,7 +76,7 @@ pub async fn reject_layout(
 pub async fn edit_layout(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<LayoutEdit>,
 ) -> Result<(axum::http::StatusCode, ApiJson<LayoutView>), ApiError> {
     if body.instances.len() > 64 {
@@ -92,7 +92,7 @@ pub async fn edit_layout(
 pub async fn get_layout(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<LayoutView>, ApiError> {
     Ok(ApiJson(approvals::layout(&state, &p, &id).await?.into()))
 }

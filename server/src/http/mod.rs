@@ -15,6 +15,7 @@ mod layouts;
 pub(crate) mod nodes;
 mod notifications;
 mod people;
+mod precondition;
 mod quotas;
 mod requests;
 mod reservations;

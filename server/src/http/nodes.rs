@@ -1,11 +1,11 @@
 //! The fleet (the `fleet` tag): nodes and GPUs registered by an admin or joined by agents, listing, cordoning,
 //! auto-layout, node credentials and join tokens, what the fleet offers, and the planner's placement for a request.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
 use super::auth::{NodeAuth, new_node_secret, token_hash};
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, Problem};
 use crate::app::AppState;
 use crate::auth::secrets::JOIN_TOKEN_PREFIX;
 use crate::services::fleet::valid_node_name;
@@ -175,7 +175,7 @@ pub async fn list_nodes(State(state): State<AppState>, p: Principal) -> Result<A
 pub async fn cordon_gpu(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
     p.require_platform_admin()?;
     Ok(ApiJson(state.store.set_cordoned(&id, true, &p.actor()).await?.into()))
@@ -192,7 +192,7 @@ pub async fn cordon_gpu(
 pub async fn drain_gpu(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<DrainBody>,
 ) -> Result<ApiJson<GpuDrain>, ApiError> {
     Ok(ApiJson(crate::services::fleet::drain(&state, &p, &id, &body).await?))
@@ -204,7 +204,7 @@ pub async fn drain_gpu(
 pub async fn uncordon_gpu(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
     p.require_platform_admin()?;
     Ok(ApiJson(state.store.set_cordoned(&id, false, &p.actor()).await?.into()))
@@ -256,7 +256,7 @@ pub async fn offerings(State(state): State<AppState>, _p: Principal) -> Result<A
 pub async fn create_node_credential(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, ApiJson<NodeCredential>), ApiError> {
     p.require_platform_admin()?;
     let secret = new_node_secret();
@@ -271,7 +271,7 @@ pub async fn create_node_credential(
 pub async fn revoke_node_credentials(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<Revoked>, ApiError> {
     p.require_platform_admin()?;
     let revoked = state.store.revoke_node_credentials(&id, &p.actor()).await?;
@@ -342,7 +342,7 @@ pub async fn list_join_tokens(
 pub async fn delete_join_token(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     p.require_platform_admin()?;
     state.store.delete_join_token(&id, &p.actor()).await?;
@@ -356,7 +356,7 @@ pub async fn delete_join_token(
 pub async fn set_auto_layout(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<AutoLayout>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
     Ok(ApiJson(crate::services::approvals::set_auto_layout(&state, &p, &id, body.enabled).await?.into()))

@@ -1,7 +1,7 @@
 //! Webhook endpoints (a tenant's, managed by its admins; platform-wide, by platform admins), their delivery logs,
 //! the event types, and the inbox of events the caller may read.
 
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
 use super::auth::Right;
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
 use crate::app::AppState;
 use crate::listen::ClientAddr;
 use crate::services::notifications;
@@ -30,7 +30,7 @@ pub use tessera_api::notifications::{
 pub async fn create_tenant_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<WebhookCreate>,
 ) -> Result<(StatusCode, ApiJson<WebhookSecret>), ApiError> {
     Ok((StatusCode::CREATED, ApiJson(notifications::create(&state, &p, Some(&id), &body).await?)))
@@ -43,7 +43,7 @@ pub async fn create_tenant_webhook(
 pub async fn list_tenant_webhooks(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<WebhookView>>, ApiError> {
     Ok(ApiJson(notifications::list(&state, &p, Some(&id)).await?))
 }
@@ -76,7 +76,7 @@ pub async fn list_webhooks(State(state): State<AppState>, p: Principal) -> Resul
 pub async fn get_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<WebhookView>, ApiError> {
     Ok(ApiJson(notifications::get(&state, &p, &id).await?))
 }
@@ -88,7 +88,7 @@ pub async fn get_webhook(
 pub async fn delete_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     notifications::delete(&state, &p, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -102,7 +102,7 @@ pub async fn delete_webhook(
 pub async fn rotate_secret(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<WebhookSecret>, ApiError> {
     Ok(ApiJson(notifications::rotate(&state, &p, &id).await?))
 }
@@ -118,7 +118,7 @@ pub async fn rotate_secret(
 pub async fn test_webhook(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, ApiJson<TestSent>), ApiError> {
     Ok((StatusCode::ACCEPTED, ApiJson(notifications::test(&state, &p, &id).await?)))
 }
@@ -131,7 +131,7 @@ pub async fn test_webhook(
 pub async fn list_deliveries(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<DeliveriesQuery>,
 ) -> Result<ApiJson<Vec<DeliveryView>>, ApiError> {
     Ok(ApiJson(notifications::deliveries(&state, &p, &id, q.before, q.limit).await?))
@@ -148,7 +148,7 @@ pub async fn list_deliveries(
 pub async fn redeliver(
     State(state): State<AppState>,
     p: Principal,
-    Path((id, delivery)): Path<(String, String)>,
+    ApiPath((id, delivery)): ApiPath<(String, String)>,
 ) -> Result<(StatusCode, ApiJson<DeliveryView>), ApiError> {
     // Read here, not by the extractor, so that a number past 64 bits is a problem report like any unknown id.
     let delivery = delivery.parse::<i64>().map_err(|_| ApiError::NotFound("delivery not found".to_string()))?;

@@ -1,10 +1,10 @@
 //! Users, tenant memberships and API tokens. Token secrets are returned once, at creation; only their hash is kept,
 //! and no listing returns either.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, Problem};
 use crate::app::AppState;
 use crate::services::people;
 use crate::store::people::TokenInfo;
@@ -47,7 +47,7 @@ pub async fn list_users(State(state): State<AppState>, p: Principal) -> Result<A
 pub async fn set_member(
     State(state): State<AppState>,
     p: Principal,
-    Path((tenant, user)): Path<(String, String)>,
+    ApiPath((tenant, user)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<Membership>,
 ) -> Result<StatusCode, ApiError> {
     people::set_member(&state, &p, &tenant, &user, body.role).await?;
@@ -62,7 +62,7 @@ pub async fn set_member(
 pub async fn remove_member(
     State(state): State<AppState>,
     p: Principal,
-    Path((tenant, user)): Path<(String, String)>,
+    ApiPath((tenant, user)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     people::remove_member(&state, &p, &tenant, &user).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -99,7 +99,7 @@ pub async fn create_token(
 pub async fn revoke_token(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     people::revoke_token(&state, &p, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -111,7 +111,7 @@ pub async fn revoke_token(
 pub async fn list_members(
     State(state): State<AppState>,
     p: Principal,
-    Path(tenant): Path<String>,
+    ApiPath(tenant): ApiPath<String>,
 ) -> Result<ApiJson<Vec<MemberView>>, ApiError> {
     let members = people::members(&state, &p, &tenant).await?;
     Ok(ApiJson(members.into_iter().map(|(u, role)| MemberView { id: u.id, name: u.name, role }).collect()))
@@ -125,7 +125,7 @@ pub async fn list_members(
 pub async fn set_password(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<NewPassword>,
 ) -> Result<StatusCode, ApiError> {
     people::set_password(&state, &p, &id, body.password, body.current_password).await?;
@@ -141,7 +141,7 @@ pub async fn set_password(
 pub async fn sign_in_link(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, ApiJson<SignInLink>), ApiError> {
     let link = people::sign_in_link(&state, &p, &id).await?;
     Ok((StatusCode::CREATED, ApiJson(SignInLink { path: link.path(), expires_at_ms: link.expires_at_ms })))

@@ -2,13 +2,13 @@
 //! or refuse, the tenant's admins withdraw (each with `If-Match`, so that of two admins one wins); the history of
 //! a tenant's limits.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use tessera_core::quota::MILLI;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
-use super::requests::{if_match, versioned};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
+use super::precondition::{if_match, versioned};
 use crate::app::AppState;
 use crate::services::quotas;
 use crate::store::Principal;
@@ -83,7 +83,7 @@ fn with_etag(status: StatusCode, request: QuotaRequest) -> Response {
 pub async fn create_quota_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<NewQuotaRequest>,
 ) -> Result<Response, ApiError> {
     Ok(with_etag(StatusCode::CREATED, quotas::ask(&state, &p, &id, &body).await?))
@@ -108,7 +108,7 @@ pub async fn list_quota_requests(
 pub async fn get_quota_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(with_etag(StatusCode::OK, quotas::get(&state, &p, &id).await?))
 }
@@ -116,7 +116,7 @@ pub async fn get_quota_request(
 /// Grant a pending quota request (platform admins): everything as asked, or the amounts in `limits` (each from the
 /// limit in force to the amount asked; resources left out are not granted). The limits change at once.
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/approve", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     request_body(content = Option<GrantBody>, description = "optional; an empty body grants everything as asked"),
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 400, body = Problem, description = "invalid_if_match or invalid_body"),
@@ -125,7 +125,7 @@ pub async fn get_quota_request(
 pub async fn approve_quota_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
@@ -144,7 +144,7 @@ pub async fn approve_quota_request(
 
 /// Refuse a pending quota request with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/reject", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     request_body = RejectBody,
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or quota_request_invalid_transition"),
@@ -152,7 +152,7 @@ pub async fn approve_quota_request(
 pub async fn reject_quota_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
@@ -162,13 +162,13 @@ pub async fn reject_quota_request(
 
 /// Withdraw a pending quota request (the tenant's admins, platform admins).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/cancel", tag = "tenants", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or quota_request_invalid_transition")))]
 pub async fn cancel_quota_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
@@ -191,7 +191,7 @@ pub struct HistoryQuery {
 pub async fn quota_history(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<HistoryQuery>,
 ) -> Result<ApiJson<Vec<LimitChangeView>>, ApiError> {
     let changes = quotas::history(&state, &p, &id, q.limit.unwrap_or(200)).await?;
@@ -207,7 +207,7 @@ pub async fn quota_history(
 pub async fn quota_timeline(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<TimelineQuery>,
 ) -> Result<ApiJson<QuotaTimeline>, ApiError> {
     Ok(ApiJson(crate::services::governance::timeline(&state, &p, &id, &q).await?))

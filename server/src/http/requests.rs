@@ -2,12 +2,13 @@
 //! the actions approve, reject, cancel and release (with `If-Match`, so that of two admins acting at once one wins
 //! and the other gets 409).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tessera_core::request::RequestState;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
+use super::precondition::{etag, if_match, versioned};
 use crate::app::AppState;
 use crate::services::requests::{self, Action};
 use crate::store::{Principal, RequestFilter, SliceRequest};
@@ -51,41 +52,9 @@ fn ask_of(body: &NewRequestBody) -> requests::Ask<'_> {
     }
 }
 
-fn etag(version: i64) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"v{version}\"")).unwrap_or(HeaderValue::from_static("\"v0\""))
-}
-
-/// The version an `If-Match` header names: `"v3"`, `W/"v3"` or `*` (any).
-pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
-    let Some(value) = headers.get(header::IF_MATCH) else { return Ok(None) };
-    let text = value.to_str().unwrap_or("").trim();
-    if text == "*" {
-        return Ok(None);
-    }
-    text.trim_start_matches("W/").trim_matches('"').strip_prefix('v').and_then(|v| v.parse().ok()).map(Some).ok_or_else(
-        || ApiError::Invalid {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_if_match",
-            detail: "If-Match must be an ETag from this API, e.g. \"v3\"".to_string(),
-        },
-    )
-}
-
 fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
     let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
     versioned(status, version, &location, RequestView::from(request))
-}
-
-/// `view` with its version as `ETag` and, when it was just created (201), its address as `Location`.
-pub(super) fn versioned<V: serde::Serialize>(status: StatusCode, version: i64, location: &str, view: V) -> Response {
-    let mut response = (status, ApiJson(view)).into_response();
-    response.headers_mut().insert(header::ETAG, etag(version));
-    if status == StatusCode::CREATED
-        && let Ok(l) = HeaderValue::from_str(location)
-    {
-        response.headers_mut().insert(header::LOCATION, l);
-    }
-    response
 }
 
 /// Ask for slices. Within quota it is pending (or approved at once where the tenant's policy allows); over quota it
@@ -173,10 +142,10 @@ fn json_body(body: axum::body::Bytes) -> Response {
 pub async fn get_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let request = requests::get(&state, &p, &id).await?;
-    let mut ctx = crate::services::waits::Context::read(&state).await?;
+    let mut ctx = crate::services::waits::Context::read(&state, &p).await?;
     let waiting = crate::services::waits::explain(&state, &mut ctx, &request).await?;
     let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
     let view = RequestView { waiting, ..RequestView::from(request) };
@@ -191,24 +160,24 @@ pub async fn get_request(
 pub async fn tenant_waiting(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<Vec<Waiting>>, ApiError> {
     let t = crate::services::tenants::get(&state, &p, &id).await?;
-    let all = crate::services::waits::waiting(&state, Some(&t.id)).await?;
+    let all = crate::services::waits::waiting(&state, &p, Some(&t.id)).await?;
     Ok(ApiJson(all.into_iter().map(|(_, w)| w).collect()))
 }
 
 /// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout
 /// changes it needs become proposals (or apply at once on auto-layout GPUs). Send the `ETag` you saw as `If-Match`.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem,
             description = "version_conflict, request_invalid_transition, no_capacity or plan_stale")))]
 pub async fn approve_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
@@ -230,13 +199,13 @@ pub async fn approve_request(
 
 /// Reject a pending request with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")), request_body = RejectBody,
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")), request_body = RejectBody,
     responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem), (status = 422, body = Problem, description = "reason_required")))]
 pub async fn reject_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
@@ -247,12 +216,12 @@ pub async fn reject_request(
 
 /// Cancel a request that is not active yet (the tenant's members).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = RequestView), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn cancel_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
@@ -263,7 +232,7 @@ pub async fn cancel_request(
 /// release their own; a platform admin may reclaim any tenant's (an idle allocation, say), giving a reason when not
 /// a member of that tenant. The body is optional.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/release", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     request_body(content = Option<ReleaseBody>, description = "optional; an empty body is no reason"),
     responses((status = 200, body = RequestView), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "request_invalid_transition (not active) or version_conflict"),
@@ -271,7 +240,7 @@ pub async fn cancel_request(
 pub async fn release_request(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {

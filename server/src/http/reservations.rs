@@ -3,12 +3,12 @@
 //! cancel; platform admins accept or reject pending ones and set the policies that bound them. Each change takes
 //! `If-Match`, so that of two callers acting on the same version one wins.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::error::{ApiError, ApiJson, ApiQuery, Problem};
-use super::requests::{if_match, versioned};
+use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
+use super::precondition::{if_match, versioned};
 use crate::app::AppState;
 use crate::services::reservations;
 use crate::store::Principal;
@@ -71,7 +71,7 @@ fn with_etag(status: StatusCode, r: ReservationRecord) -> Response {
 pub async fn create_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<NewReservationBody>,
 ) -> Result<Response, ApiError> {
     window_times(&body)?;
@@ -90,7 +90,7 @@ pub async fn create_reservation(
 pub async fn preview_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<NewReservationBody>,
 ) -> Result<ApiJson<ReservationPreview>, ApiError> {
     window_times(&body)?;
@@ -120,21 +120,21 @@ pub async fn list_reservations(
 pub async fn get_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     Ok(with_etag(StatusCode::OK, reservations::get(&state, &p, &id).await?))
 }
 
 /// Accept a pending reservation (platform admins), if the fleet still has room for its window.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/approve", tag = "reservations", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict, reservation_invalid_transition, reservation_started, no_room_in_window or calendar_busy")))]
 pub async fn approve_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
@@ -143,7 +143,7 @@ pub async fn approve_reservation(
 
 /// Reject a pending reservation with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/reject", tag = "reservations", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     request_body = RejectBody,
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 403, body = Problem), (status = 404, body = Problem),
@@ -152,7 +152,7 @@ pub async fn approve_reservation(
 pub async fn reject_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
@@ -163,14 +163,14 @@ pub async fn reject_reservation(
 /// Withdraw a reservation (the tenant's members, platform admins): a pending or accepted one is cancelled; a started
 /// one releases its slices and ends.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/cancel", tag = "reservations", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v[0-9]{1,18}")$"#, description = "The `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`): of two callers acting on the same version, one wins")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or reservation_invalid_transition")))]
 pub async fn cancel_reservation(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let version = if_match(&headers)?;
@@ -212,7 +212,7 @@ pub async fn set_global_policy(
 pub async fn get_tenant_policy(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<ReservationPolicyView>, ApiError> {
     let tenant = crate::services::tenants::get(&state, &p, &id).await?;
     let (policy, source) = reservations::policy(&state, &tenant.id).await?;
@@ -227,7 +227,7 @@ pub async fn get_tenant_policy(
 pub async fn set_tenant_policy(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<ReservationPolicy>,
 ) -> Result<ApiJson<ReservationPolicyView>, ApiError> {
     reservations::set_policy(&state, &p, Some(&id), Some(&body)).await?;

@@ -1,9 +1,9 @@
 //! Tenants, their approval policies and their quotas.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 
-use super::error::{ApiError, ApiJson, Problem};
+use super::error::{ApiError, ApiJson, ApiPath, Problem};
 use crate::app::AppState;
 use crate::services::tenants;
 use crate::store::{Principal, Tenant};
@@ -43,7 +43,7 @@ pub async fn create_tenant(
 pub async fn get_tenant(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
     Ok(ApiJson(tenants::get(&state, &p, &id).await?.into()))
 }
@@ -56,7 +56,7 @@ pub async fn get_tenant(
 pub async fn set_policy(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PolicyUpdate>,
 ) -> Result<ApiJson<TenantView>, ApiError> {
     let policy = tenants::approval_policy(body.auto_approve, body.auto_approve_max_compute_slices)?;
@@ -69,7 +69,7 @@ pub async fn set_policy(
 pub async fn get_quotas(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
     Ok(ApiJson(tenants::quotas(&state, &p, &id).await?))
 }
@@ -83,7 +83,7 @@ pub async fn get_quotas(
 pub async fn set_quotas(
     State(state): State<AppState>,
     p: Principal,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<QuotaUpdate>,
 ) -> Result<ApiJson<QuotaView>, ApiError> {
     Ok(ApiJson(tenants::set_quotas(&state, &p, &id, &body).await?))

@@ -106,7 +106,7 @@ pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<Re
     };
     let admission = tessera_core::cohort::admit(&members, who, in_cohort, &charge).ok();
     let auto_approve = tenant.policy.decide(&charge) == Decision::AutoApprove;
-    let ctx = super::waits::Context::read(state).await?;
+    let ctx = super::waits::Context::read(state, p).await?;
     let fleet = ctx.fleet();
     let placed = super::approvals::placement(state, fleet, ask.spec, ask.count).ok();
     let slices: Vec<PreviewSlice> = placed

@@ -112,6 +112,11 @@ impl CalendarRead {
         }
     }
 
+    /// The id of the tenant that made the accepted reservation `id`.
+    pub fn owner(&self, id: &str) -> Option<&str> {
+        self.owners.get(id).map(String::as_str)
+    }
+
     /// Whether any accepted reservation has not ended.
     pub fn any_ahead(&self) -> bool {
         let now = now_ms();

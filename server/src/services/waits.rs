@@ -4,6 +4,10 @@
 //!
 //! The placement asked of the planner is the one approvals use ([`super::approvals::placement`]); the earliest start
 //! asks it again with the slices of known end released, in the order they end.
+//!
+//! An explanation is read for a caller: ids of other tenants' objects it would name (the requests whose instances
+//! would move to make room, the reservation that booked the room) are left out unless the caller may see that
+//! tenant, as the calendar does.
 
 use std::collections::HashMap;
 
@@ -18,14 +22,42 @@ use tessera_core::request::{RequestState, SliceSpec};
 use super::approvals::{FleetNow, placement};
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::store::{SliceRequest, Tenant, now_ms};
+use crate::store::{Principal, SliceRequest, Tenant, now_ms};
 
 /// Most requests explained in one answer (a tenant's waiting list, the metrics).
 pub const MAX_EXPLAINED: usize = 500;
 
-/// What every explanation shares, read once.
+/// Whose object ids an explanation may name.
+#[derive(Debug, Clone)]
+enum Audience {
+    /// Every tenant's: a platform admin, or counts that never leave the server.
+    All,
+    /// Only these tenants' (the caller's memberships).
+    Tenants(Vec<String>),
+}
+
+impl Audience {
+    /// What `p` may be told: every id for a platform admin, else their tenants' ids.
+    fn of(p: &Principal) -> Audience {
+        if p.user.platform_admin {
+            Audience::All
+        } else {
+            Audience::Tenants(p.memberships.iter().map(|(t, _)| t.clone()).collect())
+        }
+    }
+
+    fn sees(&self, tenant_id: &str) -> bool {
+        match self {
+            Audience::All => true,
+            Audience::Tenants(ids) => ids.iter().any(|t| t == tenant_id),
+        }
+    }
+}
+
+/// What every explanation shares, read once, for one caller.
 #[derive(Debug)]
 pub struct Context {
+    audience: Audience,
     fleet: FleetNow,
     tenants: Vec<Tenant>,
     admins: Vec<String>,
@@ -41,14 +73,19 @@ pub struct Context {
 }
 
 impl Context {
-    /// Reads what explanations need.
-    pub async fn read(state: &AppState) -> Result<Context, ApiError> {
+    /// Reads what explanations for `p` need: they name other tenants' objects only where `p` may see them.
+    pub async fn read(state: &AppState, p: &Principal) -> Result<Context, ApiError> {
+        Self::read_for(state, Audience::of(p)).await
+    }
+
+    async fn read_for(state: &AppState, audience: Audience) -> Result<Context, ApiError> {
         let now = now_ms();
         let calendar = super::reservations::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
         let ready = super::agents::ready_nodes(state, now).await?;
         let admins = state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();
         Ok(Context {
+            audience,
             fleet,
             tenants: state.store.tenants().await?,
             admins,
@@ -76,24 +113,25 @@ impl Context {
     }
 
     /// The accepted reservation that placing `count` slices of `spec` now (for as long as `duration_s`, or for
-    /// ever) would leave without room, and its start.
+    /// ever) would leave without room, and its start (its id only where the caller may see its tenant).
     pub fn reserved_for(
         &self,
         state: &AppState,
         spec: &SliceSpec,
         count: u32,
         duration_s: Option<u64>,
-    ) -> Option<(String, i64)> {
+    ) -> Option<(Option<String>, i64)> {
         if !self.calendar.any_ahead() {
             return None;
         }
         let (_, placed) = placement(state, &self.fleet, spec, count).ok()?;
         let s = self.calendar.protect(state, &self.fleet, &self.live, None, duration_s.is_some(), &placed).err()?;
-        Some((s.booking, s.start_ms))
+        Some((self.nameable_booking(s.booking), s.start_ms))
     }
 
-    /// The accepted reservation that placing `request` now would leave without room, and its start.
-    pub fn reserved_by(&self, state: &AppState, request: &SliceRequest) -> Option<(String, i64)> {
+    /// The accepted reservation that placing `request` now would leave without room, and its start (its id only
+    /// where the caller may see its tenant).
+    pub fn reserved_by(&self, state: &AppState, request: &SliceRequest) -> Option<(Option<String>, i64)> {
         if !self.calendar.any_ahead() {
             return None;
         }
@@ -101,7 +139,12 @@ impl Context {
         let bounded = self.calendar.window(&request.id).1.or(request.expires_at_ms);
         let has_duration = request.duration_s.is_some();
         let s = self.calendar.protect(state, &self.fleet, &self.live, bounded, has_duration, &placed).err()?;
-        Some((s.booking, s.start_ms))
+        Some((self.nameable_booking(s.booking), s.start_ms))
+    }
+
+    /// `booking`'s id where the caller may see the tenant that made it.
+    fn nameable_booking(&self, booking: String) -> Option<String> {
+        self.calendar.owner(&booking).is_some_and(|t| self.audience.sees(t)).then_some(booking)
     }
 
     /// When `count` slices of `spec` could start (see [`start`]).
@@ -294,8 +337,8 @@ fn room_changes(
 ) -> Vec<RoomChange> {
     use tessera_core::layout::{Inst, fleet_room, to_placed};
     let Some(p) = model.profile_index(profile) else { return Vec::new() };
-    // Each GPU's instances in use, with the request each serves.
-    let held: Vec<Vec<(Inst, &str)>> = usable
+    // Each GPU's instances in use, with the request each serves where the caller may see its tenant.
+    let held: Vec<Vec<(Inst, Option<&str>)>> = usable
         .iter()
         .map(|(_, g)| {
             ctx.fleet
@@ -303,7 +346,8 @@ fn room_changes(
                 .iter()
                 .filter(|a| a.gpu_id == g.id)
                 .filter_map(|a| {
-                    Some((Inst { profile: model.profile_index(&a.profile)?, start: a.start }, a.request_id.as_str()))
+                    let request = ctx.audience.sees(&a.tenant_id).then_some(a.request_id.as_str());
+                    Some((Inst { profile: model.profile_index(&a.profile)?, start: a.start }, request))
                 })
                 .collect()
         })
@@ -328,7 +372,7 @@ fn room_changes(
                     .moves
                     .iter()
                     .map(|&(k, to)| InstanceMove {
-                        request: held[i][k].1.to_string(),
+                        request: held[i][k].1.map(str::to_string),
                         profile: model.profiles[to.profile].name.clone(),
                         from: gpus[i][k].start,
                         to: to.start,
@@ -400,17 +444,23 @@ fn start(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32, room: &R
     })
 }
 
-/// Why each waiting request of `tenant` (or every tenant) waits, oldest first, at most [`MAX_EXPLAINED`].
-pub async fn waiting(state: &AppState, tenant: Option<&str>) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
-    waiting_as(state, tenant, true).await
+/// Why each waiting request of `tenant` (or every tenant) waits, oldest first, at most [`MAX_EXPLAINED`], as told
+/// to `p`.
+pub async fn waiting(
+    state: &AppState,
+    p: &Principal,
+    tenant: Option<&str>,
+) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
+    waiting_as(state, Audience::of(p), tenant, true).await
 }
 
 async fn waiting_as(
     state: &AppState,
+    audience: Audience,
     tenant: Option<&str>,
     full: bool,
 ) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
-    let mut ctx = Context::read(state).await?;
+    let mut ctx = Context::read_for(state, audience).await?;
     let mut requests: Vec<SliceRequest> = ctx
         .live
         .iter()
@@ -431,6 +481,7 @@ async fn waiting_as(
 
 /// How many waiting requests wait for each reason (every code, 0 included), for `tessera_pending_requests`.
 pub async fn counts(state: &AppState) -> Result<Vec<(&'static str, usize)>, ApiError> {
-    let all = waiting_as(state, None, false).await?;
+    // Only the codes are counted: no id leaves the server.
+    let all = waiting_as(state, Audience::All, None, false).await?;
     Ok(WaitReason::CODES.iter().map(|c| (*c, all.iter().filter(|(_, w)| w.reason.code() == *c).count())).collect())
 }

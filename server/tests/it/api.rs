@@ -18,6 +18,7 @@ on_both_backends!(
     a_retried_post_with_the_same_idempotency_key_creates_one_request,
     small_requests_are_auto_approved_under_the_tenant_policy,
     approvals_use_if_match_so_one_of_two_admins_wins,
+    if_match_is_read_strictly_on_every_change,
     requests_are_listed_a_page_at_a_time,
     listed_pages_show_every_change_at_once,
     malformed_and_oversized_bodies_are_problems_not_panics,
@@ -379,6 +380,111 @@ async fn approvals_use_if_match_so_one_of_two_admins_wins(db: &TestDb) {
         "not_found",
     )
     .await;
+}
+
+/// `If-Match` is optional, but when sent it follows its documented pattern `^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$`
+/// (no leading zeros): every other form is 400 `invalid_if_match` on every change (requests, quota requests,
+/// reservations), and the object is left as it was.
+async fn if_match_is_read_strictly_on_every_change(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("etag-team", json!({})).await;
+    let alice = app.member("alice", &t).await;
+    let lead = app.user("lead", &[(&t, Role::TenantAdmin)]).await.1;
+    let request: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+    let request = request["id"].as_str().expect("id").to_string();
+    let r = app
+        .call(Method::POST, &format!("/api/v1/tenants/{t}/quota-requests"), Some(&lead))
+        .json(&json!({"limits": {"compute_slices": 10}, "reason": "more"}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let quota_request = r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string();
+    let start = tessera_server::store::now_ms() + 86_400_000;
+    let r = app
+        .call(Method::POST, &format!("/api/v1/tenants/{t}/reservations"), Some(&alice))
+        .json(&json!({"spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1,
+                      "start_ms": start, "end_ms": start + 3_600_000}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let reservation = r.json::<Value>().await.expect("json")["id"].as_str().expect("id").to_string();
+    let malformed = [
+        "v1",
+        "\"v1",
+        "v1\"",
+        "\"v01\"",
+        "\"v00\"",
+        "\"v\"",
+        "\"1\"",
+        "\"V1\"",
+        "W/v1",
+        "w/\"v1\"",
+        "\"v1\", \"v2\"",
+        "\"v-1\"",
+        "\"v+1\"",
+        "\"v1x\"",
+        "**",
+        "\"v1000000000000000000\"",
+        "\"v 1\"",
+    ];
+    let (reject, grant) = (json!({"reason": "no"}), json!({}));
+    let changes: Vec<(String, &str, Option<&Value>)> = vec![
+        (format!("/api/v1/requests/{request}/cancel"), alice.as_str(), None),
+        (format!("/api/v1/requests/{request}/approve"), app.admin.as_str(), None),
+        (format!("/api/v1/requests/{request}/reject"), app.admin.as_str(), Some(&reject)),
+        (format!("/api/v1/requests/{request}/release"), alice.as_str(), None),
+        (format!("/api/v1/quota-requests/{quota_request}/cancel"), lead.as_str(), None),
+        (format!("/api/v1/quota-requests/{quota_request}/approve"), app.admin.as_str(), Some(&grant)),
+        (format!("/api/v1/quota-requests/{quota_request}/reject"), app.admin.as_str(), Some(&reject)),
+        (format!("/api/v1/reservations/{reservation}/cancel"), alice.as_str(), None),
+        (format!("/api/v1/reservations/{reservation}/approve"), app.admin.as_str(), None),
+        (format!("/api/v1/reservations/{reservation}/reject"), app.admin.as_str(), Some(&reject)),
+    ];
+    for (path, token, body) in &changes {
+        for value in malformed {
+            let mut r = app.call(Method::POST, path, Some(token)).header("If-Match", value);
+            if let Some(b) = body {
+                r = r.json(b);
+            }
+            let r = r.send().await.expect("send");
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path} If-Match: {value}");
+            problem(r, StatusCode::BAD_REQUEST, "invalid_if_match").await;
+        }
+        // Two headers, even two good ones, are one too many.
+        let mut r = app.call(Method::POST, path, Some(token)).header("If-Match", "\"v1\"").header("If-Match", "\"v1\"");
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        problem(r.send().await.expect("send"), StatusCode::BAD_REQUEST, "invalid_if_match").await;
+    }
+    // Nothing changed; the ETag each answer gives is what cancels.
+    for (path, token) in [
+        (format!("/api/v1/requests/{request}"), &alice),
+        (format!("/api/v1/quota-requests/{quota_request}"), &lead),
+        (format!("/api/v1/reservations/{reservation}"), &alice),
+    ] {
+        let r = app.call(Method::GET, &path, Some(token)).send().await.expect("send");
+        let etag = r.headers()["etag"].to_str().expect("etag").to_string();
+        let v: Value = r.json().await.expect("json");
+        assert_eq!((etag.as_str(), v["state"].as_str()), ("\"v1\"", Some("pending")), "{path}: {v}");
+        let r = app
+            .call(Method::POST, &format!("{path}/cancel"), Some(token))
+            .header("If-Match", etag)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_eq!(r.headers()["etag"], "\"v2\"", "{path}");
+    }
+    // A weak tag and `*` are read too: `W/"v0"` names version 0 (a conflict here), `*` any version.
+    let request: Value = app.ask(&alice, &t, 1).await.json().await.expect("json");
+    let cancel = format!("/api/v1/requests/{}/cancel", request["id"].as_str().expect("id"));
+    let r = app.call(Method::POST, &cancel, Some(&alice)).header("If-Match", "W/\"v0\"").send().await.expect("send");
+    problem(r, StatusCode::CONFLICT, "version_conflict").await;
+    let r = app.call(Method::POST, &cancel, Some(&alice)).header("If-Match", "*").send().await.expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
 }
 
 async fn requests_are_listed_a_page_at_a_time(db: &TestDb) {

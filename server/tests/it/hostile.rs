@@ -541,3 +541,183 @@ async fn numbers_bodies_reasons_and_names_past_their_bounds_are_clear_problems()
     let (s, v) = server.call(Method::POST, "/api/v1/users", Some(json!({"name": "ADMIN"}))).await;
     assert_eq!(s, StatusCode::CONFLICT, "{v}");
 }
+
+fn content_type(r: &reqwest::Response) -> String {
+    r.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+}
+
+/// Sends `request` as it is on a fresh connection and reads the answer until the server closes it (at most 10 s).
+async fn raw_exchange(port: u16, request: &[u8]) -> String {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The problem reports in a raw answer: `(status line, content type, problem)` for each response in it.
+fn raw_problems(answer: &str) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    let mut rest = answer;
+    while let Some((head, after)) = rest.split_once("\r\n\r\n") {
+        let header = |name: &str| {
+            head.lines()
+                .find_map(|l| l.split_once(':').filter(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+                .unwrap_or("")
+                .to_string()
+        };
+        let length: usize = header("content-length").parse().unwrap_or(0);
+        let body = &after[..length.min(after.len())];
+        let status = head.lines().next().unwrap_or("").to_string();
+        out.push((status, header("content-type"), serde_json::from_str(body).unwrap_or(Value::Null)));
+        rest = &after[length.min(after.len())..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn path_ids_that_are_not_utf8_get_problem_reports() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+
+    // A path id that is not UTF-8 once percent-decoded.
+    for path in ["/api/v1/requests/%FF", "/api/v1/tenants/%C3%28/quotas", "/api/v1/reservations/a%80b"] {
+        let r =
+            server.client.get(format!("{}{path}", server.base)).bearer_auth(&server.admin).send().await.expect("send");
+        let (status, kind) = (r.status(), content_type(&r));
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, kind.as_str(), v["code"].as_str()),
+            (StatusCode::BAD_REQUEST, "application/problem+json", Some("invalid_path")),
+            "{path}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wrong_methods_and_unknown_api_paths_get_problem_reports() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+
+    // A path under /api that no route has, with and without credentials.
+    for token in [Some(server.admin.as_str()), None] {
+        let mut r = server.client.get(format!("{}/api/v1/no-such-thing", server.base));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = r.send().await.expect("send");
+        let (status, kind) = (r.status(), content_type(&r));
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, kind.as_str(), v["code"].as_str()),
+            (StatusCode::NOT_FOUND, "application/problem+json", Some("not_found")),
+            "{v}"
+        );
+    }
+
+    // A method the path does not take: 405 with the methods it takes, as a problem report.
+    for (method, path, allowed) in [
+        (Method::DELETE, "/api/v1/requests", &["GET", "POST"][..]),
+        (Method::PUT, "/api/v1/requests/x/approve", &["POST"][..]),
+    ] {
+        let r = server
+            .client
+            .request(method.clone(), format!("{}{path}", server.base))
+            .bearer_auth(&server.admin)
+            .send()
+            .await
+            .expect("send");
+        let allow = r.headers().get("allow").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let (status, kind) = (r.status(), content_type(&r));
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            (status, kind.as_str(), v["code"].as_str()),
+            (StatusCode::METHOD_NOT_ALLOWED, "application/problem+json", Some("method_not_allowed")),
+            "{method} {path}: {v}"
+        );
+        assert!(allowed.iter().all(|m| allow.contains(m)), "{method} {path}: Allow: {allow}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn headers_that_cannot_be_parsed_get_problem_reports() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+
+    // Headers hyper cannot parse: a NUL byte or another control character in a value, a line without a colon, more
+    // headers than it reads. Each is a problem report, and the server goes on serving.
+    let too_many: String = (0..200).map(|i| format!("X-Filler-{i}: v\r\n")).collect();
+    for (request, status, code) in [
+        (
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\0b\r\nConnection: close\r\n\r\n".to_string(),
+            "400",
+            "malformed_request",
+        ),
+        (
+            "GET /api/v1/requests HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \0\r\n\r\n".to_string(),
+            "400",
+            "malformed_request",
+        ),
+        ("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\n\r\n".to_string(), "400", "malformed_request"),
+        ("GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n".to_string(), "400", "malformed_request"),
+        (format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{too_many}\r\n"), "431", "headers_too_large"),
+    ] {
+        let answer = raw_exchange(server.port, request.as_bytes()).await;
+        let answers = raw_problems(&answer);
+        assert_eq!(answers.len(), 1, "{request:?}: {answer:?}");
+        let (line, content_type, problem) = &answers[0];
+        assert!(line.starts_with(&format!("HTTP/1.1 {status} ")), "{request:?}: {answer:?}");
+        assert_eq!(
+            (content_type.as_str(), problem["code"].as_str()),
+            ("application/problem+json", Some(code)),
+            "{request:?}: {answer:?}"
+        );
+        assert_eq!(problem["status"].as_u64(), status.parse().ok(), "{answer:?}");
+    }
+    // After a good request on the same connection, too.
+    let answer = raw_exchange(
+        server.port,
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-Bad: \0\r\n\r\n",
+    )
+    .await;
+    let answers = raw_problems(&answer);
+    assert_eq!(answers.len(), 2, "{answer:?}");
+    assert!(answers[0].0.starts_with("HTTP/1.1 200"), "{answer:?}");
+    assert_eq!(
+        (answers[1].1.as_str(), answers[1].2["code"].as_str()),
+        ("application/problem+json", Some("malformed_request")),
+        "{answer:?}"
+    );
+    let (s, _) = server.call(Method::GET, "/healthz", None).await;
+    assert_eq!(s, StatusCode::OK);
+}
+
+/// A request still unanswered after the request timeout (30 s; here a body that never arrives) is a 408 problem
+/// report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_past_the_request_timeout_is_a_408_problem_report() {
+    let server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await.expect("connect");
+    let head = format!(
+        "POST /api/v1/tenants HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{",
+        server.admin
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(Ok(n @ 1..)) = tokio::time::timeout(Duration::from_secs(45), stream.read(&mut buf)).await {
+        answer.extend_from_slice(&buf[..n]);
+        if raw_problems(&String::from_utf8_lossy(&answer)).iter().any(|(_, _, p)| !p.is_null()) {
+            break;
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let answers = raw_problems(&answer);
+    assert!(started.elapsed() >= Duration::from_secs(29), "answered after {:?}: {answer:?}", started.elapsed());
+    assert_eq!(answers.len(), 1, "{answer:?}");
+    assert!(answers[0].0.starts_with("HTTP/1.1 408 "), "{answer:?}");
+    assert_eq!(
+        (answers[0].1.as_str(), answers[0].2["code"].as_str()),
+        ("application/problem+json", Some("request_timeout")),
+        "{answer:?}"
+    );
+}

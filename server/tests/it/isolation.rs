@@ -382,6 +382,23 @@ async fn send(w: &World, method: &str, url: &str, body: &Value, token: Option<&s
     (r.status(), r.text().await.unwrap_or_default())
 }
 
+/// Whether `text` names anything of tenant B that the caller did not send itself (`url`, `body`): its name, its
+/// users, or the id of the tenant, a user, a request, an allocation, a token, a quota request, a reservation or a
+/// webhook of B.
+fn names_b(w: &World, text: &str, url: &str, body: &Value) -> bool {
+    let sent = format!("{url} {body}");
+    let ids = [&w.b_tenant, &w.b_user, &w.b_spare, &w.b_allocation]
+        .into_iter()
+        .chain(&w.b_requests)
+        .chain(&w.b_token_ids)
+        .chain(&w.b_quota_requests)
+        .chain(&w.b_reservations)
+        .chain(&w.b_webhooks);
+    text.contains(B_NAME)
+        || text.contains(B_USER)
+        || ids.filter(|id| !sent.contains(id.as_str())).any(|id| text.contains(id.as_str()))
+}
+
 fn past_authorization(status: StatusCode) -> bool {
     !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::NOT_FOUND)
         && !status.is_server_error()
@@ -460,7 +477,7 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
                 || body.to_string().contains(&w.b_tenant);
             for (who, token) in [("a member", &w.a_member), ("a tenant admin", &w.a_admin)] {
                 let (status, text) = send(&w, method, &url, &body, Some(token)).await;
-                let leaked = text.contains(B_NAME) || text.contains(B_USER);
+                let leaked = names_b(&w, &text, &url, &body);
                 match role.as_str() {
                     "platform-admin" => {
                         if !matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND) || leaked {
@@ -511,4 +528,115 @@ async fn every_route_keeps_tenants_apart_and_roles_enforced() {
     let members = w.store.members(&w.b_tenant).await.expect("members");
     assert_eq!(members.len(), 2, "{members:?}");
     assert!(members.iter().all(|(u, _)| u.id != w.b_spare));
+}
+
+/// Explanations name only the caller's tenants' objects: the requests whose instances would move to make room
+/// (`make_room[].moves[].request`) and the reservation that booked the room (`reserved`'s `reservation`) are
+/// `null` to a member of another tenant, in the preview, the request's `waiting` and the tenant's waiting list; a
+/// platform admin and the owning tenant see the ids.
+#[tokio::test]
+async fn waiting_reasons_and_previews_name_no_other_tenants_objects() {
+    let app = TestApp::sqlite().auto_layout().start().await;
+    app.one_gpu_of("H100-80GB").await;
+    let gpu = app.mig_gpus("H100-80GB").await[0].clone();
+    app.heard_node_of(&gpu).await;
+    let b = app.tenant(B_NAME, json!({"auto_approve": true, "auto_approve_max_compute_slices": 14})).await;
+    let b_dev = app.member(B_USER, &b).await;
+    let a = app.tenant("tenant-a", json!({})).await;
+    let a_dev = app.member("al-of-a", &a).await;
+    let mig = |t: &str, profile: &str| json!({"tenant": t, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"}, "count": 1});
+    let of_b =
+        |text: &str, ids: &[&str]| text.contains(&b) || text.contains(B_NAME) || ids.iter().any(|i| text.contains(i));
+    // Where A's answers say why A waits: the preview, the request, the tenant's list.
+    let answers = |request: String| {
+        let (app, a, a_dev) = (&app, a.clone(), a_dev.clone());
+        async move {
+            let (s, got) = app.get(&format!("/api/v1/requests/{request}"), &a_dev).await;
+            assert_eq!(s, StatusCode::OK, "{got}");
+            let (s, list) = app.get(&format!("/api/v1/tenants/{a}/waiting"), &a_dev).await;
+            assert_eq!(s, StatusCode::OK, "{list}");
+            let (_, by_admin) = app.get(&format!("/api/v1/requests/{request}"), &app.admin).await;
+            (got["waiting"].clone(), list, by_admin["waiting"].clone())
+        }
+    };
+
+    // B's 1g.10gb instances at units 0 and 4 leave no 3g.40gb placement: making room would move one of them.
+    let mut b_requests = Vec::new();
+    for _ in 0..7 {
+        let (s, r) = app.send(Method::POST, "/api/v1/requests", &b_dev, Some(mig(&b, "1g.10gb"))).await;
+        assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("approved")), "{r}");
+        b_requests.push(r["id"].as_str().expect("id").to_string());
+    }
+    let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={b}"), &b_dev).await;
+    let b_allocations: Vec<String> =
+        allocations.as_array().into_iter().flatten().filter_map(|a| a["id"].as_str().map(str::to_string)).collect();
+    let mut kept = Vec::new();
+    for a in allocations.as_array().into_iter().flatten() {
+        let path = format!("/api/v1/requests/{}/cancel", a["request"].as_str().expect("request"));
+        if a["start"] == 0 || a["start"] == 4 {
+            kept.push(path);
+            continue;
+        }
+        let (s, body) = app.send(Method::POST, &path, &b_dev, None).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+    let b_ids: Vec<&str> = b_requests.iter().chain(&b_allocations).map(String::as_str).collect();
+    let moves = |v: &Value| v["models"][0]["make_room"][0]["moves"].clone();
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &a_dev, Some(mig(&a, "3g.40gb"))).await;
+    assert_eq!((s, p["waiting"]["code"].clone()), (StatusCode::OK, json!("no_capacity")), "{p}");
+    assert_eq!(moves(&p["waiting"]).as_array().map(Vec::len), Some(1), "one move makes room: {p}");
+    assert_eq!(moves(&p["waiting"])[0]["request"], Value::Null, "{p}");
+    assert!(!of_b(&p.to_string(), &b_ids), "A's preview names B's objects: {p}");
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &app.admin, Some(mig(&a, "3g.40gb"))).await;
+    assert!(moves(&p["waiting"])[0]["request"].as_str().is_some_and(|r| b_requests.iter().any(|b| b == r)), "{p}");
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &b_dev, Some(mig(&b, "3g.40gb"))).await;
+    assert!(moves(&p["waiting"])[0]["request"].as_str().is_some_and(|r| b_requests.iter().any(|b| b == r)), "{p}");
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &a_dev, Some(mig(&a, "3g.40gb"))).await;
+    assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("pending")), "{r}");
+    let a_request = r["id"].as_str().expect("id").to_string();
+    let (got, list, by_admin) = answers(a_request.clone()).await;
+    assert_eq!(got["reason"]["code"], "no_capacity", "{got}");
+    assert_eq!(moves(&got["reason"])[0]["request"], Value::Null, "{got}");
+    assert_eq!(moves(&list[0]["reason"])[0]["request"], Value::Null, "{list}");
+    assert!(!of_b(&got.to_string(), &b_ids) && !of_b(&list.to_string(), &b_ids), "{got} {list}");
+    let by_admin = moves(&by_admin["reason"]);
+    assert!(by_admin[0]["request"].as_str().is_some_and(|r| b_requests.iter().any(|b| b == r)), "{by_admin}");
+    // Everything let go: the GPU is free again.
+    let (s, body) = app.send(Method::POST, &format!("/api/v1/requests/{a_request}/cancel"), &a_dev, None).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    for path in kept {
+        let (s, body) = app.send(Method::POST, &path, &b_dev, None).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+
+    // B's accepted reservation of the whole GPU in an hour: A's request without a duration waits for it.
+    let start = tessera_server::store::now_ms() + 3_600_000;
+    let (s, booked) = app
+        .send(
+            Method::POST,
+            &format!("/api/v1/tenants/{b}/reservations"),
+            &b_dev,
+            Some(json!({"spec": {"mode": "mig", "profile": "7g.80gb", "model": "H100-80GB"}, "count": 1,
+                        "start_ms": start, "end_ms": start + 3_600_000})),
+        )
+        .await;
+    assert_eq!((s, booked["state"].clone()), (StatusCode::CREATED, json!("accepted")), "{booked}");
+    let rid = booked["id"].as_str().expect("id").to_string();
+    let (s, p) = app.send(Method::POST, "/api/v1/requests/preview", &a_dev, Some(mig(&a, "1g.10gb"))).await;
+    assert_eq!((s, p["waiting"]["code"].clone()), (StatusCode::OK, json!("reserved")), "{p}");
+    assert_eq!(p["waiting"]["reservation"], Value::Null, "{p}");
+    assert!(p["sentence"].as_str().is_some_and(|t| t.contains("another tenant's reservation")), "{p}");
+    assert!(!of_b(&p.to_string(), &[&rid]), "A's preview names B's reservation: {p}");
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &app.admin, Some(mig(&a, "1g.10gb"))).await;
+    assert_eq!(p["waiting"]["reservation"], rid.as_str(), "a platform admin sees it: {p}");
+    let (_, p) = app.send(Method::POST, "/api/v1/requests/preview", &b_dev, Some(mig(&b, "1g.10gb"))).await;
+    assert_eq!(p["waiting"]["reservation"], rid.as_str(), "B sees its own: {p}");
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &a_dev, Some(mig(&a, "1g.10gb"))).await;
+    assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("pending")), "{r}");
+    let a_request = r["id"].as_str().expect("id").to_string();
+    let (got, list, by_admin) = answers(a_request.clone()).await;
+    assert_eq!((got["reason"]["code"].clone(), got["reason"]["reservation"].clone()), (json!("reserved"), Value::Null));
+    assert!(!of_b(&got.to_string(), &[&rid]) && !of_b(&list.to_string(), &[&rid]), "{got} {list}");
+    assert_eq!(list[0]["reason"]["reservation"], Value::Null, "{list}");
+    assert_eq!(by_admin["reason"]["reservation"], rid.as_str(), "{by_admin}");
 }

@@ -1,0 +1,108 @@
+//! `ETag` and `If-Match`, shared by every versioned object (requests, quota requests, reservations): answers carry
+//! the object's version as `ETag: "v<version>"`; changes take it back as `If-Match`, so that of two callers acting
+//! on the same version one wins and the other gets 409 `version_conflict`.
+//!
+//! `If-Match` is optional: without it a change applies to whatever version is current. The portal and the
+//! `tessera` CLI send none, and API tokens written against earlier versions may not either; a client that wants
+//! protection against a concurrent change sends it. When sent it must match the documented pattern
+//! `^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$` exactly (at most 18 digits, no leading zeros), as one value in one header,
+//! or the change is refused with 400 `invalid_if_match`: a value read loosely could name a version the client never
+//! saw.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::error::{ApiError, ApiJson};
+
+/// The `ETag` of version `version`.
+pub fn etag(version: i64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"v{version}\"")).unwrap_or(HeaderValue::from_static("\"v0\""))
+}
+
+/// The version an `If-Match` header names (`"v3"` or `W/"v3"`); `None` for `*` (any) or no header; 400
+/// `invalid_if_match` for anything else, several headers included.
+pub fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let mut values = headers.get_all(header::IF_MATCH).iter();
+    let Some(value) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(invalid("send one If-Match header"));
+    }
+    parse(value.as_bytes())
+}
+
+/// `value` read strictly to the documented pattern, with no leading zeros (`"v0"` is version 0; `"v01"` is refused).
+fn parse(value: &[u8]) -> Result<Option<i64>, ApiError> {
+    if value == b"*" {
+        return Ok(None);
+    }
+    let tag = value.strip_prefix(b"W/").unwrap_or(value);
+    let digits = tag.strip_prefix(b"\"v").and_then(|t| t.strip_suffix(b"\"")).unwrap_or_default();
+    let well_formed = (1..=18).contains(&digits.len())
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || digits.len() == 1);
+    if !well_formed {
+        return Err(invalid("If-Match must be `*` or an ETag this API gave, e.g. \"v3\" or W/\"v3\""));
+    }
+    // At most 18 digits: always an i64.
+    std::str::from_utf8(digits).ok().and_then(|d| d.parse().ok()).map(Some).ok_or_else(|| invalid("not a version"))
+}
+
+fn invalid(detail: &str) -> ApiError {
+    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code: "invalid_if_match", detail: detail.to_string() }
+}
+
+/// `view` with its version as `ETag` and, when it was just created (201), its address as `Location`.
+pub fn versioned<V: serde::Serialize>(status: StatusCode, version: i64, location: &str, view: V) -> Response {
+    let mut response = (status, ApiJson(view)).into_response();
+    response.headers_mut().insert(header::ETAG, etag(version));
+    if status == StatusCode::CREATED
+        && let Ok(l) = HeaderValue::from_str(location)
+    {
+        response.headers_mut().insert(header::LOCATION, l);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn if_match_is_read_to_its_documented_pattern_only() {
+        for (value, version) in [
+            ("*", None),
+            ("\"v0\"", Some(0)),
+            ("\"v3\"", Some(3)),
+            ("W/\"v3\"", Some(3)),
+            ("\"v999999999999999999\"", Some(999_999_999_999_999_999)),
+        ] {
+            assert_eq!(parse(value.as_bytes()).ok(), Some(version), "{value}");
+        }
+        for value in [
+            "",
+            "v1",
+            "\"v1",
+            "v1\"",
+            "\"v01\"",
+            "\"v00\"",
+            "\"v\"",
+            "\"1\"",
+            "\"V1\"",
+            "w/\"v1\"",
+            "W/v1",
+            "W/\"v1",
+            "\"v1\" ",
+            " \"v1\"",
+            "\"v1\", \"v2\"",
+            "\"v+1\"",
+            "\"v-1\"",
+            "\"v1x\"",
+            "**",
+            "\"v1000000000000000000\"",
+            "\"v\u{0661}\"",
+        ] {
+            let e = parse(value.as_bytes()).expect_err(value);
+            assert_eq!(e.problem().code, "invalid_if_match", "{value}");
+        }
+    }
+}
