@@ -48,6 +48,8 @@ impl Server {
             .arg(format!("sqlite://{}", dir.join("bench.db").display()))
             .env("TESSERA_BOOTSTRAP_TOKEN", &admin)
             .env("TESSERA_BOOTSTRAP_JOIN_TOKENS", join_tokens.join(","))
+            // Every simulated agent connects from this host's one address; a fleet's come from their own.
+            .env("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")
             .env("RUST_LOG", "error")
             .stdout(std::process::Stdio::null())
             .spawn()

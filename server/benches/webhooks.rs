@@ -65,7 +65,12 @@ struct Server {
 impl Server {
     async fn start(url: String) -> Server {
         let admin = new_token_secret();
-        let settings = Settings { database_url: url, bootstrap_token: Some(admin.clone()), ..Settings::default() };
+        let settings = Settings {
+            database_url: url,
+            bootstrap_token: Some(admin.clone()),
+            max_connections_per_address: Some(0),
+            ..Settings::default()
+        };
         let (state, _) = prepare(&settings).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

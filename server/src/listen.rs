@@ -17,8 +17,10 @@ use tokio::net::TcpListener;
 /// How long a client has to send a request's headers once it connected or finished the previous request (an idle
 /// keep-alive connection is closed after this too).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most connections one client address holds open before its first request's headers are in.
-pub const PENDING_PER_ADDRESS: usize = 32;
+/// Most connections one client address holds open before its first request's headers are in (room for a burst
+/// of clients behind one address connecting at once; a silent socket holds its place for at most
+/// [`HEADER_READ_TIMEOUT`]).
+pub const PENDING_PER_ADDRESS: usize = 128;
 
 /// The address a request came from (the peer of its connection; behind a proxy, the proxy's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

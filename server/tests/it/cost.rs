@@ -1,4 +1,5 @@
-//! What a tenant member's reads cost on a large history: the `tessera` binary on a SQLite file seeded with a
+//! What a tenant member's reads cost on a large history: the `tessera` binary on a database (SQLite, and
+//! PostgreSQL when `TESSERA_TEST_POSTGRES_URL` is set) seeded with a
 //! million telemetry minutes of devices the member never held and 200,000 events and audit entries across ten
 //! tenants. Every GET in the OpenAPI document that a tenant's admin may call is called with its widest parameters;
 //! each answers within [`CALL_BOUND`] and the server's memory peak stays within [`MEMORY_BOUND`] of where it
@@ -35,49 +36,70 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Seeds the history straight into the server's SQLite file (WAL: the running server reads it at once).
+/// Seeds the history straight into the server's database (the running server reads it at once).
 async fn seed(database_url: &str, member_tenant: &str, now: i64) {
-    let pool = sqlx::SqlitePool::connect(database_url).await.expect("open the database");
     let started = Instant::now();
     let first_minute = (now - MINUTES * 60_000) / 60_000 * 60_000;
-    sqlx::query(
-        "WITH RECURSIVE d(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM d WHERE i < $1 - 1), \
-         m(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM m WHERE j < $2 - 1) \
-         INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, util_avg, util_max, \
-         mem_used_avg, mem_total, power_avg, temp_max, mem_used_max) \
-         SELECT 'GPU-seeded-' || i, $3 + j * 60000, 'seeded-node', 'GPU-seeded-' || i, NULL, NULL, 60, \
-         (i * 7 + j) % 100, 100, 1000, 81920, 300, 70, 2000 FROM d, m",
-    )
-    .bind(DEVICES)
-    .bind(MINUTES)
-    .bind(first_minute)
-    .execute(&pool)
-    .await
-    .expect("seed telemetry");
-    // Ten tenants' events, one in ten of them the member's tenant's.
-    sqlx::query(
-        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $1 - 1) \
-         INSERT INTO events (id, type, tenant_id, subject, at_ms, data, webhook_id, dispatched) \
-         SELECT 'seeded-' || i, 'request.created', CASE WHEN i % 10 = 0 THEN $2 ELSE 'other-' || (i % 10) END, \
-         'request/seeded-' || i, $3 - i * 1000, '{\"request_id\": \"seeded\"}', NULL, 1 FROM n",
-    )
-    .bind(HISTORY)
-    .bind(member_tenant)
-    .bind(now)
-    .execute(&pool)
-    .await
-    .expect("seed events");
-    sqlx::query(
-        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $1 - 1) \
-         INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
-         SELECT $2 - i * 1000, 'user:seeded', 'request.create', 'request/seeded-' || i, NULL, '{}' FROM n",
-    )
-    .bind(HISTORY)
-    .bind(now)
-    .execute(&pool)
-    .await
-    .expect("seed audit");
-    pool.close().await;
+    // The same rows on both backends: SQLite counts with a recursive query, PostgreSQL with generate_series.
+    let (devices, minutes, history) = if database_url.starts_with("sqlite:") {
+        (
+            "WITH RECURSIVE d(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM d WHERE i < $1 - 1), \
+             m(j) AS (SELECT 0 UNION ALL SELECT j + 1 FROM m WHERE j < $2 - 1)",
+            "FROM d, m",
+            "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < $1 - 1)",
+        )
+    } else {
+        ("", "FROM generate_series(0, $1 - 1) AS d(i), generate_series(0, $2 - 1) AS m(j)", "")
+    };
+    let series = |from: &str| {
+        if from.is_empty() { "FROM generate_series(0, $1 - 1) AS n(i)".to_string() } else { "FROM n".to_string() }
+    };
+    let history_from = series(history);
+    let statements = [
+        format!(
+            "{devices} INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, \
+             util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max) \
+             SELECT 'GPU-seeded-' || i, $3 + j * 60000, 'seeded-node', 'GPU-seeded-' || i, NULL, NULL, 60, \
+             (i * 7 + j) % 100, 100, 1000, 81920, 300, 70, 2000 {minutes}"
+        ),
+        // Ten tenants' events, one in ten of them the member's tenant's.
+        format!(
+            "{history} INSERT INTO events (id, type, tenant_id, subject, at_ms, data, webhook_id, dispatched) \
+             SELECT 'seeded-' || i, 'request.created', CASE WHEN i % 10 = 0 THEN $2 ELSE 'other-' || (i % 10) END, \
+             'request/seeded-' || i, $3 - i * 1000, '{{\"request_id\": \"seeded\"}}', NULL, 1 {history_from}"
+        ),
+        format!(
+            "{history} INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
+             SELECT $2 - i * 1000, 'user:seeded', 'request.create', 'request/seeded-' || i, NULL, '{{}}' \
+             {history_from}"
+        ),
+    ];
+    macro_rules! run {
+        ($pool:expr) => {{
+            let pool = $pool;
+            sqlx::query(&statements[0])
+                .bind(DEVICES)
+                .bind(MINUTES)
+                .bind(first_minute)
+                .execute(&pool)
+                .await
+                .expect("seed telemetry");
+            sqlx::query(&statements[1])
+                .bind(HISTORY)
+                .bind(member_tenant)
+                .bind(now)
+                .execute(&pool)
+                .await
+                .expect("seed events");
+            sqlx::query(&statements[2]).bind(HISTORY).bind(now).execute(&pool).await.expect("seed audit");
+            pool.close().await;
+        }};
+    }
+    if database_url.starts_with("sqlite:") {
+        run!(sqlx::SqlitePool::connect(database_url).await.expect("open the database"));
+    } else {
+        run!(sqlx::PgPool::connect(database_url).await.expect("open the database"));
+    }
     eprintln!(
         "seeded {} telemetry rows and {} events and audit entries in {:?}",
         DEVICES * MINUTES,
@@ -141,7 +163,18 @@ fn member_gets(document: &Value, tenant: &str, user: &str, now: i64) -> Vec<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_get_a_member_may_call_is_bounded_by_its_answer_on_a_large_history() {
-    let url = sqlite_url();
+    bounded_on_a_large_history(&sqlite_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_get_a_member_may_call_is_bounded_by_its_answer_on_a_large_history_on_postgres() {
+    let Some(db) = crate::harness::ScratchDb::create("the PostgreSQL cost test").await else { return };
+    bounded_on_a_large_history(&db.url).await;
+    db.drop().await;
+}
+
+async fn bounded_on_a_large_history(url: &str) {
+    let url = url.to_string();
     let admin = new_token_secret();
     let server = Server::start(&url, free_port(), &admin).await;
     let (s, t) = server.call(reqwest::Method::POST, "/api/v1/tenants", Some(json!({"name": "vision"}))).await;
