@@ -260,10 +260,10 @@ impl Store {
             format!("SUM(({value}) * {w}) / SUM({w})")
         };
         on_pool!(self, pool, _dialect, Db => {
-            let mut q = sqlx::QueryBuilder::<Db>::new(format!(
+            let mut q = sqlx::QueryBuilder::<Db>::new(
                 "SELECT device, MAX(node_id) AS node_id, MAX(gpu) AS gpu, MAX(profile) AS profile, \
-                 CAST(MAX(start) AS BIGINT) AS start, CAST((minute_ms - "
-            ));
+                 CAST(MAX(start) AS BIGINT) AS start, CAST((minute_ms - ",
+            );
             q.push_bind(from_ms).push(") / ").push_bind(step_ms);
             q.push(format!(" AS BIGINT) AS col, CAST({cell} AS DOUBLE PRECISION) AS value FROM telemetry_minutes WHERE minute_ms >= "));
             q.push_bind(from_ms).push(" AND minute_ms < ").push_bind(to_ms);

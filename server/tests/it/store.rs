@@ -968,7 +968,9 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
     }
     // Scoped to tenants, only devices they held: a tenant that held nothing, or no tenant, reads nothing.
     let t = store.create_tenant("no-holder", POLICY, "test").await.expect("tenant");
-    let scoped = store.minute_cells(Some(&[t.id.clone()]), None, Metric::Util, m0, 60_000, 2, m0 + 120_000, 100).await;
+    let scoped = store
+        .minute_cells(Some(std::slice::from_ref(&t.id)), None, Metric::Util, m0, 60_000, 2, m0 + 120_000, 100)
+        .await;
     assert!(scoped.expect("cells").is_empty());
     assert!(store.minute_cells(Some(&[]), None, Metric::Util, m0, 60_000, 2, m0, 100).await.expect("cells").is_empty());
     // At most `limit` cells are read; a node filter keeps to the node.
