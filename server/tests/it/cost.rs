@@ -1,8 +1,8 @@
 //! What a tenant member's reads cost on a large history: the `tessera` binary on a database (SQLite, and
 //! PostgreSQL when `TESSERA_TEST_POSTGRES_URL` is set) seeded with a
-//! million telemetry minutes of devices the member never held and 200,000 events and audit entries across ten
-//! tenants. Every GET in the OpenAPI document that a tenant's admin may call is called with its widest parameters;
-//! each answers within [`CALL_BOUND`] and the server's memory peak stays within [`MEMORY_BOUND`] of where it
+//! million telemetry minutes of devices the member never held and 100,000 slice requests, 100,000 events and
+//! 100,000 audit entries across ten tenants. Every GET in the OpenAPI document that a tenant's admin may call is called with its widest parameters;
+//! each answers within [`CALL_BOUND`] and the server's memory peak stays within [`MEMORY_BOUND_KIB`] of where it
 //! started, and 20 seven-day heatmaps at once leave `/healthz` answering within 50 ms at p99. A route added to the
 //! document joins the walk by itself.
 
@@ -37,7 +37,8 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 }
 
 /// Seeds the history straight into the server's database (the running server reads it at once).
-async fn seed(database_url: &str, member_tenant: &str, now: i64) {
+async fn seed(database_url: &str, tenants: &[String], now: i64) {
+    let member_tenant = &tenants[0];
     let started = Instant::now();
     let first_minute = (now - MINUTES * 60_000) / 60_000 * 60_000;
     // The same rows on both backends: SQLite counts with a recursive query, PostgreSQL with generate_series.
@@ -68,6 +69,13 @@ async fn seed(database_url: &str, member_tenant: &str, now: i64) {
              SELECT 'seeded-' || i, 'request.created', CASE WHEN i % 10 = 0 THEN $2 ELSE 'other-' || (i % 10) END, \
              'request/seeded-' || i, $3 - i * 1000, '{{\"request_id\": \"seeded\"}}', NULL, 1 {history_from}"
         ),
+        // Released requests, a tenth of them each tenant's.
+        format!(
+            "{history} INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
+             updated_at_ms) SELECT 'seeded-' || i, CASE i % 10 {}END, '{{\"mode\": \"mig\", \"profile\": \
+             \"1g.10gb\"}}', 1, 'released', 'seeded', 4, $12 - i * 1000, $12 - i * 1000 + 500 {history_from}",
+            (0..10).map(|k| format!("WHEN {k} THEN ${} ", k + 2)).collect::<String>()
+        ),
         format!(
             "{history} INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
              SELECT $2 - i * 1000, 'user:seeded', 'request.create', 'request/seeded-' || i, NULL, '{{}}' \
@@ -91,7 +99,12 @@ async fn seed(database_url: &str, member_tenant: &str, now: i64) {
                 .execute(&pool)
                 .await
                 .expect("seed events");
-            sqlx::query(&statements[2]).bind(HISTORY).bind(now).execute(&pool).await.expect("seed audit");
+            let mut requests = sqlx::query(&statements[2]).bind(HISTORY);
+            for t in tenants {
+                requests = requests.bind(t.as_str());
+            }
+            requests.bind(now).execute(&pool).await.expect("seed requests");
+            sqlx::query(&statements[3]).bind(HISTORY).bind(now).execute(&pool).await.expect("seed audit");
             pool.close().await;
         }};
     }
@@ -101,9 +114,9 @@ async fn seed(database_url: &str, member_tenant: &str, now: i64) {
         run!(sqlx::PgPool::connect(database_url).await.expect("open the database"));
     }
     eprintln!(
-        "seeded {} telemetry rows and {} events and audit entries in {:?}",
+        "seeded {} telemetry rows and {} requests, events and audit entries in {:?}",
         DEVICES * MINUTES,
-        2 * HISTORY,
+        3 * HISTORY,
         started.elapsed()
     );
 }
@@ -184,7 +197,14 @@ async fn bounded_on_a_large_history(url: &str) {
     let (user, token) = crate::harness::user_with_token(&store, "lead", &[(&tenant, Role::TenantAdmin)]).await;
     store.close().await;
     let now = tessera_server::store::now_ms();
-    seed(&url, &tenant, now).await;
+    let mut tenants = vec![tenant.clone()];
+    for k in 1..10 {
+        let (s, t) =
+            server.call(reqwest::Method::POST, "/api/v1/tenants", Some(json!({"name": format!("other-{k}")}))).await;
+        assert_eq!(s, StatusCode::CREATED, "{t}");
+        tenants.push(t["id"].as_str().expect("id").to_string());
+    }
+    seed(&url, &tenants, now).await;
 
     let pid = server.pid();
     let client = Client::builder().timeout(Duration::from_secs(60)).build().expect("client");
