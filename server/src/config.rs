@@ -35,18 +35,18 @@ pub struct FileConfig {
     pub database_url: Option<String>,
     /// Register the demo node.
     pub demo: Option<bool>,
-    /// Sign-in: local accounts, sessions, single sign-on (see [`crate::auth`]).
+    /// Sign-in: local accounts, sessions, single sign-on (see [`tessera_services::auth`]).
     #[serde(default)]
-    pub auth: crate::auth::AuthConfig,
+    pub auth: tessera_services::auth::AuthConfig,
     /// Mail notifications: the SMTP server, the sender, the portal's address for links.
     #[serde(default)]
-    pub email: crate::services::email::EmailConfig,
+    pub email: tessera_services::email::EmailConfig,
     /// Where tenants' webhooks may connect beyond the internet.
     #[serde(default)]
     pub webhooks: WebhooksConfig,
-    /// The key webhook secrets are sealed with (see [`crate::sealed`]).
+    /// The key webhook secrets are sealed with (see [`tessera_services::sealed`]).
     #[serde(default)]
-    pub secrets: crate::sealed::SecretsConfig,
+    pub secrets: tessera_services::sealed::SecretsConfig,
 }
 
 /// The `[webhooks]` table.
@@ -65,7 +65,7 @@ impl std::fmt::Debug for FileConfig {
         f.debug_struct("FileConfig")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &self.database_url.as_deref().map(crate::redact::url))
+            .field("database_url", &self.database_url.as_deref().map(tessera_services::redact::url))
             .field("demo", &self.demo)
             .field("auth", &self.auth)
             .field("email", &self.email)
@@ -93,7 +93,7 @@ impl std::fmt::Debug for Overrides {
         f.debug_struct("Overrides")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
-            .field("database_url", &self.database_url.as_deref().map(crate::redact::url))
+            .field("database_url", &self.database_url.as_deref().map(tessera_services::redact::url))
             .field("demo", &self.demo)
             .finish()
     }
@@ -161,7 +161,7 @@ pub fn resolve(
         )),
         None => None,
     };
-    let mut webhooks = crate::services::notifications::Delivery::default();
+    let mut webhooks = tessera_services::notifications::Delivery::default();
     if let Some(v) = env("TESSERA_WEBHOOK_RETRY_CAP_S") {
         webhooks.retry_cap_ms = v
             .trim()
@@ -184,7 +184,7 @@ pub fn resolve(
         None => webhooks.reach.allow(file.webhooks.allow.iter().map(String::as_str))?,
     }
     let list = |v: String| v.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_string).collect();
-    let secrets = crate::sealed::SecretsConfig {
+    let secrets = tessera_services::sealed::SecretsConfig {
         key: env("TESSERA_SECRET_KEY").or(file.secrets.key),
         old_keys: env("TESSERA_SECRET_OLD_KEYS").map(list).unwrap_or(file.secrets.old_keys),
     };
@@ -225,15 +225,15 @@ pub fn process_env(name: &str) -> Option<String> {
 /// `TESSERA_OIDC_API_AUDIENCE`. The issuer variable alone is enough to turn single sign-on on (with the other
 /// settings from the file or their defaults).
 pub fn with_auth_env(
-    mut auth: crate::auth::AuthConfig,
+    mut auth: tessera_services::auth::AuthConfig,
     env: impl Fn(&str) -> Option<String>,
-) -> crate::auth::AuthConfig {
+) -> tessera_services::auth::AuthConfig {
     if let Some(v) = env("TESSERA_LOCAL_ACCOUNTS") {
         auth.local_accounts = Some(!matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no" | "off"));
     }
     let issuer = env("TESSERA_OIDC_ISSUER");
     if issuer.is_some() && auth.oidc.is_none() {
-        auth.oidc = Some(crate::auth::OidcConfig::default());
+        auth.oidc = Some(tessera_services::auth::OidcConfig::default());
     }
     if let Some(o) = auth.oidc.as_mut() {
         let set = |field: &mut String, name: &str| {

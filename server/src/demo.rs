@@ -13,14 +13,14 @@ use tessera_core::quota::{ApprovalPolicy, Resource};
 use tessera_core::request::SliceSpec;
 use tessera_core::sharing::{GpuSharing, Sharing};
 
-use crate::app::AppState;
-use crate::auth::BOOTSTRAP_ADMIN;
-use crate::auth::secrets::token_hash;
-use crate::services::requests::Ask;
-use crate::store::history::PastAllocation;
-use crate::store::telemetry::MinuteRow;
-use crate::store::{NewGpu, Role};
 use tessera_core::layout::{InstanceSpec, validate};
+use tessera_services::app::AppState;
+use tessera_services::auth::BOOTSTRAP_ADMIN;
+use tessera_services::auth::secrets::token_hash;
+use tessera_services::requests::Ask;
+use tessera_store::history::PastAllocation;
+use tessera_store::telemetry::MinuteRow;
+use tessera_store::{NewGpu, Role};
 
 /// Name of the node `--demo` registers.
 pub const DEMO_NODE: &str = "demo-node-1";
@@ -80,10 +80,10 @@ pub const DEMO_MEMBER: &str = "dana";
 
 /// The demo member, created if missing, and a member of `vision` once that tenant exists (the seeding adds it
 /// when it creates the tenant).
-pub(crate) async fn member(state: &AppState) -> Result<crate::store::User, crate::store::StoreError> {
+pub(crate) async fn member(state: &AppState) -> Result<tessera_store::User, tessera_store::StoreError> {
     let user = match state.store.user_by_name(DEMO_MEMBER).await {
         Ok(u) => u,
-        Err(crate::store::StoreError::NotFound { .. }) => {
+        Err(tessera_store::StoreError::NotFound { .. }) => {
             state.store.create_user(DEMO_MEMBER, false, "system:demo").await?
         }
         Err(e) => return Err(e),
@@ -104,11 +104,11 @@ pub async fn start(state: &AppState, addr: SocketAddr, data_dir: &Path) -> Resul
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let secret = format!(
             "{}{}{}",
-            crate::auth::secrets::JOIN_TOKEN_PREFIX,
+            tessera_services::auth::secrets::JOIN_TOKEN_PREFIX,
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
-        let expires = crate::store::now_ms() + 3_600_000;
+        let expires = tessera_store::now_ms() + 3_600_000;
         state
             .store
             .create_join_token(&token_hash(&secret), Some(name), expires, "system:demo")
@@ -166,7 +166,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     if tenants.iter().any(|t| t.name == "vision" || t.name == "llm-serving") {
         return Ok(());
     }
-    let started_ms = crate::store::now_ms();
+    let started_ms = tessera_store::now_ms();
     // Wait until both nodes have joined and reported their GPUs.
     let mut joined = false;
     for _ in 0..60 {
@@ -193,7 +193,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
             ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: if auto_approve { 14 } else { 0 } };
         let t = state.store.create_tenant(name, policy, "system:demo").await?;
         state.store.set_quotas(&t.id, &[(Resource::ComputeSlices, Some(28_000))], "system:demo", "demo").await?;
-        Ok::<_, crate::store::StoreError>(t)
+        Ok::<_, tessera_store::StoreError>(t)
     };
     let vision = tenant("vision", true).await.map_err(|e| err(&e))?;
     if let Ok(member) = state.store.user_by_name(DEMO_MEMBER).await {
@@ -208,7 +208,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
         .await
         .map_err(|e| err(&e))?;
     let guarantee = [(Resource::ComputeSlices, Some(7_000))];
-    let maximum = [(Resource::ComputeSlices, crate::store::cohorts::Bound::Maximum, Some(14_000))];
+    let maximum = [(Resource::ComputeSlices, tessera_store::cohorts::Bound::Maximum, Some(14_000))];
     state
         .store
         .set_quota_lines(&vision.id, &guarantee, &maximum, "system:demo", "demo: vision borrows from llm-serving")
@@ -230,7 +230,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
                 duration_s: None,
                 priority: Default::default(),
             };
-            match crate::services::requests::create(state, &admin, ask, None).await {
+            match tessera_services::requests::create(state, &admin, ask, None).await {
                 Ok((r, _)) => Some(r),
                 Err(e) => {
                     tracing::warn!(tenant, profile = ?spec, error = %e, "demo request not created");
@@ -255,7 +255,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
         [("4g.40gb", "H100-80GB", 1, "serving: chat-7b"), ("2g.10gb", "A100-40GB", 2, "embedding batch jobs")]
     {
         if let Some(r) = ask(&llm.id, profile, model, count, reason).await
-            && let Err(e) = crate::services::approvals::approve(state, &admin, &r.id, None).await
+            && let Err(e) = tessera_services::approvals::approve(state, &admin, &r.id, None).await
         {
             tracing::warn!(profile, error = %e, "demo request not approved");
         }
@@ -287,7 +287,7 @@ async fn seed(state: &AppState, sims: &[(String, SimHandle)]) -> Result<(), Stri
     state.store.record_history(&past, "system:demo").await.map_err(|e| err(&e))?;
     tracing::info!(allocations = past.len(), minutes = minutes.len(), "demo history recorded");
     // Today's efficiency sample again, now that the demo's slices are held.
-    crate::services::efficiency::record(state, crate::store::now_ms()).await.map_err(|e| err(&e))?;
+    tessera_services::efficiency::record(state, tessera_store::now_ms()).await.map_err(|e| err(&e))?;
     Ok(())
 }
 
@@ -330,10 +330,10 @@ async fn make_held(
     request_id: &str,
     started_ms: i64,
     held: Held,
-) -> Result<Option<(String, i64)>, crate::store::StoreError> {
+) -> Result<Option<(String, i64)>, tessera_store::StoreError> {
     let mut active = None;
     for _ in 0..120 {
-        let metered = state.store.metered(None, started_ms - 60_000, crate::store::now_ms() + 60_000).await?;
+        let metered = state.store.metered(None, started_ms - 60_000, tessera_store::now_ms() + 60_000).await?;
         if let Some(m) = metered.into_iter().find(|m| m.request_id == request_id && m.device_uuid.is_some()) {
             active = Some(m);
             break;
@@ -435,7 +435,7 @@ fn lanes(model: &str) -> Vec<tessera_core::layout::PlacedInstance> {
 /// the minute telemetry of their instances and GPUs: busier in working hours, one allocation in eight barely used.
 /// On `quiet`'s GPU the history ends where the allocation held since then begins.
 fn history(
-    nodes: &[crate::store::Node],
+    nodes: &[tessera_store::Node],
     tenants: &[&str],
     now_ms: i64,
     quiet: Option<&(String, i64)>,
@@ -559,13 +559,13 @@ mod tests {
     #[test]
     fn a_week_of_history_never_overlaps_on_an_instance_and_spares_the_quiet_gpu() {
         let now = 1_700_000_000_000;
-        let nodes = vec![crate::store::Node {
+        let nodes = vec![tessera_store::Node {
             id: "n1".into(),
             name: DEMO_NODE.into(),
             created_at_ms: 0,
             gpus: demo_gpus()
                 .into_iter()
-                .map(|g| crate::store::Gpu {
+                .map(|g| tessera_store::Gpu {
                     id: format!("g{}", g.index),
                     node_id: "n1".into(),
                     index: g.index,

@@ -1,20 +1,18 @@
-//! tessera-server: the control plane behind the `tessera` binary.
+//! tessera-server: the `tessera` binary — the command line (`cli/`), the server's start (`serve`), its settings
+//! (`config`) and the demo fleet (`demo`).
 //!
-//! `http/` holds the REST API (axum + utoipa), `services/` the business logic, `store/` the SQLite and PostgreSQL
-//! persistence, `cli/` the command line. `serve::prepare` + `serve::serve` start the server.
+//! The layers below are crates of their own, so that an import against the arrow does not compile:
+//! `tessera-http` (routes, portal, listener) → `tessera-services` (business logic, shared state, sign-in) →
+//! `tessera-store` (SQLite and PostgreSQL) → `tessera-core` and `tessera-api`. They are re-exported here under the
+//! names the tests and benchmarks use.
 
-pub mod app;
-pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod error;
-pub mod http;
-pub mod listen;
-pub mod malformed;
-pub mod portal;
-pub mod redact;
-pub mod sealed;
 pub mod serve;
-pub mod services;
-pub mod store;
+
+pub use tessera_http as http;
+pub use tessera_http::{listen, malformed, portal};
+pub use tessera_services as services;
+pub use tessera_services::{app, auth, error, redact, sealed};
+pub use tessera_store as store;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::app::{App, AppState};
-use crate::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token_secret, token_hash};
-use crate::store::{Store, StoreError};
+use tessera_services::app::{App, AppState};
+use tessera_services::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token_secret, token_hash};
+use tessera_store::{Store, StoreError};
 
 /// What the server needs to start: the one settings struct, from flags, environment, file and defaults
 /// ([`crate::config::resolve`]). Its `Debug` shows no secret.
@@ -31,30 +31,30 @@ pub struct Settings {
     /// Register a simulated node with a few GPUs of different models (`--demo`).
     pub demo: bool,
     /// Sign-in settings.
-    pub auth: crate::auth::AuthConfig,
+    pub auth: tessera_services::auth::AuthConfig,
     /// Telemetry window and retention.
     pub telemetry: TelemetrySettings,
     /// Most connections open at once (`TESSERA_MAX_CONNECTIONS`); default
-    /// [`crate::listen::default_max_connections`].
+    /// [`tessera_http::listen::default_max_connections`].
     pub max_connections: Option<usize>,
     /// Most connections open from one client address (`TESSERA_MAX_CONNECTIONS_PER_ADDRESS`; 0: no per-address
-    /// caps, for a server behind a proxy); default [`crate::listen::default_per_address`].
+    /// caps, for a server behind a proxy); default [`tessera_http::listen::default_per_address`].
     pub max_connections_per_address: Option<usize>,
     /// How long one live telemetry or inbox stream lasts before the client opens another
-    /// (`TESSERA_STREAM_LIFETIME_S`, 10 to 3600); default [`crate::services::streams::STREAM_LIFETIME`].
+    /// (`TESSERA_STREAM_LIFETIME_S`, 10 to 3600); default [`tessera_services::streams::STREAM_LIFETIME`].
     pub stream_lifetime: Option<std::time::Duration>,
     /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts; which addresses
     /// tenants' endpoints may reach).
-    pub webhooks: crate::services::notifications::Delivery,
+    pub webhooks: tessera_services::notifications::Delivery,
     /// The key webhook secrets are sealed with (`[secrets]`, `TESSERA_SECRET_KEY`, `TESSERA_SECRET_OLD_KEYS`).
-    pub secrets: crate::sealed::SecretsConfig,
+    pub secrets: tessera_services::sealed::SecretsConfig,
     /// Mail (`[email]`, `TESSERA_SMTP_URL`...); `None`: no mail is sent.
-    pub email: Option<crate::services::email::EmailSettings>,
+    pub email: Option<tessera_services::email::EmailSettings>,
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::redact::{secret, url};
+        use tessera_services::redact::{secret, url};
         f.debug_struct("Settings")
             .field("listen", &self.listen)
             .field("data_dir", &self.data_dir)
@@ -92,12 +92,12 @@ impl Default for TelemetrySettings {
         TelemetrySettings {
             window_s: 900,
             retention_days: 30,
-            max_series: crate::services::telemetry::DEFAULT_MAX_SERIES,
+            max_series: tessera_services::telemetry::DEFAULT_MAX_SERIES,
         }
     }
 }
 
-pub use crate::auth::BOOTSTRAP_ADMIN;
+pub use tessera_services::auth::BOOTSTRAP_ADMIN;
 
 /// Startup failures.
 #[derive(Debug, thiserror::Error)]
@@ -119,18 +119,18 @@ pub enum ServeError {
 /// Opens the store, migrates it and, on first start, creates the platform admin `admin`. Returns the state and,
 /// when a token was generated, its secret (shown once; only its hash is stored).
 pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), ServeError> {
-    let auth = crate::auth::Auth::from_config(&settings.auth).map_err(ServeError::Config)?;
-    let secrets =
-        crate::sealed::Keyring::from_settings(&settings.secrets, &settings.data_dir).map_err(ServeError::Config)?;
+    let auth = tessera_services::auth::Auth::from_config(&settings.auth).map_err(ServeError::Config)?;
+    let secrets = tessera_services::sealed::Keyring::from_settings(&settings.secrets, &settings.data_dir)
+        .map_err(ServeError::Config)?;
     let store = Store::connect(&settings.database_url).await?;
     store.migrate().await?;
-    crate::services::notifications::seal_secrets(&store, &secrets).await?;
+    tessera_services::notifications::seal_secrets(&store, &secrets).await?;
     if let Some(password) = &settings.bootstrap_password
-        && password.chars().count() < crate::auth::MIN_PASSWORD
+        && password.chars().count() < tessera_services::auth::MIN_PASSWORD
     {
         return Err(ServeError::Config(format!(
             "TESSERA_BOOTSTRAP_PASSWORD needs at least {} characters",
-            crate::auth::MIN_PASSWORD
+            tessera_services::auth::MIN_PASSWORD
         )));
     }
     let (admin_id, generated) = match store.user_by_name(BOOTSTRAP_ADMIN).await {
@@ -155,7 +155,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
                  portal, or with `tessera user set-password {BOOTSTRAP_ADMIN}`)"
             );
         } else {
-            let hash = crate::auth::hash_password(password).map_err(ServeError::Config)?;
+            let hash = tessera_services::auth::hash_password(password).map_err(ServeError::Config)?;
             store.set_password_hash(&admin_id, Some(&hash), "system").await?;
         }
     }
@@ -165,7 +165,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
                 "TESSERA_BOOTSTRAP_JOIN_TOKENS: each token is tsj_ followed by at least 32 characters".to_string(),
             ));
         }
-        let expires = crate::store::now_ms() + 30 * 24 * 3600 * 1000;
+        let expires = tessera_store::now_ms() + 30 * 24 * 3600 * 1000;
         match store.create_join_token(&token_hash(token), None, expires, "system").await {
             Ok(_) | Err(StoreError::Conflict { .. }) => {}
             Err(e) => return Err(e.into()),
@@ -174,28 +174,28 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
     if settings.demo && !store.nodes().await?.iter().any(|n| n.name == crate::demo::DEMO_NODE) {
         store.register_node(crate::demo::DEMO_NODE, &crate::demo::demo_gpus(), "system").await?;
     }
-    let limits = crate::listen::Limits::new(
-        settings.max_connections.unwrap_or_else(crate::listen::default_max_connections),
+    let limits = tessera_http::listen::Limits::new(
+        settings.max_connections.unwrap_or_else(tessera_http::listen::default_max_connections),
         settings.max_connections_per_address,
     );
     let state = AppState(Arc::new(App {
-        creates: crate::services::queue::CreateQueue::start(store.clone()),
+        creates: tessera_services::queue::CreateQueue::start(store.clone()),
         store,
         catalog: tessera_core::Catalog::builtin(),
         auth,
         principals: Default::default(),
         reads: Default::default(),
         hub: Default::default(),
-        telemetry: Arc::new(crate::services::telemetry::Telemetry::new(
+        telemetry: Arc::new(tessera_services::telemetry::Telemetry::new(
             settings.telemetry.window_s,
             settings.telemetry.max_series,
         )),
         telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
         connections: limits,
-        streams: crate::services::streams::Streams::new(crate::services::streams::StreamLimits {
-            lifetime: settings.stream_lifetime.unwrap_or(crate::services::streams::STREAM_LIFETIME),
-            ..crate::services::streams::StreamLimits::for_connections(limits.max_connections, limits.per_address)
+        streams: tessera_services::streams::Streams::new(tessera_services::streams::StreamLimits {
+            lifetime: settings.stream_lifetime.unwrap_or(tessera_services::streams::STREAM_LIFETIME),
+            ..tessera_services::streams::StreamLimits::for_connections(limits.max_connections, limits.per_address)
         }),
         budgets: Default::default(),
         prepared: Default::default(),
@@ -214,8 +214,8 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
 pub async fn start_links(
     state: &AppState,
     demo: bool,
-) -> Result<Vec<(String, crate::auth::links::IssuedLink)>, ServeError> {
-    use crate::auth::links::{PRINTED_LINK_TTL_MS, issue};
+) -> Result<Vec<(String, tessera_services::auth::links::IssuedLink)>, ServeError> {
+    use tessera_services::auth::links::{PRINTED_LINK_TTL_MS, issue};
     let mut links = Vec::new();
     if !state.auth.local_accounts {
         return Ok(links);
@@ -249,14 +249,14 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let store = state.store.clone();
     let idle = state.auth.session_idle;
-    let agents = crate::services::agents::start_background(&state);
-    let telemetry = crate::services::telemetry::start_background(
+    let agents = tessera_services::agents::start_background(&state);
+    let telemetry = tessera_services::telemetry::start_background(
         state.store.clone(),
         state.telemetry.clone(),
         state.telemetry_retention_ms,
         TELEMETRY_FLUSH,
     );
-    let webhooks = crate::services::notifications::start_background(
+    let webhooks = tessera_services::notifications::start_background(
         state.store.clone(),
         state.webhooks.clone(),
         state.secrets.clone(),
@@ -269,7 +269,7 @@ pub async fn serve(
         let mut efficiency_recorded: Option<tokio::time::Instant> = None;
         loop {
             tick.tick().await;
-            let now = crate::store::now_ms();
+            let now = tessera_store::now_ms();
             match store.expire_due(now).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(expired = n, "requests expired"),
@@ -285,15 +285,15 @@ pub async fn serve(
                 Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),
                 Err(e) => tracing::warn!(error = %e, "quota end sweep failed"),
             }
-            if let Err(e) = crate::services::budgets::refresh(&sweeping).await {
+            if let Err(e) = tessera_services::budgets::refresh(&sweeping).await {
                 tracing::warn!(error = %e, "budget sweep failed");
             }
-            match crate::services::cohorts::sweep(&sweeping).await {
+            match tessera_services::cohorts::sweep(&sweeping).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
                 Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
             }
-            match crate::services::reservations::sweep(&sweeping).await {
+            match tessera_services::reservations::sweep(&sweeping).await {
                 Ok(s) if s == Default::default() => {}
                 Ok(s) => tracing::info!(
                     started = s.started,
@@ -304,41 +304,41 @@ pub async fn serve(
                 ),
                 Err(e) => tracing::warn!(error = %e, "reservation sweep failed"),
             }
-            match crate::services::requests::place_queued(&sweeping, None).await {
+            match tessera_services::requests::place_queued(&sweeping, None).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(placed = n, "queued requests placed"),
                 Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),
             }
             let idle_before = now - idle.as_millis() as i64;
-            let attempts_before = now - crate::auth::LOGIN_TTL_MS;
+            let attempts_before = now - tessera_services::auth::LOGIN_TTL_MS;
             if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
                 tracing::warn!(error = %e, "session sweep failed");
             }
-            match crate::services::fleet::drain_sweep(&sweeping, crate::store::now_ms()).await {
+            match tessera_services::fleet::drain_sweep(&sweeping, tessera_store::now_ms()).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(requests = n, "drain deadlines ended requests"),
                 Err(e) => tracing::warn!(error = %e, "drain sweep failed"),
             }
-            if let Err(e) = crate::services::agents::refresh(&sweeping, None).await {
+            if let Err(e) = tessera_services::agents::refresh(&sweeping, None).await {
                 tracing::warn!(error = %e, "node spec sweep failed");
             }
             if idle_swept.elapsed() >= IDLE_SWEEP {
                 idle_swept = tokio::time::Instant::now();
-                match crate::services::notifications::warn_idle(&sweeping, now).await {
+                match tessera_services::notifications::warn_idle(&sweeping, now).await {
                     Ok(0) => {}
                     Ok(n) => tracing::info!(told = n, "idle slices told"),
                     Err(e) => tracing::warn!(error = %e, "idle sweep failed"),
                 }
             }
             let sample_every =
-                std::time::Duration::from_secs(u64::from(crate::services::efficiency::SAMPLE_MINUTES) * 60);
+                std::time::Duration::from_secs(u64::from(tessera_services::efficiency::SAMPLE_MINUTES) * 60);
             if efficiency_recorded.is_none_or(|at| at.elapsed() >= sample_every) {
                 efficiency_recorded = Some(tokio::time::Instant::now());
-                if let Err(e) = crate::services::efficiency::record(&sweeping, crate::store::now_ms()).await {
+                if let Err(e) = tessera_services::efficiency::record(&sweeping, tessera_store::now_ms()).await {
                     tracing::warn!(error = %e, "efficiency history sample failed");
                 }
             }
-            match crate::services::agents::tell_readiness(&sweeping).await {
+            match tessera_services::agents::tell_readiness(&sweeping).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(changed = n, "node readiness changed"),
                 Err(e) => tracing::warn!(error = %e, "node readiness sweep failed"),
@@ -347,14 +347,14 @@ pub async fn serve(
     });
     let state_for_flush = state.clone();
     let limits = state.connections;
-    let app = crate::http::router(state);
-    let served = crate::listen::serve(listener, app, limits, shutdown).await;
+    let app = tessera_http::router(state);
+    let served = tessera_http::listen::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
     webhooks.abort();
     agents.abort();
     telemetry.abort();
     if let Err(e) =
-        crate::services::telemetry::flush(&state_for_flush.store, &state_for_flush.telemetry, i64::MAX / 2).await
+        tessera_services::telemetry::flush(&state_for_flush.store, &state_for_flush.telemetry, i64::MAX / 2).await
     {
         tracing::warn!(error = %e, "cannot write the last telemetry minutes");
     }
@@ -371,12 +371,12 @@ mod tests {
             bootstrap_token: Some("tsr_bootstrap-secret".into()),
             bootstrap_password: Some("admin-password".into()),
             bootstrap_join_tokens: vec!["tsj_join-secret".into()],
-            secrets: crate::sealed::SecretsConfig {
+            secrets: tessera_services::sealed::SecretsConfig {
                 key: Some("c2VhbGluZy1rZXk=".into()),
                 old_keys: vec!["b2xkLWtleQ==".into()],
             },
-            auth: crate::auth::AuthConfig {
-                oidc: Some(crate::auth::OidcConfig {
+            auth: tessera_services::auth::AuthConfig {
+                oidc: Some(tessera_services::auth::OidcConfig {
                     client_secret: Some("client-secret".into()),
                     ..Default::default()
                 }),

@@ -137,17 +137,17 @@ fn migrate(url: &str, out: &mut dyn Write) -> Result<u8, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let backend = runtime
         .block_on(async {
-            let store = crate::store::Store::connect(url).await?;
+            let store = tessera_store::Store::connect(url).await?;
             store.migrate().await?;
-            Ok::<_, crate::store::StoreError>(store.backend())
+            Ok::<_, tessera_store::StoreError>(store.backend())
         })
-        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", crate::redact::url(url))))?;
+        .map_err(|e| CliError::BadInput(format!("cannot migrate {}: {e}", tessera_services::redact::url(url))))?;
     writeln!(out, "{backend} database is up to date")?;
     Ok(EXIT_OK)
 }
 
 fn openapi(out: &mut dyn Write) -> Result<u8, CliError> {
-    let text = crate::http::openapi().to_pretty_json().map_err(|e| CliError::BadInput(e.to_string()))?;
+    let text = tessera_http::openapi().to_pretty_json().map_err(|e| CliError::BadInput(e.to_string()))?;
     writeln!(out, "{text}")?;
     Ok(EXIT_OK)
 }
@@ -157,13 +157,13 @@ fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, Cl
         (settings.listen.clone(), settings.data_dir.clone(), settings.database_url.clone(), settings.demo);
     let listen = listen.as_str();
     if url.starts_with("sqlite:") {
-        crate::sealed::private_dir(&data_dir).map_err(|e| CliError::BadInput(format!("data dir: {e}")))?;
+        tessera_services::sealed::private_dir(&data_dir).map_err(|e| CliError::BadInput(format!("data dir: {e}")))?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let (state, token) = crate::serve::prepare(&settings)
             .await
-            .map_err(|e| CliError::BadInput(format!("{}: {e}", crate::redact::url(&url))))?;
+            .map_err(|e| CliError::BadInput(format!("{}: {e}", tessera_services::redact::url(&url))))?;
         if let Some(token) = token {
             writeln!(out, "Created platform admin `admin`. Its API token, shown only this once:\n\n    {token}\n")?;
         }
@@ -183,7 +183,7 @@ fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, Cl
         }
         let links = crate::serve::start_links(&state, demo).await.map_err(|e| CliError::BadInput(e.to_string()))?;
         if !links.is_empty() {
-            let base = crate::auth::links::base_for(addr);
+            let base = tessera_services::auth::links::base_for(addr);
             writeln!(out, "\nOpen the portal with a one-time sign-in link (each works once, for an hour):")?;
             for (name, link) in &links {
                 writeln!(out, "    as {name:<6} {}", link.url(&base))?;

@@ -6,8 +6,8 @@ use std::io::{BufRead, Write};
 use clap::{Args, Subcommand};
 
 use super::{CliError, EXIT_NO, EXIT_OK};
-use crate::auth::links::{PRINTED_LINK_TTL_MS, base_for, issue};
-use crate::store::{Store, StoreError};
+use tessera_services::auth::links::{PRINTED_LINK_TTL_MS, base_for, issue};
+use tessera_store::{Store, StoreError};
 
 /// Which database, as `tessera serve` finds it.
 #[derive(Debug, Args)]
@@ -61,10 +61,10 @@ pub fn run(place: Place, cmd: UserCommand, input: &mut dyn BufRead, out: &mut dy
             let mut line = String::new();
             input.read_line(&mut line)?;
             let password = line.trim_end_matches(['\n', '\r']).to_string();
-            if password.chars().count() < crate::auth::MIN_PASSWORD {
+            if password.chars().count() < tessera_services::auth::MIN_PASSWORD {
                 return Err(CliError::BadInput(format!(
                     "a password has at least {} characters",
-                    crate::auth::MIN_PASSWORD
+                    tessera_services::auth::MIN_PASSWORD
                 )));
             }
             Some(password)
@@ -74,8 +74,9 @@ pub fn run(place: Place, cmd: UserCommand, input: &mut dyn BufRead, out: &mut dy
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let url = &config.database_url;
-        let store =
-            Store::connect(url).await.map_err(|e| CliError::BadInput(format!("{}: {e}", crate::redact::url(url))))?;
+        let store = Store::connect(url)
+            .await
+            .map_err(|e| CliError::BadInput(format!("{}: {e}", tessera_services::redact::url(url))))?;
         store.migrate().await.map_err(|e| CliError::BadInput(e.to_string()))?;
         let result = match cmd {
             UserCommand::SignInLink { name, url } => {
@@ -105,7 +106,7 @@ pub fn run(place: Place, cmd: UserCommand, input: &mut dyn BufRead, out: &mut dy
                     None => return Ok(EXIT_NO),
                 };
                 let password = password.unwrap_or_default();
-                let hash = tokio::task::spawn_blocking(move || crate::auth::hash_password(&password))
+                let hash = tokio::task::spawn_blocking(move || tessera_services::auth::hash_password(&password))
                     .await
                     .map_err(|e| CliError::BadInput(e.to_string()))?
                     .map_err(CliError::BadInput)?;
@@ -119,7 +120,7 @@ pub fn run(place: Place, cmd: UserCommand, input: &mut dyn BufRead, out: &mut dy
     })
 }
 
-async fn find(store: &Store, name: &str, out: &mut dyn Write) -> Result<Option<crate::store::User>, CliError> {
+async fn find(store: &Store, name: &str, out: &mut dyn Write) -> Result<Option<tessera_store::User>, CliError> {
     match store.user_by_name(name).await {
         Ok(u) => Ok(Some(u)),
         Err(StoreError::NotFound { .. }) => {

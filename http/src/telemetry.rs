@@ -1,0 +1,677 @@
+//! Telemetry: agents' sample batches in, heatmaps, a live stream (server-sent events) and Prometheus exposition
+//! out.
+//!
+//! Platform admins see every device; other users see the devices their tenants hold (or held, for past ranges)
+//! allocations on.
+
+use crate::auth::Caller;
+use std::collections::{HashMap, HashSet};
+use std::io::Read;
+use std::time::Duration;
+use tessera_services::auth::Permissions;
+
+use axum::body::Bytes;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
+
+use super::auth::{NodeAuth, Right};
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+use crate::listen::ClientAddr;
+pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
+use tessera_services::app::AppState;
+use tessera_services::auth::permissions::Scope;
+use tessera_services::streams::StreamKind;
+use tessera_services::telemetry::{DeviceKey, Latest, MAX_COLUMNS, Metric, Owned, cell_rows};
+use tessera_store::telemetry::Metered;
+use tessera_store::{Node, Principal, now_ms};
+
+/// Most cells (rows × columns) in one heatmap answer (about 10 MB of JSON).
+const MAX_CELLS: usize = 1_500_000;
+/// Widest heatmap column, seconds (a year).
+const MAX_STEP_S: i64 = 365 * 24 * 3600;
+
+/// Largest drop count an agent may report (2^53 - 1: exact in every JSON reader, and in Prometheus' floats).
+const MAX_DROPPED: u64 = (1 << 53) - 1;
+
+/// Most bytes a batch may have once decompressed.
+const MAX_BATCH_BYTES: u64 = 32 * 1024 * 1024;
+
+fn bad_body(code: &'static str, detail: String) -> ApiError {
+    ApiError::Invalid { status: StatusCode::BAD_REQUEST, code, detail }
+}
+
+/// Send a batch of samples (JSON, optionally `Content-Encoding: gzip`). Only the node's own devices are taken:
+/// its registered GPUs and the MIG instances its last status reports on them. Series of other devices, series
+/// past the server's series limit, and samples dated more than 5 minutes ahead or past the retention are refused
+/// (counted in the answer and in `tessera_telemetry_refused_series_total`).
+#[utoipa::path(post, path = "/api/v1/agent/telemetry", tag = "agent", security(("node" = [])),
+    request_body = TelemetryBatch,
+    responses((status = 200, body = TelemetryAccepted), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem), (status = 422, body = Problem)))]
+pub async fn ingest(
+    State(state): State<AppState>,
+    NodeAuth(node): NodeAuth,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<ApiJson<TelemetryAccepted>, ApiError> {
+    let body = body?;
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    let batch: TelemetryBatch = if gzip {
+        let mut json = Vec::with_capacity(body.len() * 6);
+        flate2::read::GzDecoder::new(&body[..])
+            .take(MAX_BATCH_BYTES + 1)
+            .read_to_end(&mut json)
+            .map_err(|e| bad_body("invalid_gzip", format!("the body is not valid gzip: {e}")))?;
+        if json.len() as u64 > MAX_BATCH_BYTES {
+            return Err(ApiError::Invalid {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "batch_too_large",
+                detail: format!("a batch decompresses to at most {MAX_BATCH_BYTES} bytes"),
+            });
+        }
+        serde_json::from_slice(&json)
+    } else {
+        serde_json::from_slice(&body)
+    }
+    .map_err(|e| ApiError::invalid("invalid_body", format!("not a telemetry batch: {e}")))?;
+    state.hub.seen(&node.node_id);
+    if batch.dropped > MAX_DROPPED {
+        return Err(ApiError::invalid("invalid_body", format!("`dropped` is at most {MAX_DROPPED}")));
+    }
+    let owned = owned_devices(&state, &node.node_id).await?;
+    Ok(ApiJson(state.telemetry.ingest(&node.node_id, &owned, batch, now_ms())))
+}
+
+/// The devices the node owns (cached for a few seconds): its registered GPUs, and the MIG instances its last
+/// stored status reports on them.
+async fn owned_devices(state: &AppState, node_id: &str) -> Result<tessera_services::app::GpuSet, ApiError> {
+    if let Some(owned) = state.node_gpus.get(node_id) {
+        return Ok(owned);
+    }
+    let inputs = state.store.spec_inputs(node_id).await?;
+    let record = state.store.agent_record(node_id).await?;
+    let status = record.status.as_deref().and_then(|s| serde_json::from_str::<tessera_core::api::NodeStatus>(s).ok());
+    let owned = std::sync::Arc::new(Owned::of(inputs.gpus.iter().map(|g| g.uuid.as_str()), status.as_ref()));
+    state.node_gpus.put(node_id, owned.clone());
+    Ok(owned)
+}
+
+/// What `p` may see: `None` for everything (platform admin), else the devices their tenants held allocations on at
+/// some time in `[from, to)`.
+async fn visible_devices(
+    state: &AppState,
+    p: &Principal,
+    from: i64,
+    to: i64,
+) -> Result<Option<HashSet<String>>, ApiError> {
+    let Scope::Tenants(tenants) = p.reading_scope(None)? else { return Ok(None) };
+    let mut devices = HashSet::new();
+    for tenant in &tenants {
+        for a in state.store.metered(Some(tenant), from, to).await? {
+            devices.insert(a.device_uuid.unwrap_or(a.gpu_uuid));
+        }
+    }
+    Ok(Some(devices))
+}
+
+fn find_node<'a>(nodes: &'a [Node], key: &str) -> Result<&'a Node, ApiError> {
+    nodes
+        .iter()
+        .find(|n| n.id == key || n.name == key)
+        .ok_or_else(|| ApiError::NotFound(format!("node `{key}` not found")))
+}
+
+/// A heatmap of one node or every node, from the live window or the minute series.
+#[utoipa::path(get, path = "/api/v1/telemetry/heatmap", tag = "telemetry",
+    security(("token" = ["user"]), ("session" = ["user"])), params(HeatmapQuery),
+    responses((status = 200, body = Heatmap), (status = 400, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem)))]
+pub async fn heatmap(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiQuery(q): ApiQuery<HeatmapQuery>,
+) -> Result<ApiJson<Heatmap>, ApiError> {
+    let now = now_ms();
+    let metric = q.metric.unwrap_or(Metric::Util);
+    // Every time is within `0..=MAX_TIME_MS` and the step within a year: none of the arithmetic below can overflow.
+    let to = super::time_param("to", q.to)?.unwrap_or(now);
+    let from = super::time_param("from", q.from)?.unwrap_or((to - 15 * 60 * 1000).max(0));
+    if from >= to {
+        return Err(ApiError::invalid("heatmap_range", "`from` must be before `to`"));
+    }
+    if q.step.is_some_and(|s| !(1..=MAX_STEP_S).contains(&s)) {
+        return Err(ApiError::invalid(
+            "heatmap_step",
+            format!("`step` is a whole number of seconds from 1 to {MAX_STEP_S}"),
+        ));
+    }
+    let live = from >= now - state.telemetry.window_ms();
+    let unit_ms = if live { 1000 } else { 60_000 };
+    let span = to - from;
+    let step_ms = match q.step {
+        Some(s) => s.saturating_mul(1000),
+        None => (span / 900).max(1),
+    };
+    let step_ms = ((step_ms + unit_ms - 1) / unit_ms).max(1) * unit_ms;
+    let from = from - from.rem_euclid(unit_ms);
+    let columns = (to - from + step_ms - 1) / step_ms;
+    if columns > MAX_COLUMNS {
+        return Err(ApiError::invalid(
+            "heatmap_too_large",
+            format!("{columns} columns asked for; at most {MAX_COLUMNS}: use a larger `step` or a shorter range"),
+        ));
+    }
+    let columns = columns as usize;
+    let nodes = state.store.nodes().await?;
+    let node_id = match &q.node {
+        Some(key) => Some(find_node(&nodes, key)?.id.clone()),
+        None => None,
+    };
+    // Devices the caller's tenants held at some time from `from` until now; scoped in the database, so that the
+    // cost of an answer is bounded by the answer, not by the fleet's history.
+    let held_to = to.max(now);
+    let raw = if live {
+        let visible = visible_devices(&state, &p, from, held_to).await?;
+        let visible = |d: &str| visible.as_ref().is_none_or(|v| v.contains(d));
+        state.telemetry.window_rows(node_id.as_deref(), visible, metric, from, step_ms, columns)
+    } else {
+        let tenants = match p.reading_scope(None)? {
+            Scope::Fleet => None,
+            Scope::Tenants(t) => Some(t),
+        };
+        let cells = state
+            .store
+            .minute_cells(
+                tenants.as_deref(),
+                node_id.as_deref(),
+                metric,
+                from,
+                step_ms,
+                columns,
+                held_to,
+                MAX_CELLS + 1,
+            )
+            .await?;
+        if cells.len() > MAX_CELLS {
+            return Err(too_large(format!("more than {MAX_CELLS} cells with values")));
+        }
+        cell_rows(cells, columns)
+    };
+    let holders = current_holders(&state, &p).await?;
+    let mut rows: Vec<HeatmapRow> = raw.into_iter().map(|(k, values)| row(&nodes, &holders, k, values)).collect();
+    if rows.len().saturating_mul(columns) > MAX_CELLS {
+        return Err(too_large(format!("{} rows of {columns} columns", rows.len())));
+    }
+    mark_health(&state, &p, &nodes, &holders, &mut rows, from, from + step_ms * columns as i64).await?;
+    rows.sort_by(|a, b| {
+        (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
+            &b.node,
+            b.gpu_index,
+            &b.gpu_uuid,
+            b.start.is_some(),
+            b.start,
+            &b.device,
+        ))
+    });
+    Ok(ApiJson(Heatmap {
+        metric,
+        unit: metric.unit().to_string(),
+        from_ms: from,
+        to_ms: from + step_ms * columns as i64,
+        step_ms,
+        columns,
+        source: if live { "live" } else { "minutes" }.to_string(),
+        rows,
+    }))
+}
+
+/// The refusal of a heatmap with more than [`MAX_CELLS`] cells.
+fn too_large(what: String) -> ApiError {
+    ApiError::invalid(
+        "heatmap_too_large",
+        format!("{what} asked for; at most {MAX_CELLS} cells: choose a `node`, a larger `step` or a shorter range"),
+    )
+}
+
+/// The most health markers on one row (the newest kept).
+const MAX_MARKS_PER_ROW: usize = 50;
+
+/// Puts on each GPU row the changes of its health within `[from, to)`, and its health now. A platform admin sees
+/// every change; a tenant member the changes its tenants were told of (a GPU they held turning unhealthy), and the
+/// health now of the GPUs they hold slices on now.
+async fn mark_health(
+    state: &AppState,
+    p: &Principal,
+    nodes: &[Node],
+    holders: &HashMap<String, Vec<Metered>>,
+    rows: &mut [HeatmapRow],
+    from: i64,
+    to: i64,
+) -> Result<(), ApiError> {
+    let tenants = match p.reading_scope(None)? {
+        Scope::Fleet => None,
+        Scope::Tenants(t) => Some(t),
+    };
+    if tenants.is_some() {
+        let held_now: HashSet<&str> = holders.values().flatten().map(|a| a.gpu_uuid.as_str()).collect();
+        for r in rows.iter_mut().filter(|r| !held_now.contains(r.gpu_uuid.as_str())) {
+            r.health = None;
+        }
+    }
+    let shown: HashSet<&str> = rows.iter().filter(|r| r.kind == "gpu").map(|r| r.gpu_uuid.as_str()).collect();
+    if shown.is_empty() {
+        return Ok(());
+    }
+    let gpus: HashMap<&str, &str> = nodes
+        .iter()
+        .flat_map(|n| n.gpus.iter())
+        .filter(|g| shown.contains(g.uuid.as_str()))
+        .map(|g| (g.id.as_str(), g.uuid.as_str()))
+        .collect();
+    let ids: Vec<String> = gpus.keys().map(|id| id.to_string()).collect();
+    let mut marks: HashMap<&str, Vec<HealthMark>> = HashMap::new();
+    for (gpu, at_ms, health, codes) in state.store.health_changes(&ids, tenants.as_deref(), from, to).await? {
+        let Some(uuid) = gpus.get(gpu.as_str()) else { continue };
+        marks.entry(uuid).or_default().push(HealthMark { at_ms, state: health, codes });
+    }
+    for r in rows.iter_mut().filter(|r| r.kind == "gpu") {
+        if let Some(mut m) = marks.remove(r.gpu_uuid.as_str()) {
+            m.drain(..m.len().saturating_sub(MAX_MARKS_PER_ROW));
+            r.health_marks = m;
+        }
+    }
+    Ok(())
+}
+
+/// Live allocations by device UUID (only the caller's tenants', read per tenant, unless a platform admin).
+async fn current_holders(state: &AppState, p: &Principal) -> Result<HashMap<String, Vec<Metered>>, ApiError> {
+    let now = now_ms();
+    let live = match p.reading_scope(None)? {
+        Scope::Fleet => state.store.metered(None, now, now + 1).await?,
+        Scope::Tenants(tenants) => {
+            let mut all = Vec::new();
+            for t in &tenants {
+                all.extend(state.store.metered(Some(t), now, now + 1).await?);
+            }
+            all
+        }
+    };
+    let mut out: HashMap<String, Vec<Metered>> = HashMap::new();
+    for a in live {
+        if a.released_at_ms.is_some() || !p.can_see(&a.tenant_id) {
+            continue;
+        }
+        out.entry(a.device_uuid.clone().unwrap_or_else(|| a.gpu_uuid.clone())).or_default().push(a);
+    }
+    Ok(out)
+}
+
+fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, values: Vec<Option<f32>>) -> HeatmapRow {
+    let node = nodes.iter().find(|n| n.id == k.node_id);
+    let gpu = node.and_then(|n| n.gpus.iter().find(|g| g.uuid == k.gpu));
+    HeatmapRow {
+        health: gpu.filter(|_| k.profile.is_none()).map(|g| g.health.state),
+        health_marks: Vec::new(),
+        node: node.map_or_else(|| k.node_id.clone(), |n| n.name.clone()),
+        node_id: k.node_id,
+        gpu_uuid: k.gpu,
+        gpu_index: gpu.map(|g| g.index),
+        model: gpu.map(|g| g.model.clone()),
+        kind: if k.profile.is_some() { "mig" } else { "gpu" }.to_string(),
+        allocations: holders
+            .get(&k.device)
+            .map(|v| {
+                v.iter().map(|a| RowAllocation { allocation: a.id.clone(), tenant: a.tenant_name.clone() }).collect()
+            })
+            .unwrap_or_default(),
+        device: k.device,
+        profile: k.profile,
+        start: k.start,
+        values,
+    }
+}
+
+/// How far back `since` may reach on the live stream, ms.
+const LIVE_SINCE_MAX_MS: i64 = 60_000;
+/// How long the live stream gathers after a batch arrives before it sends, so that one event carries the batches
+/// of many nodes that arrive together.
+const LIVE_GATHER: Duration = Duration::from_millis(50);
+
+/// Server-sent events: a `samples` event as soon as agents' batches bring new samples (gathered for 50 ms), with
+/// every sample newer than the last one sent for its device, oldest first: a JSON array of
+/// `{node_id, device, gpu, profile, start, sample}`, several items per device when it sent several samples. A
+/// device seen for the first time starts after `since` (at most 60 s back; default: only its newest sample).
+///
+/// A stream lasts 5 minutes and asks the client to reconnect after 2 s (`retry`); it ends within 5 s when the
+/// caller's credential is revoked, their session ends, or their memberships or roles change. A user holds at most
+/// 32 live streams on one replica, a client address at most 64 streams, and streams together at most half the
+/// server's connections (`429 too_many_streams` past any of them).
+#[utoipa::path(get, path = "/api/v1/telemetry/live", tag = "telemetry",
+    security(("token" = ["user"]), ("session" = ["user"])), params(LiveQuery),
+    responses((status = 200, description = "`text/event-stream` of `samples` events", content_type = "text/event-stream"),
+        (status = 400, body = Problem), (status = 404, body = Problem), (status = 422, body = Problem),
+        (status = 429, body = Problem, description = "too_many_streams")))]
+pub async fn live(
+    State(state): State<AppState>,
+    right: Right,
+    addr: Option<Extension<ClientAddr>>,
+    ApiQuery(q): ApiQuery<LiveQuery>,
+) -> Result<Response, ApiError> {
+    let p = right.principal.clone();
+    let node_id = match &q.node {
+        Some(key) => Some(find_node(&state.store.nodes().await?, key)?.id.clone()),
+        None => None,
+    };
+    let now = now_ms();
+    // Devices first seen: samples after `since`, clamped to the last minute; without it, only the newest sample.
+    let first_after = match super::time_param("since", q.since)? {
+        Some(since) => since.clamp(now - LIVE_SINCE_MAX_MS, now),
+        None => -1,
+    };
+    struct Cursor {
+        state: AppState,
+        p: Principal,
+        node_id: Option<String>,
+        sent: HashMap<String, i64>,
+        first_after: i64,
+        visible: Option<HashSet<String>>,
+        visible_at: Option<tokio::time::Instant>,
+        changes: tokio::sync::watch::Receiver<u64>,
+    }
+    let held = super::streams::place(&state, StreamKind::Telemetry, &right, addr.as_deref())?;
+    let changes = state.telemetry.subscribe();
+    let cursor = Cursor {
+        state: state.clone(),
+        p,
+        node_id,
+        sent: HashMap::new(),
+        first_after,
+        visible: None,
+        visible_at: None,
+        changes,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        let mut first = true;
+        loop {
+            if !first {
+                // New samples, or a second without any (the visible set is kept fresh either way).
+                let _ = tokio::time::timeout(Duration::from_secs(1), c.changes.changed()).await;
+                tokio::time::sleep(LIVE_GATHER).await;
+            }
+            first = false;
+            c.changes.borrow_and_update();
+            if c.visible_at.is_none_or(|at| at.elapsed() > Duration::from_secs(10)) {
+                let now = now_ms();
+                if let Ok(v) = visible_devices(&c.state, &c.p, now - 1, now + 1).await {
+                    c.visible = v;
+                    c.visible_at = Some(tokio::time::Instant::now());
+                }
+            }
+            // Without `since`, a device first seen starts at its newest sample.
+            let first_after = if c.first_after < 0 { now_ms() - 1500 } else { c.first_after };
+            let visible = &c.visible;
+            let fresh: Vec<Latest> = c.state.telemetry.newer(
+                c.node_id.as_deref(),
+                |d| visible.as_ref().is_none_or(|v| v.contains(d)),
+                &mut c.sent,
+                first_after,
+            );
+            // After the first event, devices new to this stream (a new MIG instance) start at their first sample.
+            c.first_after = 0;
+            if fresh.is_empty() {
+                continue;
+            }
+            let event = Event::default().event("samples").json_data(&fresh).unwrap_or_default();
+            return Some((event, c));
+        }
+    });
+    let stream = super::streams::guarded(state, right, held, stream);
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response())
+}
+
+/// Prometheus exposition (platform admins): per GPU and MIG instance the newest sample under DCGM exporter names
+/// (`DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_PROF_GR_ENGINE_ACTIVE`, `DCGM_FI_DEV_FB_USED`, `DCGM_FI_DEV_FB_FREE`,
+/// `DCGM_FI_DEV_POWER_USAGE`, `DCGM_FI_DEV_GPU_TEMP`) with `tenant` and `allocation` labels, and the server's own
+/// `tessera_*` metrics.
+#[utoipa::path(get, path = "/metrics", tag = "telemetry", security(("token" = ["platform-admin"])),
+    responses((status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain"),
+        (status = 401, body = Problem), (status = 403, body = Problem)))]
+pub async fn metrics(State(state): State<AppState>, Caller(p): Caller) -> Result<Response, ApiError> {
+    p.require_platform_admin()?;
+    let nodes = state.store.nodes().await?;
+    let holders = current_holders(&state, &p).await?;
+    let now = now_ms();
+    let mut text = exposition(&state, &nodes, &holders, now);
+    // Why requests wait, counted by reason (every reason, 0 included, so a series never vanishes).
+    {
+        use std::fmt::Write;
+        let counts = tessera_services::waits::counts(&state).await?;
+        let _ = writeln!(
+            text,
+            "# HELP tessera_pending_requests Requests waiting (pending, approved or provisioning), by why they wait.\n\
+             # TYPE tessera_pending_requests gauge"
+        );
+        for (reason, n) in counts {
+            let _ = writeln!(text, "tessera_pending_requests{{reason=\"{reason}\"}} {n}");
+        }
+    }
+    fleet_gauges(&mut text, &state, nodes).await?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Node states (every state, 0 included, so that an alert on `ready == 0` sees a node that stops answering), and
+/// per GPU its health state and whether it is cordoned; the shipped alert rules (`deploy/prometheus/`) select on
+/// them.
+async fn fleet_gauges(text: &mut String, state: &AppState, nodes: Vec<Node>) -> Result<(), ApiError> {
+    use std::fmt::Write;
+    const NODE_STATES: [&str; 5] = ["ready", "applying", "failed", "not-ready", "not-joined"];
+    const HEALTH: [&str; 3] = ["healthy", "degraded", "unhealthy"];
+    let records = state.store.agent_records().await?;
+    let now = now_ms();
+    let _ = writeln!(
+        text,
+        "# HELP tessera_node_state A node's state (1 for the state it is in): ready, applying (a newer layout than \
+         the applied one), failed (applied with errors), not-ready (no heartbeat for 20 s), not-joined.\n\
+         # TYPE tessera_node_state gauge"
+    );
+    let mut gpus = Vec::new();
+    let all_nodes = nodes.clone();
+    for n in nodes {
+        let record = records.iter().find(|r| r.node_id == n.id);
+        let view = super::nodes::node_view(n.clone(), record, state, now);
+        for s in NODE_STATES {
+            let _ = writeln!(
+                text,
+                "tessera_node_state{{Hostname=\"{}\",state=\"{s}\"}} {}",
+                esc(&view.name),
+                u8::from(view.state == s)
+            );
+        }
+        gpus.extend(n.gpus.into_iter().map(|g| (view.name.clone(), g)));
+    }
+    let labels = |host: &str, g: &tessera_store::Gpu| {
+        format!(
+            "gpu=\"{}\",UUID=\"{}\",modelName=\"{}\",Hostname=\"{}\"",
+            g.index,
+            esc(&g.uuid),
+            esc(&g.model),
+            esc(host)
+        )
+    };
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_health A GPU's health as judged from its agent's reports (1 for its state): healthy, \
+         degraded, unhealthy.\n# TYPE tessera_gpu_health gauge"
+    );
+    for (host, g) in &gpus {
+        for s in HEALTH {
+            let _ = writeln!(
+                text,
+                "tessera_gpu_health{{{},state=\"{s}\"}} {}",
+                labels(host, g),
+                u8::from(g.health.state.as_str() == s)
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_cordoned Whether a GPU is cordoned (gets nothing new).\n# TYPE tessera_gpu_cordoned gauge"
+    );
+    for (host, g) in &gpus {
+        let _ = writeln!(text, "tessera_gpu_cordoned{{{}}} {}", labels(host, g), u8::from(g.cordoned));
+    }
+    let (by_model, _) = tessera_services::efficiency::fleet_capacity_of(state, &all_nodes).await?;
+    let _ = writeln!(
+        text,
+        "# HELP tessera_compute_slices MIG compute slices by model: allocated (instances in use), placeable (free and \
+         usable by the profiles live requests ask for), stranded (free and usable by none of them), cordoned (free \
+         on cordoned GPUs).\n# TYPE tessera_compute_slices gauge"
+    );
+    for m in &by_model {
+        for (state, n) in
+            [("allocated", m.allocated), ("placeable", m.placeable), ("stranded", m.stranded), ("cordoned", m.cordoned)]
+        {
+            let _ = writeln!(text, "tessera_compute_slices{{modelName=\"{}\",state=\"{state}\"}} {n}", esc(&m.model));
+        }
+    }
+    Ok(())
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, now: i64) -> String {
+    use std::fmt::Write;
+    let latest: Vec<Latest> = state.telemetry.latest(None).into_iter().filter(|l| now - l.sample.t < 60_000).collect();
+    let mut families: Vec<(&str, &str, &str, Vec<String>)> = vec![
+        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", Vec::new()),
+        (
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "gauge",
+            "Ratio of time the graphics engine is active (MIG instances).",
+            Vec::new(),
+        ),
+        ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", Vec::new()),
+        ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", Vec::new()),
+        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", Vec::new()),
+        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", Vec::new()),
+    ];
+    for l in &latest {
+        let node = nodes.iter().find(|n| n.id == l.node_id);
+        let gpu = node.and_then(|n| n.gpus.iter().find(|g| g.uuid == l.gpu));
+        let held = holders.get(&l.device).map(Vec::as_slice).unwrap_or_default();
+        let mut labels = format!(
+            "gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\"",
+            gpu.map_or(String::new(), |g| g.index.to_string()),
+            esc(&l.gpu),
+            gpu.map_or(String::new(), |g| g.index.to_string()),
+            esc(&gpu.map_or(String::new(), |g| g.model.clone())),
+            esc(&node.map_or(l.node_id.clone(), |n| n.name.clone())),
+        );
+        if let Some(profile) = &l.profile {
+            let _ = write!(
+                labels,
+                ",GPU_I_PROFILE=\"{}\",GPU_I_START=\"{}\",MIG_UUID=\"{}\"",
+                esc(profile),
+                l.start.unwrap_or(0),
+                esc(&l.device)
+            );
+        }
+        let tenants = held.iter().map(|a| a.tenant_name.as_str()).collect::<Vec<_>>().join(",");
+        let allocations = held.iter().map(|a| a.id.as_str()).collect::<Vec<_>>().join(",");
+        let _ = write!(labels, ",tenant=\"{}\",allocation=\"{}\"", esc(&tenants), esc(&allocations));
+        let s = &l.sample;
+        let ts = s.t;
+        if l.profile.is_some() {
+            families[1].3.push(format!("{{{labels}}} {} {ts}", f64::from(s.util) / 100.0));
+        } else {
+            families[0].3.push(format!("{{{labels}}} {} {ts}", s.util));
+        }
+        families[2].3.push(format!("{{{labels}}} {} {ts}", s.mem_used_mib));
+        families[3].3.push(format!("{{{labels}}} {} {ts}", (s.mem_total_mib - s.mem_used_mib).max(0.0)));
+        if let Some(w) = s.power_w {
+            families[4].3.push(format!("{{{labels}}} {w} {ts}"));
+        }
+        if let Some(c) = s.temp_c {
+            families[5].3.push(format!("{{{labels}}} {c} {ts}"));
+        }
+    }
+    let mut out = String::with_capacity(256 + latest.len() * 600);
+    for (name, kind, help, lines) in &families {
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for line in lines {
+            let _ = writeln!(out, "{name}{line}");
+        }
+    }
+    let t = &state.telemetry;
+    let _ = writeln!(
+        out,
+        "# HELP tessera_agents_connected Agents with a push connection to this replica.\n\
+         # TYPE tessera_agents_connected gauge\ntessera_agents_connected {}",
+        state.hub.connected()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_samples_total Samples accepted by this replica.\n\
+         # TYPE tessera_telemetry_samples_total counter\ntessera_telemetry_samples_total {}",
+        t.accepted.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_rejected_samples_total Samples refused by this replica.\n\
+         # TYPE tessera_telemetry_rejected_samples_total counter\ntessera_telemetry_rejected_samples_total {}",
+        t.rejected.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_refused_series_total Device series refused by this replica, by reason: \
+         `not_owned` (a device the sending node does not own) or `series_limit` (the replica holds its most \
+         series).\n# TYPE tessera_telemetry_refused_series_total counter\n\
+         tessera_telemetry_refused_series_total{{reason=\"not_owned\"}} {}\n\
+         tessera_telemetry_refused_series_total{{reason=\"series_limit\"}} {}",
+        t.refused_not_owned.load(std::sync::atomic::Ordering::Relaxed),
+        t.refused_series_limit.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_batches_total Batches received by this replica.\n\
+         # TYPE tessera_telemetry_batches_total counter\ntessera_telemetry_batches_total {}",
+        t.batches.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_series Devices in the live window.\n# TYPE tessera_telemetry_series gauge\n\
+         tessera_telemetry_series {}",
+        t.series_count()
+    );
+    let _ = writeln!(
+        out,
+        "# HELP tessera_telemetry_lost_minute_rows_total Minute aggregates dropped because the store was away too \
+         long.\n# TYPE tessera_telemetry_lost_minute_rows_total counter\ntessera_telemetry_lost_minute_rows_total {}",
+        t.lost_rows()
+    );
+    let drops = t.agent_drops();
+    if !drops.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP tessera_telemetry_agent_dropped_samples Samples an agent dropped from its full buffer since it \
+             started.\n# TYPE tessera_telemetry_agent_dropped_samples gauge"
+        );
+        for (node_id, n) in drops {
+            let name = nodes.iter().find(|x| x.id == node_id).map_or(node_id.clone(), |x| x.name.clone());
+            let _ = writeln!(out, "tessera_telemetry_agent_dropped_samples{{Hostname=\"{}\"}} {n}", esc(&name));
+        }
+    }
+    out
+}

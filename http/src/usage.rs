@@ -1,0 +1,318 @@
+//! Metered usage for chargeback, as JSON or as a CSV file: per allocation, per tenant and per profile, with the
+//! active allocations that sit idle flagged. Tenant members see their tenants' usage only.
+
+use crate::auth::Caller;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use tessera_core::clock::{iso8601, rounded};
+use tessera_services::auth::Permissions;
+
+use super::error::{ApiError, ApiJson, ApiQuery, Problem};
+pub use tessera_api::efficiency::{
+    EfficiencyHistory, EfficiencyQuery, EfficiencyReport, HistoryQuery, Prices, PricesBody,
+};
+pub use tessera_api::rightsize::{RightsizeQuery, RightsizeReport};
+pub use tessera_api::usage::UsageQuery;
+use tessera_services::app::AppState;
+use tessera_services::auth::permissions::Scope;
+use tessera_services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, IDLE_HOURS, device_utilisation};
+use tessera_services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
+use tessera_store::now_ms;
+use tessera_store::telemetry::Metered;
+
+/// The columns of the CSV report, one line per allocation.
+pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from,to,\
+                              seconds,slice_seconds,gpu_hours,util_mean_pct,idle";
+
+/// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
+/// compute slices (slice-seconds), with the mean utilisation of its device over the last `idle_hours` and whether
+/// it is idle; per tenant and per profile the sums. Tenant members see their tenants only. `format=csv` gives the
+/// allocations as a CSV file (`text/csv`, a header line first).
+#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    params(UsageQuery),
+    responses((status = 200, description = "the report, or with `format=csv` its allocations as CSV",
+            content((UsageReport = "application/json"), (String = "text/csv"))),
+        (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "usage_range, invalid_time, invalid_idle or invalid_format")))]
+pub async fn usage(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiQuery(q): ApiQuery<UsageQuery>,
+) -> Result<Response, ApiError> {
+    let csv = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("csv") => true,
+        Some(_) => return Err(ApiError::invalid("invalid_format", "`format` is `json` or `csv`")),
+    };
+    let idle_below = q.idle_below.unwrap_or(DEFAULT_IDLE_BELOW);
+    let idle_hours = q.idle_hours.unwrap_or(DEFAULT_IDLE_HOURS);
+    check_idle(idle_below, "idle_hours", idle_hours)?;
+    let now = now_ms();
+    let to = super::time_param("to", q.to)?.unwrap_or(now);
+    let from = super::time_param("from", q.from)?.unwrap_or((to - 30 * 24 * 3600 * 1000).max(0));
+    if from >= to {
+        return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
+    }
+    let metered = match p.reading_scope(q.tenant.as_deref())? {
+        Scope::Fleet => state.store.metered(None, from, to).await?,
+        Scope::Tenants(tenants) => {
+            let mut all = Vec::new();
+            for t in &tenants {
+                all.extend(state.store.metered(Some(t), from, to).await?);
+            }
+            all
+        }
+    };
+    let watched = |a: &Metered| a.released_at_ms.is_none() && a.device_uuid.is_some();
+    let util = if metered.iter().any(watched) {
+        device_utilisation(&state, idle_hours, now).await?
+    } else {
+        Default::default()
+    };
+    let idle = IdleRule { below: idle_below, hours: idle_hours, util: &util };
+    let report = meter(state.catalog, &metered, from, to, now, idle);
+    if !csv {
+        return Ok(ApiJson(report).into_response());
+    }
+    let disposition = format!("attachment; filename=\"tessera-usage-{}-{}.csv\"", report.from_ms, report.to_ms);
+    let mut response = csv_report(&report).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/csv; charset=utf-8"));
+    if let Ok(value) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// A CSV field, quoted (RFC 4180) when it holds a comma, a quote or a line break.
+fn field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
+}
+
+/// One line of the CSV report.
+fn csv_line(a: &AllocationUsage) -> String {
+    let cells = [
+        field(&a.tenant),
+        field(&a.allocation),
+        field(&a.request),
+        field(&a.node),
+        field(&a.gpu_uuid),
+        field(a.device_uuid.as_deref().unwrap_or("")),
+        field(&a.model),
+        field(&a.profile),
+        rounded(a.weight, 4),
+        field(&a.state),
+        iso8601(a.from_ms),
+        iso8601(a.to_ms),
+        rounded(a.seconds, 0),
+        rounded(a.slice_seconds, 1),
+        rounded(a.gpu_hours, 4),
+        a.util_mean.map(|u| rounded(u, 1)).unwrap_or_default(),
+        a.idle.to_string(),
+    ];
+    cells.join(",")
+}
+
+/// The report's allocations as CSV: [`CSV_HEADER`], then one line per allocation, each ended by CRLF.
+pub fn csv_report(report: &UsageReport) -> String {
+    let mut out = String::with_capacity(200 * (report.allocations.len() + 1));
+    out.push_str(CSV_HEADER);
+    out.push_str("\r\n");
+    for a in &report.allocations {
+        out.push_str(&csv_line(a));
+        out.push_str("\r\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allocation(tenant: &str, util_mean: Option<f64>) -> AllocationUsage {
+        AllocationUsage {
+            allocation: "a1".into(),
+            request: "r1".into(),
+            tenant_id: "t1".into(),
+            tenant: tenant.into(),
+            node: "node-1".into(),
+            gpu_uuid: "GPU-1".into(),
+            device_uuid: None,
+            model: "H100-80GB".into(),
+            profile: "1g.10gb".into(),
+            weight: 1.0,
+            state: "active".into(),
+            from_ms: 1000,
+            to_ms: 4000,
+            seconds: 3.0,
+            slice_seconds: 3.0,
+            gpu_hours: 0.5,
+            util_mean,
+            idle: util_mean.is_some(),
+        }
+    }
+
+    #[test]
+    fn fields_with_commas_quotes_or_line_breaks_are_quoted() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(field("two\nlines"), "\"two\nlines\"");
+    }
+
+    #[test]
+    fn the_report_is_a_header_and_a_line_per_allocation() {
+        let report = UsageReport {
+            from_ms: 0,
+            to_ms: 5000,
+            idle_below: 5.0,
+            idle_hours: 2.0,
+            tenants: Vec::new(),
+            profiles: Vec::new(),
+            allocations: vec![allocation("ml, vision", Some(2.5)), allocation("plain", None)],
+        };
+        let text = csv_report(&report);
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        assert_eq!(lines.len(), 4, "{text:?}");
+        assert_eq!(lines[0], CSV_HEADER);
+        assert_eq!(lines[0].split(',').count(), 17);
+        assert_eq!(
+            lines[1],
+            "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,\
+             1970-01-01T00:00:04Z,3,3,0.5,2.5,true"
+        );
+        assert_eq!(
+            lines[2],
+            "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,3,0.5,,\
+             false"
+        );
+        // Float noise is rounded away.
+        let mut noisy = allocation("plain", Some(12.345_678));
+        (noisy.gpu_hours, noisy.slice_seconds, noisy.weight) =
+            (1_998.047_999_999_999_8 / 3600.0, 1_998.047_999_999_999_8, 1.0 / 7.0);
+        let line = csv_line(&noisy);
+        assert!(
+            line.ends_with(",0.1429,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,1998,0.555,12.3,true"),
+            "{line}"
+        );
+        assert_eq!(lines[3], "");
+    }
+}
+
+/// Fleet efficiency (platform admins): MIG compute slices per model and in total by what they can do now
+/// (allocated, placeable for the profiles the live requests ask for, stranded, free on cordoned GPUs), and per tenant
+/// the compute-slice-hours held over the last `hours`, the share of them measured, what was used (weighted by each
+/// device's mean utilisation) and the allocations idle over the whole look-back.
+#[utoipa::path(get, path = "/api/v1/efficiency", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(EfficiencyQuery),
+    responses((status = 200, body = EfficiencyReport), (status = 401, body = Problem), (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_idle")))]
+pub async fn efficiency(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiQuery(q): ApiQuery<EfficiencyQuery>,
+) -> Result<ApiJson<EfficiencyReport>, ApiError> {
+    use tessera_services::efficiency::{DEFAULT_EFFICIENCY_HOURS, DEFAULT_EFFICIENCY_IDLE_BELOW, report};
+    p.require_platform_admin()?;
+    let hours = q.hours.unwrap_or(DEFAULT_EFFICIENCY_HOURS);
+    let idle_below = q.idle_below.unwrap_or(DEFAULT_EFFICIENCY_IDLE_BELOW);
+    check_idle(idle_below, "hours", hours)?;
+    Ok(ApiJson(report(&state, hours, idle_below, now_ms()).await?))
+}
+
+/// Fleet efficiency per UTC day over the last `days` (at most 90; platform admins): MIG compute slices allocated,
+/// placeable, stranded and cordoned (means over the day's samples, one every 10 minutes while a server runs), the
+/// compute-slice-hours held, measured and used, and the GPU-hours held and wasted, with their cost at today's
+/// prices; of one model or the whole fleet. Days with nothing recorded are left out.
+#[utoipa::path(get, path = "/api/v1/efficiency/history", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    params(HistoryQuery),
+    responses((status = 200, body = EfficiencyHistory), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_days, unknown_model or value_too_long")))]
+pub async fn efficiency_history(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiQuery(q): ApiQuery<HistoryQuery>,
+) -> Result<ApiJson<EfficiencyHistory>, ApiError> {
+    Ok(ApiJson(tessera_services::efficiency::history(&state, &p, &q, now_ms()).await?))
+}
+
+/// The price list: what a GPU-hour of each model costs, in one currency (any signed-in user). The efficiency report
+/// and its history cost what was held and wasted with it.
+#[utoipa::path(get, path = "/api/v1/prices", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    responses((status = 200, body = Prices), (status = 401, body = Problem)))]
+pub async fn prices(State(state): State<AppState>, Caller(_p): Caller) -> Result<ApiJson<Prices>, ApiError> {
+    Ok(ApiJson(tessera_services::efficiency::prices(&state).await?))
+}
+
+/// Replaces the price list whole (platform admins; `prices.set` in the audit log): a currency (ISO 4217, three
+/// capital letters) and at most one price per GPU-hour (0 to 1,000,000) per catalog model. An empty list removes
+/// every price.
+#[utoipa::path(put, path = "/api/v1/prices", tag = "usage", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
+    request_body = PricesBody,
+    responses((status = 200, body = Prices), (status = 400, body = Problem), (status = 401, body = Problem),
+        (status = 403, body = Problem),
+        (status = 422, body = Problem, description = "invalid_currency, unknown_model, duplicate_model, invalid_price or value_too_long")))]
+pub async fn set_prices(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiJson(body): ApiJson<PricesBody>,
+) -> Result<ApiJson<Prices>, ApiError> {
+    Ok(ApiJson(tessera_services::efficiency::set_prices(&state, &p, &body).await?))
+}
+
+/// `422 invalid_idle` unless `below` is a percentage and `hours` (the parameter `name`) a look-back the telemetry
+/// keeps.
+fn check_idle(below: f64, name: &str, hours: f64) -> Result<(), ApiError> {
+    if IDLE_BELOW.contains(&below) && IDLE_HOURS.contains(&hours) {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "invalid_idle",
+        format!(
+            "`idle_below` is a percentage from {} to {}, `{name}` a number of hours from {} to {}",
+            IDLE_BELOW.start(),
+            IDLE_BELOW.end(),
+            IDLE_HOURS.start(),
+            IDLE_HOURS.end()
+        ),
+    ))
+}
+
+/// Right-sizing: per active allocation the caller may see (platform admins: the fleet), its peak memory and the
+/// 95th percentile of its one-minute mean utilisation over the last `days` (or its life, when shorter), and the
+/// smallest profile of its model and variant that would carry both with `headroom_pct`, with the compute slices and
+/// slice-hours that would save. Time-sliced and MPS shares are listed as `shared_device` (their device reports every
+/// holder at once); allocations with under an hour of telemetry as `not_enough_data`.
+#[utoipa::path(get, path = "/api/v1/rightsizing", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
+    params(RightsizeQuery),
+    responses((status = 200, body = RightsizeReport), (status = 401, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_days or invalid_headroom")))]
+pub async fn rightsizing(
+    State(state): State<AppState>,
+    Caller(p): Caller,
+    ApiQuery(q): ApiQuery<RightsizeQuery>,
+) -> Result<ApiJson<RightsizeReport>, ApiError> {
+    use tessera_core::rightsize::{DEFAULT_HEADROOM, MAX_HEADROOM};
+    use tessera_services::rightsize::{DAYS, DEFAULT_DAYS, report};
+    let days = q.days.unwrap_or(DEFAULT_DAYS);
+    if !DAYS.contains(&days) {
+        return Err(ApiError::invalid(
+            "invalid_days",
+            format!("`days` is a whole number of days from {} to {}", DAYS.start(), DAYS.end()),
+        ));
+    }
+    let headroom_pct = q.headroom_pct.unwrap_or(DEFAULT_HEADROOM * 100.0);
+    if !(0.0..=MAX_HEADROOM * 100.0).contains(&headroom_pct) {
+        return Err(ApiError::invalid(
+            "invalid_headroom",
+            format!("`headroom_pct` is a percentage from 0 to {}", MAX_HEADROOM * 100.0),
+        ));
+    }
+    let tenants = match p.reading_scope(q.tenant.as_deref())? {
+        Scope::Fleet => None,
+        Scope::Tenants(tenants) => Some(tenants),
+    };
+    Ok(ApiJson(report(&state, tenants.as_deref(), days, headroom_pct, now_ms()).await?))
+}

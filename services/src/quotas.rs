@@ -1,0 +1,151 @@
+//! Quota requests and the history of limits: a tenant's admin asks, a platform admin grants (in full or in part)
+//! or refuses, the tenant's admins may withdraw a pending one; temporary increases end on their date (the sweep in
+//! `serve`). The rules are `tessera_core::quota_request`'s; the store runs them in the transaction that writes.
+
+use crate::auth::Permissions;
+use std::collections::BTreeMap;
+
+use tessera_api::quotas::{GrantBody, NewQuotaRequest, QuotaRequestQuery};
+use tessera_core::quota::{Milli, Resource};
+use tessera_core::quota_request::amount;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use tessera_store::Principal;
+use tessera_store::quotas::{LimitChange, QuotaDecision, QuotaRequest, QuotaRequestFilter};
+
+/// Most limit changes one history read returns.
+pub const MAX_HISTORY: u32 = 1000;
+
+fn parse_limits(state: &AppState, limits: &BTreeMap<String, f64>) -> Result<Vec<(Resource, Milli)>, ApiError> {
+    limits
+        .iter()
+        .map(|(key, units)| {
+            let resource = Resource::parse(state.catalog, key)
+                .map_err(|e| ApiError::invalid("quota_bad_resource", e.to_string()))?;
+            let m = amount(key, *units).map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
+            Ok((resource, m))
+        })
+        .collect()
+}
+
+fn check_text(text: &str, required: bool) -> Result<(), ApiError> {
+    if required && text.trim().is_empty() {
+        return Err(ApiError::invalid("reason_required", "say why"));
+    }
+    tessera_core::text::check_reason(text).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))
+}
+
+/// Asks for new limits for the tenant `tenant` (its id or name): its admins and platform admins.
+pub async fn ask(
+    state: &AppState,
+    p: &Principal,
+    tenant: &str,
+    body: &NewQuotaRequest,
+) -> Result<QuotaRequest, ApiError> {
+    let tenant = super::tenants::get(state, p, tenant).await?;
+    p.require_tenant_admin_to(&tenant.id, "ask for quota")?;
+    check_text(&body.reason, true)?;
+    let asked = parse_limits(state, &body.limits)?;
+    Ok(state.store.create_quota_request(&tenant.id, &asked, body.reason.trim(), body.until_ms, &p.actor()).await?)
+}
+
+/// A quota request the caller may see.
+pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<QuotaRequest, ApiError> {
+    let not_found = || ApiError::NotFound(format!("quota request {id} not found"));
+    let request = state.store.quota_request(id).await.map_err(|e| match e {
+        tessera_store::StoreError::NotFound { .. } => not_found(),
+        e => e.into(),
+    })?;
+    if !p.can_see(&request.tenant_id) {
+        return Err(not_found());
+    }
+    Ok(request)
+}
+
+/// Quota requests the caller may see, newest first: every tenant's for platform admins, their tenants' otherwise;
+/// `tenant` narrows to one. Returns the page and the next cursor.
+pub async fn list(
+    state: &AppState,
+    p: &Principal,
+    q: &QuotaRequestQuery,
+) -> Result<(Vec<QuotaRequest>, Option<String>), ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
+    }
+    let tenants: Option<Vec<String>> = match &q.tenant {
+        Some(t) => Some(vec![super::tenants::get(state, p, t).await?.id]),
+        None if p.is_platform_admin() => None,
+        None => Some(p.memberships.iter().map(|(t, _)| t.clone()).collect()),
+    };
+    let filter = QuotaRequestFilter {
+        tenants: tenants.as_deref(),
+        state: q.state,
+        before: q.cursor.as_deref(),
+        limit: limit + 1,
+    };
+    let mut items = state.store.list_quota_requests(filter).await?;
+    let next = if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        items.last().map(|r| r.id.clone())
+    } else {
+        None
+    };
+    Ok((items, next))
+}
+
+/// Grants a pending quota request (platform admins), in full or with the amounts in `body`; the limits change in
+/// the same transaction.
+pub async fn approve(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    if_match: Option<i64>,
+    body: &GrantBody,
+) -> Result<QuotaRequest, ApiError> {
+    p.require_platform_admin()?;
+    get(state, p, id).await?;
+    check_text(&body.comment, false)?;
+    let granted = match &body.limits {
+        Some(l) => Some(parse_limits(state, l)?.into_iter().collect::<BTreeMap<_, _>>()),
+        None => None,
+    };
+    let decision = QuotaDecision::Grant(granted);
+    Ok(state.store.decide_quota_request(id, if_match, decision, body.comment.trim(), &p.actor()).await?)
+}
+
+/// Refuses a pending quota request with a reason (platform admins).
+pub async fn reject(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    if_match: Option<i64>,
+    reason: &str,
+) -> Result<QuotaRequest, ApiError> {
+    p.require_platform_admin()?;
+    get(state, p, id).await?;
+    check_text(reason, true)?;
+    Ok(state.store.decide_quota_request(id, if_match, QuotaDecision::Reject, reason.trim(), &p.actor()).await?)
+}
+
+/// Withdraws a pending quota request (the tenant's admins, platform admins).
+pub async fn cancel(
+    state: &AppState,
+    p: &Principal,
+    id: &str,
+    if_match: Option<i64>,
+) -> Result<QuotaRequest, ApiError> {
+    let request = get(state, p, id).await?;
+    p.require_tenant_admin_to(&request.tenant_id, "withdraw quota requests")?;
+    Ok(state.store.decide_quota_request(id, if_match, QuotaDecision::Cancel, "", &p.actor()).await?)
+}
+
+/// The changes of a tenant's limits, newest first (at most `limit`, 1 to [`MAX_HISTORY`]).
+pub async fn history(state: &AppState, p: &Principal, tenant: &str, limit: u32) -> Result<Vec<LimitChange>, ApiError> {
+    if !(1..=MAX_HISTORY).contains(&limit) {
+        return Err(ApiError::invalid("invalid_limit", format!("limit must be between 1 and {MAX_HISTORY}")));
+    }
+    let tenant = super::tenants::get(state, p, tenant).await?;
+    Ok(state.store.limit_changes(&tenant.id, limit).await?)
+}
