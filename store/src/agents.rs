@@ -10,7 +10,7 @@ use tessera_core::request::RequestState;
 
 use super::fleet::GPU_FIELDS;
 use super::layouts::ALLOCATION_FIELDS;
-use super::requests::audit_insert;
+use super::writes::{audit_insert, system_event};
 use super::{NewGpu, Store, StoreError, new_id, now_ms, on_constraint, state_from, to_json};
 
 /// Registers the GPUs of `$gpus` a node does not have yet and updates index and MIG mode of those it has (a GPU
@@ -481,7 +481,7 @@ impl Store {
                     let kind = if ok { "layout.applied" } else { "layout.failed" };
                     let after = serde_json::json!({"node_id": node_id, "node": name,
                         "generation": status.observed_generation, "errors": errors});
-                    super::notifications::system_event(&mut tx, kind, None, &format!("node/{node_id}"),
+                    system_event(&mut tx, kind, None, &format!("node/{node_id}"),
                         &format!("node:{name}"), after).await?;
                 }
             }
@@ -531,7 +531,7 @@ impl Store {
                     sqlx::query_as("SELECT name FROM nodes WHERE id = $1").bind(node_id).fetch_one(&mut *tx).await?;
                 let kind = if ready { "node.ready" } else { "node.not_ready" };
                 let after = serde_json::json!({"node_id": node_id, "node": name, "last_seen_ms": last_seen_ms});
-                super::notifications::system_event(&mut tx, kind, None, &format!("node/{node_id}"), "system:health",
+                system_event(&mut tx, kind, None, &format!("node/{node_id}"), "system:health",
                     after).await?;
             }
             tx.commit().await?;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::requests::audit_insert;
+use super::writes::audit_insert;
 use super::{Principal, Role, Store, StoreError, User, UserRow, new_id, now_ms, on_constraint, role_from, user_from};
 
 /// Every membership of a user, by tenant id.

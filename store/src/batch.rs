@@ -10,7 +10,8 @@ use sqlx::QueryBuilder;
 use tessera_core::cohort::{Member, admit};
 use tessera_core::quota::{Usage, accumulate};
 
-use super::requests::{REQUEST_COLUMNS, TENANT_COLUMNS};
+use super::requests::TENANT_COLUMNS;
+use super::writes::{REQUEST_COLUMNS, event_of};
 use super::{
     NewRequest, SliceRequest, Store, StoreError, Tenant, TenantRow, now_ms, on_constraint, tenant_from, to_json,
 };
@@ -452,7 +453,7 @@ impl Store {
                 .filter_map(|(r, n)| {
                     let after = to_json(&SliceRequest { borrowed: borrowed.contains(r.id.as_str()), ..(*r).clone() });
                     let (id, kind, tenant, data) =
-                        super::notifications::event_of(n.actor, "request.create", None, Some(&after))?;
+                        event_of(n.actor, "request.create", None, Some(&after))?;
                     Some((id, kind, tenant, format!("request/{}", r.id), data))
                 })
                 .collect();

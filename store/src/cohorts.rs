@@ -14,7 +14,8 @@ use tessera_core::quota::{Milli, Resource, Usage};
 use tessera_core::request::RequestState;
 
 use super::batch::{LimitRow, groups, usage_by_tenant};
-use super::requests::{REQUEST_COLUMNS, TENANT_COLUMNS, adjust_usage, audit_insert, quotas_in, release_allocations};
+use super::requests::{TENANT_COLUMNS, quotas_in};
+use super::writes::{REQUEST_COLUMNS, adjust_usage, audit_insert, release_allocations};
 use super::{
     RequestRow, SliceRequest, Store, StoreError, Tenant, TenantRow, new_id, now_ms, on_constraint, request_from,
     tenant_from, to_json,

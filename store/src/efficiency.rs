@@ -1,7 +1,7 @@
 //! The price list per GPU model, and the fleet efficiency history: MIG capacity sampled per slot, and per UTC day
 //! the slice-hours held, measured and used. One SQL body for both backends (see [`super::dialect`]).
 
-use super::requests::audit_insert;
+use super::writes::audit_insert;
 use super::{Store, StoreError, now_ms, to_json};
 
 /// One day of capacity, summed over its samples, per model.

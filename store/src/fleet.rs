@@ -3,7 +3,7 @@
 
 use tessera_core::health::{self, Finding, GpuHealthReport, HealthState};
 
-use super::requests::audit_insert;
+use super::writes::{audit_insert, system_event};
 use super::{
     DrainRecord, Gpu, GpuRow, NewGpu, Node, Store, StoreError, gpu_from, new_id, nodes_from, now_ms, on_constraint,
     to_json,
@@ -135,7 +135,7 @@ impl Store {
                 if back.rows_affected() == 1 {
                     let after = serde_json::json!({"gpu_id": gpu_id, "state": "healthy", "from": "unhealthy",
                         "returned_by": actor});
-                    super::notifications::system_event(&mut tx, "gpu.healthy", None, &format!("gpu/{gpu_id}"),
+                    system_event(&mut tx, "gpu.healthy", None, &format!("gpu/{gpu_id}"),
                         actor, after).await?;
                 }
             }
@@ -243,9 +243,9 @@ impl Store {
                 let subject = format!("gpu/{gpu_id}");
                 let after = serde_json::json!({"gpu_id": gpu_id, "node_id": node_id, "node": node_name, "index": index,
                     "uuid": uuid, "state": next, "from": held, "findings": findings, "cordoned": next == HealthState::Unhealthy || cordoned});
-                super::notifications::system_event(&mut tx, kind, None, &subject, HEALTH_ACTOR, after.clone()).await?;
+                system_event(&mut tx, kind, None, &subject, HEALTH_ACTOR, after.clone()).await?;
                 for tenant in &holders {
-                    super::notifications::system_event(&mut tx, kind, Some(tenant), &subject, HEALTH_ACTOR, after.clone())
+                    system_event(&mut tx, kind, Some(tenant), &subject, HEALTH_ACTOR, after.clone())
                         .await?;
                 }
                 changes.push(HealthChange { gpu_id, uuid: uuid.clone(), from: held, to: next, findings, newly_cordoned, holders });
@@ -378,9 +378,9 @@ impl Store {
             .await?;
             let holders: Vec<String> = rows.into_iter().map(|r| r.0).collect();
             let subject = format!("gpu/{gpu_id}");
-            super::notifications::system_event(&mut tx, "gpu.draining", None, &subject, actor, after.clone()).await?;
+            system_event(&mut tx, "gpu.draining", None, &subject, actor, after.clone()).await?;
             for tenant in &holders {
-                super::notifications::system_event(&mut tx, "gpu.draining", Some(tenant), &subject, actor, after.clone())
+                system_event(&mut tx, "gpu.draining", Some(tenant), &subject, actor, after.clone())
                     .await?;
             }
             tx.commit().await?;
@@ -438,7 +438,7 @@ impl Store {
                 .await?;
             if done.rows_affected() == 1 {
                 let after = serde_json::json!({"gpu_id": gpu_id});
-                super::notifications::system_event(&mut tx, "gpu.drained", None, &format!("gpu/{gpu_id}"),
+                system_event(&mut tx, "gpu.drained", None, &format!("gpu/{gpu_id}"),
                     DRAIN_ACTOR, after).await?;
             }
             tx.commit().await?;

@@ -8,7 +8,7 @@ use tessera_core::budget::{BudgetPolicy, BudgetUnit};
 use tessera_core::quota::{Milli, Resource};
 use tessera_core::timeline::{Change, Span};
 
-use super::requests::{REQUEST_COLUMNS, audit_insert};
+use super::writes::{REQUEST_COLUMNS, audit_insert};
 use super::{RequestRow, SliceRequest, Store, StoreError, request_from, to_json};
 
 /// The live states: a request in one of them holds its charge.

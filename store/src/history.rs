@@ -4,6 +4,7 @@
 
 use tessera_core::request::{RequestState, SliceSpec};
 
+use super::writes::audit_insert;
 use super::{Store, StoreError, new_id, to_json};
 
 /// One released allocation of the past, with the request it came from.
@@ -86,7 +87,7 @@ impl Store {
                 .await?;
             }
             let after = serde_json::json!({ "released_allocations": past.len() }).to_string();
-            super::requests::audit_insert(&mut tx, actor, "history.record", "history", None, Some(after)).await?;
+            audit_insert(&mut tx, actor, "history.record", "history", None, Some(after)).await?;
             tx.commit().await?;
             Ok(())
         })

@@ -8,7 +8,7 @@ use tessera_core::layout::PlacedInstance;
 use tessera_core::request::RequestState;
 
 use super::dialect::Conn;
-use super::requests::{adjust_usage, audit_insert, release_allocations, request_in};
+use super::writes::{adjust_usage, audit_insert, release_allocations, request_in, set_request};
 use super::{
     Allocation, AllocationRow, Guard, LayoutChange, LayoutProposal, ProposalRow, Reservation, SliceRequest, Store,
     StoreError, Transition, allocation_from, layout_from, new_id, now_ms, on_constraint, proposal_from, to_json,
@@ -46,30 +46,6 @@ async fn apply_layout<'c>(conn: impl Into<Conn<'c>>, gpu_id: &str, layout: &str)
         .await?;
     });
     Ok(())
-}
-
-/// Writes a request's new state, if it is still at `before_version`.
-pub(super) async fn set_request<'c>(
-    conn: impl Into<Conn<'c>>,
-    r: &SliceRequest,
-    before_version: i64,
-) -> Result<(), StoreError> {
-    let done = on_conn!(conn.into(), conn, _dialect => {
-        sqlx::query(
-            "UPDATE slice_requests SET state = $1, reason = $2, version = $3, updated_at_ms = $4 \
-             WHERE id = $5 AND version = $6",
-        )
-        .bind(r.state.as_str())
-        .bind(&r.reason)
-        .bind(r.version)
-        .bind(r.updated_at_ms)
-        .bind(&r.id)
-        .bind(before_version)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-    });
-    if done == 1 { Ok(()) } else { Err(StoreError::Conflict { constraint: "version".to_string() }) }
 }
 
 /// A GPU's layout version, layout and MIG mode, locked for the rest of the transaction on PostgreSQL.

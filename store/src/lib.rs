@@ -32,6 +32,7 @@ pub mod reservations;
 mod sqlite;
 pub mod telemetry;
 mod views;
+mod writes;
 
 mod records;
 

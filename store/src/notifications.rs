@@ -2,8 +2,8 @@
 //! [`super::dialect`]).
 //!
 //! Every audit entry whose action tells of an event (`tessera_core::event::from_audit`) writes the event in the same
-//! transaction ([`event_insert`]), so a change that rolls back has no event and a committed one always has. The
-//! dispatcher ([`Store::dispatch_events`]) turns each event into one delivery per matching endpoint; the sender claims
+//! transaction ([`super::writes::event_insert`]), so a change that rolls back has no event and a committed one always
+//! has. The dispatcher ([`Store::dispatch_events`]) turns each event into one delivery per matching endpoint; the sender claims
 //! due deliveries for a lease ([`Store::claim_deliveries`]), sends them and records how it went
 //! ([`Store::finish_deliveries`]). On PostgreSQL replicas claim with `FOR UPDATE SKIP LOCKED`, so each delivery is
 //! sent by one of them; an endpoint receives a subject's events in order, since a delivery waits while an earlier
@@ -11,11 +11,10 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
 use sqlx::QueryBuilder;
 use tessera_core::event;
 
-use super::dialect::Conn;
+use super::writes::{REQUEST_COLUMNS, audit_insert, system_event};
 use super::{Store, StoreError, new_id, now_ms, to_json};
 
 /// An event as stored.
@@ -257,91 +256,6 @@ fn delivery_from(r: DeliveryRow) -> DeliveryRecord {
     }
 }
 
-/// The tenant a record names (`tenant_id`), if it has one.
-#[derive(Deserialize)]
-struct TenantOf {
-    #[serde(default)]
-    tenant_id: Option<String>,
-}
-
-fn tenant_of(json: Option<&str>) -> Option<String> {
-    serde_json::from_str::<TenantOf>(json?).ok()?.tenant_id
-}
-
-/// The event an audit entry tells of, if any: `(id, type, tenant, data)`.
-pub(super) fn event_of(
-    actor: &str,
-    action: &str,
-    before: Option<&str>,
-    after: Option<&str>,
-) -> Option<(String, &'static str, Option<String>, String)> {
-    let kind = event::from_audit(action, actor)?;
-    let tenant = tenant_of(after).or_else(|| tenant_of(before));
-    let data = format!(
-        "{{\"actor\":{},\"action\":{},\"before\":{},\"after\":{}}}",
-        to_json(&actor),
-        to_json(&action),
-        before.unwrap_or("null"),
-        after.unwrap_or("null")
-    );
-    Some((new_id(), kind, tenant, data))
-}
-
-/// Writes the event an audit entry tells of, if any, in the caller's transaction.
-pub(super) async fn event_insert<'c>(
-    conn: impl Into<Conn<'c>>,
-    actor: &str,
-    action: &str,
-    object: &str,
-    before: Option<&str>,
-    after: Option<&str>,
-) -> Result<(), StoreError> {
-    let Some((id, kind, tenant, data)) = event_of(actor, action, before, after) else { return Ok(()) };
-    on_conn!(conn.into(), conn, dialect => {
-        sqlx::query(&format!(
-            "INSERT INTO events (id, type, tenant_id, subject, at_ms, data) VALUES ($1, $2, $3, $4, $5, {})",
-            dialect.json(6)
-        ))
-        .bind(&id)
-        .bind(kind)
-        .bind(tenant)
-        .bind(object)
-        .bind(now_ms())
-        .bind(data)
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(())
-}
-
-/// Writes an event no audit entry tells of (a node's report, a sweep's finding), in the caller's transaction.
-pub(super) async fn system_event<'c>(
-    conn: impl Into<Conn<'c>>,
-    kind: &'static str,
-    tenant: Option<&str>,
-    subject: &str,
-    actor: &str,
-    after: serde_json::Value,
-) -> Result<(), StoreError> {
-    debug_assert!(event::is_type(kind), "{kind}");
-    let data = serde_json::json!({ "actor": actor, "action": kind, "before": null, "after": after });
-    on_conn!(conn.into(), conn, dialect => {
-        sqlx::query(&format!(
-            "INSERT INTO events (id, type, tenant_id, subject, at_ms, data) VALUES ($1, $2, $3, $4, $5, {})",
-            dialect.json(6)
-        ))
-        .bind(new_id())
-        .bind(kind)
-        .bind(tenant)
-        .bind(subject)
-        .bind(now_ms())
-        .bind(data.to_string())
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(())
-}
-
 /// The condition on `events` of what a reader may see: its tenants' events (every one, and the platform's, when
 /// `platform`), never a test event for one endpoint.
 fn readable<'a, DB: sqlx::Database>(q: &mut QueryBuilder<'a, DB>, tenants: &'a [String], platform: bool)
@@ -449,7 +363,7 @@ impl Store {
             .await
             .map_err(|e| super::on_constraint(e, "webhooks"))?;
             let after = serde_json::json!({"tenant_id": w.tenant_id, "url": w.url, "format": w.format, "types": w.types});
-            super::requests::audit_insert(&mut tx, new.actor, "webhook.create", &format!("webhook/{}", w.id), None,
+            audit_insert(&mut tx, new.actor, "webhook.create", &format!("webhook/{}", w.id), None,
                 Some(after.to_string())).await?;
             tx.commit().await?;
         });
@@ -484,7 +398,7 @@ impl Store {
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("webhook {id}") });
             }
-            super::requests::audit_insert(&mut tx, actor, "webhook.delete", &format!("webhook/{id}"), None, None)
+            audit_insert(&mut tx, actor, "webhook.delete", &format!("webhook/{id}"), None, None)
                 .await?;
             tx.commit().await?;
             Ok(())
@@ -513,7 +427,7 @@ impl Store {
                 return Err(StoreError::NotFound { what: format!("webhook {id}") });
             }
             let after = serde_json::json!({ "previous_until_ms": overlap_until_ms });
-            super::requests::audit_insert(&mut tx, actor, "webhook.rotate", &format!("webhook/{id}"), None,
+            audit_insert(&mut tx, actor, "webhook.rotate", &format!("webhook/{id}"), None,
                 Some(after.to_string())).await?;
             tx.commit().await?;
         });
@@ -849,7 +763,7 @@ impl Store {
         let horizon = now_ms.saturating_add(event::EXPIRY_REMINDERS_MS[0]);
         let sql = format!(
             "SELECT {} WHERE state = 'active' AND expires_at_ms > $1 AND expires_at_ms <= $2 ORDER BY id",
-            super::requests::REQUEST_COLUMNS
+            REQUEST_COLUMNS
         );
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;

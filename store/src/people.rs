@@ -5,7 +5,8 @@
 
 use tessera_core::quota::ApprovalPolicy;
 
-use super::requests::{TENANT_COLUMNS, audit_insert};
+use super::requests::TENANT_COLUMNS;
+use super::writes::audit_insert;
 use super::{
     Principal, Role, Store, StoreError, Tenant, TenantRow, User, UserRow, new_id, now_ms, on_constraint, role_from,
     tenant_from, to_json, user_from,

@@ -12,7 +12,8 @@ use tessera_core::quota::{Milli, Resource};
 use tessera_core::quota_request::{self, Change, Line, QuotaRequestState};
 
 use super::dialect::Conn;
-use super::requests::{audit_insert, quotas_in};
+use super::requests::quotas_in;
+use super::writes::audit_insert;
 use super::{Store, StoreError, new_id, now_ms, on_constraint, to_json};
 
 /// A quota request as stored.

@@ -1,5 +1,6 @@
-//! Tenants, their quotas and running usage, slice requests and their life, and the audit entries every change
-//! writes in its own transaction. One SQL body for both backends (see [`super::dialect`]).
+//! Tenants, their quotas and running usage, slice requests and their life, and the audit entries to read back.
+//! Every change writes its audit entry in its own transaction (see [`super::writes`]). One SQL body for both
+//! backends (see [`super::dialect`]).
 //!
 //! Creating a request checks the tenant's quota and inserts it in one transaction that serialises with every other
 //! writer for that tenant: SQLite takes the database write lock up front (`BEGIN IMMEDIATE`), PostgreSQL locks the
@@ -9,51 +10,15 @@ use tessera_core::quota::{ApprovalPolicy, Usage};
 use tessera_core::request::RequestState;
 
 use super::dialect::Conn;
+use super::writes::{REQUEST_COLUMNS, adjust_usage, audit_insert, release_allocations, request_in, set_request};
 use super::{
     AuditEntry, AuditRow, NewRequest, RequestFilter, RequestRow, SliceRequest, Store, StoreError, Tenant, TenantRow,
     Transition, audit_from, expiry, new_id, now_ms, on_constraint, request_from, tenant_from, to_json, usage_from_rows,
 };
 
-/// The columns of a [`RequestRow`], and the table.
-pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), count, state, reason, version, \
-                                          created_at_ms, updated_at_ms, duration_s, expires_at_ms, priority, \
-                                          borrowed, reclaim_at_ms, reclaim_for FROM slice_requests";
-
 /// The columns of a [`TenantRow`], and the table.
 pub(super) const TENANT_COLUMNS: &str =
     "id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms, cohort_id, weight FROM tenants";
-
-/// Writes an audit entry, and the event it tells of if any (see [`super::notifications`]), in the caller's
-/// transaction.
-pub(super) async fn audit_insert<'c>(
-    conn: impl Into<Conn<'c>>,
-    actor: &str,
-    action: &str,
-    object: &str,
-    before: Option<String>,
-    after: Option<String>,
-) -> Result<(), StoreError> {
-    on_conn!(conn.into(), conn, dialect => {
-        sqlx::query(&format!(
-            "INSERT INTO audit_log (at_ms, actor, action, object, before_json, after_json) \
-             VALUES ($1, $2, $3, $4, {}, {})",
-            dialect.json(5),
-            dialect.json(6)
-        ))
-        .bind(now_ms())
-        .bind(actor)
-        .bind(action)
-        .bind(object)
-        .bind(before.as_deref())
-        .bind(after.as_deref())
-        .execute(&mut *conn)
-        .await?;
-        // The event the change tells of, if any: in the same transaction (the outbox).
-        super::notifications::event_insert(&mut *conn, actor, action, object, before.as_deref(), after.as_deref())
-            .await?;
-    });
-    Ok(())
-}
 
 /// A tenant's limits.
 pub(super) async fn quotas_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage, StoreError> {
@@ -71,54 +36,6 @@ async fn held_in<'c>(conn: impl Into<Conn<'c>>, tenant_id: &str) -> Result<Usage
         sqlx::query_as(sql).bind(tenant_id).fetch_all(&mut *conn).await?
     });
     usage_from_rows(rows)
-}
-
-/// Adds (`sign` 1) or takes back (`sign` -1) a request's charges in its tenant's running usage.
-pub(super) async fn adjust_usage<'c>(
-    conn: impl Into<Conn<'c>>,
-    tenant_id: &str,
-    request_id: &str,
-    sign: i64,
-) -> Result<(), StoreError> {
-    on_conn!(conn.into(), conn, dialect => {
-        // In byte order of resource, as batches write them, so two writers never take a tenant's usage rows in
-        // opposite orders (a deadlock).
-        let charges: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "SELECT resource, amount_milli FROM request_charges WHERE request_id = $1 ORDER BY resource{}",
-            dialect.bytewise()
-        ))
-        .bind(request_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        for (resource, amount) in charges {
-            sqlx::query(
-                "INSERT INTO tenant_usage (tenant_id, resource, held_milli) VALUES ($1, $2, $3) ON CONFLICT \
-                 (tenant_id, resource) DO UPDATE SET held_milli = tenant_usage.held_milli + excluded.held_milli",
-            )
-            .bind(tenant_id)
-            .bind(resource)
-            .bind(sign * amount)
-            .execute(&mut *conn)
-            .await?;
-        }
-    });
-    Ok(())
-}
-
-/// A request by id; `lock` locks its row on PostgreSQL (inside a writing transaction).
-pub(super) async fn request_in<'c>(
-    conn: impl Into<Conn<'c>>,
-    id: &str,
-    lock: bool,
-) -> Result<SliceRequest, StoreError> {
-    let row: Option<RequestRow> = on_conn!(conn.into(), conn, dialect => {
-        let lock = if lock { dialect.lock() } else { "" };
-        sqlx::query_as(&format!("SELECT {REQUEST_COLUMNS} WHERE id = $1{lock}"))
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?
-    });
-    request_from(row.ok_or_else(|| StoreError::NotFound { what: format!("request {id}") })?)
 }
 
 /// The request still on its way (pending, approved or provisioning) made to replace `$1`, if any.
@@ -156,7 +73,7 @@ async fn release_replaced<'c>(
             updated_at_ms: now,
             ..before.clone()
         };
-        super::layouts::set_request(&mut *conn, &after, before.version).await?;
+        set_request(&mut *conn, &after, before.version).await?;
         release_allocations(&mut *conn, &after.id).await?;
         if before.state.holds_quota() {
             adjust_usage(&mut *conn, &after.tenant_id, &after.id, -1).await?;
@@ -166,21 +83,6 @@ async fn release_replaced<'c>(
         audit_insert(&mut *conn, RIGHTSIZE_ACTOR, "request.released", &object, b, a).await?;
         Ok(Some(after))
     })
-}
-
-/// Gives back the instances a request held, when it ends (released, cancelled, rejected, expired, failed).
-pub(super) async fn release_allocations<'c>(conn: impl Into<Conn<'c>>, request_id: &str) -> Result<(), StoreError> {
-    on_conn!(conn.into(), conn, _dialect => {
-        sqlx::query(
-            "UPDATE allocations SET state = 'released', released_at_ms = $2 \
-             WHERE request_id = $1 AND state IN ('reserved', 'active')",
-        )
-        .bind(request_id)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
-    });
-    Ok(())
 }
 
 impl Store {

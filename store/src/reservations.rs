@@ -13,7 +13,7 @@ use tessera_core::request::{RequestState, SliceSpec};
 use tessera_core::reservation::{ReservationPolicy, ReservationState};
 
 use super::dialect::Conn;
-use super::requests::audit_insert;
+use super::writes::{adjust_usage, audit_insert};
 use super::{Store, StoreError, new_id, now_ms, to_json, usage_from_rows};
 
 /// Who accepts a reservation at booking: the tenant's policy (the same actor as for requests).
@@ -442,7 +442,7 @@ impl Store {
             .bind(&before.id)
             .execute(&mut *tx)
             .await?;
-            super::requests::adjust_usage(&mut tx, &before.tenant_id, &request_id, 1).await?;
+            adjust_usage(&mut tx, &before.tenant_id, &request_id, 1).await?;
             let after = ReservationRecord {
                 state,
                 request_id: Some(request_id.clone()),
