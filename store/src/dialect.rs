@@ -49,8 +49,27 @@ macro_rules! on_pool {
     };
 }
 
-/// Runs `$body` with `$conn` bound to the connection inside a [`Conn`] and `$dialect` to its [`Dialect`].
+/// Runs `$body` with `$conn` bound to the connection inside a [`Conn`] and `$dialect` to its [`Dialect`]; with
+/// `$db`, that names the backend's [`sqlx::Database`] type too (for a [`sqlx::QueryBuilder`]).
 macro_rules! on_conn {
+    ($c:expr, $conn:ident, $dialect:ident, $db:ident => $body:expr) => {
+        match $c {
+            $crate::dialect::Conn::Sqlite($conn) => {
+                #[allow(unused_variables)]
+                let $dialect = $crate::dialect::Dialect::Sqlite;
+                #[allow(dead_code)]
+                type $db = sqlx::Sqlite;
+                $body
+            }
+            $crate::dialect::Conn::Postgres($conn) => {
+                #[allow(unused_variables)]
+                let $dialect = $crate::dialect::Dialect::Postgres;
+                #[allow(dead_code)]
+                type $db = sqlx::Postgres;
+                $body
+            }
+        }
+    };
     ($c:expr, $conn:ident, $dialect:ident => $body:expr) => {
         match $c {
             $crate::dialect::Conn::Sqlite($conn) => {

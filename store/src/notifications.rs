@@ -12,8 +12,11 @@
 use std::collections::HashMap;
 
 use sqlx::QueryBuilder;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
 use tessera_core::event;
 
+use super::dialect::Conn;
 use super::writes::{REQUEST_COLUMNS, audit_insert, system_event};
 use super::{Store, StoreError, new_id, now_ms, to_json};
 
@@ -253,6 +256,94 @@ fn delivery_from(r: DeliveryRow) -> DeliveryRecord {
         last_status: r.9,
         last_error: r.10,
         delivered_at_ms: r.11,
+    }
+}
+
+/// A table of rows that senders lease while they send them, so that of several replicas one sends each: a row is
+/// due when it is pending, its next attempt has come (`next_at_ms`) and no lease on it runs (`lease_until_ms`). On
+/// PostgreSQL replicas claim with `FOR UPDATE SKIP LOCKED`, so they never wait on each other's claims.
+struct LeaseQueue {
+    /// The table.
+    table: &'static str,
+    /// The table's alias in `also`, `order` and the columns read back.
+    alias: &'static str,
+    /// What else a due row must meet (` AND ...`), or `""`.
+    also: &'static str,
+    /// The order rows are claimed and read back in.
+    order: &'static str,
+}
+
+/// Webhook deliveries: a subject's deliveries to one endpoint go one at a time, in event order.
+const DELIVERY_QUEUE: LeaseQueue = LeaseQueue {
+    table: "webhook_deliveries",
+    alias: "d",
+    also: " AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o WHERE o.webhook_id = d.webhook_id \
+            AND o.subject = d.subject AND o.state = 'pending' AND o.event_seq < d.event_seq)",
+    order: "d.event_seq",
+};
+
+/// E-mail deliveries, oldest first.
+const EMAIL_QUEUE: LeaseQueue = LeaseQueue { table: "email_deliveries", alias: "m", also: "", order: "m.id" };
+
+impl LeaseQueue {
+    /// Claims up to `limit` rows due at `now` for `lease_ms`, in the caller's transaction, and reads them back in
+    /// order with `columns` (`<columns> FROM <table> <alias> [JOIN ...]`); none when none is due.
+    async fn claim<'c, T>(
+        &self,
+        conn: impl Into<Conn<'c>>,
+        columns: &str,
+        now: i64,
+        limit: u32,
+        lease_ms: i64,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        T: for<'r> sqlx::FromRow<'r, SqliteRow> + for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+    {
+        let LeaseQueue { table, alias: a, also, order } = self;
+        on_conn!(conn.into(), conn, dialect, DB => {
+            let ids: Vec<(i64,)> = sqlx::query_as(&format!(
+                "SELECT {a}.id FROM {table} {a} WHERE {a}.state = 'pending' AND {a}.next_at_ms <= $1 \
+                 AND {a}.lease_until_ms <= $1{also} ORDER BY {order} LIMIT $2{}",
+                dialect.lock_skipping()
+            ))
+            .bind(now)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *conn)
+            .await?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {table} SET lease_until_ms = "));
+            q.push_bind(now.saturating_add(lease_ms)).push(" WHERE id IN (");
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            q.build().execute(&mut *conn).await?;
+            let mut q = QueryBuilder::<DB>::new(format!("SELECT {columns} WHERE {a}.id IN ("));
+            let mut list = q.separated(", ");
+            for (id,) in &ids {
+                list.push_bind(*id);
+            }
+            q.push(format!(") ORDER BY {order}"));
+            Ok(q.build_query_as().fetch_all(&mut *conn).await?)
+        })
+    }
+
+    /// Gives claimed rows back untouched, for the next round.
+    async fn release<'c>(&self, conn: impl Into<Conn<'c>>, ids: &[i64]) -> Result<(), StoreError> {
+        let table = self.table;
+        on_conn!(conn.into(), conn, _dialect, DB => {
+            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {table} SET lease_until_ms = 0 WHERE id IN ("));
+            let mut list = q.separated(", ");
+            for id in ids {
+                list.push_bind(*id);
+            }
+            q.push(")");
+            q.build().execute(&mut *conn).await?;
+        });
+        Ok(())
     }
 }
 
@@ -621,37 +712,18 @@ impl Store {
         let now = now_ms();
         on_pool!(self, pool, dialect, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let ids: Vec<(i64,)> = sqlx::query_as(&format!(
-                "SELECT d.id FROM webhook_deliveries d WHERE d.state = 'pending' AND d.next_at_ms <= $1 \
-                 AND d.lease_until_ms <= $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries o \
-                 WHERE o.webhook_id = d.webhook_id AND o.subject = d.subject AND o.state = 'pending' \
-                 AND o.event_seq < d.event_seq) ORDER BY d.event_seq LIMIT $2{}",
-                dialect.lock_skipping()
-            ))
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-            if ids.is_empty() {
+            let rows: Vec<(i64, i64, i64, String, i64)> = DELIVERY_QUEUE
+                .claim(
+                    &mut tx,
+                    "d.id, d.attempts, d.first_at_ms, d.webhook_id, d.event_seq FROM webhook_deliveries d",
+                    now,
+                    limit,
+                    lease_ms,
+                )
+                .await?;
+            if rows.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut q = QueryBuilder::<DB>::new("UPDATE webhook_deliveries SET lease_until_ms = ");
-            q.push_bind(now.saturating_add(lease_ms)).push(" WHERE id IN (");
-            let mut list = q.separated(", ");
-            for (id,) in &ids {
-                list.push_bind(*id);
-            }
-            q.push(")");
-            q.build().execute(&mut *tx).await?;
-            let mut q = QueryBuilder::<DB>::new(
-                "SELECT id, attempts, first_at_ms, webhook_id, event_seq FROM webhook_deliveries WHERE id IN (",
-            );
-            let mut list = q.separated(", ");
-            for (id,) in &ids {
-                list.push_bind(*id);
-            }
-            q.push(") ORDER BY event_seq");
-            let rows: Vec<(i64, i64, i64, String, i64)> = q.build_query_as().fetch_all(&mut *tx).await?;
             let mut q = QueryBuilder::<DB>::new(format!("SELECT {WEBHOOK_COLUMNS} WHERE id IN ("));
             let mut list = q.separated(", ");
             for r in &rows {
@@ -925,16 +997,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        on_pool!(self, pool, _dialect, DB => {
-            let mut q = QueryBuilder::<DB>::new("UPDATE email_deliveries SET lease_until_ms = 0 WHERE id IN (");
-            let mut list = q.separated(", ");
-            for id in ids {
-                list.push_bind(*id);
-            }
-            q.push(")");
-            q.build().execute(pool).await?;
-        });
-        Ok(())
+        on_pool!(self, pool, _dialect => EMAIL_QUEUE.release(&mut *pool.acquire().await?, ids).await)
     }
 
     /// The e-mail deliveries to `user_id`, newest first; at most `limit`.
@@ -949,40 +1012,22 @@ impl Store {
     /// Claims up to `limit` due e-mail deliveries for `lease_ms`, with their events, oldest first.
     pub async fn claim_emails(&self, limit: u32, lease_ms: i64) -> Result<Vec<ClaimedEmail>, StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, dialect, DB => {
+        on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let ids: Vec<(i64,)> = sqlx::query_as(&format!(
-                "SELECT id FROM email_deliveries WHERE state = 'pending' AND next_at_ms <= $1 \
-                 AND lease_until_ms <= $1 ORDER BY id LIMIT $2{}",
-                dialect.lock_skipping()
-            ))
-            .bind(now)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await?;
-            if ids.is_empty() {
+            type Row = (i64, i64, i64, String, String, i64, String, String, Option<String>, String, i64, String);
+            let rows: Vec<Row> = EMAIL_QUEUE
+                .claim(
+                    &mut tx,
+                    "m.id, m.attempts, m.first_at_ms, m.user_id, m.address, e.seq, e.id, e.type, e.tenant_id, \
+                     e.subject, e.at_ms, CAST(e.data AS TEXT) FROM email_deliveries m JOIN events e ON e.seq = m.event_seq",
+                    now,
+                    limit,
+                    lease_ms,
+                )
+                .await?;
+            if rows.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut q = QueryBuilder::<DB>::new("UPDATE email_deliveries SET lease_until_ms = ");
-            q.push_bind(now.saturating_add(lease_ms)).push(" WHERE id IN (");
-            let mut list = q.separated(", ");
-            for (id,) in &ids {
-                list.push_bind(*id);
-            }
-            q.push(")");
-            q.build().execute(&mut *tx).await?;
-            let mut q = QueryBuilder::<DB>::new(
-                "SELECT m.id, m.attempts, m.first_at_ms, m.user_id, m.address, e.seq, e.id, e.type, e.tenant_id, \
-                 e.subject, e.at_ms, CAST(e.data AS TEXT) FROM email_deliveries m JOIN events e ON e.seq = m.event_seq \
-                 WHERE m.id IN (",
-            );
-            let mut list = q.separated(", ");
-            for (id,) in &ids {
-                list.push_bind(*id);
-            }
-            q.push(") ORDER BY m.id");
-            type Row = (i64, i64, i64, String, String, i64, String, String, Option<String>, String, i64, String);
-            let rows: Vec<Row> = q.build_query_as().fetch_all(&mut *tx).await?;
             tx.commit().await?;
             Ok(rows
                 .into_iter()
