@@ -10,8 +10,8 @@ use tessera_api::requests::{ApprovalView, RejectBody, RequestPage, RequestView};
 use tessera_core::planner::Plan;
 
 use crate::api::{self, Problem, ProblemExt};
+use crate::pages::shared::{describe, short};
 use crate::pages::slots::diff_view;
-use crate::pages::tenant::{describe, short};
 use crate::pages::{ago, now_ms};
 use crate::widgets::{TenantsResource, problem_view};
 

@@ -12,6 +12,7 @@ use tessera_core::catalog::Catalog;
 use tessera_core::quota::Resource as QuotaResource;
 
 use crate::api::{self, ProblemExt};
+use crate::pages::shared::{encode, short};
 use crate::pages::{ago, datetime, now_ms};
 use crate::widgets::problem_view;
 
@@ -38,7 +39,7 @@ impl Names {
     fn of(&self, id: &str) -> String {
         // Unknown ids show as the rest of the portal shows ids: their last 8 characters (UUIDv7s share their
         // first ones, the time).
-        self.0.get(id).cloned().unwrap_or_else(|| crate::pages::tenant::short(id))
+        self.0.get(id).cloned().unwrap_or_else(|| short(id))
     }
 }
 
@@ -90,16 +91,6 @@ pub fn audit_query(object: &str, actor: &str, action: &str, before: Option<&str>
         q.push(format!("before={}", encode(b)));
     }
     format!("/api/v1/audit/entries?{}", q.join("&"))
-}
-
-/// Percent-encodes everything but unreserved characters.
-pub fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// JSON text, indented for reading (as it came when it does not parse).

@@ -116,7 +116,7 @@ pub fn TimelineCard(tenant: String) -> impl IntoView {
             api::get_json::<QuotaTimeline>(format!(
                 "/api/v1/tenants/{}/quota-timeline?resource={}&days={d}",
                 tenant.get_value(),
-                crate::pages::audit::encode(&r)
+                crate::pages::shared::encode(&r)
             ))
         },
     );

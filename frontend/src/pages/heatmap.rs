@@ -838,7 +838,7 @@ mod draw {
                     let who = row
                         .allocations
                         .iter()
-                        .map(|a| format!("{} ({})", a.tenant, super::super::tenant::short(&a.allocation)))
+                        .map(|a| format!("{} ({})", a.tenant, crate::pages::shared::short(&a.allocation)))
                         .collect::<Vec<_>>();
                     Some(format!(
                         "{} · {} · {} · {}{}",

@@ -34,7 +34,7 @@ pub fn locks(gpu: &GpuView) -> Vec<Lock> {
         .iter()
         .map(|u| Lock {
             instance: PlacedInstance { profile: u.profile.clone(), start: u.start },
-            why: format!("held by request …{} ({})", crate::pages::tenant::short(&u.request), u.state),
+            why: format!("held by request …{} ({})", crate::pages::shared::short(&u.request), u.state),
         })
         .collect();
     for a in gpu.applied.iter().flatten().filter(|a| !a.processes.is_empty()) {

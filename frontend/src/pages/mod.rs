@@ -1,4 +1,5 @@
-//! The portal's pages.
+//! The portal's pages, and the counts and times they all show. What else one page takes from another lives in
+//! [`shared`], which imports no page.
 
 pub mod admin;
 pub mod approvals;
@@ -11,6 +12,7 @@ pub mod inbox;
 pub mod layout;
 pub mod overview;
 pub mod quotas;
+pub mod shared;
 pub mod signin;
 pub mod slots;
 pub mod tenant;

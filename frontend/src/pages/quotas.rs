@@ -21,50 +21,9 @@ use tessera_api::nodes::NodeView;
 use tessera_api::usage::UsageReport;
 
 use crate::api::{self, ProblemExt};
-use crate::pages::tenant::short;
+use crate::pages::shared::{AskDraft, short};
 use crate::pages::{ago, now_ms};
 use crate::widgets::{TenantsResource, problem_view};
-
-/// What a tenant's admin is about to ask for: rows of (resource key, amount as typed), shared by the quota bars'
-/// "Ask for more", the request form's "Ask for exactly what is missing" and the ask form itself.
-#[derive(Debug, Clone, Copy)]
-pub struct AskDraft {
-    /// The rows.
-    pub lines: RwSignal<Vec<(String, String)>>,
-    /// Whether the form is open.
-    pub open: RwSignal<bool>,
-}
-
-impl AskDraft {
-    /// An empty, closed draft.
-    pub fn new() -> AskDraft {
-        AskDraft { lines: RwSignal::new(Vec::new()), open: RwSignal::new(false) }
-    }
-
-    /// Replaces the rows and opens the form.
-    pub fn fill(&self, lines: Vec<(String, String)>) {
-        self.lines.set(lines);
-        self.open.set(true);
-        #[cfg(feature = "hydrate")]
-        if let Some(el) = leptos::prelude::document().get_element_by_id("ask-quota") {
-            el.scroll_into_view();
-        }
-    }
-
-    /// Adds a row for `resource` (or replaces the one there) and opens the form.
-    pub fn add(&self, resource: String, amount: String) {
-        let mut lines = self.lines.get_untracked();
-        lines.retain(|(r, _)| *r != resource);
-        lines.push((resource, amount));
-        self.fill(lines);
-    }
-}
-
-impl Default for AskDraft {
-    fn default() -> Self {
-        AskDraft::new()
-    }
-}
 
 /// A resource key by name and unit: `("Compute slices", "slices")`; unknown keys as they are.
 fn named(key: &str) -> (String, &'static str) {
@@ -348,7 +307,7 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                     let path = format!(
                         "/api/v1/tenants/{}/quota-timeline?days=30&resource={}",
                         r.tenant,
-                        crate::pages::audit::encode(&l.resource)
+                        crate::pages::shared::encode(&l.resource)
                     );
                     if let Ok(tl) = api::get_json::<QuotaTimeline>(path).await {
                         facts.timelines.insert(l.resource.clone(), tl.summary);

@@ -12,7 +12,7 @@ use tessera_api::usage::UsageReport;
 
 use crate::api::{self, ProblemExt};
 use crate::pages::now_ms;
-use crate::pages::tenant::short;
+use crate::pages::shared::short;
 use crate::widgets::{Glossary, Messages, SessionResource, problem_view};
 
 const HOUR_MS: i64 = 3_600_000;

@@ -9,8 +9,8 @@ use tessera_core::catalog::{Catalog, GpuModel, Profile};
 use tessera_core::layout::{InstanceSpec, PlacedInstance, maximal_layouts, to_placed, validate};
 use tessera_core::planner::{self, PlanInput};
 
+use super::error::{CliError, EXIT_NO, EXIT_OK};
 use super::table::write_table;
-use super::{CliError, EXIT_NO, EXIT_OK};
 
 #[derive(Debug, Subcommand)]
 pub enum MigCommand {

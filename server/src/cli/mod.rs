@@ -3,7 +3,9 @@
 //! Commands write to the writers they are given and return the process exit code, so tests run them in-process:
 //! 0 success, 1 a negative answer (an invalid layout), 2 bad input or usage.
 
+mod api;
 mod client;
+mod error;
 mod mig;
 mod quota;
 mod reservation;
@@ -13,6 +15,8 @@ mod user;
 use std::io::Write;
 
 use clap::{Parser, Subcommand};
+
+pub use error::{CliError, EXIT_NO, EXIT_OK, EXIT_USAGE};
 
 /// Tessera: self-service GPU slices (MIG, time-slicing, MPS) with quotas and approvals.
 #[derive(Debug, Parser)]
@@ -51,28 +55,28 @@ enum Command {
     /// Slice requests on a running server (create, list, get, approve, reject, cancel).
     Request {
         #[command(flatten)]
-        conn: client::Connection,
+        conn: api::Connection,
         #[command(subcommand)]
         cmd: client::RequestCommand,
     },
     /// Quota requests on a running server: ask for limits, grant or refuse them, the history of limits.
     Quota {
         #[command(flatten)]
-        conn: client::Connection,
+        conn: api::Connection,
         #[command(subcommand)]
         cmd: quota::QuotaCommand,
     },
     /// Reservations on a running server: book slices for a window ahead, preview, list, accept, reject, cancel.
     Reservation {
         #[command(flatten)]
-        conn: client::Connection,
+        conn: api::Connection,
         #[command(subcommand)]
         cmd: reservation::ReservationCommand,
     },
     /// Nodes on a running server: join tokens for node agents, the node list.
     Node {
         #[command(flatten)]
-        conn: client::Connection,
+        conn: api::Connection,
         #[command(subcommand)]
         cmd: client::NodeCommand,
     },
@@ -90,13 +94,6 @@ enum Command {
         database_url: String,
     },
 }
-
-/// Exit code: success.
-pub const EXIT_OK: u8 = 0;
-/// Exit code: the answer is negative (e.g. the layout is invalid).
-pub const EXIT_NO: u8 = 1;
-/// Exit code: bad input or usage.
-pub const EXIT_USAGE: u8 = 2;
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
@@ -200,24 +197,4 @@ fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, Cl
         crate::serve::serve(state, listener, shutdown).await.map_err(|e| CliError::BadInput(e.to_string()))?;
         Ok(EXIT_OK)
     })
-}
-
-/// Why a command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Input the command cannot work with.
-    #[error("{0}")]
-    BadInput(String),
-    /// Output could not be written.
-    #[error("cannot write output: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl CliError {
-    fn exit_code(&self) -> u8 {
-        match self {
-            CliError::BadInput(_) => EXIT_USAGE,
-            CliError::Io(_) => EXIT_NO,
-        }
-    }
 }

@@ -12,8 +12,8 @@ use tessera_api::quotas::{
 use tessera_api::requests::RejectBody;
 use tessera_api::tenants::{QuotaUpdate, QuotaView, TenantView};
 
-use super::CliError;
-use super::client::{Api, print};
+use super::api::{Api, print};
+use super::error::CliError;
 
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {

@@ -7,8 +7,8 @@ use reqwest::Method;
 use tessera_api::requests::RejectBody;
 use tessera_api::reservations::{NewReservationBody, ReservationPage, ReservationPreview, ReservationView};
 
-use super::CliError;
-use super::client::{Answer, Api, SpecArgs, print, say};
+use super::api::{Answer, Api, SpecArgs, print, say};
+use super::error::CliError;
 
 /// What to book: the slices and the window.
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 
 use clap::{Args, Subcommand};
 
-use super::{CliError, EXIT_NO, EXIT_OK};
+use super::error::{CliError, EXIT_NO, EXIT_OK};
 use tessera_services::auth::links::{PRINTED_LINK_TTL_MS, base_for, issue};
 use tessera_store::{Store, StoreError};
 

@@ -10,6 +10,7 @@ use leptos::prelude::*;
 use tessera_api::allocations::AllocationView;
 
 use crate::api::Problem;
+use crate::pages::shared::short;
 use crate::pages::{countdown, datetime, now_ms};
 use crate::widgets::{CopyButton, problem_view};
 
@@ -125,7 +126,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
     let snips = snippets(&a);
     let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
     let (state, profile, alloc_state, request_short) =
-        (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", super::short(&a.request)));
+        (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", short(&a.request)));
     view! {
         <li class="allocation" data-allocation=id data-state=alloc_state data-reclaim=reclaimed.to_string()>
             <Show when=move || reclaimed>

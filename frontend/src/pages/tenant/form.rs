@@ -11,9 +11,9 @@ use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_core::quota::Decision;
 use tessera_core::request::SliceSpec;
 
-use super::{Feedback, feedback, short, state_name};
+use super::arithmetic::{Feedback, feedback};
 use crate::api::{self, ProblemExt};
-use crate::pages::quotas::AskDraft;
+use crate::pages::shared::{AskDraft, short, state_name};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 use crate::wire::approval_policy;

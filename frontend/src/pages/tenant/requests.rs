@@ -10,9 +10,9 @@ use tessera_api::audit::AuditView;
 use tessera_api::requests::{RequestPage, RequestView, Waiting};
 use tessera_core::request::RequestState;
 
-use super::{cancellable, describe, state_name};
 use crate::api::{self, ProblemExt};
 use crate::pages::ago;
+use crate::pages::shared::{describe, state_name};
 use crate::widgets::problem_view;
 
 /// The table. Meant to sit in a `<Transition>`: it reads `requests`, and the transition holds the table while the
@@ -59,6 +59,10 @@ pub(super) fn RequestsTable(
             </div>
         </Show>
     }
+}
+
+fn cancellable(s: RequestState) -> bool {
+    matches!(s, RequestState::Pending | RequestState::Approved | RequestState::Provisioning)
 }
 
 #[component]

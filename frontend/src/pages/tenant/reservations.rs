@@ -11,8 +11,8 @@ use tessera_api::reservations::{
 use tessera_api::tenants::TenantView;
 use tessera_core::request::SliceSpec;
 
-use super::{describe, short};
 use crate::api::{self, ProblemExt};
+use crate::pages::shared::{describe, short};
 use crate::pages::{countdown, datetime};
 use crate::widgets::problem_view;
 
