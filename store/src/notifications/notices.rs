@@ -1,0 +1,67 @@
+//! Findings told once: a sweep's finding (an idle slice) writes its event only when its key was not told before,
+//! and is forgotten when it no longer holds, so that it is told again when found again.
+
+use sqlx::QueryBuilder;
+
+use crate::writes::system_event;
+use crate::{Store, StoreError, now_ms};
+
+impl Store {
+    /// Writes an event for a finding once: when `key` was not told before (see the `notices` table). Whether it
+    /// wrote it.
+    pub async fn tell_once(
+        &self,
+        key: &str,
+        kind: &'static str,
+        tenant: Option<&str>,
+        subject: &str,
+        actor: &str,
+        after: serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let done = sqlx::query("INSERT INTO notices (key, at_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+                .bind(key)
+                .bind(now_ms())
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 0 {
+                return Ok(false);
+            }
+            system_event(&mut tx, kind, tenant, subject, actor, after).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Forgets findings told, so that they are told again when found again.
+    pub async fn forget_notices(&self, keys: &[String]) -> Result<(), StoreError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, pool, _dialect, DB => {
+            for chunk in keys.chunks(500) {
+                let mut q = QueryBuilder::<DB>::new("DELETE FROM notices WHERE key IN (");
+                let mut list = q.separated(", ");
+                for k in chunk {
+                    list.push_bind(k.clone());
+                }
+                q.push(")");
+                q.build().execute(pool).await?;
+            }
+        });
+        Ok(())
+    }
+
+    /// Active allocations with the device that serves them: `(id, request, tenant, profile, device, activated at)`.
+    pub async fn active_devices(&self) -> Result<Vec<(String, String, String, String, String, i64)>, StoreError> {
+        on_pool!(self, pool, _dialect => {
+            Ok(sqlx::query_as(
+                "SELECT id, request_id, tenant_id, profile, device_uuid, activated_at_ms FROM allocations \
+                 WHERE state = 'active' AND device_uuid IS NOT NULL AND activated_at_ms IS NOT NULL ORDER BY id",
+            )
+            .fetch_all(pool)
+            .await?)
+        })
+    }
+}
