@@ -1,323 +1,23 @@
-//! Reservations: slices booked for a window `[start, end)` ahead of time.
-//!
-//! A reservation is accepted only if the fleet can hold it at every moment of its window, together with every
-//! reservation already accepted and every live allocation whose end is known (an allocation without an expiry is
-//! taken to last for ever). From then on its capacity is protected: a new allocation that would leave an accepted
-//! reservation without room is refused (the request waits with reason `reserved`, or is shortened to end before).
-//!
-//! [`Calendar::simulate`] replays the future: at each start of a reservation, in time order, it places that
-//! reservation's slices with the planner (MIG) or the share packing (whole GPUs) on the fleet as it will be then —
-//! instances whose holder has ended are free, slices placed for earlier reservations are held until their end. A
-//! reservation whose slices find no place at its start is a shortfall. Admission, protection and previews all ask
-//! the same question of one simulation, so they agree.
-//!
-//! ```text
-//! pending ──approve──> accepted ──start (lead time)──> started ──end──> ended
-//!    │ reject / cancel     │ cancel / fail                │ (its request is released early: ended)
-//! ```
+//! The calendar engine: [`Calendar`] (the fleet's future) and [`Prepared`], its reservations simulated once so
+//! that a question about a change replays only from the change's start. Where a moment's reservations go is
+//! `place`'s part; the search for the most that fit is `search`'s.
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-
+use super::rules::{Booking, CalGpu, Hold, Shortfall};
+use super::search::{preview_limit, search_most};
 use crate::catalog::{Catalog, GpuModel};
 use crate::layout::{Inst, Occupancy};
-use crate::planner::{DemandInput, Problem, plan_problem, problem};
-use crate::quota::{QuotaError, Usage, accumulate};
-use crate::request::SliceSpec;
-use crate::sharing::Sharing;
-
-/// How long before its start a reservation's slices are placed (layout changes proposed or applied), in
-/// milliseconds: 10 minutes.
-pub const LEAD_MS: i64 = 10 * 60 * 1000;
-/// Shortest reservation, in seconds.
-pub const MIN_DURATION_S: u64 = 60;
-/// How far in the past a start may lie when booked (a clock skew allowance), in milliseconds.
-pub const START_SLACK_MS: i64 = 60_000;
-
-/// Where a reservation is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum ReservationState {
-    /// Waiting for a platform admin (the tenant's policy does not approve it on its own).
-    Pending,
-    /// Booked: its capacity is protected for its window.
-    Accepted,
-    /// Its slices are placed (from the lead time on) and become usable at its start.
-    Started,
-    /// Its window is over, or its slices were released early.
-    Ended,
-    /// Refused by an admin.
-    Rejected,
-    /// Withdrawn by the tenant before it started.
-    Cancelled,
-    /// Its slices could not be placed by its start, or it was still pending at its start.
-    Failed,
-}
-
-impl ReservationState {
-    /// The states this one may move to.
-    pub fn next_states(self) -> &'static [ReservationState] {
-        use ReservationState::*;
-        match self {
-            Pending => &[Accepted, Rejected, Cancelled, Failed],
-            Accepted => &[Started, Cancelled, Failed],
-            Started => &[Ended],
-            Ended | Rejected | Cancelled | Failed => &[],
-        }
-    }
-
-    /// Whether nothing can happen to it any more.
-    pub fn is_terminal(self) -> bool {
-        self.next_states().is_empty()
-    }
-
-    /// Moves to `to`, or says why not.
-    pub fn transition(self, to: ReservationState) -> Result<ReservationState, ReservationError> {
-        if self.next_states().contains(&to) {
-            Ok(to)
-        } else {
-            Err(ReservationError::Transition { from: self.as_str(), to: to.as_str() })
-        }
-    }
-
-    /// The name on the wire.
-    pub fn as_str(self) -> &'static str {
-        use ReservationState::*;
-        match self {
-            Pending => "pending",
-            Accepted => "accepted",
-            Started => "started",
-            Ended => "ended",
-            Rejected => "rejected",
-            Cancelled => "cancelled",
-            Failed => "failed",
-        }
-    }
-
-    /// Parses [`ReservationState::as_str`]'s form.
-    pub fn parse(text: &str) -> Option<ReservationState> {
-        use ReservationState::*;
-        [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed].into_iter().find(|s| s.as_str() == text)
-    }
-}
-
-impl std::fmt::Display for ReservationState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Limits on what a tenant may book, per tenant or for every tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct ReservationPolicy {
-    /// Longest window, in seconds (60 to 90 days).
-    #[cfg_attr(feature = "openapi", schema(minimum = 60, maximum = 7_776_000))]
-    pub max_duration_s: u64,
-    /// Furthest a start may lie ahead, in seconds (up to 365 days).
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 31_536_000))]
-    pub max_ahead_s: u64,
-    /// Most reservations a tenant may have pending, accepted or started at once (0 to 1000).
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1000))]
-    pub max_concurrent: u32,
-}
-
-impl Default for ReservationPolicy {
-    fn default() -> Self {
-        ReservationPolicy { max_duration_s: 7 * 24 * 3600, max_ahead_s: 30 * 24 * 3600, max_concurrent: 10 }
-    }
-}
-
-impl ReservationPolicy {
-    /// Longest `max_duration_s` a policy may set.
-    pub const DURATION_BOUND_S: u64 = 90 * 24 * 3600;
-    /// Longest `max_ahead_s` a policy may set.
-    pub const AHEAD_BOUND_S: u64 = 365 * 24 * 3600;
-    /// Largest `max_concurrent` a policy may set.
-    pub const CONCURRENT_BOUND: u32 = 1000;
-
-    /// Whether the policy's own values are within their bounds.
-    pub fn validate(&self) -> Result<(), ReservationError> {
-        if !(MIN_DURATION_S..=Self::DURATION_BOUND_S).contains(&self.max_duration_s)
-            || self.max_ahead_s > Self::AHEAD_BOUND_S
-            || self.max_concurrent > Self::CONCURRENT_BOUND
-        {
-            return Err(ReservationError::PolicyOutOfBounds);
-        }
-        Ok(())
-    }
-
-    /// Checks a window `[start_ms, end_ms)` booked at `now_ms` by a tenant that has `open` reservations already.
-    pub fn check(&self, now_ms: i64, start_ms: i64, end_ms: i64, open: u32) -> Result<(), ReservationError> {
-        if end_ms <= start_ms {
-            return Err(ReservationError::EmptyWindow);
-        }
-        if start_ms < now_ms - START_SLACK_MS {
-            return Err(ReservationError::StartInPast);
-        }
-        let duration_s = ((end_ms - start_ms) / 1000) as u64;
-        if duration_s < MIN_DURATION_S {
-            return Err(ReservationError::TooShort);
-        }
-        if duration_s > self.max_duration_s {
-            return Err(ReservationError::TooLong { max_s: self.max_duration_s });
-        }
-        let ahead_s = ((start_ms - now_ms).max(0) / 1000) as u64;
-        if ahead_s > self.max_ahead_s {
-            return Err(ReservationError::TooFarAhead { max_s: self.max_ahead_s });
-        }
-        if open >= self.max_concurrent {
-            return Err(ReservationError::TooMany { max: self.max_concurrent });
-        }
-        Ok(())
-    }
-}
-
-/// Why a reservation cannot be made or moved.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReservationError {
-    /// A move its life does not allow.
-    #[error("a {from} reservation cannot become {to}")]
-    Transition {
-        /// From.
-        from: &'static str,
-        /// To.
-        to: &'static str,
-    },
-    /// `end` is not after `start`.
-    #[error("the window is empty: its end must come after its start")]
-    EmptyWindow,
-    /// `start` has passed.
-    #[error("the window starts in the past: choose a start from now on")]
-    StartInPast,
-    /// Shorter than [`MIN_DURATION_S`].
-    #[error("the window is shorter than a minute")]
-    TooShort,
-    /// Longer than the policy allows.
-    #[error("the window is longer than the policy allows ({max_s} s)")]
-    TooLong {
-        /// The policy's longest window, in seconds.
-        max_s: u64,
-    },
-    /// Further ahead than the policy allows.
-    #[error("the window starts further ahead than the policy allows ({max_s} s)")]
-    TooFarAhead {
-        /// The policy's furthest start, in seconds from now.
-        max_s: u64,
-    },
-    /// The tenant has as many open reservations as the policy allows.
-    #[error("the tenant has {max} open reservations, the most the policy allows")]
-    TooMany {
-        /// The policy's most open reservations.
-        max: u32,
-    },
-    /// A policy value outside its bounds.
-    #[error("max_duration_s must be 60 to 7776000, max_ahead_s at most 31536000 and max_concurrent at most 1000")]
-    PolicyOutOfBounds,
-}
-
-impl ReservationError {
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ReservationError::Transition { .. } => "invalid_transition",
-            ReservationError::EmptyWindow | ReservationError::StartInPast | ReservationError::TooShort => {
-                "invalid_window"
-            }
-            ReservationError::TooLong { .. } => "reservation_too_long",
-            ReservationError::TooFarAhead { .. } => "reservation_too_far_ahead",
-            ReservationError::TooMany { .. } => "too_many_reservations",
-            ReservationError::PolicyOutOfBounds => "invalid_policy",
-        }
-    }
-}
-
-/// A GPU as the calendar sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CalGpu {
-    /// GPU id.
-    pub id: String,
-    /// The node it is on: time-slicing and MPS never share a node ([`crate::sharing::validate_node`]), so a share
-    /// goes only where no other GPU of the node is shared the other way at that moment.
-    pub node: String,
-    /// Catalog model key.
-    pub model: String,
-    /// In MIG mode.
-    pub mig: bool,
-    /// Cordoned: nothing new goes there.
-    pub cordoned: bool,
-    /// Its MIG instances now `(profile, start)`.
-    pub layout: Vec<(String, u8)>,
-}
-
-/// A slice held on a GPU until a known time (or for ever): a live allocation, or a reservation's slice placed by
-/// the simulation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hold {
-    /// GPU id.
-    pub gpu: String,
-    /// MIG profile, or the sharing key of a whole-GPU share (`exclusive`, `timeslice:4`, ...).
-    pub profile: String,
-    /// Start unit, or share index.
-    pub start: u8,
-    /// When it ends, UTC milliseconds; `None`: not known (for ever).
-    pub until_ms: Option<i64>,
-}
-
-impl Hold {
-    /// Whether it is held at `t`.
-    pub fn at(&self, t: i64) -> bool {
-        self.until_ms.is_none_or(|u| u > t)
-    }
-}
-
-/// An accepted reservation, as the calendar sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Booking {
-    /// Reservation id.
-    pub id: String,
-    /// What one slice is.
-    pub spec: SliceSpec,
-    /// How many slices.
-    pub count: u32,
-    /// Window start, UTC milliseconds.
-    pub start_ms: i64,
-    /// Window end, UTC milliseconds.
-    pub end_ms: i64,
-}
-
-impl Booking {
-    /// Whether its window contains `t`.
-    pub fn at(&self, t: i64) -> bool {
-        self.start_ms <= t && t < self.end_ms
-    }
-}
-
-/// A reservation the simulation could not place at its start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shortfall {
-    /// Reservation id.
-    pub booking: String,
-    /// Its start, UTC milliseconds.
-    pub start_ms: i64,
-    /// Slices it wants.
-    pub wanted: u32,
-    /// Slices that found room.
-    pub placed: u32,
-}
 
 /// The fleet's future: GPUs, what is held on them and until when, and the accepted reservations.
 #[derive(Debug, Clone)]
 pub struct Calendar<'a> {
-    catalog: &'a Catalog,
-    gpus: Vec<CalGpu>,
-    holds: Vec<Hold>,
-    bookings: Vec<Booking>,
+    pub(super) catalog: &'a Catalog,
+    pub(super) gpus: Vec<CalGpu>,
+    pub(super) holds: Vec<Hold>,
+    pub(super) bookings: Vec<Booking>,
     /// Per reservation id, the slices an earlier simulation placed it on (see [`Calendar::with_hints`]).
-    hints: HashMap<String, Vec<Hold>>,
+    pub(super) hints: HashMap<String, Vec<Hold>>,
 }
 
 /// What a simulation found: where each reservation's slices go, and which found no room.
@@ -434,28 +134,28 @@ impl<'a> Calendar<'a> {
 /// those of a whole replay.
 #[derive(Debug, Clone)]
 pub struct Prepared<'a> {
-    cal: Calendar<'a>,
-    from_ms: i64,
+    pub(super) cal: Calendar<'a>,
+    pub(super) from_ms: i64,
     /// The GPUs' models, as the catalog resolves them.
-    models: Vec<Option<&'a GpuModel>>,
+    pub(super) models: Vec<Option<&'a GpuModel>>,
     /// GPU id -> index in `cal.gpus`.
-    index: HashMap<String, usize>,
+    pub(super) index: HashMap<String, usize>,
     /// The fleet's distinct models, and per GPU the index of its model among them.
-    distinct: Vec<&'a GpuModel>,
-    slot: Vec<Option<usize>>,
+    pub(super) distinct: Vec<&'a GpuModel>,
+    pub(super) slot: Vec<Option<usize>>,
     /// Per GPU (index in `cal.gpus`), the indices of the calendar's holds on it.
     holds_on: Vec<Vec<usize>>,
     /// Per GPU, the other GPUs of its node (indices in `cal.gpus`).
-    peers: Vec<Vec<usize>>,
+    pub(super) peers: Vec<Vec<usize>>,
     /// Per GPU, its model's index in the catalog and its MIG layout as instances (the layout `None` when it is not a
     /// valid one of the model: the planner is then shown only what is held there).
-    planned: Vec<Option<(usize, Option<Vec<Inst>>)>>,
+    pub(super) planned: Vec<Option<(usize, Option<Vec<Inst>>)>>,
     /// Indices of the bookings that end after `from_ms`, in start order (ties by id).
-    order: Vec<usize>,
+    pub(super) order: Vec<usize>,
     /// The moments at which bookings start, with their range in `order`.
     groups: Vec<Group>,
     /// Per booking, the slices placed for it.
-    placed: Vec<Vec<Hold>>,
+    pub(super) placed: Vec<Vec<Hold>>,
     /// Per booking, how short of room it was.
     short: Vec<Option<Shortfall>>,
 }
@@ -682,6 +382,8 @@ impl<'a> Prepared<'a> {
     /// or more), and whether `b.count` fits (as [`Prepared::fits`]). The asked count is the search's first probe, so
     /// the two answers cost one search. Counting further would probe counts of hundreds of slices, each placed by
     /// the planner and moving later reservations off their kept slices, for a figure the asker does not need.
+    ///
+    /// [`PREVIEW_COUNT`]: super::search::PREVIEW_COUNT
     pub fn preview(&self, b: &Booking) -> (u32, Result<(), Vec<Shortfall>>) {
         let bound = self.search_bound(b).min(preview_limit(b.count));
         let mut asked = None;
@@ -718,73 +420,6 @@ impl<'a> Prepared<'a> {
     pub fn search_bound(&self, b: &Booking) -> u32 {
         self.capacity(&b.spec).min(self.room_at(&b.spec, b.start_ms.max(self.from_ms))).min(1000)
     }
-
-    /// An upper bound on the slices of `spec` that can start at `t`, from what is held then: live slices, and those
-    /// of reservations placed before `t` (a new reservation starting at `t` changes nothing before it). Per MIG GPU
-    /// that can take the profile, the least of what the profile's maximum, the free compute slices and its free
-    /// placements allow; per whole GPU, its shares. Reservations starting at `t` itself are not counted, which only
-    /// loosens the bound.
-    fn room_at(&self, spec: &SliceSpec, t: i64) -> u32 {
-        let SliceSpec::Mig { profile, .. } = spec else { return self.capacity(spec) };
-        let mut held: Vec<Vec<&Hold>> = vec![Vec::new(); self.cal.gpus.len()];
-        let before = self.order.iter().filter(|&&i| self.cal.bookings[i].start_ms.max(self.from_ms) < t);
-        let placed = before.flat_map(|&i| self.placed[i].iter());
-        for h in self.cal.holds.iter().chain(placed).filter(|h| h.at(t)) {
-            if let Some(&g) = self.index.get(&h.gpu) {
-                held[g].push(h);
-            }
-        }
-        let mut total = 0u32;
-        for ((g, m), on) in self.cal.gpus.iter().zip(&self.models).zip(&held) {
-            let Some(m) = m.filter(|m| g.mig && !g.cordoned && self.eligible(spec, m)) else { continue };
-            let Some(p) = m.profile_index(profile) else { continue };
-            let insts: Vec<Inst> = on
-                .iter()
-                .filter_map(|h| Some(Inst { profile: m.profile_index(&h.profile)?, start: h.start }))
-                .collect();
-            let occ = Occupancy::of(m, &insts);
-            let prof = &m.profiles[p];
-            let by_max = prof.max_instances.saturating_sub(occ.counts[p]);
-            let by_compute = occ.free_compute(m) / prof.compute_slices.max(1);
-            let free_placements = prof.placements.iter().filter(|pl| pl.mask() & occ.mask == 0).count();
-            let n = usize::from(by_max.min(by_compute)).min(free_placements);
-            total = total.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
-        }
-        total
-    }
-
-    /// Most slices of `spec` the fleet could hold at once, ignoring everything held: an upper bound for searches.
-    fn capacity(&self, spec: &SliceSpec) -> u32 {
-        let total: usize = self
-            .cal
-            .gpus
-            .iter()
-            .zip(&self.models)
-            .filter(|(g, _)| !g.cordoned)
-            .map(|(g, m)| match (spec, m) {
-                (SliceSpec::Mig { profile, .. }, Some(m)) if g.mig && self.eligible(spec, m) => {
-                    m.profile(profile).map_or(0, |p| p.placements.len())
-                }
-                (_, Some(m)) if !g.mig && self.eligible(spec, m) => {
-                    share_of(spec).map_or(0, |(_, _, per)| per as usize)
-                }
-                _ => 0,
-            })
-            .sum();
-        u32::try_from(total).unwrap_or(u32::MAX)
-    }
-
-    /// Whether a GPU of model `m` can take a slice of `spec`.
-    fn eligible(&self, spec: &SliceSpec, m: &GpuModel) -> bool {
-        let named = |model: &str| self.cal.catalog.resolve(model).is_some_and(|(x, _)| x.key == m.key);
-        match spec {
-            SliceSpec::Mig { profile, model } => {
-                m.profile_index(profile).is_some() && model.as_deref().is_none_or(named)
-            }
-            other => share_of(other).is_some_and(|(model, _, _)| named(model)),
-        }
-    }
-
     /// Rebuilds the start order and the groups after the bookings changed.
     fn regroup(&mut self) {
         let bookings = &self.cal.bookings;
@@ -949,314 +584,12 @@ impl<'a> Prepared<'a> {
         }
         replay
     }
-
-    /// Places the `group` of reservations starting at one moment on the fleet as it is then (`live`: what is held at
-    /// that moment). Returns each reservation's slices.
-    fn place_at(&self, live: &Held<'_>, group: &[&Booking]) -> Vec<Vec<Hold>> {
-        let mut out: Vec<Vec<Hold>> = vec![Vec::new(); group.len()];
-        // Reservations whose hinted slices are still free keep them.
-        let mut hinted: Vec<Hold> = Vec::new();
-        let mut keeps = vec![false; group.len()];
-        for (i, b) in group.iter().enumerate() {
-            if let Some(hint) = self.cal.hints.get(&b.id)
-                && hint.len() == b.count as usize
-                && self.hint_free(b, hint, live, &hinted)
-            {
-                out[i] = hint.iter().map(|h| Hold { until_ms: Some(b.end_ms), ..h.clone() }).collect();
-                hinted.extend(out[i].iter().cloned());
-                keeps[i] = true;
-            }
-        }
-        // What is held on a GPU: what was live, then what this moment's reservations kept.
-        let hinted_on: Vec<(usize, &Hold)> =
-            hinted.iter().filter_map(|h| self.index.get(&h.gpu).map(|&i| (i, h))).collect();
-        let on = |gpu: usize| -> Vec<&Hold> {
-            live.on(gpu).chain(hinted_on.iter().filter(|(i, _)| *i == gpu).map(|(_, h)| *h)).collect()
-        };
-        // MIG: one planner run for every MIG reservation of the group, on the GPUs that could take any of them.
-        let mig: Vec<usize> =
-            (0..group.len()).filter(|&i| !keeps[i] && matches!(group[i].spec, SliceSpec::Mig { .. })).collect();
-        if !mig.is_empty() {
-            // A GPU where no demanded profile fits beside the instances held there (nor a cordoned one) could take
-            // nothing: the planner is not shown it.
-            // Per model of the fleet, the profiles demanded that it can take.
-            let wanted: Vec<Vec<usize>> = self
-                .distinct
-                .iter()
-                .map(|m| {
-                    mig.iter()
-                        .filter(|&&d| self.eligible(&group[d].spec, m))
-                        .filter_map(|&d| match &group[d].spec {
-                            SliceSpec::Mig { profile, .. } => m.profile_index(profile),
-                            _ => None,
-                        })
-                        .collect()
-                })
-                .collect();
-            let gpus: Vec<problem::Gpu<'a>> = self
-                .cal
-                .gpus
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| g.mig && !g.cordoned)
-                .filter_map(|(i, _)| {
-                    let (m, slot) = (self.models[i]?, self.slot[i]?);
-                    let wanted = &wanted[slot];
-                    if wanted.is_empty() {
-                        return None;
-                    }
-                    let held = on(i);
-                    let mut occ = Occupancy::EMPTY;
-                    for h in &held {
-                        if let Some(p) = m.profile_index(&h.profile) {
-                            occ.add(m, Inst { profile: p, start: h.start });
-                        }
-                    }
-                    if !wanted.iter().any(|&p| occ.can_add_profile(m, p)) {
-                        return None;
-                    }
-                    self.planner_gpu(i, &held)
-                })
-                .collect();
-            let demand: Vec<DemandInput> = mig
-                .iter()
-                .filter_map(|&i| match &group[i].spec {
-                    SliceSpec::Mig { profile, model } => {
-                        Some(DemandInput { profile: profile.clone(), count: group[i].count, model: model.clone() })
-                    }
-                    _ => None,
-                })
-                .collect();
-            if !gpus.is_empty()
-                && let Ok(mut problem) = Problem::of_gpus(self.cal.catalog, gpus, &demand)
-            {
-                // Only the placements are kept: a lone reservation served by free instances needs no other GPU.
-                problem.without_gpus_it_cannot_use();
-                let planned = plan_problem(&problem);
-                for s in planned.placed {
-                    let i = mig[s.demand];
-                    let until_ms = Some(group[i].end_ms);
-                    out[i].push(Hold { gpu: s.gpu, profile: s.profile, start: s.start, until_ms });
-                }
-            }
-        }
-        // Whole GPUs and shares: packed one reservation after another.
-        let mut added: Vec<Hold> = Vec::new();
-        for (i, b) in group.iter().enumerate() {
-            if keeps[i] || matches!(b.spec, SliceSpec::Mig { .. }) {
-                continue;
-            }
-            let slices = self.place_shares(&on, &added, b);
-            added.extend(slices.iter().cloned());
-            out[i] = slices;
-        }
-        out
-    }
-
-    /// The planner's view of MIG GPU `i` at a moment, given what is held on it then (`mine`): that is in use; the
-    /// rest of its layout is free. When a held instance is missing from the layout (created by a layout change still
-    /// to apply), or the layout is not a valid one of the model, only the held instances are there. `None` when what
-    /// is held is not a valid layout either.
-    fn planner_gpu(&self, i: usize, mine: &[&Hold]) -> Option<problem::Gpu<'a>> {
-        let (g, model) = (&self.cal.gpus[i], self.models[i]?);
-        let (model_idx, layout) = self.planned[i].as_ref()?;
-        let held: Vec<Inst> = mine
-            .iter()
-            .map(|h| Some(Inst { profile: model.profile_index(&h.profile)?, start: h.start }))
-            .collect::<Option<_>>()?;
-        let (mut in_use, mut free): (Vec<Inst>, Vec<Inst>) = if let Some(layout) = layout
-            && held.iter().all(|h| layout.contains(h))
-        {
-            layout.iter().partition(|l| held.contains(l))
-        } else {
-            if !a_layout(model, &held) {
-                return None;
-            }
-            (held, vec![])
-        };
-        in_use.sort();
-        free.sort();
-        Some(problem::Gpu { id: g.id.clone(), model_idx: *model_idx, model, in_use, free, cordoned: g.cordoned })
-    }
-
-    /// Whether `hint`'s slices can hold `b` beside what is `live` and the slices `hinted` at the same moment: each
-    /// on a GPU that takes `b`'s spec and is not cordoned, a MIG instance that fits beside the instances held there,
-    /// or a share that is free on a GPU shared the same way.
-    fn hint_free(&self, b: &Booking, hint: &[Hold], live: &Held<'_>, hinted: &[Hold]) -> bool {
-        let mut seen: Vec<&str> = Vec::new();
-        for h in hint {
-            if seen.contains(&h.gpu.as_str()) {
-                continue;
-            }
-            seen.push(&h.gpu);
-            let Some(&gi) = self.index.get(&h.gpu) else { return false };
-            let (g, Some(model)) = (&self.cal.gpus[gi], self.models[gi]) else { return false };
-            if g.cordoned || !self.eligible(&b.spec, model) {
-                return false;
-            }
-            let held: Vec<&Hold> = live.on(gi).chain(hinted.iter().filter(|x| x.gpu == h.gpu)).collect();
-            let mine: Vec<&Hold> = hint.iter().filter(|x| x.gpu == h.gpu).collect();
-            let free = match &b.spec {
-                SliceSpec::Mig { profile, .. } => {
-                    g.mig && {
-                        let mut occ = Occupancy::EMPTY;
-                        let inst =
-                            |x: &Hold| model.profile_index(&x.profile).map(|p| Inst { profile: p, start: x.start });
-                        for x in &held {
-                            if let Some(i) = inst(x) {
-                                occ.add(model, i);
-                            }
-                        }
-                        mine.iter().all(|x| match inst(x) {
-                            Some(i) if model.profile_index(profile) == Some(i.profile) && occ.can_add(model, i) => {
-                                occ.add(model, i);
-                                true
-                            }
-                            _ => false,
-                        })
-                    }
-                }
-                spec => match share_of(spec) {
-                    Some((_, sharing, per_gpu)) => {
-                        let key = sharing.key();
-                        let on_peer = |j: usize| -> Vec<&Hold> {
-                            let id = &self.cal.gpus[j].id;
-                            live.on(j).chain(hinted.iter().filter(|x| x.gpu == *id)).collect()
-                        };
-                        !g.mig
-                            && !self.node_clash(gi, sharing, on_peer)
-                            && held.iter().all(|x| x.profile == key)
-                            && mine.iter().enumerate().all(|(k, x)| {
-                                x.profile == key
-                                    && u32::from(x.start) < per_gpu
-                                    && !held.iter().any(|y| y.start == x.start)
-                                    && !mine[..k].iter().any(|y| y.start == x.start)
-                            })
-                    }
-                    None => false,
-                },
-            };
-            if !free {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Whether a share of `sharing` on GPU `gpu` would sit on a node where another GPU holds (`on`, at the moment) a
-    /// share of the other way: time-slicing and MPS never share a node.
-    fn node_clash<'h>(&self, gpu: usize, sharing: Sharing, on: impl Fn(usize) -> Vec<&'h Hold>) -> bool {
-        matches!(sharing, Sharing::Timeslice { .. } | Sharing::Mps { .. })
-            && self.peers[gpu]
-                .iter()
-                .any(|&j| on(j).iter().any(|h| Sharing::from_key(&h.profile).is_some_and(|s| s.clashes_with(sharing))))
-    }
-
-    /// Shares for `b` on whole GPUs of its model (`on` gives what is held on a GPU, `added` what this moment placed
-    /// already): GPUs already shared the same way first (fewest free shares), then unused ones, as approvals place
-    /// them.
-    fn place_shares<'h>(&self, on: &dyn Fn(usize) -> Vec<&'h Hold>, added: &[Hold], b: &Booking) -> Vec<Hold> {
-        let Some((_, sharing, per_gpu)) = share_of(&b.spec) else { return vec![] };
-        let key = sharing.key();
-        let mut candidates: Vec<(bool, usize, &str, Vec<u8>)> = Vec::new();
-        for (i, g) in self.cal.gpus.iter().enumerate() {
-            if g.mig || g.cordoned || !self.models[i].is_some_and(|m| self.eligible(&b.spec, m)) {
-                continue;
-            }
-            let taken_on = |j: usize| -> Vec<&Hold> {
-                let id = &self.cal.gpus[j].id;
-                on(j).into_iter().chain(added.iter().filter(|h| h.gpu == *id)).collect()
-            };
-            let taken = taken_on(i);
-            if taken.iter().any(|h| h.profile != key) || self.node_clash(i, sharing, taken_on) {
-                continue;
-            }
-            let free: Vec<u8> =
-                (0..per_gpu.min(u32::from(u8::MAX)) as u8).filter(|s| !taken.iter().any(|h| h.start == *s)).collect();
-            if !free.is_empty() {
-                candidates.push((taken.is_empty(), free.len(), g.id.as_str(), free));
-            }
-        }
-        candidates.sort();
-        candidates
-            .into_iter()
-            .flat_map(|(_, _, gpu, free)| {
-                let key = key.clone();
-                free.into_iter().map(move |start| Hold {
-                    gpu: gpu.to_string(),
-                    profile: key.clone(),
-                    start,
-                    until_ms: Some(b.end_ms),
-                })
-            })
-            .take(b.count as usize)
-            .collect()
-    }
-}
-
-/// How many slices a preview counts up to when fewer are asked for (see [`Prepared::preview`]).
-pub const PREVIEW_COUNT: u32 = 64;
-
-/// The most a preview of `asked` slices counts to: `asked` or [`PREVIEW_COUNT`], whichever is larger.
-pub fn preview_limit(asked: u32) -> u32 {
-    asked.max(PREVIEW_COUNT)
-}
-
-/// The most slices that fit, up to `bound`, found with `probe(n)` (whether `n` slices fit; the shortfalls else), for
-/// a booking `id`. It probes `asked` first (a preview needs that answer anyway; 0 skips it), then gallops down from
-/// the highest count still possible: it probes that count, then ever further below it (2, 6, 14, ... slices) until
-/// a count fits, and searches between the two by halves. At most about twice the probes of halving (when the answer
-/// is far below the bound), one or two when it is at the bound. When a probe finds the booking itself short of room at its
-/// start, no count above what it placed there is probed. The answer is usually near the bound (the room at the
-/// window's start), where the first probe or two find it; a plain binary search from 0 probes about ten times.
-/// Fitting is taken to be monotone in the count, which the heuristic planner does not promise: the answer always
-/// fits, and on rare fleets a larger count the search passed over could fit too.
-pub fn search_most(asked: u32, bound: u32, id: &str, mut probe: impl FnMut(u32) -> Result<(), Vec<Shortfall>>) -> u32 {
-    let bound = bound.min(1000);
-    // What is known: `lo` fits, nothing above `hi` does.
-    let (mut lo, mut hi) = (0u32, bound);
-    let fail = |n: u32, short: &[Shortfall], lo: u32, hi: &mut u32| {
-        *hi = n - 1;
-        if let Some(s) = short.iter().find(|s| s.booking == id && s.placed < n) {
-            *hi = (*hi).min(s.placed).max(lo);
-        }
-    };
-    if asked > 0 && asked <= bound {
-        match probe(asked) {
-            Ok(()) => lo = asked,
-            Err(short) => fail(asked, &short, lo, &mut hi),
-        }
-    }
-    // Gallop: probe `hi`, then 2, 6, 14, ... below where it started (each step twice the last), or exactly the new
-    // `hi` when a probe's own shortfall lowered it further, until a count fits.
-    let mut step = 1u32;
-    while lo < hi {
-        let n = (hi + 1).saturating_sub(step).max(lo + 1);
-        match probe(n) {
-            Ok(()) => {
-                lo = n;
-                break;
-            }
-            Err(short) => {
-                fail(n, &short, lo, &mut hi);
-                step = if hi + 1 < n { 1 } else { step.saturating_mul(2) };
-            }
-        }
-    }
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        match probe(mid) {
-            Ok(()) => lo = mid,
-            Err(short) => fail(mid, &short, lo, &mut hi),
-        }
-    }
-    lo
 }
 
 /// What is held at one moment of a replay, by GPU: the calendar's holds, what was held before the replay's first
 /// moment (`early`, per GPU), and the replay's own slices (`fresh`, indexed per GPU by `fresh_on`), each when held at
 /// `t`. A view: nothing is copied or sorted per moment.
-struct Held<'x> {
+pub(super) struct Held<'x> {
     prep: &'x Prepared<'x>,
     early: &'x [Vec<&'x Hold>],
     fresh: &'x [Hold],
@@ -1266,7 +599,7 @@ struct Held<'x> {
 
 impl<'x> Held<'x> {
     /// What is held on GPU `gpu` (an index in the calendar's GPUs) at the moment.
-    fn on(&self, gpu: usize) -> impl Iterator<Item = &'x Hold> + use<'x> {
+    pub(super) fn on(&self, gpu: usize) -> impl Iterator<Item = &'x Hold> + use<'x> {
         let (holds, t) = (&self.prep.cal.holds, self.t);
         let fresh = self.fresh;
         self.prep.holds_on[gpu]
@@ -1280,7 +613,7 @@ impl<'x> Held<'x> {
 
 /// Whether `insts` form a valid layout of `model`: each at a placement of its profile, none overlapping, no profile
 /// past its most instances.
-fn a_layout(model: &GpuModel, insts: &[Inst]) -> bool {
+pub(super) fn a_layout(model: &GpuModel, insts: &[Inst]) -> bool {
     let mut occ = Occupancy::EMPTY;
     insts.iter().all(|&i| {
         let fits = occ.can_add(model, i);
@@ -1291,57 +624,12 @@ fn a_layout(model: &GpuModel, insts: &[Inst]) -> bool {
     })
 }
 
-/// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
-pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
-    match spec {
-        SliceSpec::Mig { .. } => None,
-        SliceSpec::Exclusive { model } => Some((model, Sharing::Exclusive, 1)),
-        SliceSpec::Timeslice { model, replicas } => {
-            Some((model, Sharing::Timeslice { replicas: *replicas }, *replicas))
-        }
-        SliceSpec::Mps { model, replicas } => Some((model, Sharing::Mps { replicas: *replicas }, *replicas)),
-    }
-}
-
-/// What a tenant will hold at `t`: its live requests that last past `t` (`(charge, until)`; `None`: for ever),
-/// and its accepted reservations whose window contains `t` (`(charge, start, end)`).
-pub fn held_at(live: &[(Usage, Option<i64>)], booked: &[(Usage, i64, i64)], t: i64) -> Usage {
-    let mut held = Usage::new();
-    for (charge, until) in live {
-        if until.is_none_or(|u| u > t) {
-            accumulate(&mut held, charge);
-        }
-    }
-    for (charge, start, end) in booked {
-        if *start <= t && t < *end {
-            accumulate(&mut held, charge);
-        }
-    }
-    held
-}
-
-/// Checks a tenant's quota over the window `[start, end)` of a reservation charging `charge`: at its start and at
-/// each start of the tenant's other reservations within it (what the tenant holds only falls between those
-/// moments), what it will hold then plus `charge` stays within `limits`.
-pub fn check_window(
-    limits: &Usage,
-    live: &[(Usage, Option<i64>)],
-    booked: &[(Usage, i64, i64)],
-    start_ms: i64,
-    end_ms: i64,
-    charge: &Usage,
-) -> Result<(), Vec<QuotaError>> {
-    let mut points: Vec<i64> = vec![start_ms];
-    points.extend(booked.iter().map(|b| b.1).filter(|s| *s > start_ms && *s < end_ms));
-    for t in points {
-        crate::quota::check(limits, &held_at(live, booked, t), charge)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::SliceSpec;
+    use crate::reservation::search::PREVIEW_COUNT;
+    use crate::sharing::Sharing;
     use proptest::prelude::*;
 
     fn catalog() -> &'static Catalog {
@@ -1380,41 +668,6 @@ mod tests {
         let spec = SliceSpec::Mig { profile: profile.into(), model: None };
         Booking { id: id.into(), spec, count, start_ms, end_ms }
     }
-
-    #[test]
-    fn policy_bounds_each_window() {
-        let p = ReservationPolicy::default();
-        let now = 1_000_000_000;
-        assert_eq!(p.check(now, now + 60_000, now + 3_660_000, 0), Ok(()));
-        assert_eq!(p.check(now, now + 60_000, now + 60_000, 0), Err(ReservationError::EmptyWindow));
-        assert_eq!(p.check(now, now - 120_000, now + 60_000, 0), Err(ReservationError::StartInPast));
-        assert_eq!(p.check(now, now, now + 59_000, 0), Err(ReservationError::TooShort));
-        let week = 7 * 24 * 3_600_000;
-        assert_eq!(
-            p.check(now, now, now + week + 1000, 0),
-            Err(ReservationError::TooLong { max_s: week as u64 / 1000 })
-        );
-        assert!(matches!(
-            p.check(now, now + 31 * 86_400_000, now + 32 * 86_400_000, 0),
-            Err(ReservationError::TooFarAhead { .. })
-        ));
-        assert_eq!(p.check(now, now, now + 60_000, 10), Err(ReservationError::TooMany { max: 10 }));
-        assert!(ReservationPolicy { max_duration_s: 59, ..p }.validate().is_err());
-        assert!(p.validate().is_ok());
-    }
-
-    #[test]
-    fn states_move_only_forward() {
-        use ReservationState::*;
-        assert!(Pending.transition(Accepted).is_ok());
-        assert!(Accepted.transition(Started).is_ok());
-        assert!(Started.transition(Cancelled).is_err());
-        assert!(Ended.is_terminal() && !Accepted.is_terminal());
-        for s in [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed] {
-            assert_eq!(ReservationState::parse(s.as_str()), Some(s));
-        }
-    }
-
     #[test]
     fn a_preview_counts_to_its_limit_and_answers_the_asked_count() {
         // Ten empty H100s: seventy 1g slices, of which five are booked 10-20.
@@ -1434,34 +687,6 @@ mod tests {
         // After the booked window every slice is free.
         assert_eq!(p.preview(&mig("1g.10gb", 70, "x", 20, 25)), (70, Ok(())));
     }
-
-    #[test]
-    fn the_search_finds_the_most_that_fit_of_any_monotone_probe() {
-        // Every answer 0..=40 under every bound, with and without an asked count, and with the booking's own
-        // shortfall saying how many found room at its start (as a replay does) or not.
-        for bound in 0..=40u32 {
-            for answer in 0..=bound {
-                for asked in [0, 1, answer, answer + 1, bound] {
-                    for own in [false, true] {
-                        let mut probes = 0;
-                        let found = search_most(asked, bound, "x", |n| {
-                            probes += 1;
-                            assert!((1..=bound).contains(&n), "probe {n} outside 1..={bound}");
-                            if n <= answer {
-                                return Ok(());
-                            }
-                            let placed = if own { answer } else { n - 1 };
-                            let short = Shortfall { booking: "x".into(), start_ms: 0, wanted: n, placed };
-                            Err(if own { vec![short] } else { vec![Shortfall { booking: "y".into(), ..short }] })
-                        });
-                        assert_eq!(found, answer, "bound {bound}, asked {asked}, own {own}");
-                        assert!(probes <= 2 * (u32::BITS - bound.leading_zeros()) + 2, "{probes} probes");
-                    }
-                }
-            }
-        }
-    }
-
     #[test]
     fn a_full_window_refuses_and_a_later_one_fits() {
         // One H100: seven 1g slices. Five booked 10-20, three more 15-25 overlap them; 20-30 is free again.
@@ -1494,85 +719,6 @@ mod tests {
         assert_eq!(cal.protects(&slice(Some(150)), 0).expect_err("refused").start_ms, 100);
         assert!(cal.protects(&slice(Some(100)), 0).is_ok());
     }
-
-    #[test]
-    fn time_slicing_and_mps_never_share_a_node_at_one_moment() {
-        let ts = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 4 };
-        let mps = SliceSpec::Mps { model: "H100-80GB".into(), replicas: 4 };
-        let book = |id: &str, spec: &SliceSpec, start_ms, end_ms| Booking {
-            id: id.into(),
-            spec: spec.clone(),
-            count: 1,
-            start_ms,
-            end_ms,
-        };
-        // Two whole GPUs on one node: time-sliced on one, the other cannot take MPS while it lasts.
-        let one_node = vec![whole_gpu("a"), whole_gpu("b")];
-        let cal = Calendar::new(catalog(), one_node.clone(), vec![], vec![book("ts", &ts, 0, 100)]);
-        assert!(cal.admit(&book("mps", &mps, 50, 150), 0).is_err());
-        assert!(cal.admit(&book("mps", &mps, 100, 150), 0).is_ok(), "after it ends the node may turn to MPS");
-        assert!(cal.admit(&book("ts2", &ts, 50, 150), 0).is_ok(), "more time-slicing fits beside it");
-        // A GPU on another node takes it.
-        let other = CalGpu { node: "n-2".into(), ..whole_gpu("c") };
-        let two_nodes = [one_node.clone(), vec![other]].concat();
-        let cal = Calendar::new(catalog(), two_nodes, vec![], vec![book("ts", &ts, 0, 100)]);
-        let sim = cal.admit(&book("mps", &mps, 50, 150), 0).expect("room on the other node");
-        assert_eq!(sim.placed["mps"][0].gpu, "c");
-        // A live time-sliced allocation on the node: an MPS reservation is short, and protection refuses a
-        // time-sliced allocation that would leave an accepted MPS reservation short.
-        let live = vec![Hold { gpu: "a".into(), profile: ts_key(), start: 0, until_ms: Some(80) }];
-        let cal = Calendar::new(catalog(), one_node.clone(), live, vec![]);
-        assert!(cal.admit(&book("mps", &mps, 50, 150), 0).is_err());
-        assert!(cal.admit(&book("mps", &mps, 80, 150), 0).is_ok());
-        let cal = Calendar::new(catalog(), one_node, vec![], vec![book("mps", &mps, 50, 150)]);
-        let sim = cal.simulate(0, &[]);
-        let taken = &sim.placed["mps"][0].gpu;
-        let free = if taken == "a" { "b" } else { "a" };
-        let slice = |until_ms| vec![Hold { gpu: free.into(), profile: ts_key(), start: 0, until_ms }];
-        assert_eq!(cal.protects(&slice(None), 0).expect_err("refused").booking, "mps");
-        assert!(cal.protects(&slice(Some(50)), 0).is_ok());
-    }
-
-    fn ts_key() -> String {
-        Sharing::Timeslice { replicas: 4 }.key()
-    }
-
-    #[test]
-    fn shares_pack_before_taking_whole_gpus() {
-        let spec = SliceSpec::Timeslice { model: "H100-80GB".into(), replicas: 4 };
-        let ts = |id: &str, count| Booking { id: id.into(), spec: spec.clone(), count, start_ms: 0, end_ms: 10 };
-        let gpus = vec![whole_gpu("a"), whole_gpu("b")];
-        let cal = Calendar::new(catalog(), gpus, vec![], vec![ts("one", 3)]);
-        let sim = cal.admit(&ts("two", 5), 0).expect("present");
-        assert_eq!(sim.placed["two"].iter().filter(|h| h.gpu == sim.placed["one"][0].gpu).count(), 1);
-        assert!(cal.admit(&ts("three", 6), 0).is_err());
-        let excl = Booking {
-            id: "x".into(),
-            spec: SliceSpec::Exclusive { model: "H100-80GB".into() },
-            count: 1,
-            start_ms: 5,
-            end_ms: 9,
-        };
-        assert!(cal.admit(&excl, 0).is_ok());
-        let cal2 =
-            Calendar::new(catalog(), vec![whole_gpu("a"), whole_gpu("b")], vec![], vec![ts("one", 3), ts("four", 4)]);
-        assert!(cal2.admit(&excl, 0).is_err());
-    }
-
-    #[test]
-    fn window_quota_counts_what_is_held_then() {
-        let r = crate::quota::Resource::ComputeSlices;
-        let u = |n: u64| Usage::from([(r.clone(), n * 1000)]);
-        let limits = u(7);
-        let live = vec![(u(3), Some(100)), (u(2), None)];
-        let booked = vec![(u(4), 150, 300)];
-        assert!(check_window(&limits, &live, &booked, 50, 120, &u(3)).is_err());
-        assert!(check_window(&limits, &live, &booked, 100, 140, &u(5)).is_ok());
-        // 100-200 overlaps the booking from 150: 2 + 4 + 2 = 8 > 7.
-        assert!(check_window(&limits, &live, &booked, 100, 200, &u(2)).is_err());
-        assert!(check_window(&limits, &live, &booked, 100, 200, &u(1)).is_ok());
-    }
-
     fn arb_booking(i: usize) -> impl Strategy<Value = Booking> {
         let profiles = prop::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb", "1g.20gb"]);
         (profiles, 1u32..4, 0i64..20, 1i64..8, 0u8..6).prop_map(move |(p, count, start, len, kind)| {
