@@ -226,7 +226,7 @@ pub async fn notification_settings(
     State(state): State<AppState>,
     Caller(p): Caller,
 ) -> Result<ApiJson<NotificationSettings>, ApiError> {
-    Ok(ApiJson(tessera_services::email::settings(&state, &p).await?))
+    Ok(ApiJson(tessera_services::email_prefs::settings(&state, &p).await?))
 }
 
 /// Choose which event types reach the caller by e-mail (from now on; only events the caller may read).
@@ -238,5 +238,5 @@ pub async fn set_notification_settings(
     Caller(p): Caller,
     ApiJson(body): ApiJson<NotificationSettingsUpdate>,
 ) -> Result<ApiJson<NotificationSettings>, ApiError> {
-    Ok(ApiJson(tessera_services::email::update(&state, &p, &body).await?))
+    Ok(ApiJson(tessera_services::email_prefs::update(&state, &p, &body).await?))
 }

@@ -12,7 +12,7 @@ use tessera_services::auth::secrets::{JOIN_TOKEN_PREFIX, TOKEN_PREFIX, new_token
 use tessera_store::{Store, StoreError};
 
 /// What the server needs to start: the one settings struct, from flags, environment, file and defaults
-/// ([`crate::config::resolve`]). Its `Debug` shows no secret.
+/// (`config.rs`). Its `Debug` shows no secret.
 #[derive(Clone, Default)]
 pub struct Settings {
     /// Address to listen on (`tessera serve`; a test binds its own listener).
@@ -304,7 +304,7 @@ pub async fn serve(
                 ),
                 Err(e) => tracing::warn!(error = %e, "reservation sweep failed"),
             }
-            match tessera_services::requests::place_queued(&sweeping, None).await {
+            match tessera_services::approvals::place_queued(&sweeping, None).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(placed = n, "queued requests placed"),
                 Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),

@@ -44,11 +44,11 @@ pub struct App {
     /// The long-lived streams open on this replica, under their caps.
     pub streams: crate::streams::Streams,
     /// What tenants' budgets have spent, as the sweep last found it.
-    pub budgets: crate::budgets::BudgetCache,
+    pub budgets: crate::state::budgets::BudgetCache,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
-    pub prepared: crate::reservations::PreparedCache,
+    pub prepared: crate::state::prepared::PreparedCache,
     /// Webhook delivery settings.
-    pub webhooks: crate::notifications::Delivery,
+    pub webhooks: crate::state::delivery::Delivery,
     /// The keys webhook secrets are sealed with.
     pub secrets: crate::sealed::Keyring,
     /// Webhook tests and redeliveries, one per endpoint or delivery at a time.
@@ -56,7 +56,7 @@ pub struct App {
     /// Mail settings; `None`: no mail is sent.
     pub email: Option<crate::email::EmailSettings>,
     /// What the inbox streams follow.
-    pub inbox: crate::notifications::InboxWatch,
+    pub inbox: crate::state::inbox::InboxWatch,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

@@ -8,59 +8,17 @@
 
 use crate::auth::Permissions;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::RwLock;
 
 use tessera_api::budgets::{BudgetLine, BudgetUpdate, BudgetView};
-use tessera_core::budget::{self, BudgetLevel, BudgetPolicy, BudgetUnit};
+use tessera_core::budget::{self, BudgetLevel, BudgetUnit};
 use tessera_core::quota::{MILLI, Milli};
 use tessera_core::request::SliceSpec;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::budgets::Standing;
 use tessera_store::governance::Budgets;
 use tessera_store::{Principal, now_ms};
-
-/// One tenant's budgets with what is spent of each this month.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Standing {
-    /// Its policy.
-    pub policy: BudgetPolicy,
-    /// Each budget: unit, limit (thousandths of an hour), spent hours.
-    pub lines: Vec<(BudgetUnit, Milli, f64)>,
-}
-
-impl Standing {
-    /// The worst level of its budgets.
-    pub fn level(&self) -> BudgetLevel {
-        self.lines.iter().map(|(_, limit, spent)| budget::level(*spent, *limit)).max().unwrap_or_default()
-    }
-}
-
-/// What the sweep last found spent, by tenant (only tenants with budgets).
-#[derive(Debug, Default)]
-pub struct BudgetCache(RwLock<HashMap<String, Standing>>);
-
-impl BudgetCache {
-    /// A tenant's budgets as last seen.
-    pub fn get(&self, tenant: &str) -> Option<Standing> {
-        self.0.read().ok()?.get(tenant).cloned()
-    }
-
-    fn put(&self, tenant: &str, s: Option<Standing>) {
-        if let Ok(mut map) = self.0.write() {
-            match s {
-                Some(s) => map.insert(tenant.to_string(), s),
-                None => map.remove(tenant),
-            };
-        }
-    }
-
-    fn replace(&self, all: HashMap<String, Standing>) {
-        if let Ok(mut map) = self.0.write() {
-            *map = all;
-        }
-    }
-}
 
 /// What `budgets` have spent this month by `now_ms`, per tenant.
 async fn spent(
@@ -164,7 +122,7 @@ fn view(tenant: &str, s: Standing, now: i64) -> BudgetView {
 
 /// A tenant's budgets this month (its members, platform admins).
 pub async fn get(state: &AppState, p: &Principal, tenant: &str) -> Result<BudgetView, ApiError> {
-    let t = super::tenants::get(state, p, tenant).await?;
+    let t = crate::lookup::tenant(state, p, tenant).await?;
     let s = standing(state, &t.id).await?;
     Ok(view(&t.id, s, now_ms()))
 }
@@ -172,7 +130,7 @@ pub async fn get(state: &AppState, p: &Principal, tenant: &str) -> Result<Budget
 /// Changes a tenant's budgets (platform admins): every unit and amount is checked before anything is written.
 pub async fn set(state: &AppState, p: &Principal, tenant: &str, update: &BudgetUpdate) -> Result<BudgetView, ApiError> {
     p.require_platform_admin()?;
-    let t = super::tenants::get(state, p, tenant).await?;
+    let t = crate::lookup::tenant(state, p, tenant).await?;
     if update.limits.len() > budget::MAX_LINES {
         return Err(ApiError::invalid("budget_too_many", budget::BudgetError::TooMany.to_string()));
     }

@@ -84,7 +84,7 @@ pub async fn set_membership(
     weight: Option<u32>,
 ) -> Result<Tenant, ApiError> {
     p.require_platform_admin()?;
-    let before = super::tenants::get(state, p, tenant).await?;
+    let before = crate::lookup::tenant(state, p, tenant).await?;
     let weight = weight.unwrap_or(before.weight);
     if !(1..=MAX_WEIGHT).contains(&weight) {
         return Err(ApiError::invalid("invalid_weight", format!("weight is between 1 and {MAX_WEIGHT}")));
@@ -230,7 +230,7 @@ async fn place_waiting(state: &AppState, cohort: &str) -> Result<(), ApiError> {
         .filter(|t| t.cohort_id.as_deref() == Some(cohort))
         .map(|t| t.id)
         .collect();
-    super::requests::place_queued(state, Some(&members)).await?;
+    crate::approvals::place_queued(state, Some(&members)).await?;
     Ok(())
 }
 

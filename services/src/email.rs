@@ -1,5 +1,5 @@
-//! E-mail notifications: each user chooses the event types mailed to them ([`settings`], [`update`]); the delivery
-//! worker ([`super::notifications::start_background`]) sends what is due over SMTP ([`Mailer::round`]).
+//! E-mail notifications: each user chooses the event types mailed to them (`email_prefs.rs`); the delivery
+//! worker (started with the webhooks' in `notifications.rs`) sends what is due over SMTP ([`Mailer::round`]).
 //!
 //! A user is mailed only events they may read in the inbox (their tenants'; every one for platform admins), made
 //! after their choice, at the address their identity provider gave (else their name, when it is one). The due
@@ -14,13 +14,11 @@ use lettre::message::header::{Header, HeaderName, HeaderValue};
 use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde::Deserialize;
-use tessera_api::notifications::{EmailDeliveryView, NotificationSettings, NotificationSettingsUpdate};
-use tessera_core::event::{self, TypeFilter};
+use tessera_core::event::{self};
 
-use crate::app::AppState;
 use crate::error::ApiError;
-use tessera_store::notifications::{ClaimedEmail, EmailRecord, SentEmail};
-use tessera_store::{Principal, Store};
+use tessera_store::Store;
+use tessera_store::notifications::{ClaimedEmail, SentEmail};
 
 /// The `[email]` table of the settings file. `TESSERA_SMTP_URL`, `TESSERA_EMAIL_FROM` and `TESSERA_PUBLIC_URL` win.
 ///
@@ -105,8 +103,6 @@ impl EmailConfig {
     }
 }
 
-/// The latest deliveries shown with a user's settings.
-const RECENT: u32 = 20;
 /// Deliveries claimed at once.
 const CLAIM_BATCH: u32 = 200;
 /// Messages sent at once.
@@ -117,42 +113,6 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(20);
 const LEASE_MS: i64 = 120_000;
 /// Most events told in one message; more wait for the next.
 const PER_MESSAGE: usize = 50;
-
-/// What reaches the caller by e-mail.
-pub async fn settings(state: &AppState, p: &Principal) -> Result<NotificationSettings, ApiError> {
-    let email_types = state.store.email_prefs(&p.user.id).await?;
-    let recent = state.store.email_deliveries(&p.user.id, RECENT).await?.into_iter().map(view).collect();
-    let address = state.store.user_email(&p.user.id).await?;
-    Ok(NotificationSettings { email_enabled: state.email.is_some(), email: address, email_types, recent })
-}
-
-/// Sets which event types reach the caller by e-mail (from now on).
-pub async fn update(
-    state: &AppState,
-    p: &Principal,
-    body: &NotificationSettingsUpdate,
-) -> Result<NotificationSettings, ApiError> {
-    TypeFilter::new(&body.email_types).map_err(|e| ApiError::invalid("email_bad_type", e.0))?;
-    if body.email_types.iter().any(|t| t == "webhook.test") {
-        return Err(ApiError::invalid("email_bad_type", "`webhook.test` goes to one webhook endpoint, never by mail"));
-    }
-    state.store.set_email_prefs(&p.user.id, &body.email_types).await?;
-    settings(state, p).await
-}
-
-fn view(r: EmailRecord) -> EmailDeliveryView {
-    EmailDeliveryView {
-        id: r.id,
-        address: r.address,
-        event_id: r.event_id,
-        kind: r.kind,
-        subject: r.subject,
-        state: r.state,
-        attempts: r.attempts,
-        last_error: r.last_error,
-        delivered_at_ms: r.delivered_at_ms,
-    }
-}
 
 /// `Auto-Submitted: auto-generated` (RFC 3834): mail from a machine, which vacation responders leave alone.
 #[derive(Clone)]

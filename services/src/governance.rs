@@ -38,7 +38,7 @@ pub async fn timeline(
     tenant: &str,
     q: &TimelineQuery,
 ) -> Result<QuotaTimeline, ApiError> {
-    let t = super::tenants::get(state, p, tenant).await?;
+    let t = crate::lookup::tenant(state, p, tenant).await?;
     let days = q.days.unwrap_or(30);
     if !(1..=timeline::MAX_DAYS).contains(&days) {
         return Err(ApiError::invalid("invalid_days", format!("days is between 1 and {}", timeline::MAX_DAYS)));

@@ -1,6 +1,6 @@
 //! This replica's agent connections: who is connected, which spec generation each connection was told, the
 //! WebSocket places each node holds, and when each node was last heard from. State only; the logic that uses it
-//! lives in [`super::agents`].
+//! lives in `agents.rs`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

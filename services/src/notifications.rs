@@ -25,9 +25,11 @@ use tessera_api::notifications::{
 };
 use tessera_core::event::{self, TypeFilter};
 
-use super::outbound::{Clients, FAILURES, Reach, classify, classify_status};
+use super::outbound::{Clients, FAILURES, classify, classify_status};
 use crate::app::AppState;
 use crate::error::ApiError;
+pub use crate::state::delivery::Delivery;
+pub use crate::state::inbox::{INBOX_POLL, InboxWatch};
 use tessera_store::notifications::{Claimed, DeliveryRecord, EventRecord, NewWebhook, Sent, WebhookRecord};
 use tessera_store::{Principal, Store, now_ms};
 
@@ -53,22 +55,6 @@ const PURGE_EVERY: Duration = Duration::from_secs(3600);
 const PER_ENDPOINT: usize = 16;
 /// How often the worker looks for work when it found none.
 const POLL: Duration = Duration::from_millis(100);
-
-/// Worker settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    /// Longest wait between two attempts of a delivery, ms (`TESSERA_WEBHOOK_RETRY_CAP_S`; default one hour).
-    pub retry_cap_ms: i64,
-    /// Which addresses tenants' endpoints may reach beyond the internet (`TESSERA_WEBHOOK_ALLOW_INTERNAL`,
-    /// `TESSERA_WEBHOOK_ALLOW`; default none). Platform endpoints may reach any.
-    pub reach: Reach,
-}
-
-impl Default for Delivery {
-    fn default() -> Self {
-        Delivery { retry_cap_ms: event::RETRY_CAP_MS, reach: Reach::default() }
-    }
-}
 
 /// A fresh signing secret: `whsec_` and base64 of 32 random bytes.
 pub fn new_secret() -> Result<String, ApiError> {
@@ -211,7 +197,7 @@ fn check(body: &WebhookCreate) -> Result<(&'static str, String), ApiError> {
 async fn scope(state: &AppState, p: &Principal, tenant: Option<&str>) -> Result<Option<String>, ApiError> {
     match tenant {
         Some(t) => {
-            let t = super::tenants::get(state, p, t).await?;
+            let t = crate::lookup::tenant(state, p, t).await?;
             p.require_tenant_admin_to(&t.id, "manage webhooks")?;
             Ok(Some(t.id))
         }
@@ -452,82 +438,6 @@ pub fn inbox_stream(state: AppState, p: Principal) -> impl futures_util::Stream<
             }
         }
     })
-}
-
-/// How often the newest event is looked up while somebody follows the inbox: the longest a new event waits before
-/// the streams are told (events written by any replica are seen, since the database is asked).
-pub const INBOX_POLL: Duration = Duration::from_secs(1);
-
-/// What inbox streams follow: a counter that moves when a new event is written (by any replica: while a stream
-/// is open, one task asks for the newest event's `seq` every [`INBOX_POLL`]) or when an inbox is read here.
-/// Streams then count their caller's unread events again. Nothing is asked while no stream is open.
-#[derive(Debug)]
-pub struct InboxWatch {
-    tx: Arc<tokio::sync::watch::Sender<u64>>,
-    started: std::sync::OnceLock<()>,
-    /// Per user with a stream open on this replica: a counter that moves when that user's inbox is read here.
-    reads: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<u64>>>,
-}
-
-impl Default for InboxWatch {
-    fn default() -> Self {
-        Self {
-            tx: Arc::new(tokio::sync::watch::Sender::new(0)),
-            started: std::sync::OnceLock::new(),
-            reads: std::sync::Mutex::default(),
-        }
-    }
-}
-
-/// Users with a reads counter past which counters nobody follows any more are dropped.
-const READS_PRUNE_AT: usize = 1024;
-
-impl InboxWatch {
-    /// Follows `user`'s inbox reads on this replica.
-    pub fn subscribe_reads(&self, user: &str) -> tokio::sync::watch::Receiver<u64> {
-        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        if reads.len() >= READS_PRUNE_AT {
-            reads.retain(|_, tx| tx.receiver_count() > 0);
-        }
-        reads.entry(user.to_string()).or_insert_with(|| tokio::sync::watch::Sender::new(0)).subscribe()
-    }
-
-    /// Tells `user`'s streams on this replica to count again (their inbox was read); nobody else's count again.
-    pub fn bump_reads(&self, user: &str) {
-        let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = reads.get(user) {
-            tx.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// Follows the counter; the first call starts the task that looks for new events (it ends with the state).
-    pub fn subscribe(&self, store: &Store) -> tokio::sync::watch::Receiver<u64> {
-        self.started.get_or_init(|| {
-            let tx = Arc::downgrade(&self.tx);
-            let store = store.clone();
-            tokio::spawn(async move {
-                let mut latest = None;
-                loop {
-                    tokio::time::sleep(INBOX_POLL).await;
-                    let Some(tx) = tx.upgrade() else { return };
-                    if tx.receiver_count() == 0 {
-                        continue;
-                    }
-                    match store.latest_event_seq().await {
-                        // The first look also tells: an event may have come between a stream's first count
-                        // and it (a needless count again costs one query per stream, once).
-                        Ok(seq) if latest != Some(seq) => {
-                            tx.send_modify(|n| *n += 1);
-                            latest = Some(seq);
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::debug!(error = %e, "inbox watch: newest event not read"),
-                    }
-                }
-            });
-        });
-        self.tx.subscribe()
-    }
 }
 
 /// Tells tenants of active slices that sit idle (`allocation.idle`: mean utilisation under

@@ -1,5 +1,5 @@
 //! The request writer: creations queue here and one task commits whatever queued up meanwhile in one
-//! transaction. State only; [`super::requests`] decides what to create.
+//! transaction. State only; the requests service decides what to create.
 
 use tessera_core::quota::Usage;
 use tessera_core::request::{RequestState, SliceSpec};

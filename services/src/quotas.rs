@@ -43,7 +43,7 @@ pub async fn ask(
     tenant: &str,
     body: &NewQuotaRequest,
 ) -> Result<QuotaRequest, ApiError> {
-    let tenant = super::tenants::get(state, p, tenant).await?;
+    let tenant = crate::lookup::tenant(state, p, tenant).await?;
     p.require_tenant_admin_to(&tenant.id, "ask for quota")?;
     check_text(&body.reason, true)?;
     let asked = parse_limits(state, &body.limits)?;
@@ -75,7 +75,7 @@ pub async fn list(
         return Err(ApiError::invalid("invalid_limit", "limit must be between 1 and 500"));
     }
     let tenants: Option<Vec<String>> = match &q.tenant {
-        Some(t) => Some(vec![super::tenants::get(state, p, t).await?.id]),
+        Some(t) => Some(vec![crate::lookup::tenant(state, p, t).await?.id]),
         None if p.is_platform_admin() => None,
         None => Some(p.memberships.iter().map(|(t, _)| t.clone()).collect()),
     };
@@ -146,6 +146,6 @@ pub async fn history(state: &AppState, p: &Principal, tenant: &str, limit: u32) 
     if !(1..=MAX_HISTORY).contains(&limit) {
         return Err(ApiError::invalid("invalid_limit", format!("limit must be between 1 and {MAX_HISTORY}")));
     }
-    let tenant = super::tenants::get(state, p, tenant).await?;
+    let tenant = crate::lookup::tenant(state, p, tenant).await?;
     Ok(state.store.limit_changes(&tenant.id, limit).await?)
 }

@@ -74,7 +74,7 @@ fn check_bounds(p: &Principal, ask: &Ask<'_>) -> Result<(), ApiError> {
 
 /// What creating `ask` would do now, without writing anything: the same checks, the same quota rule on the quota
 /// as it is ([`tessera_core::cohort::admit`]), the tenant's policy, and the placement an approval would choose
-/// ([`super::approvals::placement`]); if it would wait, why, and its earliest start. A preview that says "approved
+/// ([`crate::placement::placement`]); if it would wait, why, and its earliest start. A preview that says "approved
 /// now" and a creation a moment later with nothing changed in between agree.
 pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<RequestPreview, ApiError> {
     use tessera_api::requests::{PreviewLine, PreviewOutcome, PreviewSlice};
@@ -108,7 +108,7 @@ pub async fn preview(state: &AppState, p: &Principal, ask: Ask<'_>) -> Result<Re
     let auto_approve = tenant.policy.decide(&charge) == Decision::AutoApprove;
     let ctx = super::waits::Context::read(state, p).await?;
     let fleet = ctx.fleet();
-    let placed = super::approvals::placement(state, fleet, ask.spec, ask.count).ok();
+    let placed = crate::placement::placement(state, fleet, ask.spec, ask.count).ok();
     let slices: Vec<PreviewSlice> = placed
         .as_ref()
         .map(|(changes, reservations)| {
@@ -274,38 +274,8 @@ pub async fn create_replacing(
 /// The audit actor of approvals made by a tenant's policy.
 pub use tessera_store::reservations::AUTO_APPROVER;
 
-/// Most queued requests one sweep tries to place.
-pub const QUEUED_PER_SWEEP: usize = 50;
-
-/// Places pending requests that their tenant's policy approves on its own and that found no room when they were
-/// made (`queued` once room appears), oldest first, at most [`QUEUED_PER_SWEEP`]; only `tenants`' when given.
-/// Returns how many were placed. The server's sweep runs it, and a cohort after a reclaim.
-pub async fn place_queued(state: &AppState, tenants: Option<&[String]>) -> Result<usize, ApiError> {
-    let all = state.store.tenants().await?;
-    let mut waiting: Vec<SliceRequest> = state
-        .store
-        .live_requests()
-        .await?
-        .into_iter()
-        .filter(|r| r.state == RequestState::Pending)
-        .filter(|r| tenants.is_none_or(|ts| ts.contains(&r.tenant_id)))
-        .filter(|r| {
-            let Some(t) = all.iter().find(|t| t.id == r.tenant_id) else { return false };
-            charge(state.catalog, &r.spec, r.count).is_ok_and(|c| t.policy.decide(&c) == Decision::AutoApprove)
-        })
-        .collect();
-    waiting.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
-    let mut placed = 0;
-    for r in waiting.into_iter().take(QUEUED_PER_SWEEP) {
-        match crate::approvals::approve_as(state, AUTO_APPROVER, r.clone(), Some(r.version)).await {
-            Ok(_) => placed += 1,
-            Err(e) => tracing::debug!(request = %r.id, error = %e, "a queued request still finds no room"),
-        }
-    }
-    Ok(placed)
-}
-
 pub use super::lookup::get;
+pub use crate::approvals::{QUEUED_PER_SWEEP, place_queued};
 
 /// Applies `action`; `if_match` is the version the caller saw (from the `ETag`), if it sent one.
 pub async fn act(

@@ -14,15 +14,16 @@ use tessera_api::reservations::{NewReservationBody, ReservationPreview, Reservat
 use tessera_core::quota::{Decision, Usage, charge};
 use tessera_core::request::RequestState;
 use tessera_core::reservation::{
-    Booking, CalGpu, Calendar, Hold, LEAD_MS, Prepared, ReservationError, ReservationPolicy, ReservationState,
-    Shortfall, check_window,
+    Booking, Hold, LEAD_MS, ReservationError, ReservationPolicy, ReservationState, Shortfall, check_window,
 };
 
-use super::approvals::FleetNow;
 use crate::app::AppState;
+pub use crate::calendar::{CalendarRead, keep_slices, reserved};
+use crate::calendar::{MAX_BOOKINGS, kept_slices};
 use crate::error::ApiError;
-use tessera_store::reservations::{Holdings, NewReservation, ReservationRecord};
-use tessera_store::{Guard, Principal, Reservation, SliceRequest, StoreError, Transition, now_ms};
+use crate::placement::FleetNow;
+use tessera_store::reservations::{NewReservation, ReservationRecord};
+use tessera_store::{Principal, SliceRequest, StoreError, Transition, now_ms};
 
 /// The audit actor of the sweep's moves.
 pub const SYSTEM: &str = "system:reservations";
@@ -30,278 +31,8 @@ pub const SYSTEM: &str = "system:reservations";
 const TRIES: usize = 5;
 /// Most reservations one list answers.
 pub const MAX_LIST: u32 = 1000;
-/// Accepted reservations a calendar reads at most.
-const MAX_BOOKINGS: u32 = 100_000;
 /// A started reservation is "ending soon" within this time of its end, in milliseconds.
 pub const ENDING_SOON_MS: i64 = 3_600_000;
-
-/// What a calendar is built from, read together (the holdings first: anything written after them is caught).
-#[derive(Debug, Clone)]
-pub struct CalendarRead {
-    /// The calendar's version and the live allocations, as read.
-    pub holdings: Holdings,
-    /// Accepted reservations that have not ended.
-    pub bookings: Vec<Booking>,
-    /// Request id -> (starts_at_ms, ends_by_ms) for live requests bounded in time.
-    windows: HashMap<String, (Option<i64>, Option<i64>)>,
-    /// Request id -> the reservation it was made for.
-    made_for: HashMap<String, String>,
-    /// Accepted reservation id -> its tenant's id.
-    owners: HashMap<String, String>,
-    /// Accepted reservation id -> the slices the last simulation placed it on.
-    hints: HashMap<String, Vec<Hold>>,
-}
-
-impl CalendarRead {
-    /// Reads the calendar's version, accepted reservations and bounded requests.
-    pub async fn read(state: &AppState) -> Result<CalendarRead, ApiError> {
-        let holdings = state.store.holdings().await?;
-        let now = now_ms();
-        let accepted =
-            state.store.reservations(None, &[ReservationState::Accepted], now, i64::MAX, MAX_BOOKINGS).await?;
-        let owners = accepted.iter().map(|r| (r.id.clone(), r.tenant_id.clone())).collect();
-        let bookings = accepted.into_iter().map(booking).collect();
-        let rows = state.store.request_windows().await?;
-        let made_for = rows.iter().filter_map(|(id, _, _, r)| Some((id.clone(), r.clone()?))).collect();
-        let windows = rows.into_iter().map(|(id, s, e, _)| (id, (s, e))).collect();
-        let hints = kept_slices(state).await?;
-        Ok(CalendarRead { holdings, bookings, windows, made_for, owners, hints })
-    }
-
-    /// When request `id` may start and must end by, if bounded.
-    pub fn window(&self, id: &str) -> (Option<i64>, Option<i64>) {
-        self.windows.get(id).copied().unwrap_or((None, None))
-    }
-
-    /// The calendar of `fleet`, whose live allocations belong to `live` requests: each held until its request
-    /// expires or must end, else for ever.
-    pub fn calendar(&self, state: &AppState, fleet: &FleetNow, live: &[SliceRequest]) -> Calendar<'static> {
-        let ends: HashMap<&str, Option<i64>> =
-            live.iter().map(|r| (r.id.as_str(), r.expires_at_ms.or_else(|| self.window(&r.id).1))).collect();
-        let holds = fleet
-            .live
-            .iter()
-            .map(|a| Hold {
-                gpu: a.gpu_id.clone(),
-                profile: a.profile.clone(),
-                start: a.start,
-                until_ms: ends.get(a.request_id.as_str()).copied().flatten(),
-            })
-            .collect();
-        Calendar::new(state.catalog, gpus(fleet), holds, self.bookings.clone()).with_hints(self.hints.clone())
-    }
-
-    /// Whether placing `request`'s slices at `placed` leaves every accepted reservation its room: the guard its
-    /// approval commits with (and the time it must end by, when a duration lets it end before a reservation that
-    /// needs its room), or `409 reserved`.
-    pub async fn guard(
-        &self,
-        state: &AppState,
-        fleet: &FleetNow,
-        request: &SliceRequest,
-        placed: &[Reservation],
-    ) -> Result<Guard, ApiError> {
-        let free = Guard { bookings_version: self.holdings.bookings_version, ends_by_ms: None };
-        if !self.any_ahead() || placed.is_empty() {
-            return Ok(free);
-        }
-        let live = state.store.live_requests().await?;
-        let bounded = self.window(&request.id).1.or(request.expires_at_ms);
-        match self.protect(state, fleet, &live, bounded, request.duration_s.is_some(), placed) {
-            Ok(ends_by_ms) => Ok(Guard { ends_by_ms, ..free }),
-            Err(s) => Err(reserved(&s)),
-        }
-    }
-
-    /// The id of the tenant that made the accepted reservation `id`.
-    pub fn owner(&self, id: &str) -> Option<&str> {
-        self.owners.get(id).map(String::as_str)
-    }
-
-    /// Whether any accepted reservation has not ended.
-    pub fn any_ahead(&self) -> bool {
-        let now = now_ms();
-        self.bookings.iter().any(|b| b.end_ms > now)
-    }
-
-    /// [`CalendarRead::guard`]'s decision on `live` requests for slices at `placed` held until `bounded` (`None`:
-    /// not known): `Ok(None)` when they may stay as long as they like, `Ok(Some(t))` when they must end by `t` (only
-    /// for a request with a duration), or the reservation they would leave short.
-    pub fn protect(
-        &self,
-        state: &AppState,
-        fleet: &FleetNow,
-        live: &[SliceRequest],
-        bounded: Option<i64>,
-        has_duration: bool,
-        placed: &[Reservation],
-    ) -> Result<Option<i64>, Shortfall> {
-        let now = now_ms();
-        let cal = self.calendar(state, fleet, live);
-        let holds = |until_ms: Option<i64>| -> Vec<Hold> {
-            placed
-                .iter()
-                .map(|r| Hold { gpu: r.gpu_id.clone(), profile: r.profile.clone(), start: r.start, until_ms })
-                .collect()
-        };
-        if placed.is_empty() || cal.bookings().iter().all(|b| b.end_ms <= now) {
-            return Ok(None);
-        }
-        let prepared = state.prepared.prepare(&cal, now);
-        let forever = match prepared.protects(&holds(bounded)) {
-            Ok(()) => return Ok(None),
-            Err(s) => s,
-        };
-        if bounded.is_none() && has_duration && prepared.protects(&holds(Some(forever.start_ms))).is_ok() {
-            return Ok(Some(forever.start_ms));
-        }
-        Err(forever)
-    }
-
-    /// The reservation request `id` was made for, and its start, if the start is still ahead.
-    pub fn not_before(&self, id: &str) -> Option<(String, i64)> {
-        let (starts, _) = self.window(id);
-        let reservation = self.made_for.get(id)?;
-        starts.filter(|s| *s > now_ms()).map(|s| (reservation.clone(), s))
-    }
-}
-
-/// The last simulation of the calendar ([`Prepared`]), kept for the questions that follow: a preview typed
-/// character by character, the protection check of every approval and of every waiting request explained. It is
-/// reused only for the very same calendar (GPUs, holds, reservations and kept slices compared whole) when nothing
-/// happened since it was made ([`Prepared::answers_for`]), and for at most [`PREPARED_REUSE_MS`]; so a reused
-/// simulation answers exactly as a new one would.
-#[derive(Debug, Default)]
-pub struct PreparedCache(std::sync::Mutex<Option<Arc<Prepared<'static>>>>);
-
-/// Longest a prepared simulation is reused.
-pub const PREPARED_REUSE_MS: i64 = 30_000;
-
-impl PreparedCache {
-    /// A simulation of `cal` from `now`: the kept one when it answers for `cal` now, else a new one (kept for the
-    /// next question).
-    pub fn prepare(&self, cal: &Calendar<'static>, now: i64) -> Arc<Prepared<'static>> {
-        let kept = self.0.lock().ok().and_then(|k| k.clone());
-        if let Some(p) = kept.filter(|p| now - p.from_ms() <= PREPARED_REUSE_MS && p.answers_for(cal, now)) {
-            return p;
-        }
-        self.keep(Arc::new(cal.prepare(now)))
-    }
-
-    /// The simulation of `cal` from `now`, as [`PreparedCache::prepare`] answers it; when `cal` is the kept
-    /// simulation's calendar with one reservation more (one just accepted), the kept one accepts it and keeps its
-    /// slices ([`Prepared::accept_and_keep`]), replaying only from its start: the same simulation as a new one.
-    pub fn simulate(&self, cal: &Calendar<'static>, now: i64) -> tessera_core::reservation::Simulation {
-        let kept = self.0.lock().ok().and_then(|k| k.clone()).filter(|p| now - p.from_ms() <= PREPARED_REUSE_MS);
-        if let Some(p) = &kept {
-            if p.answers_for(cal, now) {
-                return p.simulation();
-            }
-            if let Some(b) = p.one_more(cal, now) {
-                let mut more = Prepared::clone(p);
-                if more.accept_and_keep(b.clone()).is_ok() {
-                    return self.keep(Arc::new(more)).simulation();
-                }
-            }
-        }
-        self.prepare(cal, now).simulation()
-    }
-
-    fn keep(&self, p: Arc<Prepared<'static>>) -> Arc<Prepared<'static>> {
-        if let Ok(mut k) = self.0.lock() {
-            *k = Some(p.clone());
-        }
-        p
-    }
-}
-
-/// `409 reserved`: the capacity is booked by an accepted reservation from `s.start_ms`.
-pub fn reserved(s: &Shortfall) -> ApiError {
-    ApiError::Conflict {
-        code: "reserved",
-        detail: format!(
-            "reservation {} needs this capacity from {}; ask for a duration that ends before then, or wait until it \
-             ends",
-            s.booking,
-            tessera_core::clock::utc_minute(s.start_ms)
-        ),
-        errors: vec![],
-    }
-}
-
-/// A reservation's kept slices as stored: `[[gpu, profile or sharing key, start], ...]`.
-fn slices_to_json(slices: &[Hold]) -> String {
-    let rows: Vec<(&str, &str, u8)> = slices.iter().map(|h| (h.gpu.as_str(), h.profile.as_str(), h.start)).collect();
-    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_string())
-}
-
-/// [`slices_to_json`]'s form read back (`None` when it is not that form: the reservation is then planned anew).
-fn slices_from_json(json: &str) -> Option<Vec<Hold>> {
-    let rows: Vec<(String, String, u8)> = serde_json::from_str(json).ok()?;
-    Some(rows.into_iter().map(|(gpu, profile, start)| Hold { gpu, profile, start, until_ms: None }).collect())
-}
-
-/// Where the calendar's simulations kept each accepted reservation's slices, by reservation id.
-async fn kept_slices(state: &AppState) -> Result<HashMap<String, Vec<Hold>>, ApiError> {
-    Ok(state
-        .store
-        .reservation_slices()
-        .await?
-        .into_iter()
-        .filter_map(|(id, json)| Some((id, slices_from_json(&json)?)))
-        .collect())
-}
-
-/// Simulates the calendar as it is and keeps where each accepted reservation's slices went, for the reservations
-/// whose placement changed: the next simulation keeps them there while those slices are free (see
-/// [`Calendar::with_hints`]). Run after every acceptance and by the sweep (a cancellation only frees room, so the
-/// kept slices stay free).
-pub async fn keep_slices(state: &AppState) -> Result<(), ApiError> {
-    let read = CalendarRead::read(state).await?;
-    if read.bookings.is_empty() {
-        return Ok(());
-    }
-    let fleet = FleetNow::read(state).await?;
-    let live = state.store.live_requests().await?;
-    let sim = state.prepared.simulate(&read.calendar(state, &fleet, &live), now_ms());
-    let changed: Vec<(String, String)> = sim
-        .placed
-        .into_iter()
-        .filter(|(id, slices)| {
-            let same = |kept: &Vec<Hold>| {
-                kept.len() == slices.len()
-                    && kept
-                        .iter()
-                        .zip(slices)
-                        .all(|(a, b)| (&a.gpu, &a.profile, a.start) == (&b.gpu, &b.profile, b.start))
-            };
-            !slices.is_empty() && !read.hints.get(id).is_some_and(same)
-        })
-        .map(|(id, slices)| (id, slices_to_json(&slices)))
-        .collect();
-    Ok(state.store.set_reservation_slices(&changed).await?)
-}
-
-fn booking(r: ReservationRecord) -> Booking {
-    Booking { id: r.id, spec: r.spec, count: r.count, start_ms: r.start_ms, end_ms: r.end_ms }
-}
-
-/// The calendar's GPUs from the fleet as read.
-fn gpus(fleet: &FleetNow) -> Vec<CalGpu> {
-    fleet
-        .nodes
-        .iter()
-        .flat_map(|n| n.gpus.iter())
-        .map(|g| CalGpu {
-            id: g.id.clone(),
-            node: g.node_id.clone(),
-            model: g.model.clone(),
-            mig: g.mig_enabled,
-            cordoned: g.cordoned,
-            layout: g.layout.iter().map(|i| (i.profile.clone(), i.start)).collect(),
-        })
-        .collect()
-}
 
 /// The policy in force for `tenant_id`, and where it comes from (`tenant`, `global`, `default`).
 pub async fn policy(state: &AppState, tenant_id: &str) -> Result<(ReservationPolicy, &'static str), ApiError> {
@@ -329,7 +60,7 @@ pub async fn set_policy(
         policy.validate().map_err(rule)?;
     }
     let scope = match tenant {
-        Some(key) => super::tenants::get(state, p, key).await?.id,
+        Some(key) => crate::lookup::tenant(state, p, key).await?.id,
         None => GLOBAL.to_string(),
     };
     Ok(state.store.set_reservation_policy(&scope, policy, &p.actor()).await?)
@@ -472,7 +203,7 @@ pub async fn book(
     tenant: &str,
     body: &NewReservationBody,
 ) -> Result<ReservationRecord, ApiError> {
-    let tenant = super::tenants::get(state, p, tenant).await?;
+    let tenant = crate::lookup::tenant(state, p, tenant).await?;
     let checked = check(state, p, &tenant, body, now_ms()).await?;
     let reason = body.reason.trim();
     let actor = p.actor();
@@ -526,7 +257,7 @@ pub async fn preview(
     tenant: &str,
     body: &NewReservationBody,
 ) -> Result<ReservationPreview, ApiError> {
-    let tenant = super::tenants::get(state, p, tenant).await?;
+    let tenant = crate::lookup::tenant(state, p, tenant).await?;
     p.require_visible(&tenant.id, "tenant")?;
     // A body that is not a booking at all (its reason, count or spec) is a 422, as booking it would be; what
     // booking would refuse (the policy, the quota, the room) is answered in `refused`.
@@ -587,7 +318,7 @@ pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<Reservatio
 /// Reservations the caller may see: one tenant's, or every tenant's for platform admins.
 pub async fn list(state: &AppState, p: &Principal, q: &ReservationQuery) -> Result<Vec<ReservationRecord>, ApiError> {
     let tenant = match q.tenant.as_deref() {
-        Some(key) => Some(super::tenants::get(state, p, key).await?.id),
+        Some(key) => Some(crate::lookup::tenant(state, p, key).await?.id),
         None if p.user.platform_admin => None,
         None => match p.memberships.as_slice() {
             [(one, _)] => Some(one.clone()),

@@ -8,6 +8,8 @@ use tessera_core::quota_request::amount;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+pub use crate::lookup::tenant as get;
+use crate::lookup::valid_name;
 use tessera_store::cohorts::Bound;
 use tessera_store::{Principal, Tenant};
 
@@ -26,12 +28,6 @@ pub fn approval_policy(auto_approve: bool, auto_approve_max_compute_slices: u32)
     Ok(ApprovalPolicy { auto_approve, auto_approve_max_compute_slices })
 }
 
-fn valid_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-}
-
 /// Creates a tenant (platform admins).
 pub async fn create(state: &AppState, p: &Principal, name: &str, policy: ApprovalPolicy) -> Result<Tenant, ApiError> {
     p.require_platform_admin()?;
@@ -39,26 +35,6 @@ pub async fn create(state: &AppState, p: &Principal, name: &str, policy: Approva
         return Err(ApiError::invalid("invalid_name", "a tenant name is 1-63 characters of a-z, 0-9 and -"));
     }
     Ok(state.store.create_tenant(name, policy, &p.actor()).await?)
-}
-
-/// A tenant the caller may see.
-/// A tenant the caller may see, by id or by name (ids are tried first; a tenant the caller may not see is not
-/// found, whichever way it is named).
-pub async fn get(state: &AppState, p: &Principal, key: &str) -> Result<Tenant, ApiError> {
-    let tenant = if valid_name(key) {
-        state.store.tenants().await?.into_iter().find(|t| t.id == key || t.name == key)
-    } else {
-        None
-    };
-    let tenant = match tenant {
-        Some(t) => t,
-        None => {
-            p.require_visible(key, "tenant")?;
-            state.store.tenant(key).await?
-        }
-    };
-    p.require_visible(&tenant.id, "tenant")?;
-    Ok(tenant)
 }
 
 /// Tenants the caller may see: all of them for platform admins, their own otherwise.

@@ -2,7 +2,7 @@
 //! reclaim notices and the approval policies as they are now (`tessera_core::pending` decides). Read on demand,
 //! so always current: a request's reason changes as soon as what it waits for does.
 //!
-//! The placement asked of the planner is the one approvals use ([`super::approvals::placement`]); the earliest start
+//! The placement asked of the planner is the one approvals use ([`crate::placement::placement`]); the earliest start
 //! asks it again with the slices of known end released, in the order they end.
 //!
 //! An explanation is read for a caller: ids of other tenants' objects it would name (the requests whose instances
@@ -19,9 +19,9 @@ use tessera_core::pending::{
 use tessera_core::quota::{Decision, MILLI, Resource, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
 
-use super::approvals::{FleetNow, placement};
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::placement::{FleetNow, placement};
 use tessera_store::{Principal, SliceRequest, Tenant, now_ms};
 
 /// Most requests explained in one answer (a tenant's waiting list, the metrics).
@@ -68,7 +68,7 @@ pub struct Context {
     /// Tenant id -> (limits or maximums in force, held).
     quotas: HashMap<String, (Usage, Usage)>,
     /// Accepted reservations and requests bounded in time.
-    calendar: super::reservations::CalendarRead,
+    calendar: crate::calendar::CalendarRead,
     now: i64,
 }
 
@@ -80,7 +80,7 @@ impl Context {
 
     async fn read_for(state: &AppState, audience: Audience) -> Result<Context, ApiError> {
         let now = now_ms();
-        let calendar = super::reservations::CalendarRead::read(state).await?;
+        let calendar = crate::calendar::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
         let ready = super::agents::ready_nodes(state, now).await?;
         let admins = state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();

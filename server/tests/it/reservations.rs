@@ -409,7 +409,7 @@ async fn time_slicing_and_mps_never_share_a_node_in_the_calendar(db: &TestDb) {
     );
     // A starting share goes on the share the calendar kept for it when that is free now (here the second share of
     // one A30, though the other A30 is unused), and not at all beside MPS on its node.
-    use tessera_server::services::approvals::{FleetNow, placement_on};
+    use tessera_server::services::placement::{FleetNow, placement_on};
     let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
     let twin: Vec<String> = nodes
         .as_array()
