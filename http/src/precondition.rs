@@ -9,6 +9,8 @@
 //! or the change is refused with 400 `invalid_if_match`: a value read loosely could name a version the client never
 //! saw.
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -28,6 +30,19 @@ pub fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
         return Err(invalid("send one If-Match header"));
     }
     parse(value.as_bytes())
+}
+
+/// A change's `If-Match`, read by [`if_match`] before the handler runs: the version it names, `None` for `*` or
+/// none sent. Every versioned change takes it, so the header is read one way everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IfMatch(pub Option<i64>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        if_match(&parts.headers).map(IfMatch)
+    }
 }
 
 /// `value` read strictly to the documented pattern, with no leading zeros (`"v0"` is version 0; `"v01"` is refused).

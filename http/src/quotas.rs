@@ -4,11 +4,11 @@
 
 use crate::auth::Caller;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{if_match, versioned};
+use super::precondition::{IfMatch, versioned};
 pub use tessera_api::quotas::{
     GrantBody, LimitChangeView, NewQuotaRequest, QuotaRequestPage, QuotaRequestQuery, QuotaRequestView, QuotaStanding,
     QuotaTimeline, TimelineQuery,
@@ -78,10 +78,9 @@ pub async fn approve_quota_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     let body: GrantBody = if body.iter().all(u8::is_ascii_whitespace) {
         GrantBody::default()
     } else {
@@ -105,10 +104,9 @@ pub async fn reject_quota_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, quotas::reject(&state, &p, &id, version, &body.reason).await?))
 }
 
@@ -121,9 +119,8 @@ pub async fn cancel_quota_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, quotas::cancel(&state, &p, &id, version).await?))
 }
 

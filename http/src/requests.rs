@@ -10,7 +10,7 @@ use tessera_core::request::RequestState;
 use tessera_services::auth::Permissions;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{etag, if_match, versioned};
+use super::precondition::{IfMatch, etag, versioned};
 pub use tessera_api::requests::{
     ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestPreview, RequestView,
     ReservedInstance, Waiting,
@@ -157,9 +157,8 @@ pub async fn approve_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     let approval = tessera_services::approvals::approve(&state, &p, &id, version).await?;
     let tag = etag(approval.request.version);
     let view = ApprovalView {
@@ -185,10 +184,9 @@ pub async fn reject_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     let rejected = requests::act(&state, &p, &id, Action::Reject, version, Some(&body.reason)).await?;
     Ok(with_etag(StatusCode::OK, rejected))
 }
@@ -201,9 +199,8 @@ pub async fn cancel_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, requests::act(&state, &p, &id, Action::Cancel, version, None).await?))
 }
 
@@ -220,10 +217,9 @@ pub async fn release_request(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     let body: ReleaseBody = if body.iter().all(u8::is_ascii_whitespace) {
         ReleaseBody::default()
     } else {

@@ -5,11 +5,11 @@
 
 use crate::auth::Caller;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{if_match, versioned};
+use super::precondition::{IfMatch, versioned};
 pub use tessera_api::requests::RejectBody;
 pub use tessera_api::reservations::{
     CalendarQuery, CalendarView, NewReservationBody, ReservationPage, ReservationPolicy, ReservationPolicyView,
@@ -135,9 +135,8 @@ pub async fn approve_reservation(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, reservations::approve(&state, &p, &id, version).await?))
 }
 
@@ -153,10 +152,9 @@ pub async fn reject_reservation(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
     ApiJson(body): ApiJson<RejectBody>,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, reservations::reject(&state, &p, &id, version, &body.reason).await?))
 }
 
@@ -171,9 +169,8 @@ pub async fn cancel_reservation(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
-    headers: HeaderMap,
+    IfMatch(version): IfMatch,
 ) -> Result<Response, ApiError> {
-    let version = if_match(&headers)?;
     Ok(with_etag(StatusCode::OK, reservations::cancel(&state, &p, &id, version).await?))
 }
 
