@@ -21,16 +21,15 @@ macro_rules! sync_gpus {
         let conn = $conn;
         let node_id: &str = $node_id;
         for g in $gpus {
-            let found: Option<(String, String, bool)> =
-                sqlx::query_as("SELECT id, node_id, mig_enabled FROM gpus WHERE uuid = $1")
-                    .bind(&g.uuid)
-                    .fetch_optional(&mut *conn)
-                    .await?;
+            let found: Option<KnownGpu> = sqlx::query_as("SELECT id, node_id, mig_enabled FROM gpus WHERE uuid = $1")
+                .bind(&g.uuid)
+                .fetch_optional(&mut *conn)
+                .await?;
             match found {
-                Some((_, owner, _)) if owner != node_id => {
+                Some(KnownGpu { node_id: owner, .. }) if owner != node_id => {
                     return Err(StoreError::Conflict { constraint: "gpus.uuid".to_string() });
                 }
-                Some((id, _, mig)) => {
+                Some(KnownGpu { id, mig_enabled: mig, .. }) => {
                     sqlx::query("UPDATE gpus SET idx = $1 WHERE id = $2")
                         .bind(i64::from(g.index))
                         .bind(&id)
@@ -73,7 +72,7 @@ macro_rules! sync_gpus {
 }
 
 /// A join token as stored (the secret itself is only kept as a SHA-256).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 pub struct JoinToken {
     /// UUIDv7.
     pub id: String,
@@ -91,16 +90,10 @@ pub struct JoinToken {
     pub node_id: Option<String>,
 }
 
-type JoinTokenRow = (String, Option<String>, String, i64, i64, Option<i64>, Option<String>);
 const JOIN_TOKEN_FIELDS: &str = "id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id";
 
-fn join_token_from(row: JoinTokenRow) -> JoinToken {
-    let (id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id) = row;
-    JoinToken { id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id }
-}
-
 /// What the server knows of a node's agent.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AgentRecord {
     /// Node id.
     pub node_id: String,
@@ -131,7 +124,46 @@ pub struct SpecInputs {
     pub live: Vec<super::Allocation>,
 }
 
-type AgentRow = (String, i64, i64, Option<String>, Option<i64>, Option<i64>, Option<String>);
+/// The columns of an [`AgentRecord`], and the table.
+const AGENT_COLUMNS: &str =
+    "id AS node_id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory FROM nodes";
+
+/// A GPU as registration finds it by its UUID.
+#[derive(Debug, sqlx::FromRow)]
+struct KnownGpu {
+    id: String,
+    node_id: String,
+    mig_enabled: bool,
+}
+
+/// A node's spec generation and hash.
+#[derive(Debug, sqlx::FromRow)]
+struct SpecHead {
+    id: String,
+    generation: i64,
+    spec_hash: String,
+}
+
+/// A node's readiness last told, and when it was last heard from.
+#[derive(Debug, sqlx::FromRow)]
+struct Readiness {
+    id: String,
+    name: String,
+    told_ready: Option<bool>,
+    last_seen_ms: Option<i64>,
+}
+
+/// A live allocation whose request is not active yet, with the request's state.
+#[derive(Debug, sqlx::FromRow)]
+struct ProvisioningRow {
+    allocation_id: String,
+    request_id: String,
+    gpu_id: String,
+    profile: String,
+    start: i64,
+    state: String,
+    request_state: String,
+}
 
 /// A live allocation on a node whose request is not active yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,11 +227,9 @@ impl Store {
     /// Every join token, newest first.
     pub async fn join_tokens(&self) -> Result<Vec<JoinToken>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<JoinTokenRow> =
-                sqlx::query_as(&format!("SELECT {JOIN_TOKEN_FIELDS} FROM join_tokens ORDER BY id DESC"))
-                    .fetch_all(pool)
-                    .await?;
-            Ok(rows.into_iter().map(join_token_from).collect())
+            Ok(sqlx::query_as(&format!("SELECT {JOIN_TOKEN_FIELDS} FROM join_tokens ORDER BY id DESC"))
+                .fetch_all(pool)
+                .await?)
         })
     }
 
@@ -345,26 +375,18 @@ impl Store {
     /// Every node's agent record.
     pub async fn agent_records(&self) -> Result<Vec<AgentRecord>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<AgentRow> = sqlx::query_as(
-                "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory FROM nodes",
-            )
-            .fetch_all(pool)
-            .await?;
-            Ok(rows.into_iter().map(agent_from).collect())
+            Ok(sqlx::query_as(&format!("SELECT {AGENT_COLUMNS}")).fetch_all(pool).await?)
         })
     }
 
     /// One node's agent record.
     pub async fn agent_record(&self, node_id: &str) -> Result<AgentRecord, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let row: Option<AgentRow> = sqlx::query_as(
-                "SELECT id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory \
-                 FROM nodes WHERE id = $1",
-            )
-            .bind(node_id)
-            .fetch_optional(pool)
-            .await?;
-            row.map(agent_from).ok_or_else(|| StoreError::NotFound { what: format!("node {node_id}") })
+            let row: Option<AgentRecord> = sqlx::query_as(&format!("SELECT {AGENT_COLUMNS} WHERE id = $1"))
+                .bind(node_id)
+                .fetch_optional(pool)
+                .await?;
+            row.ok_or_else(|| StoreError::NotFound { what: format!("node {node_id}") })
         })
     }
 
@@ -400,9 +422,10 @@ impl Store {
 
     /// Every node's spec generation and hash, by node id.
     pub async fn spec_heads(&self) -> Result<Vec<(String, i64, String)>, StoreError> {
-        on_pool!(self, pool, _dialect => {
-            Ok(sqlx::query_as("SELECT id, generation, spec_hash FROM nodes").fetch_all(pool).await?)
-        })
+        let rows: Vec<SpecHead> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT id, generation, spec_hash FROM nodes").fetch_all(pool).await?
+        });
+        Ok(rows.into_iter().map(|h| (h.id, h.generation, h.spec_hash)).collect())
     }
 
     /// Moves a node's spec to a new generation when its content (`spec_hash`) changed; returns the new generation,
@@ -492,11 +515,10 @@ impl Store {
 
     /// Every node with the readiness last told of it (`None`: not judged yet) and when it was last heard from.
     pub async fn readiness_told(&self) -> Result<Vec<(String, String, Option<bool>, Option<i64>)>, StoreError> {
-        on_pool!(self, pool, _dialect => {
-            Ok(sqlx::query_as("SELECT id, name, told_ready, last_seen_ms FROM nodes ORDER BY id")
-                .fetch_all(pool)
-                .await?)
-        })
+        let rows: Vec<Readiness> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT id, name, told_ready, last_seen_ms FROM nodes ORDER BY id").fetch_all(pool).await?
+        });
+        Ok(rows.into_iter().map(|r| (r.id, r.name, r.told_ready, r.last_seen_ms)).collect())
     }
 
     /// Records that `node_id` is `ready` where it was told `was`; a change from a known readiness writes
@@ -563,8 +585,9 @@ impl Store {
     /// Live allocations on `node_id`'s GPUs whose request is approved or provisioning (not active yet).
     pub async fn provisioning(&self, node_id: &str) -> Result<Vec<Provisioning>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<(String, String, String, String, i64, String, String)> = sqlx::query_as(
-                "SELECT a.id, a.request_id, a.gpu_id, a.profile, CAST(a.start AS BIGINT), a.state, r.state \
+            let rows: Vec<ProvisioningRow> = sqlx::query_as(
+                "SELECT a.id AS allocation_id, a.request_id, a.gpu_id, a.profile, CAST(a.start AS BIGINT) AS start, \
+                 a.state, r.state AS request_state \
                  FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN slice_requests r ON r.id = a.request_id \
                  WHERE g.node_id = $1 AND a.state IN ('reserved', 'active') \
                  AND r.state IN ('approved', 'provisioning') ORDER BY a.id",
@@ -573,7 +596,7 @@ impl Store {
             .fetch_all(pool)
             .await?;
             rows.into_iter()
-                .map(|(allocation_id, request_id, gpu_id, profile, start, state, request_state)| {
+                .map(|ProvisioningRow { allocation_id, request_id, gpu_id, profile, start, state, request_state }| {
                     Ok(Provisioning {
                         allocation_id,
                         request_id,
@@ -628,11 +651,6 @@ impl Store {
             .await?)
         })
     }
-}
-
-fn agent_from(row: AgentRow) -> AgentRecord {
-    let (node_id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory) = row;
-    AgentRecord { node_id, generation, observed_generation, status, status_at_ms, last_seen_ms, inventory }
 }
 
 impl Store {

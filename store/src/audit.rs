@@ -2,7 +2,7 @@
 //!
 //! One SQL body for both backends (see [`super::dialect`]).
 
-use super::{AuditEntry, Store, StoreError, audit_from};
+use super::{AuditEntry, AuditRow, Store, StoreError, audit_from};
 
 /// Which audit entries to read. Every condition given must hold.
 #[derive(Debug, Clone, Copy, Default)]
@@ -70,19 +70,27 @@ impl<'a> AuditFilter<'a> {
     }
 }
 
+/// An audit row with its id.
+#[derive(Debug, sqlx::FromRow)]
+struct NumberedRow {
+    id: i64,
+    #[sqlx(flatten)]
+    entry: AuditRow,
+}
+
 impl Store {
     /// Audit entries matching `filter` with their ids, newest (highest id) first.
     pub async fn audit_entries(&self, filter: AuditFilter<'_>) -> Result<Vec<(i64, AuditEntry)>, StoreError> {
-        type Row = (i64, i64, String, String, String, Option<String>, Option<String>);
         on_pool!(self, pool, dialect => {
             let (conditions, values) = filter.conditions();
             // The limit is bound, not spliced in, so every page size shares one prepared statement.
             let sql = format!(
-                "SELECT id, at_ms, actor, action, object, CAST(before_json AS TEXT), CAST(after_json AS TEXT) \
-                 FROM audit_log WHERE 1 = 1{conditions} ORDER BY id DESC LIMIT ${}",
+                "SELECT id, at_ms, actor, action, object, CAST(before_json AS TEXT) AS before_json, \
+                 CAST(after_json AS TEXT) AS after_json FROM audit_log WHERE 1 = 1{conditions} \
+                 ORDER BY id DESC LIMIT ${}",
                 values.len() + 1
             );
-            let mut query = sqlx::query_as::<_, Row>(&sql);
+            let mut query = sqlx::query_as::<_, NumberedRow>(&sql);
             for v in values {
                 query = match v {
                     Bound::Text(t) => query.bind(t),
@@ -90,12 +98,7 @@ impl Store {
                 };
             }
             let rows = query.bind(i64::from(filter.limit)).fetch_all(pool).await?;
-            Ok(rows
-                .into_iter()
-                .map(|(id, at, actor, action, object, before, after)| {
-                    (id, audit_from((at, actor, action, object, before, after)))
-                })
-                .collect())
+            Ok(rows.into_iter().map(|r| (r.id, audit_from(r.entry))).collect())
         })
     }
 }

@@ -52,7 +52,7 @@ pub struct SignedIn {
 }
 
 /// A browser session as stored (the session id itself is only kept as a SHA-256).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SessionRecord {
     /// The signed-in user.
     pub user_id: String,
@@ -69,7 +69,7 @@ pub struct SessionRecord {
 }
 
 /// A login that went to the provider and has not come back yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LoginAttempt {
     /// SHA-256 of the `state` parameter.
     pub state_sha256: String,
@@ -101,14 +101,15 @@ impl NodePrincipal {
     }
 }
 
-type SessionRow = (String, String, Option<String>, i64, i64, i64);
-
-fn session_from(
-    (user_id, csrf_token, id_token, created_at_ms, last_seen_at_ms, expires_at_ms): SessionRow,
-) -> SessionRecord {
-    SessionRecord { user_id, csrf_token, id_token, created_at_ms, last_seen_at_ms, expires_at_ms }
+/// A membership as the identity provider's mapping compares it.
+#[derive(Debug, sqlx::FromRow)]
+struct MembershipRow {
+    tenant_id: String,
+    role: String,
+    source: String,
 }
 
+/// The columns of a [`SessionRecord`].
 const SESSION_COLUMNS: &str = "user_id, csrf_token, id_token, created_at_ms, last_seen_at_ms, expires_at_ms";
 
 fn rank(role: Role) -> u8 {
@@ -224,14 +225,14 @@ impl Store {
                     None => unknown_tenants.push((*name).to_string()),
                 }
             }
-            let rows: Vec<(String, String, String)> =
+            let rows: Vec<MembershipRow> =
                 sqlx::query_as("SELECT tenant_id, role, source FROM memberships WHERE user_id = $1")
                     .bind(&user.id)
                     .fetch_all(&mut *tx)
                     .await?;
             let mut existing: BTreeMap<String, (Role, String)> = BTreeMap::new();
-            for (tenant, role, source) in rows {
-                existing.insert(tenant, (role_from(&role)?, source));
+            for MembershipRow { tenant_id, role, source } in rows {
+                existing.insert(tenant_id, (role_from(&role)?, source));
             }
             for (tenant, (role, source)) in &existing {
                 if who.memberships.is_some() && source == "sso" && !mapped.contains_key(tenant) {
@@ -364,12 +365,10 @@ impl Store {
     /// A session by the SHA-256 of its id, however old (the caller judges expiry).
     pub async fn session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let row: Option<SessionRow> =
-                sqlx::query_as(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id_sha256 = $1"))
-                    .bind(id_sha256)
-                    .fetch_optional(pool)
-                    .await?;
-            Ok(row.map(session_from))
+            Ok(sqlx::query_as(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id_sha256 = $1"))
+                .bind(id_sha256)
+                .fetch_optional(pool)
+                .await?)
         })
     }
 
@@ -388,12 +387,10 @@ impl Store {
     /// Ends a session; returns it if it existed.
     pub async fn delete_session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let row: Option<SessionRow> =
-                sqlx::query_as(&format!("DELETE FROM sessions WHERE id_sha256 = $1 RETURNING {SESSION_COLUMNS}"))
-                    .bind(id_sha256)
-                    .fetch_optional(pool)
-                    .await?;
-            Ok(row.map(session_from))
+            Ok(sqlx::query_as(&format!("DELETE FROM sessions WHERE id_sha256 = $1 RETURNING {SESSION_COLUMNS}"))
+                .bind(id_sha256)
+                .fetch_optional(pool)
+                .await?)
         })
     }
 
@@ -498,22 +495,14 @@ impl Store {
         browser_sha256: &str,
     ) -> Result<Option<LoginAttempt>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let row: Option<(String, String, String, String, String, i64)> = sqlx::query_as(
+            Ok(sqlx::query_as(
                 "DELETE FROM login_attempts WHERE state_sha256 = $1 AND browser_sha256 = $2 \
                  RETURNING state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms",
             )
             .bind(state_sha256)
             .bind(browser_sha256)
             .fetch_optional(pool)
-            .await?;
-            Ok(row.map(|(state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms)| LoginAttempt {
-                state_sha256,
-                browser_sha256,
-                nonce,
-                pkce_verifier,
-                return_to,
-                created_at_ms,
-            }))
+            .await?)
         })
     }
 

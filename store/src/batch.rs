@@ -13,7 +13,8 @@ use tessera_core::quota::{Usage, accumulate};
 use super::requests::TENANT_COLUMNS;
 use super::writes::{REQUEST_COLUMNS, event_of};
 use super::{
-    NewRequest, SliceRequest, Store, StoreError, Tenant, TenantRow, now_ms, on_constraint, tenant_from, to_json,
+    NewRequest, RequestRow, SliceRequest, Store, StoreError, Tenant, TenantRow, now_ms, on_constraint, tenant_from,
+    to_json,
 };
 
 /// Most requests in one batch (each row binds at most 12 values; SQLite allows 32,766 per statement).
@@ -71,7 +72,7 @@ pub(super) fn groups(
         })
         .collect();
     let catalog = tessera_core::Catalog::builtin();
-    for (tenant, resource, limit, max, lend) in limits {
+    for LimitRow { tenant_id: tenant, resource, limit_milli: limit, max_milli: max, lend_milli: lend } in limits {
         let Some(m) = members.get_mut(&tenant) else { continue };
         let r = tessera_core::quota::Resource::parse(catalog, &resource)
             .map_err(|e| StoreError::Corrupt(format!("quota resource `{resource}`: {e}")))?;
@@ -94,8 +95,23 @@ pub(super) fn groups(
     Ok(groups)
 }
 
-/// A limit row: `(tenant, resource, limit_milli, max_milli, lend_milli)`.
-pub(super) type LimitRow = (String, String, i64, Option<i64>, Option<i64>);
+/// A tenant's bounds on one resource, in thousandths.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct LimitRow {
+    pub tenant_id: String,
+    pub resource: String,
+    pub limit_milli: i64,
+    pub max_milli: Option<i64>,
+    pub lend_milli: Option<i64>,
+}
+
+/// An amount of one resource, in thousandths, held by or charged to `owner_id` (a tenant, or a request).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct MilliRow {
+    pub owner_id: String,
+    pub resource: String,
+    pub milli: i64,
+}
 
 /// What to write for a batch, and what each request gets.
 #[derive(Debug)]
@@ -151,34 +167,19 @@ pub(super) fn plan(items: &[(SliceRequest, NewRequest<'_>)], mut loaded: Loaded)
     plan
 }
 
-/// A request row led by `<user id>/<key>` (user ids are UUIDs, with no `/`), for the key that created it.
-pub(super) type KeyedRequestRow = (
-    String,
-    String,
-    String,
-    String,
-    i64,
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    String,
-    bool,
-    Option<i64>,
-    Option<String>,
-);
+/// A request row with the key that created it, as `<user id>/<key>` (user ids are UUIDs, with no `/`).
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct KeyedRequestRow {
+    user_key: String,
+    #[sqlx(flatten)]
+    request: RequestRow,
+}
 
 /// Files keyed request rows by their key.
 pub(super) fn keyed_requests(rows: Vec<KeyedRequestRow>, into: &mut Loaded) -> Result<(), StoreError> {
-    for row in rows {
-        let (uk, id, tenant, spec, count, state, reason, version, created, updated, duration, expires, p, b, at, to) =
-            row;
+    for KeyedRequestRow { user_key: uk, request } in rows {
         let (u, k) = uk.split_once('/').ok_or_else(|| StoreError::Corrupt(format!("idempotency key `{uk}`")))?;
-        let row = (id, tenant, spec, count, state, reason, version, created, updated, duration, expires, p, b, at, to);
-        into.keyed.insert((u.to_string(), k.to_string()), super::request_from(row)?);
+        into.keyed.insert((u.to_string(), k.to_string()), super::request_from(request)?);
     }
     Ok(())
 }
@@ -210,11 +211,11 @@ pub(super) fn lost_to_another_writer(e: &StoreError) -> bool {
     }
 }
 
-/// Groups `(tenant, resource, milli)` rows by tenant.
-pub(super) fn usage_by_tenant(rows: Vec<(String, String, i64)>) -> Result<HashMap<String, Usage>, StoreError> {
+/// Groups amounts by their owner (a tenant, or a request).
+pub(super) fn usage_by_tenant(rows: Vec<MilliRow>) -> Result<HashMap<String, Usage>, StoreError> {
     let mut grouped: HashMap<String, Vec<(String, i64)>> = HashMap::new();
-    for (tenant, resource, milli) in rows {
-        grouped.entry(tenant).or_default().push((resource, milli));
+    for MilliRow { owner_id, resource, milli } in rows {
+        grouped.entry(owner_id).or_default().push((resource, milli));
     }
     grouped.into_iter().map(|(t, rows)| Ok((t, super::usage_from_rows(rows)?))).collect()
 }
@@ -329,14 +330,15 @@ impl Store {
             push_list(&mut q, &all_ids);
             let limits: Vec<LimitRow> = q.build_query_as().fetch_all(&mut *tx).await?;
             let mut q = QueryBuilder::<DB>::new(
-                "SELECT tenant_id, resource, held_milli FROM tenant_usage WHERE held_milli > 0 AND tenant_id IN (",
+                "SELECT tenant_id AS owner_id, resource, held_milli AS milli FROM tenant_usage \
+                 WHERE held_milli > 0 AND tenant_id IN (",
             );
             push_list(&mut q, &all_ids);
             let held = usage_by_tenant(q.build_query_as().fetch_all(&mut *tx).await?)?;
             loaded.groups = groups(&everyone, limits, held)?;
             if !keys.is_empty() {
                 let mut q = QueryBuilder::<DB>::new(format!(
-                    "SELECT k.user_id || '/' || k.key, {REQUEST_COLUMNS} JOIN idempotency_keys k \
+                    "SELECT k.user_id || '/' || k.key AS user_key, {REQUEST_COLUMNS} JOIN idempotency_keys k \
                      ON k.request_id = slice_requests.id WHERE (k.user_id, k.key) IN (VALUES "
                 ));
                 let mut list = q.separated(", ");

@@ -13,7 +13,7 @@ use tessera_core::cohort::{Candidate, Held, Member, choose_reclaim, mark_borrowe
 use tessera_core::quota::{Milli, Resource, Usage};
 use tessera_core::request::RequestState;
 
-use super::batch::{LimitRow, groups, usage_by_tenant};
+use super::batch::{LimitRow, MilliRow, groups, usage_by_tenant};
 use super::requests::{TENANT_COLUMNS, quotas_in};
 use super::writes::{REQUEST_COLUMNS, adjust_usage, audit_insert, release_allocations};
 use super::{
@@ -77,7 +77,14 @@ pub struct Rebalanced {
     pub gpus: Vec<String>,
 }
 
-type CohortRow = (String, String, i64, i64);
+/// A cohort row, without its members.
+#[derive(Debug, sqlx::FromRow)]
+struct CohortRow {
+    id: String,
+    name: String,
+    grace_s: i64,
+    created_at_ms: i64,
+}
 
 async fn cohort_rows<'c>(
     conn: impl Into<super::dialect::Conn<'c>>,
@@ -106,7 +113,7 @@ async fn cohort_rows<'c>(
     }
     Ok(rows
         .into_iter()
-        .map(|(id, name, grace_s, created_at_ms)| Cohort {
+        .map(|CohortRow { id, name, grace_s, created_at_ms }| Cohort {
             members: by_cohort.remove(&id).unwrap_or_default(),
             id,
             name,
@@ -355,7 +362,7 @@ impl Store {
             .await?;
             let held = usage_by_tenant(
                 sqlx::query_as(
-                    "SELECT u.tenant_id, u.resource, u.held_milli FROM tenant_usage u \
+                    "SELECT u.tenant_id AS owner_id, u.resource, u.held_milli AS milli FROM tenant_usage u \
                      JOIN tenants t ON t.id = u.tenant_id WHERE t.cohort_id = $1 AND u.held_milli > 0",
                 )
                 .bind(cohort_id)
@@ -373,9 +380,10 @@ impl Store {
             .into_iter()
             .map(request_from)
             .collect::<Result<_, _>>()?;
-            let charge_rows: Vec<(String, String, i64)> = sqlx::query_as(
-                "SELECT c.request_id, c.resource, c.amount_milli FROM request_charges c JOIN slice_requests r \
-                 ON r.id = c.request_id JOIN tenants t ON t.id = r.tenant_id WHERE t.cohort_id = $1 \
+            let charge_rows: Vec<MilliRow> = sqlx::query_as(
+                "SELECT c.request_id AS owner_id, c.resource, c.amount_milli AS milli FROM request_charges c \
+                 JOIN slice_requests r ON r.id = c.request_id JOIN tenants t ON t.id = r.tenant_id \
+                 WHERE t.cohort_id = $1 \
                  AND r.state IN ('pending', 'approved', 'provisioning', 'active')",
             )
             .bind(cohort_id)
@@ -523,7 +531,7 @@ impl Store {
             None => vec![tenant.clone()],
         };
         let ids: Vec<String> = tenants.iter().map(|t| t.id.clone()).collect();
-        let (limits, held): (Vec<LimitRow>, Vec<(String, String, i64)>) = on_pool!(self, pool, _dialect => {
+        let (limits, held): (Vec<LimitRow>, Vec<MilliRow>) = on_pool!(self, pool, _dialect => {
             let mut limits = Vec::new();
             let mut held = Vec::new();
             for id in &ids {
@@ -534,8 +542,9 @@ impl Store {
                 .fetch_all(pool)
                 .await?;
                 limits.extend(l);
-                let h: Vec<(String, String, i64)> = sqlx::query_as(
-                    "SELECT tenant_id, resource, held_milli FROM tenant_usage WHERE tenant_id = $1 AND held_milli > 0",
+                let h: Vec<MilliRow> = sqlx::query_as(
+                    "SELECT tenant_id AS owner_id, resource, held_milli AS milli FROM tenant_usage \
+                     WHERE tenant_id = $1 AND held_milli > 0",
                 )
                 .bind(id)
                 .fetch_all(pool)

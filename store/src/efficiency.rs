@@ -5,7 +5,7 @@ use super::writes::audit_insert;
 use super::{Store, StoreError, now_ms, to_json};
 
 /// One day of capacity, summed over its samples, per model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct CapacityDay {
     /// Start of the UTC day, ms.
     pub day_ms: i64,
@@ -26,7 +26,7 @@ pub struct CapacityDay {
 }
 
 /// One day of use of one model.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, sqlx::FromRow)]
 pub struct DayUse {
     /// Start of the UTC day, ms.
     pub day_ms: i64,
@@ -62,13 +62,32 @@ pub struct CapacitySample {
 /// The stored price list: `(model, currency, per GPU-hour, set at ms, set by)` per model.
 pub type PriceRow = (String, String, f64, i64, String);
 
+/// A row of [`PriceRow`].
+#[derive(Debug, sqlx::FromRow)]
+struct StoredPrice {
+    model: String,
+    currency: String,
+    per_gpu_hour: f64,
+    updated_at_ms: i64,
+    updated_by: String,
+}
+
+/// A price as the audit entry of a change keeps it.
+#[derive(Debug, sqlx::FromRow)]
+struct PriceEntry {
+    model: String,
+    currency: String,
+    per_gpu_hour: f64,
+}
+
 const DAY_MS: i64 = 86_400_000;
 
 impl Store {
     /// The price list, by model.
     pub async fn prices(&self) -> Result<Vec<PriceRow>, StoreError> {
         let sql = "SELECT model, currency, per_gpu_hour, updated_at_ms, updated_by FROM gpu_prices ORDER BY model";
-        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?))
+        let rows: Vec<StoredPrice> = on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(|p| (p.model, p.currency, p.per_gpu_hour, p.updated_at_ms, p.updated_by)).collect())
     }
 
     /// Replaces the price list whole, in one transaction (`prices.set` in the audit log, with the lists before and
@@ -77,14 +96,14 @@ impl Store {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let before: Vec<(String, String, f64)> =
+            let before: Vec<PriceEntry> =
                 sqlx::query_as("SELECT model, currency, per_gpu_hour FROM gpu_prices ORDER BY model")
                     .fetch_all(&mut *tx)
                     .await?;
             let entry = |(model, currency, price): (&str, &str, f64)| {
                 serde_json::json!({"model": model, "currency": currency, "per_gpu_hour": price})
             };
-            let before: Vec<_> = before.iter().map(|(m, c, p)| entry((m, c, *p))).collect();
+            let before: Vec<_> = before.iter().map(|p| entry((&p.model, &p.currency, p.per_gpu_hour))).collect();
             sqlx::query("DELETE FROM gpu_prices").execute(&mut *tx).await?;
             for (model, price) in prices {
                 sqlx::query(
@@ -181,9 +200,9 @@ impl Store {
     /// samples (with their number); and per day and model, the use.
     pub async fn efficiency_history(&self, from_day_ms: i64) -> Result<(Vec<CapacityDay>, Vec<DayUse>), StoreError> {
         // The samples of each day are counted in the same statement as the sums: one snapshot on both backends.
-        let capacity = "SELECT d.day, d.model, d.gpus, d.allocated, d.placeable, d.stranded, d.cordoned, \
+        let capacity = "SELECT d.day AS day_ms, d.model, d.gpus, d.allocated, d.placeable, d.stranded, d.cordoned, \
                         (SELECT CAST(COUNT(DISTINCT c.slot_ms) AS BIGINT) FROM capacity_samples c \
-                         WHERE c.slot_ms >= d.day AND c.slot_ms < d.day + 86400000) \
+                         WHERE c.slot_ms >= d.day AND c.slot_ms < d.day + 86400000) AS samples \
                         FROM (SELECT slot_ms - slot_ms % 86400000 AS day, model, CAST(SUM(gpus) AS BIGINT) AS gpus, \
                         CAST(SUM(allocated) AS BIGINT) AS allocated, CAST(SUM(placeable) AS BIGINT) AS placeable, \
                         CAST(SUM(stranded) AS BIGINT) AS stranded, CAST(SUM(cordoned) AS BIGINT) AS cordoned \
@@ -191,38 +210,10 @@ impl Store {
                         GROUP BY slot_ms - slot_ms % 86400000, model) d ORDER BY d.day, d.model";
         let used = "SELECT day_ms, model, held_slice_hours, measured_slice_hours, used_slice_hours, held_gpu_hours, \
                     wasted_gpu_hours FROM efficiency_days WHERE day_ms >= $1 ORDER BY day_ms, model";
-        type C = (i64, String, i64, i64, i64, i64, i64, i64);
-        type U = (i64, String, f64, f64, f64, f64, f64);
-        let (capacity, used): (Vec<C>, Vec<U>) = on_pool!(self, pool, _dialect => (
+        Ok(on_pool!(self, pool, _dialect => (
             sqlx::query_as(capacity).bind(from_day_ms).fetch_all(pool).await?,
             sqlx::query_as(used).bind(from_day_ms).fetch_all(pool).await?,
-        ));
-        let capacity = capacity
-            .into_iter()
-            .map(|(day_ms, model, gpus, allocated, placeable, stranded, cordoned, samples)| CapacityDay {
-                day_ms,
-                model,
-                gpus,
-                allocated,
-                placeable,
-                stranded,
-                cordoned,
-                samples,
-            })
-            .collect();
-        let used = used
-            .into_iter()
-            .map(|(day_ms, model, held, measured, used, held_gpu, wasted_gpu)| DayUse {
-                day_ms,
-                model,
-                held_slice_hours: held,
-                measured_slice_hours: measured,
-                used_slice_hours: used,
-                held_gpu_hours: held_gpu,
-                wasted_gpu_hours: wasted_gpu,
-            })
-            .collect();
-        Ok((capacity, used))
+        )))
     }
 
     /// Deletes the history from before the day holding `before_ms`; how many rows.

@@ -5,13 +5,14 @@ use tessera_core::health::{self, Finding, GpuHealthReport, HealthState};
 
 use super::writes::{audit_insert, system_event};
 use super::{
-    DrainRecord, Gpu, GpuRow, NewGpu, Node, Store, StoreError, gpu_from, new_id, nodes_from, now_ms, on_constraint,
-    to_json,
+    DrainRecord, Gpu, GpuRow, NewGpu, Node, NodeRow, Store, StoreError, gpu_from, new_id, nodes_from, now_ms,
+    on_constraint, to_json,
 };
 
-/// The columns of a [`GpuRow`] (the table is aliased `g` where it is joined).
-pub(super) const GPU_FIELDS: &str = "id, node_id, idx, uuid, model, mig_enabled, cordoned, CAST(layout AS TEXT), layout_version, auto_layout, health, \
-     health_findings, health_since_ms";
+/// The columns of a [`GpuRow`].
+pub(super) const GPU_FIELDS: &str = "id, node_id, idx, uuid, model, mig_enabled, cordoned, \
+                                     CAST(layout AS TEXT) AS layout, layout_version, auto_layout, health, \
+                                     health_findings, health_since_ms";
 
 /// A GPU flag an admin sets; only these columns reach SQL.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +93,7 @@ impl Store {
     /// Every node with its GPUs, by name.
     pub async fn nodes(&self) -> Result<Vec<Node>, StoreError> {
         let gpus = format!("SELECT {GPU_FIELDS} FROM gpus");
-        let (nodes, rows): (Vec<(String, String, i64)>, Vec<GpuRow>) = on_pool!(self, pool, _dialect => (
+        let (nodes, rows): (Vec<NodeRow>, Vec<GpuRow>) = on_pool!(self, pool, _dialect => (
             sqlx::query_as("SELECT id, name, created_at_ms FROM nodes ORDER BY name").fetch_all(pool).await?,
             sqlx::query_as(&gpus).fetch_all(pool).await?,
         ));
@@ -173,7 +174,18 @@ impl Store {
                 .bind(uuid)
                 .fetch_optional(&mut *tx)
                 .await?;
-                let Some((gpu_id, index, held, cordoned, old_findings, xid_ms, since)) = row else { continue };
+                let Some(HealthRow {
+                    id: gpu_id,
+                    idx: index,
+                    health: held,
+                    cordoned,
+                    health_findings: old_findings,
+                    health_xid_ms: xid_ms,
+                    health_since_ms: since,
+                }) = row
+                else {
+                    continue;
+                };
                 let held = HealthState::parse(&held).unwrap_or_default();
                 let old_findings: Vec<Finding> = serde_json::from_str(&old_findings).unwrap_or_default();
                 let (judged, found) = health::judge(report, xid_ms, now);
@@ -274,7 +286,7 @@ impl Store {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<HealthChangeRow>, StoreError> {
-        let mut rows: Vec<(String, i64, String)> = Vec::new();
+        let mut rows: Vec<HealthEventRow> = Vec::new();
         let subjects: Vec<String> = gpu_ids.iter().map(|g| format!("gpu/{g}")).collect();
         let readers: Vec<Option<&str>> = match tenants {
             None => vec![None],
@@ -283,12 +295,13 @@ impl Store {
         for chunk in subjects.chunks(200) {
             let list = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect::<Vec<_>>().join(", ");
             let sql = format!(
-                "SELECT subject, at_ms, CAST(data AS TEXT) FROM events WHERE type IN ('gpu.unhealthy', 'gpu.degraded', \
+                "SELECT subject, at_ms, CAST(data AS TEXT) AS data FROM events \
+                 WHERE type IN ('gpu.unhealthy', 'gpu.degraded', \
                  'gpu.healthy') AND at_ms >= $1 AND at_ms < $2 AND (tenant_id = $3 OR ($3 IS NULL AND tenant_id IS NULL)) \
                  AND subject IN ({list}) ORDER BY at_ms DESC, seq DESC LIMIT $4"
             );
             for reader in &readers {
-                let got: Vec<(String, i64, String)> = on_pool!(self, pool, _dialect => {
+                let got: Vec<HealthEventRow> = on_pool!(self, pool, _dialect => {
                     let mut q = sqlx::query_as(&sql).bind(from_ms).bind(to_ms).bind(*reader).bind(MAX_HEALTH_CHANGES);
                     for subject in chunk {
                         q = q.bind(subject);
@@ -299,12 +312,12 @@ impl Store {
             }
         }
         // Newest first, each change once (several tenants may have been told of the same one), at most the cap.
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        rows.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+        rows.sort_by(|a, b| b.at_ms.cmp(&a.at_ms).then_with(|| a.subject.cmp(&b.subject)));
+        rows.dedup_by(|a, b| a.subject == b.subject && a.at_ms == b.at_ms);
         rows.truncate(usize::try_from(MAX_HEALTH_CHANGES).unwrap_or(usize::MAX));
         let mut out: Vec<HealthChangeRow> = rows
             .into_iter()
-            .filter_map(|(subject, at_ms, data)| {
+            .filter_map(|HealthEventRow { subject, at_ms, data }| {
                 let gpu = subject.strip_prefix("gpu/")?.to_string();
                 let data: serde_json::Value = serde_json::from_str(&data).ok()?;
                 let after = &data["after"];
@@ -336,13 +349,14 @@ impl Store {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let gpu: Option<(String, i64, String)> = sqlx::query_as(
-                "SELECT g.node_id, g.idx, n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = $1",
+            let gpu: Option<DrainedGpu> = sqlx::query_as(
+                "SELECT g.node_id, g.idx, n.name AS node_name FROM gpus g JOIN nodes n ON n.id = g.node_id \
+                 WHERE g.id = $1",
             )
             .bind(gpu_id)
             .fetch_optional(&mut *tx)
             .await?;
-            let Some((node_id, index, node)) = gpu else {
+            let Some(DrainedGpu { node_id, idx: index, node_name: node }) = gpu else {
                 return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
             };
             let cordoned = sqlx::query("UPDATE gpus SET cordoned = $1 WHERE id = $2 AND cordoned = $3")
@@ -390,24 +404,14 @@ impl Store {
 
     /// Every drain, draining or drained.
     pub async fn drains(&self) -> Result<Vec<DrainRecord>, StoreError> {
-        let rows: Vec<(String, i64, i64, String, String, Option<i64>)> = on_pool!(self, pool, _dialect => {
+        let rows: Vec<DrainRecord> = on_pool!(self, pool, _dialect => {
             sqlx::query_as(
                 "SELECT gpu_id, deadline_ms, started_ms, started_by, reason, drained_at_ms FROM gpu_drains ORDER BY gpu_id",
             )
             .fetch_all(pool)
             .await?
         });
-        Ok(rows
-            .into_iter()
-            .map(|(gpu_id, deadline_ms, started_ms, started_by, reason, drained_at_ms)| DrainRecord {
-                gpu_id,
-                deadline_ms,
-                started_ms,
-                started_by,
-                reason,
-                drained_at_ms,
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Makes a drained GPU draining again (it holds slices once more).
@@ -450,9 +454,34 @@ impl Store {
 /// The actor a drain's deadline ends requests under.
 pub const DRAIN_ACTOR: &str = "system:drain";
 
-/// What [`Store::record_health`] reads of a GPU: `(id, idx, health, cordoned, health_findings, health_xid_ms,
-/// health_since_ms)`.
-type HealthRow = (String, i64, String, bool, String, i64, Option<i64>);
+/// What [`Store::record_health`] reads of a GPU.
+#[derive(Debug, sqlx::FromRow)]
+struct HealthRow {
+    id: String,
+    idx: i64,
+    health: String,
+    cordoned: bool,
+    /// The findings, as JSON.
+    health_findings: String,
+    health_xid_ms: i64,
+    health_since_ms: Option<i64>,
+}
+
+/// A health event of a GPU (`gpu/<id>`), its data as JSON.
+#[derive(Debug, sqlx::FromRow)]
+struct HealthEventRow {
+    subject: String,
+    at_ms: i64,
+    data: String,
+}
+
+/// Where a GPU being drained is.
+#[derive(Debug, sqlx::FromRow)]
+struct DrainedGpu {
+    node_id: String,
+    idx: i64,
+    node_name: String,
+}
 
 /// The actor health changes are written under.
 pub const HEALTH_ACTOR: &str = "system:health";

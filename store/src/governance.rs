@@ -32,6 +32,43 @@ pub struct Budgets {
     pub limits: BTreeMap<String, Milli>,
 }
 
+/// A span a request held a resource: from its creation to its end (`None`: still live).
+#[derive(Debug, sqlx::FromRow)]
+struct HeldRow {
+    tenant_id: String,
+    from_ms: i64,
+    to_ms: Option<i64>,
+    amount_milli: i64,
+}
+
+/// A span an allocation used its share of a request's charge: from its activation to its release.
+#[derive(Debug, sqlx::FromRow)]
+struct UsedRow {
+    tenant_id: String,
+    activated_at_ms: i64,
+    released_at_ms: Option<i64>,
+    amount_milli: i64,
+    /// The request's slices, which share its charge.
+    count: i64,
+}
+
+/// A change of one of a tenant's bounds.
+#[derive(Debug, sqlx::FromRow)]
+struct BoundChangeRow {
+    kind: String,
+    at_ms: i64,
+    before_milli: Option<i64>,
+    after_milli: Option<i64>,
+}
+
+/// A tenant's budget on one unit.
+#[derive(Debug, sqlx::FromRow)]
+struct BudgetLine {
+    tenant_id: String,
+    unit: String,
+    limit_milli: i64,
+}
+
 fn milli(v: i64) -> Milli {
     u64::try_from(v).unwrap_or(0)
 }
@@ -45,13 +82,12 @@ impl Store {
         from_ms: i64,
     ) -> Result<BTreeMap<String, Spans>, StoreError> {
         let key = resource.to_string();
-        type Held = (String, i64, Option<i64>, i64);
-        type Used = (String, i64, Option<i64>, i64, i64);
-        let (held, used): (Vec<Held>, Vec<Used>) = on_pool!(self, pool, _dialect => {
+        let (held, used): (Vec<HeldRow>, Vec<UsedRow>) = on_pool!(self, pool, _dialect => {
             // A request that ended holds until its last change (ended requests change no more).
             let held = sqlx::query_as(&format!(
-                "SELECT r.tenant_id, r.created_at_ms, CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END, \
-                 c.amount_milli FROM slice_requests r JOIN request_charges c ON c.request_id = r.id \
+                "SELECT r.tenant_id, r.created_at_ms AS from_ms, \
+                 CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END AS to_ms, c.amount_milli \
+                 FROM slice_requests r JOIN request_charges c ON c.request_id = r.id \
                  WHERE c.resource = $1 AND (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT)) \
                  AND (r.state IN {LIVE} OR r.updated_at_ms > $3)"
             ))
@@ -75,13 +111,17 @@ impl Store {
             (held, used)
         });
         let mut out: BTreeMap<String, Spans> = BTreeMap::new();
-        for (tenant, from_ms, to_ms, amount) in held {
-            out.entry(tenant).or_default().held.push(Span { from_ms, to_ms, amount: milli(amount) });
+        for HeldRow { tenant_id, from_ms, to_ms, amount_milli } in held {
+            out.entry(tenant_id).or_default().held.push(Span { from_ms, to_ms, amount: milli(amount_milli) });
         }
-        for (tenant, from_ms, to_ms, amount, count) in used {
+        for UsedRow { tenant_id, activated_at_ms, released_at_ms, amount_milli, count } in used {
             // Each of a request's allocations uses an equal share of its charge.
-            let amount = milli(amount) / milli(count).max(1);
-            out.entry(tenant).or_default().used.push(Span { from_ms, to_ms, amount });
+            let amount = milli(amount_milli) / milli(count).max(1);
+            out.entry(tenant_id).or_default().used.push(Span {
+                from_ms: activated_at_ms,
+                to_ms: released_at_ms,
+                amount,
+            });
         }
         Ok(out)
     }
@@ -95,8 +135,7 @@ impl Store {
         from_ms: i64,
     ) -> Result<(BTreeMap<String, Vec<Change>>, Option<Milli>, Option<Milli>), StoreError> {
         let key = resource.to_string();
-        type Row = (String, i64, Option<i64>, Option<i64>);
-        let (rows, now): (Vec<Row>, Option<(i64, Option<i64>)>) = on_pool!(self, pool, _dialect => {
+        let (rows, now): (Vec<BoundChangeRow>, Option<(i64, Option<i64>)>) = on_pool!(self, pool, _dialect => {
             let rows = sqlx::query_as(
                 "SELECT kind, at_ms, before_milli, after_milli FROM quota_limit_changes \
                  WHERE tenant_id = $1 AND resource = $2 AND at_ms >= $3 ORDER BY id",
@@ -114,8 +153,9 @@ impl Store {
             (rows, now)
         });
         let mut changes: BTreeMap<String, Vec<Change>> = BTreeMap::new();
-        for (kind, at_ms, before, after) in rows {
-            changes.entry(kind).or_default().push(Change { at_ms, before: before.map(milli), after: after.map(milli) });
+        for BoundChangeRow { kind, at_ms, before_milli, after_milli } in rows {
+            let change = Change { at_ms, before: before_milli.map(milli), after: after_milli.map(milli) };
+            changes.entry(kind).or_default().push(change);
         }
         let (limit, maximum) = match now {
             Some((l, m)) => (Some(milli(l)), m.map(milli)),
@@ -138,8 +178,7 @@ impl Store {
 
     /// Budgets by tenant: one tenant's, or every tenant's that has a budget or a policy.
     pub async fn all_budgets(&self, tenant_id: Option<&str>) -> Result<BTreeMap<String, Budgets>, StoreError> {
-        type Lines = Vec<(String, String, i64)>;
-        let (policies, lines): (Vec<(String, String)>, Lines) = on_pool!(self, pool, _dialect => {
+        let (policies, lines): (Vec<(String, String)>, Vec<BudgetLine>) = on_pool!(self, pool, _dialect => {
             let policies = sqlx::query_as(
                 "SELECT tenant_id, policy FROM budget_policies WHERE CAST($1 AS TEXT) IS NULL OR tenant_id = CAST($1 AS TEXT)",
             )
@@ -161,8 +200,8 @@ impl Store {
                 BudgetPolicy::parse(&policy).ok_or_else(|| StoreError::Corrupt(format!("policy `{policy}`")))?;
             out.entry(tenant).or_default().policy = policy;
         }
-        for (tenant, unit, limit) in lines {
-            out.entry(tenant).or_default().limits.insert(unit, milli(limit));
+        for BudgetLine { tenant_id, unit, limit_milli } in lines {
+            out.entry(tenant_id).or_default().limits.insert(unit, milli(limit_milli));
         }
         Ok(out)
     }

@@ -15,9 +15,9 @@ use super::{
 };
 
 /// The columns of a [`ProposalRow`], and the table.
-const PROPOSAL_COLUMNS: &str = "id, gpu_id, base_version, CAST(layout AS TEXT), CAST(created AS TEXT), \
-                                CAST(destroyed AS TEXT), state, reason, created_by, decided_by, created_at_ms, \
-                                decided_at_ms FROM layout_proposals";
+const PROPOSAL_COLUMNS: &str = "id, gpu_id, base_version, CAST(layout AS TEXT) AS layout, \
+                                CAST(created AS TEXT) AS created, CAST(destroyed AS TEXT) AS destroyed, state, reason, \
+                                created_by, decided_by, created_at_ms, decided_at_ms FROM layout_proposals";
 
 /// The columns of an [`AllocationRow`] of table alias `a`.
 pub(super) const ALLOCATION_FIELDS: &str =
@@ -48,19 +48,27 @@ async fn apply_layout<'c>(conn: impl Into<Conn<'c>>, gpu_id: &str, layout: &str)
     Ok(())
 }
 
+/// What an approval reads of a GPU it places on; the layout is JSON.
+#[derive(Debug, sqlx::FromRow)]
+struct GpuNowRow {
+    layout_version: i64,
+    layout: String,
+    mig_enabled: bool,
+}
+
 /// A GPU's layout version, layout and MIG mode, locked for the rest of the transaction on PostgreSQL.
 async fn gpu_now<'c>(conn: impl Into<Conn<'c>>, gpu_id: &str) -> Result<(i64, Vec<PlacedInstance>, bool), StoreError> {
-    let row: Option<(i64, String, bool)> = on_conn!(conn.into(), conn, dialect => {
+    let row: Option<GpuNowRow> = on_conn!(conn.into(), conn, dialect => {
         sqlx::query_as(&format!(
-            "SELECT layout_version, CAST(layout AS TEXT), mig_enabled FROM gpus WHERE id = $1{}",
+            "SELECT layout_version, CAST(layout AS TEXT) AS layout, mig_enabled FROM gpus WHERE id = $1{}",
             dialect.lock()
         ))
         .bind(gpu_id)
         .fetch_optional(&mut *conn)
         .await?
     });
-    let (version, layout, mig) = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
-    Ok((version, layout_from(&layout)?, mig))
+    let row = row.ok_or_else(|| StoreError::NotFound { what: format!("gpu {gpu_id}") })?;
+    Ok((row.layout_version, layout_from(&row.layout)?, row.mig_enabled))
 }
 
 /// Whether every live allocation on a whole (non-MIG) GPU is shared the way `profile` says (`exclusive`,
@@ -140,6 +148,16 @@ async fn insert_proposal<'c>(
 /// How long a live allocation lasts: `(allocation id, expires_at_ms, borrowed, reclaim_at_ms, reclaim_for)`, from
 /// its request.
 pub type AllocationTerms = (String, Option<i64>, bool, Option<i64>, Option<String>);
+
+/// A row of [`AllocationTerms`].
+#[derive(Debug, sqlx::FromRow)]
+struct TermsRow {
+    allocation_id: String,
+    expires_at_ms: Option<i64>,
+    borrowed: bool,
+    reclaim_at_ms: Option<i64>,
+    reclaim_for: Option<String>,
+}
 
 impl Store {
     /// Approves a request with its placement, in one transaction: the request moves to approved (version
@@ -268,16 +286,20 @@ impl Store {
 
     /// When the requests behind a tenant's live allocations expire: (allocation id, its request's expiry).
     pub async fn allocation_expiries(&self, tenant_id: &str) -> Result<Vec<AllocationTerms>, StoreError> {
-        on_pool!(self, pool, _dialect => {
-            Ok(sqlx::query_as(
-                "SELECT a.id, r.expires_at_ms, r.borrowed, r.reclaim_at_ms, r.reclaim_for FROM allocations a \
-                 JOIN slice_requests r ON r.id = a.request_id \
+        let rows: Vec<TermsRow> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT a.id AS allocation_id, r.expires_at_ms, r.borrowed, r.reclaim_at_ms, r.reclaim_for \
+                 FROM allocations a JOIN slice_requests r ON r.id = a.request_id \
                  WHERE a.tenant_id = $1 AND a.state IN ('reserved', 'active')",
             )
             .bind(tenant_id)
             .fetch_all(pool)
-            .await?)
-        })
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.allocation_id, r.expires_at_ms, r.borrowed, r.reclaim_at_ms, r.reclaim_for))
+            .collect())
     }
 
     /// An allocation by id, in whatever state.

@@ -135,16 +135,31 @@ pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreEr
         .collect()
 }
 
-/// A GPU row: `(id, node_id, idx, uuid, model, mig_enabled, cordoned, layout_json, layout_version, auto_layout,
-/// health, health_findings_json, health_since_ms)`.
-pub(crate) type GpuRow =
-    (String, String, i64, String, String, bool, bool, String, i64, bool, String, String, Option<i64>);
+/// A GPU row (the columns of `fleet::GPU_FIELDS`).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct GpuRow {
+    id: String,
+    node_id: String,
+    idx: i64,
+    uuid: String,
+    model: String,
+    mig_enabled: bool,
+    cordoned: bool,
+    /// The layout, as JSON.
+    layout: String,
+    layout_version: i64,
+    auto_layout: bool,
+    health: String,
+    /// The findings, as JSON.
+    health_findings: String,
+    health_since_ms: Option<i64>,
+}
 
 pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
-    let (
+    let GpuRow {
         id,
         node_id,
-        index,
+        idx,
         uuid,
         model,
         mig_enabled,
@@ -153,19 +168,20 @@ pub(crate) fn gpu_from(row: GpuRow) -> Result<Gpu, StoreError> {
         layout_version,
         auto_layout,
         health,
-        findings,
-        since,
-    ) = row;
+        health_findings,
+        health_since_ms,
+    } = row;
     let health = GpuHealth {
         state: tessera_core::health::HealthState::parse(&health)
             .ok_or_else(|| StoreError::Corrupt(format!("gpu health {health}")))?,
-        findings: serde_json::from_str(&findings).map_err(|e| StoreError::Corrupt(format!("gpu health: {e}")))?,
-        since_ms: since,
+        findings: serde_json::from_str(&health_findings)
+            .map_err(|e| StoreError::Corrupt(format!("gpu health: {e}")))?,
+        since_ms: health_since_ms,
     };
     Ok(Gpu {
         id,
         node_id,
-        index: u32::try_from(index).map_err(|_| StoreError::Corrupt(format!("gpu index {index}")))?,
+        index: u32::try_from(idx).map_err(|_| StoreError::Corrupt(format!("gpu index {idx}")))?,
         uuid,
         model,
         mig_enabled,
@@ -181,47 +197,55 @@ pub(crate) fn layout_from(text: &str) -> Result<Vec<PlacedInstance>, StoreError>
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("layout: {e}")))
 }
 
-/// A proposal row: `(id, gpu_id, base_version, layout, created, destroyed, state, reason, created_by, decided_by,
-/// created_at_ms, decided_at_ms)`.
-pub(crate) type ProposalRow =
-    (String, String, i64, String, String, String, String, String, String, Option<String>, i64, Option<i64>);
+/// A layout proposal row (the columns of `layouts::PROPOSAL_COLUMNS`); the layouts are JSON.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ProposalRow {
+    id: String,
+    gpu_id: String,
+    base_version: i64,
+    layout: String,
+    created: String,
+    destroyed: String,
+    state: String,
+    reason: String,
+    created_by: String,
+    decided_by: Option<String>,
+    created_at_ms: i64,
+    decided_at_ms: Option<i64>,
+}
 
 pub(crate) fn proposal_from(row: ProposalRow) -> Result<LayoutProposal, StoreError> {
-    let (
-        id,
-        gpu_id,
-        base_version,
-        layout,
-        created,
-        destroyed,
-        state,
-        reason,
-        created_by,
-        decided_by,
-        created_at_ms,
-        decided_at_ms,
-    ) = row;
     Ok(LayoutProposal {
-        id,
-        gpu_id,
-        base_version,
-        layout: layout_from(&layout)?,
-        created: layout_from(&created)?,
-        destroyed: layout_from(&destroyed)?,
-        state,
-        reason,
-        created_by,
-        decided_by,
-        created_at_ms,
-        decided_at_ms,
+        layout: layout_from(&row.layout)?,
+        created: layout_from(&row.created)?,
+        destroyed: layout_from(&row.destroyed)?,
+        id: row.id,
+        gpu_id: row.gpu_id,
+        base_version: row.base_version,
+        state: row.state,
+        reason: row.reason,
+        created_by: row.created_by,
+        decided_by: row.decided_by,
+        created_at_ms: row.created_at_ms,
+        decided_at_ms: row.decided_at_ms,
     })
 }
 
-/// An allocation row: `(id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id)`.
-pub(crate) type AllocationRow = (String, String, String, String, String, i64, String, Option<String>);
+/// An allocation row (the columns of `layouts::ALLOCATION_FIELDS`).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AllocationRow {
+    id: String,
+    request_id: String,
+    tenant_id: String,
+    gpu_id: String,
+    profile: String,
+    start: i64,
+    state: String,
+    proposal_id: Option<String>,
+}
 
 pub(crate) fn allocation_from(row: AllocationRow) -> Allocation {
-    let (id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id) = row;
+    let AllocationRow { id, request_id, tenant_id, gpu_id, profile, start, state, proposal_id } = row;
     Allocation {
         id,
         request_id,
@@ -234,11 +258,19 @@ pub(crate) fn allocation_from(row: AllocationRow) -> Allocation {
     }
 }
 
+/// A node row, without its GPUs.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct NodeRow {
+    id: String,
+    name: String,
+    created_at_ms: i64,
+}
+
 /// Groups GPUs under their nodes.
-pub(crate) fn nodes_from(nodes: Vec<(String, String, i64)>, gpus: Vec<Gpu>) -> Vec<Node> {
+pub(crate) fn nodes_from(nodes: Vec<NodeRow>, gpus: Vec<Gpu>) -> Vec<Node> {
     nodes
         .into_iter()
-        .map(|(id, name, created_at_ms)| {
+        .map(|NodeRow { id, name, created_at_ms }| {
             let mut mine: Vec<Gpu> = gpus.iter().filter(|g| g.node_id == id).cloned().collect();
             mine.sort_by_key(|g| g.index);
             Node { id, name, created_at_ms, gpus: mine }
@@ -246,25 +278,52 @@ pub(crate) fn nodes_from(nodes: Vec<(String, String, i64)>, gpus: Vec<Gpu>) -> V
         .collect()
 }
 
-/// An audit row: `(at_ms, actor, action, object, before_json, after_json)`.
-pub(crate) type AuditRow = (i64, String, String, String, Option<String>, Option<String>);
-
-pub(crate) fn audit_from((at_ms, actor, action, object, before, after): AuditRow) -> AuditEntry {
-    AuditEntry { at_ms, actor, action, object, before, after }
+/// An audit row; the states before and after are JSON.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct AuditRow {
+    at_ms: i64,
+    actor: String,
+    action: String,
+    object: String,
+    before_json: Option<String>,
+    after_json: Option<String>,
 }
 
-/// A tenant row: `(id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms, cohort_id, weight)`.
-pub(crate) type TenantRow = (String, String, bool, i64, i64, Option<String>, i64);
+pub(crate) fn audit_from(row: AuditRow) -> AuditEntry {
+    let AuditRow { at_ms, actor, action, object, before_json, after_json } = row;
+    AuditEntry { at_ms, actor, action, object, before: before_json, after: after_json }
+}
 
-pub(crate) fn tenant_from((id, name, auto_approve, max, created_at_ms, cohort_id, weight): TenantRow) -> Tenant {
+/// A tenant row (the columns of `requests::TENANT_COLUMNS`).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct TenantRow {
+    id: String,
+    name: String,
+    auto_approve: bool,
+    auto_approve_max_compute_slices: i64,
+    created_at_ms: i64,
+    cohort_id: Option<String>,
+    weight: i64,
+}
+
+pub(crate) fn tenant_from(row: TenantRow) -> Tenant {
+    let TenantRow { id, name, auto_approve, auto_approve_max_compute_slices: max, created_at_ms, cohort_id, weight } =
+        row;
     let policy = ApprovalPolicy { auto_approve, auto_approve_max_compute_slices: u32::try_from(max).unwrap_or(0) };
     Tenant { id, name, policy, created_at_ms, cohort_id, weight: u32::try_from(weight).unwrap_or(1).max(1) }
 }
 
-/// A user row: `(id, name, platform_admin, created_at_ms)`.
-pub(crate) type UserRow = (String, String, bool, i64);
+/// A user row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct UserRow {
+    id: String,
+    name: String,
+    platform_admin: bool,
+    created_at_ms: i64,
+}
 
-pub(crate) fn user_from((id, name, platform_admin, created_at_ms): UserRow) -> User {
+pub(crate) fn user_from(row: UserRow) -> User {
+    let UserRow { id, name, platform_admin, created_at_ms } = row;
     User { id, name, platform_admin, created_at_ms }
 }
 

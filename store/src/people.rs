@@ -13,7 +13,7 @@ use super::{
 };
 
 /// An API token as its owner may see it: never its secret or the secret's hash.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TokenInfo {
     /// Token id.
     pub id: String,
@@ -28,6 +28,14 @@ pub struct TokenInfo {
 /// The columns of a [`UserRow`] of table alias `u`.
 const USER_FIELDS: &str = "u.id, u.name, u.platform_admin, u.created_at_ms";
 
+/// A member of a tenant, with their role there.
+#[derive(Debug, sqlx::FromRow)]
+struct MemberRow {
+    #[sqlx(flatten)]
+    user: UserRow,
+    role: String,
+}
+
 impl Store {
     /// Every user, by name.
     pub async fn users(&self) -> Result<Vec<User>, StoreError> {
@@ -40,12 +48,7 @@ impl Store {
     pub async fn tokens(&self, user_id: &str) -> Result<Vec<TokenInfo>, StoreError> {
         let sql = "SELECT id, name, created_at_ms, revoked_at_ms FROM api_tokens WHERE user_id = $1 \
                    ORDER BY created_at_ms DESC, id DESC";
-        let rows: Vec<(String, String, i64, Option<i64>)> =
-            on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(user_id).fetch_all(pool).await?);
-        Ok(rows
-            .into_iter()
-            .map(|(id, name, created_at_ms, revoked_at_ms)| TokenInfo { id, name, created_at_ms, revoked_at_ms })
-            .collect())
+        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(user_id).fetch_all(pool).await?))
     }
 
     /// Removes a user from a tenant (whether the membership was set by hand or mapped from the identity provider,
@@ -164,11 +167,9 @@ impl Store {
             "SELECT {USER_FIELDS}, m.role FROM memberships m JOIN users u ON u.id = m.user_id \
              WHERE m.tenant_id = $1 ORDER BY u.name"
         );
-        let rows: Vec<(String, String, bool, i64, String)> =
+        let rows: Vec<MemberRow> =
             on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(tenant_id).fetch_all(pool).await?);
-        rows.into_iter()
-            .map(|(id, name, admin, at, role)| Ok((user_from((id, name, admin, at)), role_from(&role)?)))
-            .collect()
+        rows.into_iter().map(|r| Ok((user_from(r.user), role_from(&r.role)?))).collect()
     }
 
     /// Stores an API token for a user: only the SHA-256 of its secret.
@@ -231,7 +232,7 @@ impl Store {
         let (row, rows): (Option<UserRow>, Vec<(String, String)>) = on_pool!(self, pool, _dialect => {
             let row: Option<UserRow> = sqlx::query_as(&sql).bind(secret_sha256).fetch_optional(pool).await?;
             let Some(user) = &row else { return Ok(None) };
-            (row.clone(), sqlx::query_as(memberships).bind(&user.0).fetch_all(pool).await?)
+            (row.clone(), sqlx::query_as(memberships).bind(&user.id).fetch_all(pool).await?)
         });
         let Some(user) = row.map(user_from) else { return Ok(None) };
         let memberships = rows.into_iter().map(|(t, r)| Ok((t, role_from(&r)?))).collect::<Result<_, StoreError>>()?;

@@ -116,8 +116,45 @@ fn db_milli(m: Milli) -> i64 {
     i64::try_from(m).unwrap_or(i64::MAX)
 }
 
-type RequestRow = (String, String, String, String, Option<i64>, String, Option<String>, String, i64, i64, i64);
-type LineRow = (String, String, i64, Option<i64>, Option<i64>, Option<i64>);
+/// A quota request row, without its lines.
+#[derive(Debug, sqlx::FromRow)]
+struct RequestRow {
+    id: String,
+    tenant_id: String,
+    requested_by: String,
+    reason: String,
+    until_ms: Option<i64>,
+    state: String,
+    decided_by: Option<String>,
+    comment: String,
+    version: i64,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+/// One line of a quota request, in thousandths.
+#[derive(Debug, sqlx::FromRow)]
+struct LineRow {
+    request_id: String,
+    resource: String,
+    asked_milli: i64,
+    before_milli: Option<i64>,
+    granted_milli: Option<i64>,
+    granted_before_milli: Option<i64>,
+}
+
+/// A change of one of a tenant's limits.
+#[derive(Debug, sqlx::FromRow)]
+struct LimitChangeRow {
+    resource: String,
+    at_ms: i64,
+    actor: String,
+    before_milli: Option<i64>,
+    after_milli: Option<i64>,
+    why: String,
+    quota_request_id: Option<String>,
+    kind: String,
+}
 
 const REQUEST_COLUMNS: &str = "id, tenant_id, requested_by, reason, until_ms, state, decided_by, comment, version, \
                                created_at_ms, updated_at_ms FROM quota_requests";
@@ -125,38 +162,49 @@ const REQUEST_COLUMNS: &str = "id, tenant_id, requested_by, reason, until_ms, st
 fn assemble(rows: Vec<RequestRow>, lines: Vec<LineRow>) -> Result<Vec<QuotaRequest>, StoreError> {
     let catalog = tessera_core::Catalog::builtin();
     let mut by_request: BTreeMap<String, Vec<QuotaRequestLine>> = BTreeMap::new();
-    for (request_id, resource, asked, before, granted, granted_before) in lines {
-        let resource = Resource::parse(catalog, &resource).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let line = Line { resource, asked: milli(Some(asked)).unwrap_or(0), before: milli(before) };
-        by_request.entry(request_id).or_default().push(QuotaRequestLine {
+    for l in lines {
+        let resource = Resource::parse(catalog, &l.resource).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let line = Line { resource, asked: milli(Some(l.asked_milli)).unwrap_or(0), before: milli(l.before_milli) };
+        by_request.entry(l.request_id).or_default().push(QuotaRequestLine {
             line,
-            granted: milli(granted),
-            granted_before: milli(granted_before),
+            granted: milli(l.granted_milli),
+            granted_before: milli(l.granted_before_milli),
         });
     }
     rows.into_iter()
-        .map(
-            |(id, tenant_id, requested_by, reason, until_ms, state, decided_by, comment, version, created, updated)| {
-                let state = QuotaRequestState::parse(&state)
-                    .ok_or_else(|| StoreError::Corrupt(format!("quota request {id}: state `{state}`")))?;
-                let mut lines = by_request.remove(&id).unwrap_or_default();
-                lines.sort_by(|a, b| a.line.resource.cmp(&b.line.resource));
-                Ok(QuotaRequest {
-                    id,
-                    tenant_id,
-                    requested_by,
-                    reason,
-                    until_ms,
-                    state,
-                    decided_by,
-                    comment,
-                    version,
-                    created_at_ms: created,
-                    updated_at_ms: updated,
-                    lines,
-                })
-            },
-        )
+        .map(|r| {
+            let RequestRow {
+                id,
+                tenant_id,
+                requested_by,
+                reason,
+                until_ms,
+                state,
+                decided_by,
+                comment,
+                version,
+                created_at_ms,
+                updated_at_ms,
+            } = r;
+            let state = QuotaRequestState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("quota request {id}: state `{state}`")))?;
+            let mut lines = by_request.remove(&id).unwrap_or_default();
+            lines.sort_by(|a, b| a.line.resource.cmp(&b.line.resource));
+            Ok(QuotaRequest {
+                id,
+                tenant_id,
+                requested_by,
+                reason,
+                until_ms,
+                state,
+                decided_by,
+                comment,
+                version,
+                created_at_ms,
+                updated_at_ms,
+                lines,
+            })
+        })
         .collect()
 }
 
@@ -174,7 +222,7 @@ async fn with_lines<'c>(conn: impl Into<Conn<'c>>, rows: Vec<RequestRow>) -> Res
     let lines: Vec<LineRow> = on_conn!(conn.into(), conn, _dialect => {
         let mut q = sqlx::query_as(&sql);
         for r in &rows {
-            q = q.bind(&r.0);
+            q = q.bind(&r.id);
         }
         q.fetch_all(&mut *conn).await?
     });
@@ -525,21 +573,20 @@ impl Store {
     pub async fn limit_changes(&self, tenant_id: &str, limit: u32) -> Result<Vec<LimitChange>, StoreError> {
         let sql = "SELECT resource, at_ms, actor, before_milli, after_milli, why, quota_request_id, kind \
                    FROM quota_limit_changes WHERE tenant_id = $1 ORDER BY id DESC LIMIT $2";
-        type Row = (String, i64, String, Option<i64>, Option<i64>, String, Option<String>, String);
-        let rows: Vec<Row> = on_pool!(self, pool, _dialect => {
+        let rows: Vec<LimitChangeRow> = on_pool!(self, pool, _dialect => {
             sqlx::query_as(sql).bind(tenant_id).bind(i64::from(limit)).fetch_all(pool).await?
         });
         Ok(rows
             .into_iter()
-            .map(|(resource, at_ms, actor, before, after, why, quota_request, kind)| LimitChange {
-                resource,
-                at_ms,
-                actor,
-                before: milli(before),
-                after: milli(after),
-                why,
-                quota_request,
-                kind,
+            .map(|r| LimitChange {
+                resource: r.resource,
+                at_ms: r.at_ms,
+                actor: r.actor,
+                before: milli(r.before_milli),
+                after: milli(r.after_milli),
+                why: r.why,
+                quota_request: r.quota_request_id,
+                kind: r.kind,
             })
             .collect())
     }

@@ -72,28 +72,28 @@ pub struct SliceRequest {
     pub reclaim_for: Option<String>,
 }
 
-/// A request row: `(id, tenant_id, spec, count, state, reason, version, created_at_ms, updated_at_ms, duration_s,
-/// expires_at_ms, priority, borrowed, reclaim_at_ms, reclaim_for)`.
-pub(crate) type RequestRow = (
-    String,
-    String,
-    String,
-    i64,
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    Option<i64>,
-    Option<i64>,
-    String,
-    bool,
-    Option<i64>,
-    Option<String>,
-);
+/// A request row (the columns of `writes::REQUEST_COLUMNS`); the spec is JSON.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct RequestRow {
+    id: String,
+    tenant_id: String,
+    spec: String,
+    count: i64,
+    state: String,
+    reason: String,
+    version: i64,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+    duration_s: Option<i64>,
+    expires_at_ms: Option<i64>,
+    priority: String,
+    borrowed: bool,
+    reclaim_at_ms: Option<i64>,
+    reclaim_for: Option<String>,
+}
 
 pub(crate) fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> {
-    let (
+    let RequestRow {
         id,
         tenant_id,
         spec,
@@ -109,7 +109,7 @@ pub(crate) fn request_from(row: RequestRow) -> Result<SliceRequest, StoreError> 
         borrowed,
         reclaim_at_ms,
         reclaim_for,
-    ) = row;
+    } = row;
     let priority = Priority::parse(&priority).ok_or_else(|| StoreError::Corrupt(format!("priority `{priority}`")))?;
     Ok(SliceRequest {
         id,
@@ -223,7 +223,7 @@ pub struct Gpu {
 }
 
 /// A GPU's drain for maintenance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct DrainRecord {
     /// The GPU.
     pub gpu_id: String,

@@ -294,8 +294,8 @@ impl Store {
 
     /// Audit entries about `object`, oldest first.
     pub async fn audit(&self, object: &str) -> Result<Vec<AuditEntry>, StoreError> {
-        let sql = "SELECT at_ms, actor, action, object, CAST(before_json AS TEXT), CAST(after_json AS TEXT) \
-                   FROM audit_log WHERE object = $1 ORDER BY id";
+        let sql = "SELECT at_ms, actor, action, object, CAST(before_json AS TEXT) AS before_json, \
+                   CAST(after_json AS TEXT) AS after_json FROM audit_log WHERE object = $1 ORDER BY id";
         let rows: Vec<AuditRow> =
             on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(object).fetch_all(pool).await?);
         Ok(rows.into_iter().map(audit_from).collect())

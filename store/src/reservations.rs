@@ -54,29 +54,31 @@ pub struct ReservationRecord {
     pub updated_at_ms: i64,
 }
 
-type ReservationRow = (
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    i64,
-    String,
-    Option<String>,
-    i64,
-    i64,
-);
+/// A reservation row (the columns of [`COLUMNS`]); the spec is JSON.
+#[derive(Debug, sqlx::FromRow)]
+struct ReservationRow {
+    id: String,
+    tenant_id: String,
+    spec: String,
+    count: i64,
+    start_ms: i64,
+    end_ms: i64,
+    state: String,
+    reason: String,
+    decision: String,
+    request_id: Option<String>,
+    version: i64,
+    created_by: String,
+    decided_by: Option<String>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
 
-const COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), count, start_ms, end_ms, state, reason, decision, \
+const COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT) AS spec, count, start_ms, end_ms, state, reason, decision, \
                        request_id, version, created_by, decided_by, created_at_ms, updated_at_ms FROM reservations";
 
 fn from_row(row: ReservationRow) -> Result<ReservationRecord, StoreError> {
-    let (
+    let ReservationRow {
         id,
         tenant_id,
         spec,
@@ -92,7 +94,7 @@ fn from_row(row: ReservationRow) -> Result<ReservationRecord, StoreError> {
         decided_by,
         created_at_ms,
         updated_at_ms,
-    ) = row;
+    } = row;
     Ok(ReservationRecord {
         spec: serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(format!("reservation {id} spec: {e}")))?,
         count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("reservation {id} count")))?,
@@ -178,6 +180,31 @@ pub struct NewReservation<'a> {
 
 /// Where a live request's time is bounded: `(request id, starts_at_ms, ends_by_ms, reservation id)`.
 pub type RequestWindow = (String, Option<i64>, Option<i64>, Option<String>);
+
+/// A row of [`RequestWindow`].
+#[derive(Debug, sqlx::FromRow)]
+struct WindowRow {
+    id: String,
+    starts_at_ms: Option<i64>,
+    ends_by_ms: Option<i64>,
+    reservation_id: Option<String>,
+}
+
+/// What one booking of a reservation charges of one resource, in thousandths.
+#[derive(Debug, sqlx::FromRow)]
+struct ChargeRow {
+    reservation_id: String,
+    resource: String,
+    amount_milli: i64,
+}
+
+/// A reservation policy as stored.
+#[derive(Debug, sqlx::FromRow)]
+struct PolicyRow {
+    max_duration_s: i64,
+    max_ahead_s: i64,
+    max_concurrent: i64,
+}
 
 impl Store {
     /// The calendar's version and the live allocations, as an acceptance must find them unchanged.
@@ -313,11 +340,11 @@ impl Store {
         let sql = "SELECT c.reservation_id, c.resource, c.amount_milli FROM reservation_charges c \
                    JOIN reservations r ON r.id = c.reservation_id WHERE r.tenant_id = $1 \
                    AND r.state IN ('pending', 'accepted') ORDER BY c.reservation_id";
-        let rows: Vec<(String, String, i64)> =
+        let rows: Vec<ChargeRow> =
             on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(tenant).fetch_all(pool).await?);
         let mut out: Vec<(String, Usage)> = Vec::new();
-        for (id, resource, amount) in rows {
-            let one = usage_from_rows(vec![(resource, amount)])?;
+        for ChargeRow { reservation_id: id, resource, amount_milli } in rows {
+            let one = usage_from_rows(vec![(resource, amount_milli)])?;
             match out.last_mut() {
                 Some((last, usage)) if *last == id => usage.extend(one),
                 _ => out.push((id, one)),
@@ -472,7 +499,8 @@ impl Store {
     pub async fn request_windows(&self) -> Result<Vec<RequestWindow>, StoreError> {
         let sql = "SELECT id, starts_at_ms, ends_by_ms, reservation_id FROM slice_requests WHERE state IN \
                    ('pending', 'approved', 'provisioning', 'active') AND (starts_at_ms IS NOT NULL OR ends_by_ms IS NOT NULL)";
-        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?))
+        let rows: Vec<WindowRow> = on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?);
+        Ok(rows.into_iter().map(|w| (w.id, w.starts_at_ms, w.ends_by_ms, w.reservation_id)).collect())
     }
 
     /// When a request may start (`None`: at once).
@@ -535,12 +563,12 @@ impl Store {
     /// The reservation policy of `scope` (a tenant id, or `*` for every tenant), if one is set.
     pub async fn reservation_policy(&self, scope: &str) -> Result<Option<ReservationPolicy>, StoreError> {
         let sql = "SELECT max_duration_s, max_ahead_s, max_concurrent FROM reservation_policies WHERE scope = $1";
-        let row: Option<(i64, i64, i64)> =
+        let row: Option<PolicyRow> =
             on_pool!(self, pool, _dialect => sqlx::query_as(sql).bind(scope).fetch_optional(pool).await?);
-        Ok(row.map(|(d, a, c)| ReservationPolicy {
-            max_duration_s: d.max(0) as u64,
-            max_ahead_s: a.max(0) as u64,
-            max_concurrent: c.clamp(0, i64::from(u32::MAX)) as u32,
+        Ok(row.map(|p| ReservationPolicy {
+            max_duration_s: p.max_duration_s.max(0) as u64,
+            max_ahead_s: p.max_ahead_s.max(0) as u64,
+            max_concurrent: p.max_concurrent.clamp(0, i64::from(u32::MAX)) as u32,
         }))
     }
 

@@ -61,40 +61,78 @@ pub struct MinuteCell {
 /// Rows per statement (14 parameters each, well under SQLite's limit).
 const CHUNK: usize = 200;
 
-type Row = (
-    String,
-    i64,
-    String,
-    String,
-    Option<String>,
-    Option<i64>,
-    i64,
-    f64,
-    f64,
-    f64,
-    f64,
-    Option<f64>,
-    Option<f64>,
-    Option<f64>,
-);
+/// A stored minute row.
+#[derive(Debug, sqlx::FromRow)]
+struct StoredMinute {
+    device: String,
+    minute_ms: i64,
+    node_id: String,
+    gpu: String,
+    profile: Option<String>,
+    start: Option<i64>,
+    samples: i64,
+    util_avg: f64,
+    util_max: f64,
+    mem_used_avg: f64,
+    mem_total: f64,
+    power_avg: Option<f64>,
+    temp_max: Option<f64>,
+    mem_used_max: Option<f64>,
+}
 
-fn from_row(r: Row) -> MinuteRow {
+fn from_row(r: StoredMinute) -> MinuteRow {
     MinuteRow {
-        device: r.0,
-        minute_ms: r.1,
-        node_id: r.2,
-        gpu: r.3,
-        profile: r.4,
-        start: r.5.and_then(|s| u8::try_from(s).ok()),
-        samples: r.6,
-        util_avg: r.7,
-        util_max: r.8,
-        mem_used_avg: r.9,
-        mem_total: r.10,
-        power_avg: r.11,
-        temp_max: r.12,
-        mem_used_max: r.13,
+        device: r.device,
+        minute_ms: r.minute_ms,
+        node_id: r.node_id,
+        gpu: r.gpu,
+        profile: r.profile,
+        start: r.start.and_then(|s| u8::try_from(s).ok()),
+        samples: r.samples,
+        util_avg: r.util_avg,
+        util_max: r.util_max,
+        mem_used_avg: r.mem_used_avg,
+        mem_total: r.mem_total,
+        power_avg: r.power_avg,
+        temp_max: r.temp_max,
+        mem_used_max: r.mem_used_max,
     }
+}
+
+/// A device's utilisation summed over minutes: what a sample-weighted mean needs.
+#[derive(Debug, sqlx::FromRow)]
+struct UtilSum {
+    device: String,
+    /// Sum of `util_avg × samples`.
+    weighted: f64,
+    samples: i64,
+}
+
+/// How many of a device's minutes had one mean utilisation (a whole percent), and their highest memory in use.
+#[derive(Debug, sqlx::FromRow)]
+struct UtilBucket {
+    pct: i64,
+    minutes: i64,
+    peak_mem_mib: Option<f64>,
+}
+
+/// An allocation in use, with where it ran.
+#[derive(Debug, sqlx::FromRow)]
+struct MeteredRow {
+    id: String,
+    request_id: String,
+    tenant_id: String,
+    tenant_name: String,
+    node: String,
+    gpu_uuid: String,
+    model: String,
+    profile: String,
+    start: i64,
+    mig_enabled: bool,
+    state: String,
+    activated_at_ms: i64,
+    released_at_ms: Option<i64>,
+    device_uuid: Option<String>,
 }
 
 /// One device's minutes in a window ([`Store::device_use`]).
@@ -209,8 +247,9 @@ impl Store {
     /// Minute rows with `from_ms <= minute_ms < to_ms`, of one node or all, by device then time.
     pub async fn minutes(&self, node_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<MinuteRow>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<Row> = sqlx::query_as(
-                "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT), CAST(samples AS BIGINT), \
+            let rows: Vec<StoredMinute> = sqlx::query_as(
+                "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT) AS start, \
+                 CAST(samples AS BIGINT) AS samples, \
                  util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max FROM telemetry_minutes \
                  WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 IS NULL OR node_id = $3) \
                  ORDER BY device, minute_ms",
@@ -293,16 +332,18 @@ impl Store {
     /// Per device, the utilisation of minute rows with `from_ms <= minute_ms < to_ms` as `(device, sum of
     /// util_avg × samples, samples)`: what a sample-weighted mean needs, without reading every row.
     pub async fn util_sums(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64, i64)>, StoreError> {
-        on_pool!(self, pool, _dialect => {
-            Ok(sqlx::query_as(
-                "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION), CAST(SUM(samples) AS BIGINT) \
-                 FROM telemetry_minutes WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
+        let rows: Vec<UtilSum> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION) AS weighted, \
+                 CAST(SUM(samples) AS BIGINT) AS samples FROM telemetry_minutes \
+                 WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
             )
             .bind(from_ms)
             .bind(to_ms)
             .fetch_all(pool)
-            .await?)
-        })
+            .await?
+        });
+        Ok(rows.into_iter().map(|u| (u.device, u.weighted, u.samples)).collect())
     }
 
     /// One device's minutes with `from_ms <= minute_ms < to_ms` as right-sizing reads them: how many, the highest
@@ -310,10 +351,10 @@ impl Store {
     /// had each mean utilisation rounded to a whole percent (`util_minutes[p]`, clamped to 0-100). One indexed range
     /// scan, grouped in the database.
     pub async fn device_use(&self, device: &str, from_ms: i64, to_ms: i64) -> Result<DeviceUse, StoreError> {
-        let rows: Vec<(i64, i64, Option<f64>)> = on_pool!(self, pool, _dialect => {
+        let rows: Vec<UtilBucket> = on_pool!(self, pool, _dialect => {
             sqlx::query_as(
-                "SELECT CAST(ROUND(util_avg) AS BIGINT), CAST(COUNT(*) AS BIGINT), \
-                 MAX(COALESCE(mem_used_max, mem_used_avg)) FROM telemetry_minutes \
+                "SELECT CAST(ROUND(util_avg) AS BIGINT) AS pct, CAST(COUNT(*) AS BIGINT) AS minutes, \
+                 MAX(COALESCE(mem_used_max, mem_used_avg)) AS peak_mem_mib FROM telemetry_minutes \
                  WHERE device = $1 AND minute_ms >= $2 AND minute_ms < $3 GROUP BY CAST(ROUND(util_avg) AS BIGINT)",
             )
             .bind(device)
@@ -323,7 +364,7 @@ impl Store {
             .await?
         });
         let mut out = DeviceUse { minutes: 0, peak_mem_mib: None, util_minutes: [0; 101] };
-        for (pct, n, mem) in rows {
+        for UtilBucket { pct, minutes: n, peak_mem_mib: mem } in rows {
             let n = u64::try_from(n).unwrap_or(0);
             out.util_minutes[usize::try_from(pct.clamp(0, 100)).unwrap_or(0)] += n;
             out.minutes = out.minutes.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
@@ -345,26 +386,11 @@ impl Store {
     /// Allocations in use at some time in `[from_ms, to_ms)` (activated before `to_ms`, not released before
     /// `from_ms`), of one tenant or all.
     pub async fn metered(&self, tenant_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Metered>, StoreError> {
-        type MRow = (
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            String,
-            i64,
-            bool,
-            String,
-            i64,
-            Option<i64>,
-            Option<String>,
-        );
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<MRow> = sqlx::query_as(
-                "SELECT a.id, a.request_id, a.tenant_id, t.name, n.name, g.uuid, g.model, a.profile, \
-                 CAST(a.start AS BIGINT), g.mig_enabled, a.state, a.activated_at_ms, a.released_at_ms, a.device_uuid \
+            let rows: Vec<MeteredRow> = sqlx::query_as(
+                "SELECT a.id, a.request_id, a.tenant_id, t.name AS tenant_name, n.name AS node, g.uuid AS gpu_uuid, \
+                 g.model, a.profile, CAST(a.start AS BIGINT) AS start, g.mig_enabled, a.state, a.activated_at_ms, \
+                 a.released_at_ms, a.device_uuid \
                  FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN nodes n ON n.id = g.node_id \
                  JOIN tenants t ON t.id = a.tenant_id \
                  WHERE a.activated_at_ms IS NOT NULL AND a.activated_at_ms < $1 \
@@ -379,20 +405,20 @@ impl Store {
             Ok(rows
                 .into_iter()
                 .map(|r| Metered {
-                    id: r.0,
-                    request_id: r.1,
-                    tenant_id: r.2,
-                    tenant_name: r.3,
-                    node: r.4,
-                    gpu_uuid: r.5,
-                    model: r.6,
-                    profile: r.7,
-                    start: u8::try_from(r.8).unwrap_or(0),
-                    mig_enabled: r.9,
-                    state: r.10,
-                    activated_at_ms: r.11,
-                    released_at_ms: r.12,
-                    device_uuid: r.13,
+                    id: r.id,
+                    request_id: r.request_id,
+                    tenant_id: r.tenant_id,
+                    tenant_name: r.tenant_name,
+                    node: r.node,
+                    gpu_uuid: r.gpu_uuid,
+                    model: r.model,
+                    profile: r.profile,
+                    start: u8::try_from(r.start).unwrap_or(0),
+                    mig_enabled: r.mig_enabled,
+                    state: r.state,
+                    activated_at_ms: r.activated_at_ms,
+                    released_at_ms: r.released_at_ms,
+                    device_uuid: r.device_uuid,
                 })
                 .collect())
         })

@@ -13,7 +13,7 @@ use super::dialect::Conn;
 use super::{RequestRow, SliceRequest, StoreError, new_id, now_ms, request_from, to_json};
 
 /// The columns of a [`RequestRow`], and the table.
-pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT), count, state, reason, version, \
+pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT) AS spec, count, state, reason, version, \
                                           created_at_ms, updated_at_ms, duration_s, expires_at_ms, priority, \
                                           borrowed, reclaim_at_ms, reclaim_for FROM slice_requests";
 

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 
 use sqlx::QueryBuilder;
 
-use super::events::{EVENT_COLUMNS, EventRecord, EventRow, event_from};
+use super::events::{EVENT_COLUMNS, EventRecord};
 use super::lease::{LeaseQueue, after_attempt};
 use super::webhooks::{WEBHOOK_COLUMNS, WebhookRecord, WebhookRow, webhook_from};
 use crate::{Store, StoreError, now_ms};
 
 /// One event to one endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeliveryRecord {
     pub id: i64,
     pub webhook_id: String,
@@ -56,26 +56,19 @@ impl Sent {
     }
 }
 
-const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, e.id, e.type, d.subject, d.state, d.attempts, d.first_at_ms, \
-                                d.next_at_ms, d.last_status, d.last_error, d.delivered_at_ms \
+/// The columns of a [`DeliveryRecord`], and the tables.
+const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, e.id AS event_id, e.type AS kind, d.subject, d.state, d.attempts, \
+                                d.first_at_ms, d.next_at_ms, d.last_status, d.last_error, d.delivered_at_ms \
                                 FROM webhook_deliveries d JOIN events e ON e.seq = d.event_seq";
-type DeliveryRow = (i64, String, String, String, String, String, i64, i64, i64, Option<i64>, String, Option<i64>);
 
-fn delivery_from(r: DeliveryRow) -> DeliveryRecord {
-    DeliveryRecord {
-        id: r.0,
-        webhook_id: r.1,
-        event_id: r.2,
-        kind: r.3,
-        subject: r.4,
-        state: r.5,
-        attempts: r.6,
-        first_at_ms: r.7,
-        next_at_ms: r.8,
-        last_status: r.9,
-        last_error: r.10,
-        delivered_at_ms: r.11,
-    }
+/// A delivery as claimed, before its endpoint and event are read.
+#[derive(Debug, sqlx::FromRow)]
+struct ClaimedRow {
+    id: i64,
+    attempts: i64,
+    first_at_ms: i64,
+    webhook_id: String,
+    event_seq: i64,
 }
 
 /// Webhook deliveries: a subject's deliveries to one endpoint go one at a time, in event order.
@@ -94,7 +87,7 @@ impl Store {
         let now = now_ms();
         on_pool!(self, pool, dialect, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            let rows: Vec<(i64, i64, i64, String, i64)> = DELIVERY_QUEUE
+            let rows: Vec<ClaimedRow> = DELIVERY_QUEUE
                 .claim(
                     &mut tx,
                     "d.id, d.attempts, d.first_at_ms, d.webhook_id, d.event_seq FROM webhook_deliveries d",
@@ -109,7 +102,7 @@ impl Store {
             let mut q = QueryBuilder::<DB>::new(format!("SELECT {WEBHOOK_COLUMNS} WHERE id IN ("));
             let mut list = q.separated(", ");
             for r in &rows {
-                list.push_bind(r.3.clone());
+                list.push_bind(r.webhook_id.clone());
             }
             q.push(")");
             let hooks: Vec<WebhookRow> = q.build_query_as().fetch_all(&mut *tx).await?;
@@ -118,21 +111,21 @@ impl Store {
             let mut q = QueryBuilder::<DB>::new(format!("SELECT {EVENT_COLUMNS} WHERE seq IN ("));
             let mut list = q.separated(", ");
             for r in &rows {
-                list.push_bind(r.4);
+                list.push_bind(r.event_seq);
             }
             q.push(")");
-            let events: Vec<EventRow> = q.build_query_as().fetch_all(&mut *tx).await?;
-            let events: HashMap<i64, EventRecord> = events.into_iter().map(|r| (r.0, event_from(r))).collect();
+            let events: Vec<EventRecord> = q.build_query_as().fetch_all(&mut *tx).await?;
+            let events: HashMap<i64, EventRecord> = events.into_iter().map(|e| (e.seq, e)).collect();
             tx.commit().await?;
             Ok(rows
                 .into_iter()
-                .filter_map(|(delivery, attempts, first_at_ms, webhook, seq)| {
+                .filter_map(|r| {
                     Some(Claimed {
-                        delivery,
-                        attempts,
-                        first_at_ms,
-                        webhook: hooks.get(&webhook)?.clone(),
-                        event: events.get(&seq)?.clone(),
+                        delivery: r.id,
+                        attempts: r.attempts,
+                        first_at_ms: r.first_at_ms,
+                        webhook: hooks.get(&r.webhook_id)?.clone(),
+                        event: events.get(&r.event_seq)?.clone(),
                     })
                 })
                 .collect())
@@ -182,10 +175,9 @@ impl Store {
             "SELECT {DELIVERY_COLUMNS} WHERE d.webhook_id = $1 AND (CAST($2 AS BIGINT) IS NULL OR d.id < $2) \
              ORDER BY d.id DESC LIMIT $3"
         );
-        let rows: Vec<DeliveryRow> = on_pool!(self, pool, _dialect => {
+        Ok(on_pool!(self, pool, _dialect => {
             sqlx::query_as(&sql).bind(webhook_id).bind(before_id).bind(i64::from(limit)).fetch_all(pool).await?
-        });
-        Ok(rows.into_iter().map(delivery_from).collect())
+        }))
     }
 
     /// Sends a delivery again: pending from now, tried for another day.
@@ -206,8 +198,8 @@ impl Store {
             }
         });
         let sql = format!("SELECT {DELIVERY_COLUMNS} WHERE d.id = $1");
-        let row: DeliveryRow =
+        let row: DeliveryRecord =
             on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(delivery_id).fetch_one(pool).await?);
-        Ok(delivery_from(row))
+        Ok(row)
     }
 }

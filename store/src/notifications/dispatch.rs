@@ -7,8 +7,60 @@ use tessera_core::event;
 
 use crate::{Store, StoreError, now_ms};
 
-/// Someone who chose to be mailed: `(user, filter, since, address, platform admin, tenants)`.
-type Subscriber = (String, event::TypeFilter, i64, String, bool, Vec<String>);
+/// Someone who chose to be mailed, as stored: the types as JSON, the identity's address if any.
+#[derive(Debug, sqlx::FromRow)]
+struct SubscriberRow {
+    user_id: String,
+    types: String,
+    since_ms: i64,
+    email: Option<String>,
+    name: String,
+    platform_admin: bool,
+}
+
+/// Someone who chose to be mailed.
+#[derive(Debug)]
+struct Subscriber {
+    user_id: String,
+    filter: event::TypeFilter,
+    /// Only events from this time on.
+    since_ms: i64,
+    address: String,
+    platform_admin: bool,
+    /// The tenants they are a member of.
+    tenants: Vec<String>,
+}
+
+/// An endpoint as stored: the types as JSON.
+#[derive(Debug, sqlx::FromRow)]
+struct HookRow {
+    id: String,
+    tenant_id: Option<String>,
+    types: String,
+    created_at_ms: i64,
+}
+
+/// An endpoint as the dispatcher matches events to it.
+#[derive(Debug)]
+struct Hook {
+    id: String,
+    tenant_id: Option<String>,
+    filter: event::TypeFilter,
+    /// Only events from this time on (when it was made).
+    created_at_ms: i64,
+}
+
+/// An event not dispatched yet.
+#[derive(Debug, sqlx::FromRow)]
+struct PendingEvent {
+    seq: i64,
+    kind: String,
+    tenant_id: Option<String>,
+    subject: String,
+    /// The only endpoint a test event is for.
+    webhook_id: Option<String>,
+    at_ms: i64,
+}
 
 /// How old an event must be to be passed over when no endpoint exists.
 const QUIET_MS: i64 = 5_000;
@@ -21,7 +73,6 @@ impl Store {
     /// user who chose to be mailed the event's type and may read it; how many events it dispatched. One dispatcher
     /// runs at a time across replicas.
     pub async fn dispatch_events(&self, limit: u32, email: bool) -> Result<usize, StoreError> {
-        type Ev = (i64, String, Option<String>, String, Option<String>, i64);
         on_pool!(self, pool, dialect, DB => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let (mine,): (bool,) = sqlx::query_as(&dialect.try_exclusive(DISPATCH_LOCK)).fetch_one(&mut *tx).await?;
@@ -32,8 +83,8 @@ impl Store {
             // few seconds old, so that an endpoint whose creation is committing now still gets what follows it.
             let (hooks_n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM webhooks").fetch_one(&mut *tx).await?;
             let subscribers: Vec<Subscriber> = if email {
-                let rows: Vec<(String, String, i64, Option<String>, String, bool)> = sqlx::query_as(
-                    "SELECT p.user_id, CAST(p.types AS TEXT), p.since_ms, u.email, u.name, u.platform_admin \
+                let rows: Vec<SubscriberRow> = sqlx::query_as(
+                    "SELECT p.user_id, CAST(p.types AS TEXT) AS types, p.since_ms, u.email, u.name, u.platform_admin \
                      FROM email_prefs p JOIN users u ON u.id = p.user_id ORDER BY p.user_id",
                 )
                 .fetch_all(&mut *tx)
@@ -44,16 +95,16 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
                 rows.into_iter()
-                    .filter_map(|(user, types, since, address, name, platform)| {
+                    .filter_map(|SubscriberRow { user_id, types, since_ms, email, name, platform_admin }| {
                         let types: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
                         if types.is_empty() {
                             return None;
                         }
                         let filter = event::TypeFilter::new(&types).ok()?;
                         // The identity's address, else a name that is one (local accounts are often named so).
-                        let address = address.filter(|a| !a.is_empty()).or(name.contains('@').then_some(name))?;
-                        let tenants = members.iter().filter(|(u, _)| *u == user).map(|(_, t)| t.clone()).collect();
-                        Some((user, filter, since, address, platform, tenants))
+                        let address = email.filter(|a| !a.is_empty()).or(name.contains('@').then_some(name))?;
+                        let tenants = members.iter().filter(|(u, _)| *u == user_id).map(|(_, t)| t.clone()).collect();
+                        Some(Subscriber { user_id, filter, since_ms, address, platform_admin, tenants })
                     })
                     .collect()
             } else {
@@ -67,8 +118,8 @@ impl Store {
                 tx.commit().await?;
                 return Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX));
             }
-            let events: Vec<Ev> = sqlx::query_as(
-                "SELECT seq, type, tenant_id, subject, webhook_id, at_ms FROM events WHERE dispatched = 0 \
+            let events: Vec<PendingEvent> = sqlx::query_as(
+                "SELECT seq, type AS kind, tenant_id, subject, webhook_id, at_ms FROM events WHERE dispatched = 0 \
                  ORDER BY seq LIMIT $1",
             )
             .bind(i64::from(limit))
@@ -77,44 +128,44 @@ impl Store {
             if events.is_empty() {
                 return Ok(0);
             }
-            let hooks: Vec<(String, Option<String>, String, i64)> =
-                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT), created_at_ms FROM webhooks")
+            let hooks: Vec<HookRow> =
+                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT) AS types, created_at_ms FROM webhooks")
                     .fetch_all(&mut *tx)
                     .await?;
-            let hooks: Vec<(String, Option<String>, event::TypeFilter, i64)> = hooks
+            let hooks: Vec<Hook> = hooks
                 .into_iter()
-                .map(|(id, tenant, types, since)| {
+                .map(|HookRow { id, tenant_id, types, created_at_ms }| {
                     let types: Vec<String> = serde_json::from_str(&types).unwrap_or_default();
-                    (id, tenant, event::TypeFilter::new(&types).unwrap_or_default(), since)
+                    Hook { id, tenant_id, filter: event::TypeFilter::new(&types).unwrap_or_default(), created_at_ms }
                 })
                 .collect();
             let now = now_ms();
             let mut rows: Vec<(&str, i64, &str)> = Vec::new();
-            for (seq, kind, tenant, subject, only, at) in &events {
-                for (id, hook_tenant, filter, since) in &hooks {
+            for e in &events {
+                for hook in &hooks {
                     // An endpoint gets the events of changes made since it was made.
-                    let wanted = match only {
-                        Some(only) => only == id,
+                    let wanted = match &e.webhook_id {
+                        Some(only) => *only == hook.id,
                         None => {
-                            *since <= *at
-                                && event::reaches(tenant.as_deref(), hook_tenant.as_deref())
-                                && filter.wants(kind)
+                            hook.created_at_ms <= e.at_ms
+                                && event::reaches(e.tenant_id.as_deref(), hook.tenant_id.as_deref())
+                                && hook.filter.wants(&e.kind)
                         }
                     };
                     if wanted {
-                        rows.push((id, *seq, subject));
+                        rows.push((&hook.id, e.seq, &e.subject));
                     }
                 }
             }
             let mut mails: Vec<(&str, &str, i64)> = Vec::new();
-            for (seq, kind, tenant, _, only, at) in &events {
-                if only.is_some() {
+            for e in &events {
+                if e.webhook_id.is_some() {
                     continue;
                 }
-                for (user, filter, since, address, platform, tenants) in &subscribers {
-                    let readable = *platform || tenant.as_ref().is_some_and(|t| tenants.contains(t));
-                    if readable && *since <= *at && filter.wants(kind) {
-                        mails.push((user, address, *seq));
+                for s in &subscribers {
+                    let readable = s.platform_admin || e.tenant_id.as_ref().is_some_and(|t| s.tenants.contains(t));
+                    if readable && s.since_ms <= e.at_ms && s.filter.wants(&e.kind) {
+                        mails.push((&s.user_id, &s.address, e.seq));
                     }
                 }
             }
@@ -139,8 +190,8 @@ impl Store {
             }
             let mut q = QueryBuilder::<DB>::new("UPDATE events SET dispatched = 1 WHERE seq IN (");
             let mut list = q.separated(", ");
-            for (seq, ..) in &events {
-                list.push_bind(*seq);
+            for e in &events {
+                list.push_bind(e.seq);
             }
             q.push(")");
             q.build().execute(&mut *tx).await?;

@@ -2,12 +2,12 @@
 //! the dispatcher made for them, claimed for a lease (see [`super::lease`]), sent and recorded like webhook
 //! deliveries.
 
-use super::events::{EventRecord, event_from};
+use super::events::EventRecord;
 use super::lease::{LeaseQueue, after_attempt};
 use crate::{Store, StoreError, now_ms, to_json};
 
 /// One event to one user's address.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct EmailRecord {
     pub id: i64,
     pub address: String,
@@ -24,13 +24,14 @@ pub struct EmailRecord {
 }
 
 /// An e-mail delivery claimed for sending, with its event.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ClaimedEmail {
     pub delivery: i64,
     pub attempts: i64,
     pub first_at_ms: i64,
     pub user_id: String,
     pub address: String,
+    #[sqlx(flatten)]
     pub event: EventRecord,
 }
 
@@ -50,26 +51,10 @@ pub struct SentEmail {
 /// E-mail deliveries, oldest first.
 const EMAIL_QUEUE: LeaseQueue = LeaseQueue { table: "email_deliveries", alias: "m", also: "", order: "m.id" };
 
-const EMAIL_COLUMNS: &str = "m.id, m.address, e.id, e.type, e.subject, m.state, m.attempts, m.first_at_ms, \
-                             m.next_at_ms, m.last_error, m.delivered_at_ms \
+/// The columns of an [`EmailRecord`], and the tables.
+const EMAIL_COLUMNS: &str = "m.id, m.address, e.id AS event_id, e.type AS kind, e.subject, m.state, m.attempts, \
+                             m.first_at_ms, m.next_at_ms, m.last_error, m.delivered_at_ms \
                              FROM email_deliveries m JOIN events e ON e.seq = m.event_seq";
-type EmailRow = (i64, String, String, String, String, String, i64, i64, i64, String, Option<i64>);
-
-fn email_from(r: EmailRow) -> EmailRecord {
-    EmailRecord {
-        id: r.0,
-        address: r.1,
-        event_id: r.2,
-        kind: r.3,
-        subject: r.4,
-        state: r.5,
-        attempts: r.6,
-        first_at_ms: r.7,
-        next_at_ms: r.8,
-        last_error: r.9,
-        delivered_at_ms: r.10,
-    }
-}
 
 impl Store {
     /// The event types `user_id` chose to be mailed (empty: none).
@@ -119,10 +104,9 @@ impl Store {
     /// The e-mail deliveries to `user_id`, newest first; at most `limit`.
     pub async fn email_deliveries(&self, user_id: &str, limit: u32) -> Result<Vec<EmailRecord>, StoreError> {
         let sql = format!("SELECT {EMAIL_COLUMNS} WHERE m.user_id = $1 ORDER BY m.id DESC LIMIT $2");
-        let rows: Vec<EmailRow> = on_pool!(self, pool, _dialect => {
+        Ok(on_pool!(self, pool, _dialect => {
             sqlx::query_as(&sql).bind(user_id).bind(i64::from(limit)).fetch_all(pool).await?
-        });
-        Ok(rows.into_iter().map(email_from).collect())
+        }))
     }
 
     /// Claims up to `limit` due e-mail deliveries for `lease_ms`, with their events, oldest first.
@@ -130,12 +114,11 @@ impl Store {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            type Row = (i64, i64, i64, String, String, i64, String, String, Option<String>, String, i64, String);
-            let rows: Vec<Row> = EMAIL_QUEUE
+            let rows: Vec<ClaimedEmail> = EMAIL_QUEUE
                 .claim(
                     &mut tx,
-                    "m.id, m.attempts, m.first_at_ms, m.user_id, m.address, e.seq, e.id, e.type, e.tenant_id, \
-                     e.subject, e.at_ms, CAST(e.data AS TEXT) \
+                    "m.id AS delivery, m.attempts, m.first_at_ms, m.user_id, m.address, e.seq, e.id, e.type AS kind, \
+                     e.tenant_id, e.subject, e.at_ms, CAST(e.data AS TEXT) AS data \
                      FROM email_deliveries m JOIN events e ON e.seq = m.event_seq",
                     now,
                     limit,
@@ -146,17 +129,7 @@ impl Store {
                 return Ok(Vec::new());
             }
             tx.commit().await?;
-            Ok(rows
-                .into_iter()
-                .map(|r| ClaimedEmail {
-                    delivery: r.0,
-                    attempts: r.1,
-                    first_at_ms: r.2,
-                    user_id: r.3,
-                    address: r.4,
-                    event: event_from((r.5, r.6, r.7, r.8, r.9, r.10, r.11)),
-                })
-                .collect())
+            Ok(rows)
         })
     }
 

@@ -6,7 +6,7 @@ use sqlx::QueryBuilder;
 use crate::{Store, StoreError};
 
 /// An event as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct EventRecord {
     /// Position in the outbox.
     pub seq: i64,
@@ -24,12 +24,9 @@ pub struct EventRecord {
     pub data: String,
 }
 
-pub(super) const EVENT_COLUMNS: &str = "seq, id, type, tenant_id, subject, at_ms, CAST(data AS TEXT) FROM events";
-pub(super) type EventRow = (i64, String, String, Option<String>, String, i64, String);
-
-pub(super) fn event_from(r: EventRow) -> EventRecord {
-    EventRecord { seq: r.0, id: r.1, kind: r.2, tenant_id: r.3, subject: r.4, at_ms: r.5, data: r.6 }
-}
+/// The columns of an [`EventRecord`], and the table.
+pub(super) const EVENT_COLUMNS: &str =
+    "seq, id, type AS kind, tenant_id, subject, at_ms, CAST(data AS TEXT) AS data FROM events";
 
 /// The condition on `events` of what a reader may see: its tenants' events (every one, and the platform's, when
 /// `platform`), never a test event for one endpoint.
@@ -77,8 +74,7 @@ impl Store {
                 q.push(" AND seq < ").push_bind(before);
             }
             q.push(" ORDER BY seq DESC LIMIT ").push_bind(i64::from(limit));
-            let rows: Vec<EventRow> = q.build_query_as().fetch_all(pool).await?;
-            Ok(rows.into_iter().map(event_from).collect())
+            Ok(q.build_query_as().fetch_all(pool).await?)
         })
     }
 }

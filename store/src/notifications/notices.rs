@@ -6,6 +6,17 @@ use sqlx::QueryBuilder;
 use crate::writes::system_event;
 use crate::{Store, StoreError, now_ms};
 
+/// An active allocation with the device that serves it.
+#[derive(Debug, sqlx::FromRow)]
+struct ActiveDevice {
+    id: String,
+    request_id: String,
+    tenant_id: String,
+    profile: String,
+    device_uuid: String,
+    activated_at_ms: i64,
+}
+
 impl Store {
     /// Writes an event for a finding once: when `key` was not told before (see the `notices` table). Whether it
     /// wrote it.
@@ -55,13 +66,17 @@ impl Store {
 
     /// Active allocations with the device that serves them: `(id, request, tenant, profile, device, activated at)`.
     pub async fn active_devices(&self) -> Result<Vec<(String, String, String, String, String, i64)>, StoreError> {
-        on_pool!(self, pool, _dialect => {
-            Ok(sqlx::query_as(
+        let rows: Vec<ActiveDevice> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
                 "SELECT id, request_id, tenant_id, profile, device_uuid, activated_at_ms FROM allocations \
                  WHERE state = 'active' AND device_uuid IS NOT NULL AND activated_at_ms IS NOT NULL ORDER BY id",
             )
             .fetch_all(pool)
-            .await?)
-        })
+            .await?
+        });
+        Ok(rows
+            .into_iter()
+            .map(|a| (a.id, a.request_id, a.tenant_id, a.profile, a.device_uuid, a.activated_at_ms))
+            .collect())
     }
 }

@@ -51,24 +51,39 @@ pub struct StoredSecrets {
     pub previous_secret: Option<String>,
 }
 
-pub(super) const WEBHOOK_COLUMNS: &str = "id, tenant_id, url, format, CAST(types AS TEXT), description, secret, \
-                                          previous_secret, previous_until_ms, created_by, created_at_ms FROM webhooks";
-pub(super) type WebhookRow =
-    (String, Option<String>, String, String, String, String, String, Option<String>, Option<i64>, String, i64);
+/// The columns of a [`WebhookRow`], and the table.
+pub(super) const WEBHOOK_COLUMNS: &str = "id, tenant_id, url, format, CAST(types AS TEXT) AS types, description, \
+                                          secret, previous_secret, previous_until_ms, created_by, created_at_ms \
+                                          FROM webhooks";
+/// An endpoint row (the columns of [`WEBHOOK_COLUMNS`]): the types as JSON.
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct WebhookRow {
+    id: String,
+    tenant_id: Option<String>,
+    url: String,
+    format: String,
+    types: String,
+    description: String,
+    secret: String,
+    previous_secret: Option<String>,
+    previous_until_ms: Option<i64>,
+    created_by: String,
+    created_at_ms: i64,
+}
 
 pub(super) fn webhook_from(r: WebhookRow) -> WebhookRecord {
     WebhookRecord {
-        id: r.0,
-        tenant_id: r.1,
-        url: r.2,
-        format: r.3,
-        types: serde_json::from_str(&r.4).unwrap_or_default(),
-        description: r.5,
-        secret: r.6,
-        previous_secret: r.7,
-        previous_until_ms: r.8,
-        created_by: r.9,
-        created_at_ms: r.10,
+        id: r.id,
+        tenant_id: r.tenant_id,
+        url: r.url,
+        format: r.format,
+        types: serde_json::from_str(&r.types).unwrap_or_default(),
+        description: r.description,
+        secret: r.secret,
+        previous_secret: r.previous_secret,
+        previous_until_ms: r.previous_until_ms,
+        created_by: r.created_by,
+        created_at_ms: r.created_at_ms,
     }
 }
 
