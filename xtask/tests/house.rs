@@ -450,7 +450,6 @@ fn import_graph(m: &Modules) -> BTreeMap<String, BTreeMap<String, BTreeSet<Strin
     for (file, module) in &m.files {
         let text = read(&m.src.join(file));
         let code = inline_supers(&without_tests(&code_of(&text)));
-        let is_dir_module = file == "lib.rs" || file.ends_with("/mod.rs");
         // Sub-modules a file declares (`mod x;`): names it may use without `self::`.
         let children: BTreeSet<String> = code
             .lines()
@@ -461,11 +460,8 @@ fn import_graph(m: &Modules) -> BTreeMap<String, BTreeMap<String, BTreeSet<Strin
             })
             .collect();
         let here = module.clone();
-        let parent: Vec<String> = if is_dir_module {
-            here.iter().take(here.len().saturating_sub(1)).cloned().collect()
-        } else {
-            here.iter().take(here.len().saturating_sub(1)).cloned().collect()
-        };
+        // `super` of `a/b.rs` and of `a/b/mod.rs` (both module `a::b`) is `a`.
+        let parent: Vec<String> = here.iter().take(here.len().saturating_sub(1)).cloned().collect();
         for path in paths_in(&code) {
             let (mut base, rest): (Vec<String>, &[String]) = match path[0].as_str() {
                 "crate" => (Vec::new(), &path[1..]),
