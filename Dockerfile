@@ -1,4 +1,4 @@
-# The `tessera` and `tessera-agent` binaries in a small image. Build: docker build -t tessera .
+# The `tessera` and `tessera-agent` binaries and the portal's browser half in a small image. Build: docker build -t tessera .
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
@@ -10,9 +10,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm && r
 FROM debian:bookworm-slim
 RUN useradd --system --home-dir /var/lib/tessera --create-home tessera
 COPY --from=build /src/target/release/tessera /src/target/release/tessera-agent /usr/local/bin/
+COPY --from=build /src/target/site/pkg/ /usr/local/share/tessera/site/
 USER tessera
 ENV TESSERA_LISTEN=0.0.0.0:8080 \
-    TESSERA_DATA_DIR=/var/lib/tessera
+    TESSERA_DATA_DIR=/var/lib/tessera \
+    TESSERA_SITE_DIR=/usr/local/share/tessera/site
 EXPOSE 8080
 ENTRYPOINT ["tessera"]
 CMD ["serve"]

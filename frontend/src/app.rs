@@ -26,7 +26,7 @@ use crate::pages::{
 };
 use crate::widgets::{SessionResource, TenantsResource};
 
-/// Whether the hydration scripts are served (the `tessera` binary knows whether the wasm was built into it).
+/// Whether the hydration scripts are served (the server knows whether it has the wasm).
 #[derive(Debug, Clone, Copy)]
 pub struct Hydrates(pub bool);
 

@@ -17,7 +17,6 @@ pub mod malformed;
 pub(crate) mod nodes;
 mod notifications;
 mod people;
-pub mod portal;
 mod precondition;
 mod quotas;
 mod requests;
@@ -279,8 +278,9 @@ fn complete(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     serde_json::from_value(v).unwrap_or(doc)
 }
 
-/// The application, ready to serve.
-pub fn router(state: AppState) -> Router {
+/// The application, ready to serve: the API, and `pages` (the portal's routes, given the API router they read
+/// through: `tessera_portal::routes`), behind the same limits, timeouts, problem reports and tracing.
+pub fn router(state: AppState, pages: impl FnOnce(Router) -> Router) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let (router, _) = api().split_for_parts();
     let api: Router = router
@@ -288,7 +288,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/openapi.json", axum::routing::get(docs::openapi_json))
         .with_state(state);
     api.clone()
-        .merge(crate::portal::routes(api))
+        .merge(pages(api))
         .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))

@@ -2,7 +2,7 @@
 //! (`config`) and the demo fleet (`demo`).
 //!
 //! The layers below are crates of their own, so that an import against the arrow does not compile:
-//! `tessera-http` (routes, portal, listener) → `tessera-services` (business logic, shared state, sign-in) →
+//! `tessera-http` (routes, listener; beside it `tessera-portal`, the portal's pages) → `tessera-services` (business logic, shared state, sign-in) →
 //! `tessera-store` (SQLite and PostgreSQL) → `tessera-core` and `tessera-api`. They are re-exported here under the
 //! names the tests and benchmarks use.
 
@@ -12,7 +12,8 @@ pub mod demo;
 pub mod serve;
 
 pub use tessera_http as http;
-pub use tessera_http::{listen, malformed, portal};
+pub use tessera_http::{listen, malformed};
+pub use tessera_portal as portal;
 pub use tessera_services as services;
 pub use tessera_services::{app, auth, error, redact, sealed};
 pub use tessera_store as store;

@@ -347,7 +347,28 @@ pub async fn serve(
     });
     let state_for_flush = state.clone();
     let limits = state.connections;
-    let app = tessera_http::router(state);
+    let site = match tessera_portal::Site::default_dir() {
+        Some(dir) => match tessera_portal::Site::load(&dir) {
+            Ok(Some(site)) => {
+                tracing::info!(dir = %dir.display(), bytes = site.size(), "portal: browser half loaded");
+                Some(site)
+            }
+            Ok(None) => {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    "portal: no browser half here (`cargo xtask site` builds it; TESSERA_SITE_DIR names another \
+                     folder): pages are rendered on the server only, without their live parts"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "portal: browser half unreadable: pages are rendered on the server only");
+                None
+            }
+        },
+        None => None,
+    };
+    let app = tessera_http::router(state, |api| tessera_portal::routes(api, site));
     let served = tessera_http::listen::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
     webhooks.abort();

@@ -1,11 +1,17 @@
+//! `cargo xtask demo`: the README's first command: the portal's wasm and the optimised server built at once, then
+//! `tessera serve --demo`.
+//!
 //! `cargo xtask site`: builds `tessera-frontend` for `wasm32-unknown-unknown` with the `hydrate` feature (profile
 //! `wasm-release`: size-optimised) and binds it with wasm-bindgen into `target/site/pkg` (`tessera.js`,
-//! `tessera_bg.wasm`), where the `tessera` build embeds it. `--dev` builds the wasm unoptimised (faster, larger).
+//! `tessera_bg.wasm`), where `tessera serve` reads it at start. `--dev` builds the wasm unoptimised (faster,
+//! larger). The wasm is built in a target folder of its own (`target/site-build`), so that it can be built while a
+//! cargo build of the server runs in `target` (two cargo builds in one folder wait for each other).
 //!
 //! The binding is done by `wasm-bindgen-cli-support` pinned to the same version as the frontend's `wasm-bindgen`,
 //! so nothing is installed or downloaded. Release builds are then shrunk with `wasm-opt -Oz` from the npm package
-//! `binaryen` (pinned in `xtask/package.json`: `npm ci --prefix xtask`) when it is installed there; without it the
-//! site works the same, larger. Debian's `binaryen` is never used: its older `wasm-opt` breaks hydration.
+//! `binaryen` (pinned in `xtask/package.json` and installed by this command with `npm ci --prefix xtask` when npm
+//! is there and it is not); without it the site works the same, larger (the name section is removed either way).
+//! Debian's `binaryen` is never used: its older `wasm-opt` breaks hydration.
 //!
 //! The `wasm32-unknown-unknown` target is added with rustup when it is missing (`rust-toolchain.toml` names it,
 //! but rustup installs a toolchain file's targets only along with a toolchain it installs, not into one it has).
@@ -48,24 +54,36 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let profile = if dev { "dev" } else { "wasm-release" };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    // binaryen from the npm registry, fetched while the wasm builds.
+    let binaryen = if dev || wasm_opt(&root).exists() { None } else { install_binaryen(&root) };
+    let build_dir = target_dir.join("site-build");
     let mut build = Command::new(cargo);
     build
         .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &build_dir)
         .args(["build", "-p", "tessera-frontend", "--lib", "--target", "wasm32-unknown-unknown"])
         .args(["--no-default-features", "--features", "hydrate", "--profile", profile]);
     if locked {
         build.arg("--locked");
     }
-    let status = build.status().map_err(|e| format!("cargo: {e}"))?;
+    let status = build.status().map_err(|e| format!("cargo: {e}"));
+    if let Some(mut npm) = binaryen {
+        match npm.wait() {
+            Ok(s) if s.success() => {}
+            Ok(s) => eprintln!("xtask: npm ci --prefix xtask failed ({s}): the wasm is not shrunk"),
+            Err(e) => eprintln!("xtask: npm ci --prefix xtask: {e}"),
+        }
+    }
+    let status = status?;
     if !status.success() {
         return Err(format!("building the frontend for wasm32 failed ({status})"));
     }
     let dir = if dev { "debug" } else { profile };
-    let wasm = target_dir.join("wasm32-unknown-unknown").join(dir).join("tessera_frontend.wasm");
+    let wasm = build_dir.join("wasm32-unknown-unknown").join(dir).join("tessera_frontend.wasm");
     let out = target_dir.join("site").join("pkg");
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     // Binding and shrinking take minutes; when the wasm cargo left is the one the site was made from, the site is
-    // left as it is (its files keep their times, so the server that embeds them is not rebuilt either).
+    // left as it is.
     let stamp = out.join(".built-from");
     let from = built_from(&root, &wasm, dev)?;
     let made = ["tessera.js", "tessera_bg.wasm"].iter().all(|f| out.join(f).exists());
@@ -80,6 +98,8 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
         .web(true)
         .map_err(|e| e.to_string())?
         .debug(dev)
+        // The function names are most of an unshrunk release wasm's size; wasm-opt drops them too.
+        .remove_name_section(!dev)
         .generate(&out)
         .map_err(|e| format!("wasm-bindgen on {}: {e}", wasm.display()))?;
     if !dev {
@@ -108,6 +128,24 @@ fn wasm_opt(root: &Path) -> PathBuf {
     root.join("xtask").join("node_modules").join(".bin").join("wasm-opt")
 }
 
+/// Starts `npm ci --prefix xtask` (binaryen's `wasm-opt`, pinned by `xtask/package-lock.json`), or says why the
+/// wasm will not be shrunk when npm is not there.
+fn install_binaryen(root: &Path) -> Option<std::process::Child> {
+    eprintln!("xtask: installing binaryen's wasm-opt from the npm registry (npm ci --prefix xtask), once");
+    let npm = Command::new("npm")
+        .current_dir(root)
+        .args(["ci", "--prefix", "xtask", "--no-audit", "--no-fund", "--loglevel", "error"])
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    match npm {
+        Ok(child) => Some(child),
+        Err(e) => {
+            eprintln!("xtask: npm: {e}: the wasm is not shrunk (Node.js and npm install it)");
+            None
+        }
+    }
+}
+
 /// `wasm-opt -Oz` in place, with npm's binaryen from `xtask/node_modules` when it is there.
 fn shrink(root: &Path, wasm: &Path) -> Result<(), String> {
     let tool = wasm_opt(root);
@@ -133,9 +171,79 @@ fn shrink(root: &Path, wasm: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask demo [--locked] [-- SERVE ARGS]`: builds the portal's wasm (as `site` does) and the optimised
+/// `tessera` at the same time, then runs `tessera serve --demo SERVE ARGS` in its place. The two builds use different
+/// target folders, so neither waits for the other; on two cores that takes minutes off a first build, since each
+/// leaves a core idle while it compiles its largest crate or links.
+fn demo(locked: bool, serve_args: &[String]) -> ExitCode {
+    let root = workspace_root();
+    let started = std::time::Instant::now();
+    let wasm = std::thread::spawn(move || site(false, locked));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut build = Command::new(cargo);
+    build.current_dir(&root).args(["build", "--release", "--bin", "tessera"]);
+    if locked {
+        build.arg("--locked");
+    }
+    let built = build.status();
+    let wasm = wasm.join().unwrap_or_else(|_| Err("the site build stopped".to_string()));
+    match built {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            eprintln!("xtask: building tessera failed ({s})");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("xtask: cargo: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    match wasm {
+        Ok(out) => eprintln!(
+            "xtask: portal site in {} and tessera (release) built in {} s",
+            out.display(),
+            started.elapsed().as_secs()
+        ),
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let mut serve = Command::new(target_dir.join("release").join("tessera"));
+    serve.arg("serve").arg("--demo").args(serve_args);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let e = serve.exec();
+        eprintln!("xtask: tessera: {e}");
+        ExitCode::FAILURE
+    }
+    #[cfg(not(unix))]
+    match serve.status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("xtask: tessera: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("demo") => {
+            let (ours, serve_args) = match args.iter().position(|a| a == "--") {
+                Some(i) => (&args[1..i], &args[i + 1..]),
+                None => (&args[1..], &args[args.len()..]),
+            };
+            if let Some(unknown) = ours.iter().find(|a| *a != "--locked") {
+                eprintln!("xtask: unknown argument {unknown}; usage: cargo xtask demo [--locked] [-- SERVE ARGS]");
+                return ExitCode::from(2);
+            }
+            demo(!ours.is_empty(), serve_args)
+        }
         Some("site") => {
             let dev = args.iter().any(|a| a == "--dev");
             let locked = args.iter().any(|a| a == "--locked");
@@ -152,7 +260,7 @@ fn main() -> ExitCode {
             }
         }
         _ => {
-            eprintln!("usage: cargo xtask site [--dev] [--locked]");
+            eprintln!("usage: cargo xtask site [--dev] [--locked] | cargo xtask demo [--locked] [-- SERVE ARGS]");
             ExitCode::from(2)
         }
     }

@@ -1,20 +1,24 @@
-//! The portal: the Leptos pages of `tessera-frontend`, rendered here and hydrated in the browser.
+//! The portal's hosting: the Leptos pages of `tessera-frontend`, rendered here and hydrated in the browser.
+//! `tessera_http::router` serves them beside the API, behind the same middleware; this crate does not depend on
+//! the API's crates, so it compiles while they do.
 //!
 //! Pages read the REST API through [`InProcessApi`]: the page request's `Cookie` / `Authorization` run through the
 //! API router in-process, so a page shows exactly what its viewer may see through the API, with no second set of
-//! rules and no network hop. The stylesheet is always embedded; the hydration script and wasm are embedded when
-//! `cargo xtask site` built them before this crate (see `build.rs`).
+//! rules and no network hop. The stylesheet is embedded; the hydration script and wasm that `cargo xtask site` builds
+//! are read once, at start, from the site folder ([`Site`]), so the server and the wasm build independently (and
+//! at the same time). Without them, pages are still rendered here, without their live parts.
 //!
 //! A page is rendered whole before it is sent ([`whole_pages`]): Leptos' streaming renderer can, rarely and under
 //! load, stop between two `<Suspense>` chunks and never finish the response (leptos-rs/leptos#4851 and #4647 report
 //! it; this server saw about one `/fleet` render in a hundred stall while its tests ran in parallel). A render that
 //! does not finish in time is dropped and done again, so a page always arrives whole or as a clear 503.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,19 +36,77 @@ const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 1
 <rect x=\"8\" y=\"1\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#0072b2\"/>\
 <rect x=\"1\" y=\"8\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#e69f00\"/>\
 <rect x=\"8\" y=\"8\" width=\"7\" height=\"7\" rx=\"1.5\" fill=\"#009e73\"/></svg>";
-#[cfg(portal_wasm)]
-const JS: &[u8] = include_bytes!(concat!(env!("TESSERA_SITE_PKG"), "/tessera.js"));
-#[cfg(portal_wasm)]
-const WASM: &[u8] = include_bytes!(concat!(env!("TESSERA_SITE_PKG"), "/tessera_bg.wasm"));
 
-/// Whether this build carries the portal's wasm (else pages are server-rendered only).
-pub const HYDRATES: bool = cfg!(portal_wasm);
+/// The portal's browser half as `cargo xtask site` leaves it: `tessera.js` and `tessera_bg.wasm`, read into memory.
+#[derive(Clone)]
+pub struct Site {
+    /// The folder they were read from.
+    pub dir: PathBuf,
+    js: Bytes,
+    wasm: Bytes,
+}
+
+impl std::fmt::Debug for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Site")
+            .field("dir", &self.dir)
+            .field("js", &self.js.len())
+            .field("wasm", &self.wasm.len())
+            .finish()
+    }
+}
+
+impl Site {
+    /// Where the site is read from: `TESSERA_SITE_DIR` when set, else where a build from this repository leaves
+    /// it, seen from the running binary (`target/site/pkg` beside `target/release/tessera` or `target/debug/tessera`).
+    pub fn default_dir() -> Option<PathBuf> {
+        if let Some(dir) = std::env::var_os("TESSERA_SITE_DIR").filter(|d| !d.is_empty()) {
+            return Some(PathBuf::from(dir));
+        }
+        let exe = std::env::current_exe().ok()?;
+        Some(exe.parent()?.parent()?.join("site").join("pkg"))
+    }
+
+    /// Reads the site from `dir`: `Ok(None)` when the folder has neither file (no site was built), an error when
+    /// one is there without the other or cannot be read.
+    pub fn load(dir: &Path) -> Result<Option<Site>, String> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            match std::fs::read(&path) {
+                Ok(bytes) => Ok(Some(Bytes::from(bytes))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            }
+        };
+        match (read("tessera.js")?, read("tessera_bg.wasm")?) {
+            (Some(js), Some(wasm)) => Ok(Some(Site { dir: dir.to_path_buf(), js, wasm })),
+            (None, None) => Ok(None),
+            _ => Err(format!(
+                "{} has only one of tessera.js and tessera_bg.wasm: run `cargo xtask site` again",
+                dir.display()
+            )),
+        }
+    }
+
+    /// The site at [`Site::default_dir`], read once per process; `None` when it is not there or unreadable.
+    pub fn from_default_dir() -> Option<Site> {
+        static SITE: std::sync::OnceLock<Option<Site>> = std::sync::OnceLock::new();
+        SITE.get_or_init(|| Site::default_dir().and_then(|dir| Site::load(&dir).ok().flatten())).clone()
+    }
+
+    /// Bytes of script and wasm.
+    pub fn size(&self) -> usize {
+        self.js.len() + self.wasm.len()
+    }
+}
 
 /// Largest API answer a page reads.
 const MAX_API_BODY: usize = 32 << 20;
 
-/// The portal's routes; `api` is the API router the pages read through.
-pub fn routes(api: Router) -> Router {
+/// The portal's routes; `api` is the API router the pages read through, `site` the browser half (without it, pages
+/// are rendered here only).
+pub fn routes(api: Router, site: Option<Site>) -> Router {
+    let hydrates = site.is_some();
     let options = LeptosOptions::builder().output_name("tessera").site_pkg_dir("pkg").env(Env::PROD).build();
     let call = InProcessApi(Arc::new(move |request: axum::http::Request<String>| {
         let api = api.clone();
@@ -63,17 +125,36 @@ pub fn routes(api: Router) -> Router {
             &options,
             generate_route_list(tessera_frontend::App),
             move || provide_context(call.clone()),
-            move || tessera_frontend::shell(shell_options.clone(), HYDRATES),
+            move || tessera_frontend::shell(shell_options.clone(), hydrates),
         )
         .with_state(options)
         .layer(axum::middleware::from_fn(whole_pages));
+    let (js, wasm) = match site {
+        Some(site) => (Some(site.js), Some(site.wasm)),
+        None => (None, None),
+    };
     Router::new()
         .merge(pages)
-        .route("/pkg/tessera.css", get(|| async { asset("text/css; charset=utf-8", CSS.as_bytes()) }))
-        .route("/pkg/icon.svg", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
-        .route("/favicon.ico", get(|| async { asset("image/svg+xml", ICON.as_bytes()) }))
-        .route("/pkg/tessera.js", get(|| async { script() }))
-        .route("/pkg/tessera_bg.wasm", get(|| async { wasm() }))
+        .route(
+            "/pkg/tessera.css",
+            get(|| async { asset("text/css; charset=utf-8", Bytes::from_static(CSS.as_bytes())) }),
+        )
+        .route("/pkg/icon.svg", get(|| async { asset("image/svg+xml", Bytes::from_static(ICON.as_bytes())) }))
+        .route("/favicon.ico", get(|| async { asset("image/svg+xml", Bytes::from_static(ICON.as_bytes())) }))
+        .route(
+            "/pkg/tessera.js",
+            get(move || {
+                let js = js.clone();
+                async move { built("text/javascript; charset=utf-8", js) }
+            }),
+        )
+        .route(
+            "/pkg/tessera_bg.wasm",
+            get(move || {
+                let wasm = wasm.clone();
+                async move { built("application/wasm", wasm) }
+            }),
+        )
 }
 
 /// How long each try at rendering a page may take before it is dropped and tried again; the sum stays under the
@@ -122,11 +203,12 @@ async fn whole_pages(request: axum::extract::Request, next: axum::middleware::Ne
     response
 }
 
-fn asset(content_type: &'static str, bytes: &'static [u8]) -> Response {
+fn asset(content_type: &'static str, bytes: Bytes) -> Response {
     (
         [
             (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-            // Assets change with the binary; a restart after an upgrade serves the new ones within the hour.
+            // Assets change with the binary and the site; a restart after an upgrade serves the new ones within the
+            // hour.
             (header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600")),
         ],
         bytes,
@@ -134,22 +216,14 @@ fn asset(content_type: &'static str, bytes: &'static [u8]) -> Response {
         .into_response()
 }
 
-#[cfg(not(portal_wasm))]
-fn missing() -> Response {
-    (axum::http::StatusCode::NOT_FOUND, "this build has no portal wasm: run `cargo xtask site` before building")
-        .into_response()
-}
-
-fn script() -> Response {
-    #[cfg(portal_wasm)]
-    return asset("text/javascript; charset=utf-8", JS);
-    #[cfg(not(portal_wasm))]
-    missing()
-}
-
-fn wasm() -> Response {
-    #[cfg(portal_wasm)]
-    return asset("application/wasm", WASM);
-    #[cfg(not(portal_wasm))]
-    missing()
+/// A file of the site, or 404 with what to do when this server has none.
+fn built(content_type: &'static str, bytes: Option<Bytes>) -> Response {
+    match bytes {
+        Some(bytes) => asset(content_type, bytes),
+        None => (
+            axum::http::StatusCode::NOT_FOUND,
+            "this server has no portal wasm: run `cargo xtask site`, then start it again",
+        )
+            .into_response(),
+    }
 }
