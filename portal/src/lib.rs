@@ -88,12 +88,6 @@ impl Site {
         }
     }
 
-    /// The site at [`Site::default_dir`], read once per process; `None` when it is not there or unreadable.
-    pub fn from_default_dir() -> Option<Site> {
-        static SITE: std::sync::OnceLock<Option<Site>> = std::sync::OnceLock::new();
-        SITE.get_or_init(|| Site::default_dir().and_then(|dir| Site::load(&dir).ok().flatten())).clone()
-    }
-
     /// Bytes of script and wasm.
     pub fn size(&self) -> usize {
         self.js.len() + self.wasm.len()
