@@ -57,8 +57,10 @@ pub async fn tokens(state: &AppState, p: &Principal) -> Result<Vec<TokenInfo>, A
 
 /// Creates an API token for the caller: `(id, name, secret)`; the secret is nowhere else.
 pub async fn create_token(state: &AppState, p: &Principal, name: &str) -> Result<(String, String, String), ApiError> {
+    // The length is the one the API document states: characters as sent, before trimming.
+    let too_long = name.chars().count() > MAX_TOKEN_NAME;
     let name = name.trim();
-    if name.is_empty() || name.len() > MAX_TOKEN_NAME {
+    if name.is_empty() || too_long {
         return Err(ApiError::invalid("invalid_name", "a token name is 1-100 characters"));
     }
     let secret = new_token_secret();

@@ -299,6 +299,19 @@ async fn tokens_are_listed_to_their_owner_without_secrets(db: &TestDb) {
     let (_, list) = app.get("/api/v1/tokens", &app.admin).await;
     let names: Vec<&str> = list.as_array().expect("list").iter().filter_map(|t| t["name"].as_str()).collect();
     assert_eq!(names, ["bootstrap"]);
+
+    // A name is 1-100 characters as sent, as the API document states: blanks around it count, and a character
+    // is a character, not a byte.
+    let padded = format!("\u{c}{}", "*".repeat(100));
+    let (s, v) = app.send(Method::POST, "/api/v1/tokens", &bob, Some(json!({"name": padded}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_name"), "{v}");
+    let (s, v) = app.send(Method::POST, "/api/v1/tokens", &bob, Some(json!({"name": " \t "}))).await;
+    assert_eq!((s, code(&v)), (StatusCode::UNPROCESSABLE_ENTITY, "invalid_name"), "{v}");
+    let wide = "é".repeat(100);
+    let (s, v) = app.send(Method::POST, "/api/v1/tokens", &bob, Some(json!({"name": wide}))).await;
+    assert_eq!((s, v["name"].as_str()), (StatusCode::CREATED, Some(wide.as_str())), "{v}");
+    let (s, v) = app.send(Method::POST, "/api/v1/tokens", &bob, Some(json!({"name": " laptop "}))).await;
+    assert_eq!((s, v["name"].as_str()), (StatusCode::CREATED, Some("laptop")), "{v}");
 }
 
 async fn users_are_listed_to_platform_admins_only(db: &TestDb) {

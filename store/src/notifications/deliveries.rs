@@ -140,6 +140,9 @@ impl Store {
         }
         let now = now_ms();
         on_pool!(self, pool, dialect => {
+            // In id order, as a delete takes them (see `Store::delete_webhook`): two writers never wait on each other.
+            let mut sent: Vec<&Sent> = sent.iter().collect();
+            sent.sort_unstable_by_key(|s| s.delivery);
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
                 let (state, next, delivered, attempts) =

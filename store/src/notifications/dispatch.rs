@@ -128,10 +128,14 @@ impl Store {
             if events.is_empty() {
                 return Ok(0);
             }
-            let hooks: Vec<HookRow> =
-                sqlx::query_as("SELECT id, tenant_id, CAST(types AS TEXT) AS types, created_at_ms FROM webhooks")
-                    .fetch_all(&mut *tx)
-                    .await?;
+            // Shared locks: an endpoint being deleted now is deleted before or after this dispatch, never between
+            // reading it and writing its deliveries.
+            let hooks: Vec<HookRow> = sqlx::query_as(&format!(
+                "SELECT id, tenant_id, CAST(types AS TEXT) AS types, created_at_ms FROM webhooks ORDER BY id{}",
+                dialect.share_lock()
+            ))
+            .fetch_all(&mut *tx)
+            .await?;
             let hooks: Vec<Hook> = hooks
                 .into_iter()
                 .map(|HookRow { id, tenant_id, types, created_at_ms }| {

@@ -150,14 +150,30 @@ impl Store {
     }
 
     /// Deletes an endpoint and its deliveries.
+    ///
+    /// Locks are taken in the order the delivery workers take them, so that a delete never deadlocks with one: the
+    /// endpoint first (the dispatcher's new deliveries wait for it, or it for them), then its deliveries in id order
+    /// (the order [`Store::finish_deliveries`] updates them in), then the rows go.
     pub async fn delete_webhook(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1").bind(id).execute(&mut *tx).await?;
-            let done = sqlx::query("DELETE FROM webhooks WHERE id = $1").bind(id).execute(&mut *tx).await?;
-            if done.rows_affected() == 0 {
+            let found: Option<(String,)> =
+                sqlx::query_as(&format!("SELECT id FROM webhooks WHERE id = $1{}", dialect.lock()))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if found.is_none() {
                 return Err(StoreError::NotFound { what: format!("webhook {id}") });
             }
+            let _: Vec<(i64,)> = sqlx::query_as(&format!(
+                "SELECT id FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY id{}",
+                dialect.lock()
+            ))
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM webhook_deliveries WHERE webhook_id = $1").bind(id).execute(&mut *tx).await?;
+            sqlx::query("DELETE FROM webhooks WHERE id = $1").bind(id).execute(&mut *tx).await?;
             audit_insert(&mut tx, actor, "webhook.delete", &format!("webhook/{id}"), None, None)
                 .await?;
             tx.commit().await?;
