@@ -4,7 +4,9 @@
 //! - inside every crate, no file imports a file that imports it back, directly or through others (`use`, paths in
 //!   code and intra-doc links; a module may use its own sub-modules, which are its parts, not its neighbours);
 //! - the layer rules the crate graph cannot express hold (below);
-//! - every path `ARCHITECTURE.md` names exists, and its lines stay under 120 characters.
+//! - every path `ARCHITECTURE.md` names exists, and its lines stay under 120 characters;
+//! - a library that tells `cargo test` to skip its unit tests or doc examples (`test = false`, `doctest = false`)
+//!   has none.
 //!
 //! It reads source as text (no compiler), so it sees what a reader sees. A failure says which file imports what,
 //! and where the code belongs instead.
@@ -195,7 +197,9 @@ fn architecture_names_only_paths_that_exist() {
 fn looks_like_path(token: &str) -> bool {
     const EXTENSIONS: &[&str] = &[".rs", ".md", ".toml", ".json", ".sql", ".mjs", ".py", ".yml", ".yaml", ".sh"];
     let plain = !token.is_empty() && token.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
-    plain && !token.starts_with('/') && (token.contains('/') || EXTENSIONS.iter().any(|e| token.ends_with(e)))
+    // Build outputs (`target/...`) exist only after a build: not a claim about the source tree.
+    let built = token.starts_with("target/");
+    plain && !built && !token.starts_with('/') && (token.contains('/') || EXTENSIONS.iter().any(|e| token.ends_with(e)))
 }
 
 /// One crate's source files, by path relative to `src/`, with their module paths.
@@ -641,4 +645,60 @@ fn the_checker_finds_circles_and_parts_are_not_circles() {
     assert!(graph["state/mod.rs"].is_empty() && graph["lib.rs"].is_empty(), "parts are not neighbours: {graph:?}");
     assert!(graph["state/cache.rs"].is_empty(), "`super` in an inline module is the file: {graph:?}");
     fs::remove_dir_all(&dir).ok();
+}
+
+/// What `cargo test` skips is empty: a library marked `test = false` has no `#[cfg(test)]` code in `src/`, and one
+/// marked `doctest = false` no Rust example in its doc comments (a fence that is not `text`, `toml`, `sh`, ...),
+/// so that neither mark hides a test that would not run.
+#[test]
+fn libraries_skip_only_tests_they_do_not_have() {
+    let root = root();
+    let mut hidden = Vec::new();
+    for folder in members() {
+        let manifest = read(&root.join(&folder).join("Cargo.toml"));
+        let mut section = String::new();
+        let (mut no_tests, mut no_doctests) = (false, false);
+        for line in manifest.lines().map(str::trim) {
+            if line.starts_with('[') {
+                section = line.to_string();
+            } else if section == "[lib]" {
+                no_tests |= line.replace(' ', "") == "test=false";
+                no_doctests |= line.replace(' ', "") == "doctest=false";
+            }
+        }
+        let mut stack = vec![root.join(&folder).join("src")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for path in entries.flatten().map(|e| e.path()) {
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let text = read(&path);
+                let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+                if no_tests && text.contains("#[cfg(test)]") {
+                    hidden.push(format!("{file}: #[cfg(test)] in a library marked test = false"));
+                }
+                if no_doctests {
+                    let mut open = false;
+                    for (n, line) in text.lines().enumerate() {
+                        let doc = line.trim_start();
+                        let Some(fence) = doc.strip_prefix("///").or_else(|| doc.strip_prefix("//!")) else {
+                            continue;
+                        };
+                        let Some(lang) = fence.trim_start().strip_prefix("```") else { continue };
+                        if !open && (lang.is_empty() || lang.split(',').any(|l| l.trim() == "rust")) {
+                            hidden
+                                .push(format!("{file}:{}: a Rust example in a library marked doctest = false", n + 1));
+                        }
+                        open = !open;
+                    }
+                }
+            }
+        }
+    }
+    assert!(hidden.is_empty(), "tests that cargo test would skip:\n  {}", hidden.join("\n  "));
 }
