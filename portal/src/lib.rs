@@ -68,7 +68,8 @@ impl Site {
     }
 
     /// Reads the site from `dir`: `Ok(None)` when the folder has neither file (no site was built), an error when
-    /// one is there without the other or cannot be read.
+    /// one is there without the other, when one cannot be read, or when the site's `views` file (written by `cargo
+    /// xtask site`) says its views were compiled otherwise than this binary's.
     pub fn load(dir: &Path) -> Result<Option<Site>, String> {
         let read = |name: &str| {
             let path = dir.join(name);
@@ -79,7 +80,22 @@ impl Site {
             }
         };
         match (read("tessera.js")?, read("tessera_bg.wasm")?) {
-            (Some(js), Some(wasm)) => Ok(Some(Site { dir: dir.to_path_buf(), js, wasm })),
+            (Some(js), Some(wasm)) => {
+                // The browser half hydrates the view tree this binary renders: both erased or both typed.
+                let built = read("views")?.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+                let here = if cfg!(erase_components) { "erased" } else { "typed" };
+                match built.as_deref() {
+                    Some(kind) if kind == here => Ok(Some(Site { dir: dir.to_path_buf(), js, wasm })),
+                    kind => Err(format!(
+                        "{} holds a browser half built with {} views and this server renders {here} views, so \
+                         the browser could not take over its pages (Leptos's erase_components, set in \
+                         .cargo/config.toml; a RUSTFLAGS in the environment replaces it): build both with the \
+                         same flags (`cargo xtask site`, then the server)",
+                        dir.display(),
+                        kind.unwrap_or("unrecorded"),
+                    )),
+                }
+            }
             (None, None) => Ok(None),
             _ => Err(format!(
                 "{} has only one of tessera.js and tessera_bg.wasm: run `cargo xtask site` again",

@@ -1,5 +1,6 @@
 //! Load benchmark of the REST API on loopback: throughput and p50/p99 latency of `GET /api/v1/requests` (one page
-//! of 20 polled over and over, and a different page each call) and `POST /api/v1/requests` (quota-checked create)
+//! of 20 polled over and over, and a different page each call), a portal page rendered on the server (`GET /t/load`,
+//! the tenant's page) and `POST /api/v1/requests` (quota-checked create)
 //! at 50 and 500 concurrent clients, on SQLite and, when `TESSERA_TEST_POSTGRES_URL` is set, on PostgreSQL;
 //! `/healthz` measured in the same run is the baseline.
 //!
@@ -171,6 +172,10 @@ async fn run_backend(name: &str, url: String, secs: u64, client_counts: &[usize]
         ids.push(r["id"].as_str().unwrap().to_string());
     }
     let ids = Arc::new(ids);
+    let page = client.get(format!("{base}/t/load")).bearer_auth(&admin).send().await.unwrap();
+    assert_eq!(page.status(), 200, "GET /t/load");
+    let page = page.text().await.unwrap();
+    assert!(page.contains(&ids[0][..8]) || page.contains("1g.10gb"), "the tenant page lists its requests: {page}");
     let duration = Duration::from_secs(secs);
     for &clients in client_counts {
         let (c, b) = (client.clone(), base.clone());
@@ -197,6 +202,10 @@ async fn run_backend(name: &str, url: String, secs: u64, client_counts: &[usize]
             }),
         )
         .await;
+        // A portal page rendered on the server (the tenant's page: its quotas and its 200 and more requests, read
+        // through the API in process), as a browser's first load or a page without the wasm gets it.
+        let (c, b, a) = (client.clone(), base.clone(), admin.clone());
+        let page = measure(clients, duration, Arc::new(move || c.get(format!("{b}/t/load")).bearer_auth(&a))).await;
         let (c, b, a, body2) = (client.clone(), base.clone(), admin.clone(), body.clone());
         let create = measure(
             clients,
@@ -217,6 +226,7 @@ async fn run_backend(name: &str, url: String, secs: u64, client_counts: &[usize]
             ("GET /healthz", &health),
             ("GET /api/v1/requests (one page, polled)", &list),
             ("GET /api/v1/requests (a different page each call)", &uncached),
+            ("GET /t/load (the tenant's portal page, rendered)", &page),
             ("POST /api/v1/requests", &create),
             (paced_op.as_str(), &paced),
         ] {

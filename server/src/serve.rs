@@ -362,7 +362,7 @@ pub async fn serve(
                 None
             }
             Err(e) => {
-                tracing::warn!(error = %e, "portal: browser half unreadable: pages are rendered on the server only");
+                tracing::warn!(error = %e, "portal: browser half not used: pages are rendered on the server only");
                 None
             }
         },

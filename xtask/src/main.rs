@@ -105,8 +105,20 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     if !dev {
         shrink(&root, &out.join("tessera_bg.wasm"))?;
     }
+    // Whether the views were erased (this program is compiled with the flags the wasm build inherits): the server
+    // refuses a browser half whose view tree would not match its own (see `.cargo/config.toml`).
+    let views = out.join(VIEWS_FILE);
+    std::fs::write(&views, views_kind()).map_err(|e| format!("{}: {e}", views.display()))?;
     std::fs::write(&stamp, from).map_err(|e| format!("{}: {e}", stamp.display()))?;
     Ok(out)
+}
+
+/// The file in the site's folder that says how its views were compiled (read by `tessera_portal::Site::load`).
+const VIEWS_FILE: &str = "views";
+
+/// `erased` when Leptos's `erase_components` was set for this build, else `typed`.
+fn views_kind() -> &'static str {
+    if cfg!(erase_components) { "erased\n" } else { "typed\n" }
 }
 
 /// What the site is made from: the profile, whether `wasm-opt` is there to shrink it, and the size and modification
@@ -120,7 +132,7 @@ fn built_from(root: &Path, wasm: &Path, dev: bool) -> Result<String, String> {
         (false, true) => "release shrunk",
         (false, false) => "release",
     };
-    Ok(format!("{how} {} {modified}\n", meta.len()))
+    Ok(format!("{how} {} {} {modified}\n", views_kind().trim_end(), meta.len()))
 }
 
 /// npm's `wasm-opt` (binaryen) in `xtask/node_modules`.

@@ -1436,3 +1436,25 @@ async fn pages_arrive_whole_under_load(db: &TestDb) {
     assert_eq!(n, 200);
     assert!(started.elapsed() < std::time::Duration::from_secs(120), "{:?}", started.elapsed());
 }
+
+/// The browser half must have been compiled with the server's view setting (Leptos's `erase_components`, see
+/// `.cargo/config.toml`): a site whose `views` file says otherwise, or says nothing, is refused with a message that
+/// says how to rebuild; a matching one is served.
+#[test]
+fn a_browser_half_compiled_with_other_views_is_refused() {
+    let dir = std::env::temp_dir().join(format!("tessera-site-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("tessera.js"), "export default function(){}").expect("js");
+    std::fs::write(dir.join("tessera_bg.wasm"), b"\0asm\x01\0\0\0").expect("wasm");
+    let here = if cfg!(erase_components) { "erased" } else { "typed" };
+    let other = if here == "erased" { "typed" } else { "erased" };
+    let unrecorded = tessera_portal::Site::load(&dir).expect_err("no views file");
+    assert!(unrecorded.contains("unrecorded views") && unrecorded.contains("cargo xtask site"), "{unrecorded}");
+    std::fs::write(dir.join("views"), format!("{other}\n")).expect("views");
+    let refused = tessera_portal::Site::load(&dir).expect_err("other views");
+    assert!(refused.contains(&format!("built with {other} views and this server renders {here} views")), "{refused}");
+    std::fs::write(dir.join("views"), format!("{here}\n")).expect("views");
+    let site = tessera_portal::Site::load(&dir).expect("readable").expect("a site");
+    assert_eq!(site.size(), "export default function(){}".len() + 8);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
