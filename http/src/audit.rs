@@ -26,12 +26,12 @@ pub async fn audit(
 }
 
 /// The opaque cursor of the entries older than the one with `id`.
-fn cursor(id: i64) -> String {
+pub fn cursor(id: i64) -> String {
     URL_SAFE_NO_PAD.encode(format!("audit:{id}"))
 }
 
 /// The audit id a cursor from [`cursor`] names.
-fn cursor_id(text: &str) -> Result<i64, ApiError> {
+pub fn cursor_id(text: &str) -> Result<i64, ApiError> {
     URL_SAFE_NO_PAD
         .decode(text)
         .ok()
@@ -82,17 +82,4 @@ pub async fn entries(
         None
     };
     Ok(ApiJson(AuditPage { entries: rows.into_iter().map(|(_, e)| e.into()).collect(), next }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_anything_else_is_refused() {
-        assert_eq!(cursor_id(&cursor(42)).ok(), Some(42));
-        for bad in ["", "42", "not base64!", &URL_SAFE_NO_PAD.encode("audit:-1"), &URL_SAFE_NO_PAD.encode("x:4")] {
-            assert!(cursor_id(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -3,7 +3,7 @@
 
 pub mod agents;
 mod allocations;
-mod audit;
+pub mod audit;
 pub mod auth;
 mod budgets;
 mod catalog;
@@ -17,7 +17,7 @@ pub mod malformed;
 pub(crate) mod nodes;
 mod notifications;
 mod people;
-mod precondition;
+pub mod precondition;
 mod quotas;
 mod requests;
 mod reservations;

@@ -86,12 +86,12 @@ pub async fn usage(
 }
 
 /// A CSV field, quoted (RFC 4180) when it holds a comma, a quote or a line break.
-fn field(text: &str) -> String {
+pub fn field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
 }
 
 /// One line of the CSV report.
-fn csv_line(a: &AllocationUsage) -> String {
+pub fn csv_line(a: &AllocationUsage) -> String {
     let cells = [
         field(&a.tenant),
         field(&a.allocation),
@@ -124,80 +124,6 @@ pub fn csv_report(report: &UsageReport) -> String {
         out.push_str("\r\n");
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn allocation(tenant: &str, util_mean: Option<f64>) -> AllocationUsage {
-        AllocationUsage {
-            allocation: "a1".into(),
-            request: "r1".into(),
-            tenant_id: "t1".into(),
-            tenant: tenant.into(),
-            node: "node-1".into(),
-            gpu_uuid: "GPU-1".into(),
-            device_uuid: None,
-            model: "H100-80GB".into(),
-            profile: "1g.10gb".into(),
-            weight: 1.0,
-            state: "active".into(),
-            from_ms: 1000,
-            to_ms: 4000,
-            seconds: 3.0,
-            slice_seconds: 3.0,
-            gpu_hours: 0.5,
-            util_mean,
-            idle: util_mean.is_some(),
-        }
-    }
-
-    #[test]
-    fn fields_with_commas_quotes_or_line_breaks_are_quoted() {
-        assert_eq!(field("plain"), "plain");
-        assert_eq!(field("a,b"), "\"a,b\"");
-        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(field("two\nlines"), "\"two\nlines\"");
-    }
-
-    #[test]
-    fn the_report_is_a_header_and_a_line_per_allocation() {
-        let report = UsageReport {
-            from_ms: 0,
-            to_ms: 5000,
-            idle_below: 5.0,
-            idle_hours: 2.0,
-            tenants: Vec::new(),
-            profiles: Vec::new(),
-            allocations: vec![allocation("ml, vision", Some(2.5)), allocation("plain", None)],
-        };
-        let text = csv_report(&report);
-        let lines: Vec<&str> = text.split("\r\n").collect();
-        assert_eq!(lines.len(), 4, "{text:?}");
-        assert_eq!(lines[0], CSV_HEADER);
-        assert_eq!(lines[0].split(',').count(), 17);
-        assert_eq!(
-            lines[1],
-            "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,\
-             1970-01-01T00:00:04Z,3,3,0.5,2.5,true"
-        );
-        assert_eq!(
-            lines[2],
-            "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,3,0.5,,\
-             false"
-        );
-        // Float noise is rounded away.
-        let mut noisy = allocation("plain", Some(12.345_678));
-        (noisy.gpu_hours, noisy.slice_seconds, noisy.weight) =
-            (1_998.047_999_999_999_8 / 3600.0, 1_998.047_999_999_999_8, 1.0 / 7.0);
-        let line = csv_line(&noisy);
-        assert!(
-            line.ends_with(",0.1429,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,1998,0.555,12.3,true"),
-            "{line}"
-        );
-        assert_eq!(lines[3], "");
-    }
 }
 
 /// Fleet efficiency (platform admins): MIG compute slices per model and in total by what they can do now

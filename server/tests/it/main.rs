@@ -10,6 +10,7 @@ mod defrag;
 mod governance;
 mod harness;
 mod hostile;
+mod http_parts;
 mod isolation;
 mod links;
 mod logging;
