@@ -193,7 +193,7 @@ fn demo(locked: bool, serve_args: &[String]) -> ExitCode {
     let wasm = std::thread::spawn(move || site(false, locked));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut build = Command::new(cargo);
-    build.current_dir(&root).args(["build", "--release", "--bin", "tessera"]);
+    build.current_dir(&root).args(["build", "--profile", "demo", "--bin", "tessera"]);
     if locked {
         build.arg("--locked");
     }
@@ -212,7 +212,7 @@ fn demo(locked: bool, serve_args: &[String]) -> ExitCode {
     }
     match wasm {
         Ok(out) => eprintln!(
-            "xtask: portal site in {} and tessera (release) built in {} s",
+            "xtask: portal site in {} and tessera (profile demo) built in {} s",
             out.display(),
             started.elapsed().as_secs()
         ),
@@ -222,7 +222,7 @@ fn demo(locked: bool, serve_args: &[String]) -> ExitCode {
         }
     }
     let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let mut serve = Command::new(target_dir.join("release").join("tessera"));
+    let mut serve = Command::new(target_dir.join("demo").join("tessera"));
     serve.arg("serve").arg("--demo").args(serve_args);
     #[cfg(unix)]
     {
