@@ -58,7 +58,7 @@ impl std::fmt::Debug for Site {
 
 impl Site {
     /// Where the site is read from: `TESSERA_SITE_DIR` when set, else where a build from this repository leaves
-    /// it, seen from the running binary (`target/site/pkg` beside `target/release/tessera` or `target/debug/tessera`).
+    /// it, seen from the running binary (`target/site/pkg` beside `target/{release,demo,debug}/tessera`).
     pub fn default_dir() -> Option<PathBuf> {
         if let Some(dir) = std::env::var_os("TESSERA_SITE_DIR").filter(|d| !d.is_empty()) {
             return Some(PathBuf::from(dir));

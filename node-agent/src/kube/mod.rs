@@ -19,13 +19,39 @@
 //!   (`sharing_not_uniform`, `sharing_mode_conflict`) and gets what the node's config gives it.
 //! - The agent never changes MIG mode (as with NVML): each GPU's entry keeps its current mode.
 
+#[cfg(feature = "kube")]
 mod apply;
 mod plan;
 
 use std::time::Duration;
 
+#[cfg(feature = "kube")]
 pub use apply::{KubeApplier, KubeError};
 pub use plan::*;
+
+/// Built without the `kube` feature (as the server's in-process demo agents are, which never run under GPU
+/// Operator), the crate has no Kubernetes client: this type has no values, so `Config::kube` is always `None`
+/// and the agent applies through its backend.
+#[cfg(not(feature = "kube"))]
+#[derive(Debug)]
+pub enum KubeApplier {}
+
+#[cfg(not(feature = "kube"))]
+impl KubeApplier {
+    /// Where it writes (never called: there is no value to call it on).
+    pub fn settings(&self) -> &KubeSettings {
+        match *self {}
+    }
+
+    /// Puts `spec` in effect (never called: there is no value to call it on).
+    pub async fn apply(
+        &self,
+        _backend: &crate::backend::Backend,
+        _spec: &tessera_core::api::NodeSpec,
+    ) -> tessera_core::api::NodeStatus {
+        match *self {}
+    }
+}
 
 /// Node label that selects the node's mig-parted config.
 pub const MIG_CONFIG_LABEL: &str = "nvidia.com/mig.config";
