@@ -235,8 +235,11 @@ pub struct TenantStanding {
     pub name: String,
     /// Its cohort's name, if any.
     pub cohort: Option<String>,
-    /// It holds more than its guarantee on some resource, borrowed from its cohort.
+    /// It holds more than its guarantee on some resource, borrowed from its cohort (never outside a cohort).
     pub borrowing: bool,
+    /// It holds more than it may on some resource (its limit outside a cohort, its maximum in one): after a limit
+    /// was lowered or a temporary increase ended. Its new requests are refused until it is back under.
+    pub over_limit: bool,
     /// Requests within its guarantee wait (pending): it is starved.
     pub starved: bool,
     /// Pending requests within its guarantee.
@@ -265,8 +268,11 @@ pub struct StandingLine {
     pub maximum: Option<f64>,
     /// Held now by live requests.
     pub held: f64,
-    /// Held now above the guarantee.
+    /// In a cohort, held now above the guarantee up to the maximum: lent by the other members. Always 0 outside a
+    /// cohort, where nobody lends.
     pub borrowed: f64,
+    /// Held now above the most it may hold (the limit outside a cohort, the maximum in one).
+    pub over: f64,
     /// The most held at any moment in the last 30 days.
     pub peak_held_30d: f64,
     /// Mean used (by running allocations) over the last 30 days.

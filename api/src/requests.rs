@@ -84,7 +84,7 @@ pub struct Waiting {
     pub request: String,
     /// The reason, with its details (`code` is one of `awaiting_approval`, `queued`, `quota_exceeded`,
     /// `no_capacity`, `waiting_for_reclaim`, `layout_awaiting_approval`, `gpu_cordoned`, `node_not_ready`,
-    /// `being_applied`).
+    /// `being_applied`, `reserved`, `reservation_not_started`).
     pub reason: WaitReason,
     /// The reason as a sentence.
     pub sentence: String,

@@ -113,7 +113,8 @@ pub struct QuotaLine {
     /// The most of its unused guarantee it lends, if set (otherwise all of it).
     #[serde(default)]
     pub lending_limit: Option<f64>,
-    /// What it holds above its guarantee, borrowed from its cohort.
+    /// In a cohort, what it holds above its guarantee up to its maximum, borrowed from the other members. Always 0
+    /// outside a cohort: holding more than the limit there is being `over` it.
     #[serde(default)]
     pub borrowed: f64,
     /// How much more it may take now, borrowing included: up to its maximum, and above its guarantee only what the

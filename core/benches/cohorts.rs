@@ -775,6 +775,7 @@ impl<'w, 'c> Sim<'w, 'c> {
                     .map(|s| InstanceInput { profile: s.profile.clone(), start: s.start, in_use: in_use(s) })
                     .collect(),
                 cordoned: false,
+                layout_pending: false,
             })
             .collect();
         let demand = (list.iter())

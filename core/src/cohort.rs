@@ -101,7 +101,7 @@ impl Member {
     /// The most the tenant may hold of `r` (`None`: unlimited). Outside a cohort, its guarantee.
     pub fn ceiling(&self, r: &Resource, in_cohort: bool) -> Option<Milli> {
         let g = *self.guaranteed.get(r)?;
-        Some(if in_cohort { self.maximum.get(r).copied().unwrap_or(g).max(g) } else { g })
+        Some(ceiling(g, self.maximum.get(r).copied(), in_cohort))
     }
 
     /// What the tenant holds of `r` above its guarantee.
@@ -119,6 +119,28 @@ impl Member {
     fn held_of(&self, r: &Resource) -> Milli {
         self.held.get(r).copied().unwrap_or(0)
     }
+}
+
+/// What a tenant is said to borrow of a resource, for its quota line and the quota standing: in a cohort, what it
+/// holds above its guarantee (`limit`) up to its maximum (the rest is over its ceiling, not lent by anyone);
+/// outside a cohort nothing, since nobody lends to it: a tenant holding more than a lowered limit, or than a
+/// temporary increase that ended, is over its limit, not borrowing. An unlimited resource borrows nothing.
+pub fn reported_borrowed(limit: Option<Milli>, maximum: Option<Milli>, held: Milli, in_cohort: bool) -> Milli {
+    match limit {
+        Some(l) if in_cohort => held.min(ceiling(l, maximum, true)).saturating_sub(l),
+        _ => 0,
+    }
+}
+
+/// What a tenant holds of a resource above the most it may hold: its limit outside a cohort, its maximum (at least
+/// the limit) in one. An unlimited resource is never over.
+pub fn over(limit: Option<Milli>, maximum: Option<Milli>, held: Milli, in_cohort: bool) -> Milli {
+    limit.map_or(0, |l| held.saturating_sub(ceiling(l, maximum, in_cohort)))
+}
+
+/// The most a tenant may hold of a resource whose limit is `limit`: in a cohort its maximum when higher.
+pub fn ceiling(limit: Milli, maximum: Option<Milli>, in_cohort: bool) -> Milli {
+    if in_cohort { maximum.unwrap_or(limit).max(limit) } else { limit }
 }
 
 /// What a cohort can still lend on `r`, counting every member but `except`: what they can lend less what they

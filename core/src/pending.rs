@@ -152,10 +152,14 @@ impl WaitReason {
                             n(m.free_slices),
                             n(m.needed_slices)
                         );
-                        match (m.fragmented, room_changes_sentence(&m.make_room)) {
+                        let text = match (m.fragmented, room_changes_sentence(&m.make_room)) {
                             (true, Some(change)) => format!("{free}, but scattered so that no instance fits; {change}"),
                             (true, None) => format!("{free}, but scattered so that no instance fits"),
                             (false, _) => free,
+                        };
+                        match m.held_back.sentence() {
+                            Some(held) => format!("{text}; not taking new work: {held}"),
+                            None => text,
                         }
                     })
                     .collect();
@@ -210,6 +214,48 @@ pub struct ModelRoom {
     /// its holder's work, so a platform admin decides); empty when moving instances cannot make room either.
     #[serde(default)]
     pub make_room: Vec<RoomChange>,
+    /// GPUs of the model that take no new work now, each counted once under its first cause: cordoned, on a node
+    /// not heard from, or with a layout change waiting for approval, with the compute slices free on them (not
+    /// counted in `free_slices`).
+    #[serde(default)]
+    pub held_back: HeldBack,
+}
+
+/// GPUs that take no new work now, by cause, and the compute slices free on them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldBack {
+    /// Cordoned GPUs.
+    pub cordoned: u32,
+    /// GPUs on a node that has not been heard from.
+    pub node_not_ready: u32,
+    /// GPUs with a layout change waiting for a platform admin.
+    pub layout_pending: u32,
+    /// Compute slices free on these GPUs.
+    pub free_slices: f64,
+}
+
+impl HeldBack {
+    /// `1 GPU cordoned, 2 GPUs with a layout change waiting for approval; 9 compute slices free there`; `None` when
+    /// no GPU is held back.
+    pub fn sentence(&self) -> Option<String> {
+        let gpus = |n: u32| if n == 1 { "1 GPU".to_string() } else { format!("{n} GPUs") };
+        let mut parts = Vec::new();
+        if self.cordoned > 0 {
+            parts.push(format!("{} cordoned", gpus(self.cordoned)));
+        }
+        if self.node_not_ready > 0 {
+            parts.push(format!("{} on a node not heard from", gpus(self.node_not_ready)));
+        }
+        if self.layout_pending > 0 {
+            parts.push(format!("{} with a layout change waiting for approval", gpus(self.layout_pending)));
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        let free = crate::clock::rounded(self.free_slices, 1);
+        Some(format!("{}; {free} compute slices free there", parts.join(", ")))
+    }
 }
 
 /// One GPU laid out again, moving instances in use, so that more of a profile fits on it.
@@ -429,11 +475,13 @@ mod tests {
             needed_slices: 3.0,
             fragmented: true,
             make_room: vec![],
+            held_back: HeldBack::default(),
         };
         f.room = Room::Unplaceable(vec![room]);
         let r = reason(&f).expect("waits");
         assert_eq!(r.code(), "no_capacity");
         assert!(r.sentence().contains("scattered"), "{}", r.sentence());
+        assert!(!r.sentence().contains("not taking new work"), "{}", r.sentence());
         let change = RoomChange {
             gpu: "g1".into(),
             index: 2,
@@ -503,5 +551,29 @@ mod tests {
         assert_eq!(earliest_start(50, &ends, |_| false), None);
         assert_eq!(earliest_start(50, &[], |k| k > 0), None);
         assert_eq!(earliest_start(250, &ends, |k| k >= 1), Some(250), "an end already passed counts from now");
+    }
+
+    #[test]
+    fn gpus_held_back_are_counted_by_cause() {
+        let held = HeldBack { cordoned: 1, node_not_ready: 0, layout_pending: 2, free_slices: 13.0 };
+        assert_eq!(
+            held.sentence().as_deref(),
+            Some("1 GPU cordoned, 2 GPUs with a layout change waiting for approval; 13 compute slices free there")
+        );
+        let room = ModelRoom {
+            model: "H100-80GB".into(),
+            free_slices: 0.0,
+            needed_slices: 1.0,
+            fragmented: false,
+            make_room: vec![],
+            held_back: HeldBack { cordoned: 0, node_not_ready: 0, layout_pending: 1, free_slices: 6.0 },
+        };
+        let sentence = WaitReason::NoCapacity { models: vec![room] }.sentence();
+        assert_eq!(
+            sentence,
+            "The fleet has no room for it now (H100-80GB: 0 compute slices free, 1 needed; not taking new work: 1 GPU \
+             with a layout change waiting for approval; 6 compute slices free there)."
+        );
+        assert_eq!(HeldBack::default().sentence(), None);
     }
 }

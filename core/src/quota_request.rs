@@ -7,8 +7,12 @@
 //!   [`MAX_TEMPORARY_MS`] from now, and each of its lines raises a limit that exists (there is nothing to give back
 //!   on an unlimited resource, or after a decrease).
 //! - **Granting** ([`check_grant`]): each granted amount is one that was asked for, and lies between the limit in
-//!   force when the admin decides and the amount asked (inclusive): an admin may give less than asked, never more,
-//!   and never take away by approving. A grant that changes nothing is a refusal, and is refused as a grant.
+//!   force when the admin decides and the amount asked (inclusive), in the direction asked: an admin may give less
+//!   than asked, never more, and never take away by approving (an increase never lowers a limit an admin raised
+//!   meanwhile). A line the limits in force already give ([`met`]) has nothing left to grant: approving in full
+//!   skips it, and a request whose every line is met is refused with [`AskError::AlreadyMet`] (409
+//!   `quota_ask_already_met`: reject or withdraw it). A grant that changes nothing is a refusal, and is refused as
+//!   a grant.
 //! - **Ending** ([`revert`]): at its end a temporary grant takes back exactly the increment it gave, so a limit
 //!   nobody touched meanwhile returns to its value before the grant, and a change an admin made meanwhile is kept.
 //!   Ending never releases anything held: a tenant holding more than its limit is over it, and the quota check
@@ -165,6 +169,15 @@ pub enum AskError {
     /// A grant that changes no limit.
     #[error("this grant changes no limit; reject the request instead")]
     Nothing,
+    /// The limits in force already give what was asked (an admin changed them since): approving would change
+    /// nothing, or take away what was given meanwhile.
+    #[error("{resource}: the limit in force ({}) already gives what was asked; nothing is left to grant", limit.map_or("unlimited".to_string(), show))]
+    AlreadyMet {
+        /// The resource (the first asked for, when every line is met).
+        resource: Resource,
+        /// Its limit in force (`None`: unlimited).
+        limit: Option<Milli>,
+    },
 }
 
 impl AskError {
@@ -177,6 +190,7 @@ impl AskError {
             AskError::TemporaryNotIncrease { .. } => "quota_temporary_not_increase",
             AskError::BadEnd => "invalid_time",
             AskError::NotAsked(_) | AskError::OutOfRange { .. } | AskError::Nothing => "quota_grant_invalid",
+            AskError::AlreadyMet { .. } => "quota_ask_already_met",
         }
     }
 }
@@ -229,27 +243,53 @@ pub fn check_ask(
     Ok(lines)
 }
 
-/// The amounts a grant may give `line` when the limit in force is `now`: from the nearer to the farther of the
-/// limit in force and the amount asked (an unlimited resource counts as no upper end).
-pub fn grant_range(line: &Line, now: Option<Milli>) -> (Milli, Option<Milli>) {
+/// Which way a line moves its limit: up (an increase, the usual ask) or down (a tenant giving some back).
+pub fn raises(line: &Line) -> bool {
+    line.before.is_some_and(|b| line.asked > b)
+}
+
+/// Whether the limit in force (`now`) already gives what `line` asked for: for an increase, a limit at or above
+/// the amount asked (or none: unlimited); for a decrease, a limit at or below it.
+pub fn met(line: &Line, now: Option<Milli>) -> bool {
+    if raises(line) { now.is_none_or(|n| n >= line.asked) } else { now.is_some_and(|n| n <= line.asked) }
+}
+
+/// The amounts a grant may give `line` when the limit in force is `now`: from the limit in force to the amount
+/// asked, in the direction the line asked (an increase never lowers a limit, a decrease never raises one; a
+/// decrease from unlimited has no upper end). `None` when the limit in force already gives what was asked
+/// ([`met`]): there is nothing to grant.
+pub fn grant_range(line: &Line, now: Option<Milli>) -> Option<(Milli, Option<Milli>)> {
+    if met(line, now) {
+        return None;
+    }
     match now {
-        Some(n) => (n.min(line.asked), Some(n.max(line.asked))),
-        None => (line.asked, None),
+        Some(n) if raises(line) => Some((n, Some(line.asked))),
+        Some(n) => Some((line.asked, Some(n))),
+        None => Some((line.asked, None)),
     }
 }
 
 /// Checks a decision on `lines` against the limits in force (`limits`): `granted` names the amounts given (`None`:
-/// everything as asked); resources it leaves out are not granted. Returns the limits that change.
+/// everything as asked that the limits in force do not already give); resources it leaves out are not granted.
+/// Returns the limits that change; [`AskError::AlreadyMet`] when every line asked for is already given.
 pub fn check_grant(
     lines: &[Line],
     granted: Option<&BTreeMap<Resource, Milli>>,
     limits: &Usage,
 ) -> Result<Vec<Change>, AskError> {
+    let open: Vec<&Line> = lines.iter().filter(|l| !met(l, limits.get(&l.resource).copied())).collect();
+    if open.is_empty() {
+        let line = lines.first().ok_or(AskError::Nothing)?;
+        return Err(AskError::AlreadyMet {
+            resource: line.resource.clone(),
+            limit: limits.get(&line.resource).copied(),
+        });
+    }
     let all: BTreeMap<Resource, Milli>;
     let granted = match granted {
         Some(g) => g,
         None => {
-            all = lines.iter().map(|l| (l.resource.clone(), l.asked)).collect();
+            all = open.iter().map(|l| (l.resource.clone(), l.asked)).collect();
             &all
         }
     };
@@ -258,7 +298,9 @@ pub fn check_grant(
         let line =
             lines.iter().find(|l| &l.resource == resource).ok_or_else(|| AskError::NotAsked(resource.clone()))?;
         let now = limits.get(resource).copied();
-        let (low, high) = grant_range(line, now);
+        let Some((low, high)) = grant_range(line, now) else {
+            return Err(AskError::AlreadyMet { resource: resource.clone(), limit: now });
+        };
         if amount < low || high.is_some_and(|h| amount > h) {
             return Err(AskError::OutOfRange { resource: resource.clone(), low, high });
         }

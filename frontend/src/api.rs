@@ -72,6 +72,10 @@ pub fn next_step(code: &str, status: u16) -> Option<&'static str> {
         }
         "invalid_weight" => "Give a weight between 1 and 1000.",
         "invalid_grace" => "Give a grace period between 0 and 7 days.",
+        "quota_ask_already_met" => {
+            "The limits in force already give what was asked (they changed since): reject the request with a note, \
+             or leave it for the tenant to withdraw."
+        }
         "quota_maximum_below_guarantee" => "Make the maximum at least the limit, or leave it empty for no borrowing.",
         "quota_bound_without_limit" => "Set the resource's limit first: a maximum or a lending limit sits beside it.",
         "invalid_days" => "Pick between 1 and 90 days.",
@@ -338,6 +342,7 @@ mod tests {
             "not_found",
             "unauthenticated",
             "quota_exceeded",
+            "quota_ask_already_met",
             "tenant_required",
             "reason_required",
             "invalid_count",

@@ -66,13 +66,15 @@ pub async fn get_quota_request(
 }
 
 /// Grant a pending quota request (platform admins): everything as asked, or the amounts in `limits` (each from the
-/// limit in force to the amount asked; resources left out are not granted). The limits change at once.
+/// limit in force to the amount asked; resources left out are not granted). The limits change at once. A grant
+/// never lowers a limit an increase asked to raise: lines the limits in force already give are skipped, and when
+/// every line is already given the answer is 409 `quota_ask_already_met` (reject or withdraw the request).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/approve", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     request_body(content = Option<GrantBody>, description = "optional; an empty body grants everything as asked"),
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 400, body = Problem, description = "invalid_if_match or invalid_body"),
-        (status = 409, body = Problem, description = "version_conflict or quota_request_invalid_transition"),
+        (status = 409, body = Problem, description = "version_conflict, quota_request_invalid_transition or quota_ask_already_met"),
         (status = 422, body = Problem, description = "quota_grant_invalid, quota_bad_resource, quota_bad_limit or invalid_reason")))]
 pub async fn approve_quota_request(
     State(state): State<AppState>,

@@ -42,7 +42,7 @@ fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
     params(("Idempotency-Key" = Option<String>, Header, description = "retry key, 1-200 characters")),
     responses((status = 201, body = RequestView, description = "created"),
         (status = 200, body = RequestView, description = "an earlier request with the same Idempotency-Key"),
-        (status = 404, body = Problem), (status = 409, body = Problem, description = "quota_exceeded"),
+        (status = 404, body = Problem), (status = 409, body = Problem, description = "quota_exceeded or budget_exhausted"),
         (status = 422, body = Problem)))]
 pub async fn create_request(
     State(state): State<AppState>,
@@ -53,7 +53,12 @@ pub async fn create_request(
     let key = headers.get("idempotency-key").map(|v| v.to_str().unwrap_or(""));
     let ask = ask_of(&body);
     let (request, created) = requests::create(&state, &p, ask, key).await?;
-    Ok(with_etag(if created { StatusCode::CREATED } else { StatusCode::OK }, request))
+    // The same view a `GET` right after answers: while it waits, why.
+    let mut ctx = tessera_services::waits::Context::read(&state, &p).await?;
+    let waiting = tessera_services::waits::explain(&state, &mut ctx, &request).await?;
+    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
+    let view = RequestView { waiting, ..RequestView::from(request) };
+    Ok(versioned(if created { StatusCode::CREATED } else { StatusCode::OK }, version, &location, view))
 }
 
 /// What creating this request would do now, without writing anything: the quota it takes (and whether it would be
@@ -147,12 +152,13 @@ pub async fn tenant_waiting(
 }
 
 /// Approve a pending request (platform admins). A MIG request is placed by the planner on exact instances; layout
-/// changes it needs become proposals (or apply at once on auto-layout GPUs). Send the `ETag` you saw as `If-Match`.
+/// changes it needs become proposals (or apply at once on auto-layout GPUs). `If-Match` is optional: send the `ETag`
+/// you saw so that of two admins acting at once one wins; a value that is not a quoted `ETag` is refused.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
     params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
     responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem,
-            description = "version_conflict, request_invalid_transition, no_capacity or plan_stale")))]
+            description = "version_conflict, request_invalid_transition, no_capacity, reserved or plan_stale")))]
 pub async fn approve_request(
     State(state): State<AppState>,
     Caller(p): Caller,

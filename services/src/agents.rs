@@ -62,12 +62,15 @@ pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
 
 /// The desired state of a node's GPUs: the approved layout of each, and the sharing its live allocations take (a
 /// GPU not in MIG mode whose allocations are time-slice or MPS shares is shared that way; every other device is
-/// exclusive).
+/// exclusive). A cordoned GPU starts nothing new: its allocations not active yet are left out, so they wait
+/// (`gpu_cordoned`) until it is uncordoned, while what runs there keeps running.
 pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
     gpus.iter()
         .map(|g| {
+            let live: Vec<&Allocation> =
+                live.iter().filter(|a| a.gpu_id == g.id && (!g.cordoned || a.state == "active")).collect();
             let shared = (!g.mig_enabled)
-                .then(|| live.iter().filter(|a| a.gpu_id == g.id).find_map(|a| Sharing::from_key(&a.profile)))
+                .then(|| live.iter().find_map(|a| Sharing::from_key(&a.profile)))
                 .flatten()
                 .unwrap_or(Sharing::Exclusive);
             GpuSpec {
@@ -78,7 +81,6 @@ pub fn desired(gpus: &[Gpu], live: &[Allocation]) -> Vec<GpuSpec> {
                 sharing: GpuSharing { mig_enabled: g.mig_enabled, gpu: shared, instances: Vec::new() },
                 allocations: live
                     .iter()
-                    .filter(|a| a.gpu_id == g.id)
                     .map(|a| SpecAllocation { allocation: a.id.clone(), start: g.mig_enabled.then_some(a.start) })
                     .collect(),
             }
@@ -253,6 +255,10 @@ pub async fn ingest_status(
     let mut found = Vec::new();
     for p in pending.iter().filter(|p| !p.active) {
         let Some(gpu) = inputs.gpus.iter().find(|g| g.id == p.gpu_id) else { continue };
+        // Nothing new starts on a cordoned GPU, even where its instance already exists: it waits (`gpu_cordoned`).
+        if gpu.cordoned {
+            continue;
+        }
         let Some(seen) = status.gpus.iter().find(|s| s.uuid == gpu.uuid) else { continue };
         let device = if gpu.mig_enabled {
             seen.instances.iter().find(|i| i.profile == p.profile && i.start == p.start).map(|i| i.uuid.clone())

@@ -184,6 +184,10 @@ impl From<StoreError> for ApiError {
                 errors: vec![],
             },
             StoreError::Quota(errors) => ApiError::QuotaExceeded(errors),
+            // Already met: the request is fine, the limits in force moved past it (a conflict with the present).
+            StoreError::QuotaAsk(e @ tessera_core::quota_request::AskError::AlreadyMet { .. }) => {
+                ApiError::conflict(e.code(), e.to_string())
+            }
             StoreError::QuotaAsk(e) => ApiError::invalid(e.code(), e.to_string()),
             StoreError::Rule { code, detail } => ApiError::invalid(code, detail),
             s @ StoreError::QuotaState { .. } => {

@@ -7,6 +7,7 @@ use crate::auth::Permissions;
 use std::collections::{BTreeMap, BTreeSet};
 
 use tessera_api::quotas::{QuotaStanding, QuotaTimeline, StandingLine, TenantStanding, TimelineQuery, TimelineSummary};
+use tessera_core::cohort;
 use tessera_core::quota::{MILLI, Milli, Resource};
 use tessera_core::request::RequestState;
 use tessera_core::timeline::{self, Span};
@@ -105,6 +106,7 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
     let mut out = Vec::with_capacity(tenants.len());
     for (t, limits, held, maximums) in per_tenant {
         let keys: BTreeSet<&Resource> = limits.keys().chain(held.keys()).collect();
+        let in_cohort = t.cohort_id.is_some();
         let lines: Vec<StandingLine> = keys
             .into_iter()
             .map(|r| {
@@ -118,7 +120,8 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
                     limit: opt_units(limit),
                     maximum: opt_units(maximums.get(r).copied()),
                     held: units(h as f64),
-                    borrowed: limit.map_or(0.0, |l| units(h.saturating_sub(l) as f64)),
+                    borrowed: units(cohort::reported_borrowed(limit, maximums.get(r).copied(), h, in_cohort) as f64),
+                    over: units(cohort::over(limit, maximums.get(r).copied(), h, in_cohort) as f64),
                     peak_held_30d: units(peak.iter().copied().max().unwrap_or(0) as f64),
                     mean_used_30d: units(mean(&used)),
                 }
@@ -132,6 +135,7 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
             name: t.name.clone(),
             cohort: t.cohort_id.as_ref().and_then(|c| cohorts.iter().find(|x| &x.id == c)).map(|c| c.name.clone()),
             borrowing: lines.iter().any(|l| l.borrowed > 0.0),
+            over_limit: lines.iter().any(|l| l.over > 0.0),
             starved: !waiting.is_empty(),
             waiting_within_guarantee: u32::try_from(waiting.len()).unwrap_or(u32::MAX),
             oldest_waiting_ms: waiting.iter().map(|r| r.created_at_ms).min(),

@@ -115,15 +115,14 @@ async fn quota_view(state: &AppState, tenant: &str) -> Result<QuotaView, ApiErro
         .map(|r| {
             let (limit, held) = (limits.get(r).copied(), held.get(r).copied().unwrap_or(0));
             let maximum = maximums.get(r).copied();
-            let ceiling = limit.map(|l| if in_cohort { maximum.unwrap_or(l).max(l) } else { l });
             QuotaLine {
                 resource: r.to_string(),
                 limit: limit.map(units),
                 held: units(held),
-                over: ceiling.is_some_and(|c| held > c),
+                over: tessera_core::cohort::over(limit, maximum, held, in_cohort) > 0,
                 maximum: maximum.map(units),
                 lending_limit: lending.get(r).copied().map(units),
-                borrowed: limit.map_or(0.0, |l| units(held.saturating_sub(l))),
+                borrowed: units(tessera_core::cohort::reported_borrowed(limit, maximum, held, in_cohort)),
                 available: who.and_then(|w| tessera_core::cohort::room(&members, w, in_cohort, r)).map(units),
             }
         })

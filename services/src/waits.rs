@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use tessera_api::requests::Waiting;
 use tessera_core::catalog::model::GpuModel;
 use tessera_core::pending::{
-    Facts, InstanceMove, ModelRoom, Room, RoomChange, SliceFacts, WaitReason, earliest_start, fragmented, reason,
+    Facts, HeldBack, InstanceMove, ModelRoom, Room, RoomChange, SliceFacts, WaitReason, earliest_start, fragmented,
+    reason,
 };
 use tessera_core::quota::{Decision, MILLI, Resource, Usage};
 use tessera_core::request::{RequestState, SliceSpec};
@@ -288,14 +289,11 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
         let mut free = 0.0;
         let mut gpus = 0;
         let mut usable = Vec::new();
+        let mut held_back = HeldBack::default();
         for node in &ctx.fleet.nodes {
             let ready = ctx.ready.get(&node.id).copied().unwrap_or(false);
             for g in node.gpus.iter().filter(|g| g.model == model.key && g.mig_enabled == profile.is_some()) {
                 gpus += 1;
-                if g.cordoned || !ready || ctx.fleet.open.iter().any(|o| o.gpu_id == g.id) {
-                    continue;
-                }
-                usable.push((node, g));
                 let total = f64::from(model.compute_slices_total);
                 let held: f64 = ctx
                     .fleet
@@ -304,7 +302,20 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
                     .filter(|a| a.gpu_id == g.id)
                     .map(|a| tessera_core::quota::weight(model, &a.profile).unwrap_or(total))
                     .sum();
-                free += (total - held).max(0.0);
+                let gpu_free = (total - held).max(0.0);
+                // Each GPU that takes no new work counted once, under its first cause.
+                if g.cordoned {
+                    held_back.cordoned += 1;
+                } else if !ready {
+                    held_back.node_not_ready += 1;
+                } else if ctx.fleet.open.iter().any(|o| o.gpu_id == g.id) {
+                    held_back.layout_pending += 1;
+                } else {
+                    usable.push((node, g));
+                    free += gpu_free;
+                    continue;
+                }
+                held_back.free_slices += gpu_free;
             }
         }
         if gpus == 0 {
@@ -321,6 +332,7 @@ fn models_room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) ->
             needed_slices: needed,
             fragmented,
             make_room,
+            held_back,
         });
     }
     out

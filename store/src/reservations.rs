@@ -442,7 +442,7 @@ impl Store {
             let at = now_ms();
             let request_id = new_id();
             let duration_s = ((before.end_ms - before.start_ms) / 1000).max(1);
-            let reason = format!("reservation {}: {}", before.id, before.reason);
+            let reason = tessera_core::reservation::request_reason(&before.id, &before.reason);
             sqlx::query(&format!(
                 "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
                  updated_at_ms, duration_s, priority, borrowed, starts_at_ms, ends_by_ms, reservation_id) \

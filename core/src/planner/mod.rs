@@ -201,21 +201,32 @@ fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>, lost: &[u32]) -> Vec
             None => class.profile.clone(),
         };
         let matching: Vec<_> = problem.gpus.iter().filter(|g| class.eligible[g.model_idx].is_some()).collect();
-        let cordoned = matching.iter().filter(|g| g.cordoned).count();
+        // Each cause of a GPU taking nothing new counted apart: cordoned, or a layout change waiting for approval.
+        let pending = matching.iter().filter(|g| g.layout_pending).count();
+        let cordoned = matching.iter().filter(|g| g.cordoned).count() - pending;
+        let usable = matching.len() - cordoned - pending;
         let gpus = |n: usize| if n == 1 { "1 GPU".to_string() } else { format!("{n} GPUs") };
+        let held_back = match (cordoned, pending) {
+            (0, 0) => String::new(),
+            (c, 0) => format!("{} cordoned", gpus(c)),
+            (0, p) => format!("{} with a layout change waiting for approval", gpus(p)),
+            (c, p) => format!("{} cordoned, {} with a layout change waiting for approval", gpus(c), gpus(p)),
+        };
         let (code, reason) = if matching.is_empty() {
             ("no_matching_gpu", format!("no GPU in the fleet offers {wanted}"))
         } else if cordoned == matching.len() {
             ("all_matching_gpus_cordoned", format!("every GPU that offers {wanted} is cordoned ({})", gpus(cordoned)))
+        } else if usable == 0 {
+            ("insufficient_capacity", format!("no GPU that offers {wanted} takes new slices now: {held_back}"))
         } else {
             (
                 "insufficient_capacity",
                 format!(
                     "no room for {left} more {wanted} on the {} that offer{} it: the rest is in use or taken by this \
                      plan{}",
-                    gpus(matching.len() - cordoned),
-                    if matching.len() - cordoned == 1 { "s" } else { "" },
-                    if cordoned > 0 { format!(" ({} cordoned)", gpus(cordoned)) } else { String::new() }
+                    gpus(usable),
+                    if usable == 1 { "s" } else { "" },
+                    if held_back.is_empty() { String::new() } else { format!(" ({held_back})") }
                 ),
             )
         };

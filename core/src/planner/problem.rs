@@ -38,8 +38,10 @@ pub struct Gpu<'c> {
     pub in_use: Vec<Inst>,
     /// Existing free instances: can be handed out, or destroyed to make room.
     pub free: Vec<Inst>,
-    /// Gets nothing new.
+    /// Gets nothing new (cordoned, or a layout change for it waits).
     pub cordoned: bool,
+    /// Gets nothing new because a layout change for it waits for approval, not because it is cordoned.
+    pub layout_pending: bool,
 }
 
 /// One demand entry: `count` slices that any `(model, profile)` in `eligible` can serve.
@@ -94,7 +96,15 @@ impl<'c> Problem<'c> {
             }
             in_use.sort();
             free.sort();
-            gpus.push(Gpu { id: g.id.clone(), model_idx, model, in_use, free, cordoned: g.cordoned });
+            gpus.push(Gpu {
+                id: g.id.clone(),
+                model_idx,
+                model,
+                in_use,
+                free,
+                cordoned: g.cordoned || g.layout_pending,
+                layout_pending: g.layout_pending && !g.cordoned,
+            });
         }
         Problem::of_gpus(catalog, gpus, &input.demand)
     }

@@ -66,7 +66,13 @@ pub fn fleet(catalog: &Catalog, rng: &mut Rng, spec: &FleetSpec) -> Vec<GpuInput
         .map(|i| {
             let key = &spec.models[rng.below(spec.models.len())];
             let Some(model) = catalog.model(key) else {
-                return GpuInput { id: format!("gpu-{i}"), model: key.clone(), instances: vec![], cordoned: false };
+                return GpuInput {
+                    id: format!("gpu-{i}"),
+                    model: key.clone(),
+                    instances: vec![],
+                    cordoned: false,
+                    layout_pending: false,
+                };
             };
             let mut instances = Vec::new();
             if rng.chance(spec.busy) {
@@ -91,6 +97,7 @@ pub fn fleet(catalog: &Catalog, rng: &mut Rng, spec: &FleetSpec) -> Vec<GpuInput
                 model: model.key.clone(),
                 instances,
                 cordoned: rng.chance(spec.cordoned),
+                layout_pending: false,
             }
         })
         .collect()

@@ -28,6 +28,10 @@ pub struct GpuInput {
     /// A cordoned GPU gets nothing new.
     #[serde(default)]
     pub cordoned: bool,
+    /// A layout change for it waits for approval: it gets nothing new until that is decided (counted apart from
+    /// cordoned GPUs in the reasons a demand goes unplaced).
+    #[serde(default)]
+    pub layout_pending: bool,
 }
 
 /// An existing MIG instance.

@@ -24,6 +24,6 @@ mod search;
 pub use calendar::{Calendar, Prepared, Simulation};
 pub use rules::{
     Booking, CalGpu, Hold, LEAD_MS, MIN_DURATION_S, ReservationError, ReservationPolicy, ReservationState,
-    START_SLACK_MS, Shortfall, check_window, held_at, share_of,
+    START_SLACK_MS, Shortfall, check_window, held_at, request_reason, share_of,
 };
 pub use search::{PREVIEW_COUNT, preview_limit, search_most};

@@ -201,7 +201,15 @@ impl<'a> Prepared<'a> {
         };
         in_use.sort();
         free.sort();
-        Some(problem::Gpu { id: g.id.clone(), model_idx: *model_idx, model, in_use, free, cordoned: g.cordoned })
+        Some(problem::Gpu {
+            id: g.id.clone(),
+            model_idx: *model_idx,
+            model,
+            in_use,
+            free,
+            cordoned: g.cordoned,
+            layout_pending: false,
+        })
     }
 
     /// Whether `hint`'s slices can hold `b` beside what is `live` and the slices `hinted` at the same moment: each

@@ -291,6 +291,15 @@ pub struct Shortfall {
     pub placed: u32,
 }
 
+/// The reason of the request a reservation's start makes: `reservation <id>: <its reason>`, or `reservation <id>`
+/// when it gave none (never a dangling colon).
+pub fn request_reason(id: &str, reason: &str) -> String {
+    match reason.trim() {
+        "" => format!("reservation {id}"),
+        r => format!("reservation {id}: {r}"),
+    }
+}
+
 /// How a whole-GPU slice shares its GPU, and how many slices one GPU takes that way. `None` for MIG slices.
 pub fn share_of(spec: &SliceSpec) -> Option<(&str, Sharing, u32)> {
     match spec {
@@ -342,6 +351,13 @@ pub fn check_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_started_reservations_request_says_whose_it_is_without_a_dangling_colon() {
+        assert_eq!(request_reason("r1", "offsite eval"), "reservation r1: offsite eval");
+        assert_eq!(request_reason("r1", ""), "reservation r1");
+        assert_eq!(request_reason("r1", "  "), "reservation r1");
+    }
 
     #[test]
     fn policy_bounds_each_window() {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use tessera_core::catalog::Catalog;
 use tessera_core::quota::{MILLI, QuotaError, Resource, Usage};
 use tessera_core::quota_request::{
-    AskError, MAX_LINES, MAX_TEMPORARY_MS, MIN_TEMPORARY_MS, QuotaRequestState, amount, check_ask, check_grant,
+    AskError, Change, MAX_LINES, MAX_TEMPORARY_MS, MIN_TEMPORARY_MS, QuotaRequestState, amount, check_ask, check_grant,
     grant_range, needed_limits, revert,
 };
 
@@ -98,9 +98,50 @@ fn the_range_follows_the_limit_in_force_at_decision_time() {
     let current = limits(&[("compute_slices", 7)]);
     let lines = check_ask(&[(Resource::ComputeSlices, 14 * MILLI)], &current, None, NOW).expect("ask");
     // An admin raised the limit to 10 meanwhile: from 10 to 14 may still be granted.
-    assert_eq!(grant_range(&lines[0], Some(10 * MILLI)), (10 * MILLI, Some(14 * MILLI)));
-    // Made unlimited meanwhile: granting sets the limit asked for or above it.
-    assert_eq!(grant_range(&lines[0], None), (14 * MILLI, None));
+    assert_eq!(grant_range(&lines[0], Some(10 * MILLI)), Some((10 * MILLI, Some(14 * MILLI))));
+    // Raised to the ask, past it, or made unlimited meanwhile: nothing is left to grant.
+    for now in [Some(14 * MILLI), Some(16 * MILLI), None] {
+        assert_eq!(grant_range(&lines[0], now), None, "{now:?}");
+    }
+}
+
+#[test]
+fn approving_never_lowers_a_limit_raised_meanwhile() {
+    // The tenant at 7 asks for 10; an admin sets 12 before deciding: approving as asked would set 10.
+    let lines =
+        check_ask(&[(Resource::ComputeSlices, 10 * MILLI)], &limits(&[("compute_slices", 7)]), None, NOW).expect("ask");
+    let raised = limits(&[("compute_slices", 12)]);
+    let met = check_grant(&lines, None, &raised).expect_err("nothing to grant");
+    assert_eq!(met, AskError::AlreadyMet { resource: Resource::ComputeSlices, limit: Some(12 * MILLI) });
+    assert_eq!(met.code(), "quota_ask_already_met");
+    assert!(met.to_string().contains("already gives what was asked"), "{met}");
+    let ten: BTreeMap<Resource, u64> = [(Resource::ComputeSlices, 10 * MILLI)].into();
+    assert_eq!(check_grant(&lines, Some(&ten), &raised).expect_err("refused").code(), "quota_ask_already_met");
+
+    // Two lines, one met meanwhile: approving in full grants the other alone.
+    let start = limits(&[("compute_slices", 7), ("gpu/H100-80GB", 1)]);
+    let asked = [(Resource::ComputeSlices, 10 * MILLI), (res("gpu/H100-80GB"), 2 * MILLI)];
+    let lines = check_ask(&asked, &start, None, NOW).expect("ask");
+    let now = limits(&[("compute_slices", 12), ("gpu/H100-80GB", 1)]);
+    let changes = check_grant(&lines, None, &now).expect("the GPU line");
+    assert_eq!(changes, vec![Change { resource: res("gpu/H100-80GB"), before: Some(MILLI), after: 2 * MILLI }]);
+}
+
+#[test]
+fn a_decrease_is_granted_downwards_only() {
+    // A tenant giving back: 7 down to 4. Between 4 and the limit in force may be granted; nothing above it.
+    let lines =
+        check_ask(&[(Resource::ComputeSlices, 4 * MILLI)], &limits(&[("compute_slices", 7)]), None, NOW).expect("ask");
+    assert_eq!(grant_range(&lines[0], Some(7 * MILLI)), Some((4 * MILLI, Some(7 * MILLI))));
+    // Lowered to 3 by an admin meanwhile: already met, approving would raise it.
+    assert_eq!(grant_range(&lines[0], Some(3 * MILLI)), None);
+    assert_eq!(
+        check_grant(&lines, None, &limits(&[("compute_slices", 3)])).expect_err("met").code(),
+        "quota_ask_already_met"
+    );
+    // From unlimited: any limit from the amount asked up.
+    let from_unlimited = check_ask(&[(Resource::ComputeSlices, 4 * MILLI)], &Usage::new(), None, NOW).expect("ask");
+    assert_eq!(grant_range(&from_unlimited[0], None), Some((4 * MILLI, None)));
 }
 
 #[test]
@@ -161,7 +202,11 @@ proptest! {
             Some(m) => [(Resource::ComputeSlices, m)].into(),
             None => Usage::new(),
         };
-        let (low, high) = grant_range(&lines[0], now.get(&Resource::ComputeSlices).copied());
+        let in_force = now.get(&Resource::ComputeSlices).copied();
+        let Some((low, high)) = grant_range(&lines[0], in_force) else {
+            prop_assert_eq!(check_grant(&lines, None, &now).map_err(|e| e.code()), Err("quota_ask_already_met"));
+            return Ok(());
+        };
         let amount = match high { Some(h) => low + (h - low) * pick / 1000, None => low + pick };
         let g: BTreeMap<Resource, u64> = [(Resource::ComputeSlices, amount)].into();
         match check_grant(&lines, Some(&g), &now) {
@@ -169,6 +214,12 @@ proptest! {
                 let c = &changes[0];
                 prop_assert!(c.after >= low && high.is_none_or(|h| c.after <= h));
                 prop_assert!(c.after.min(asked) <= asked.max(c.before.unwrap_or(u64::MAX)));
+                // Never against the direction asked: an increase never lowers, a decrease never raises.
+                if asked > before {
+                    prop_assert!(c.before.is_some_and(|b| c.after > b), "{:?}", c);
+                } else {
+                    prop_assert!(c.before.is_none_or(|b| c.after < b), "{:?}", c);
+                }
                 if c.before.is_some_and(|b| c.after > b) {
                     prop_assert_eq!(revert(Some(c.after), c.before, c.after), c.before);
                 }

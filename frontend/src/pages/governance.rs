@@ -376,6 +376,9 @@ pub fn standing_flags(t: &TenantStanding) -> Vec<String> {
     if t.borrowing {
         flags.push("borrowing from its cohort".to_string());
     }
+    if t.over_limit {
+        flags.push("over its limit (new requests refused until it is back under)".to_string());
+    }
     if t.being_reclaimed > 0 {
         flags.push(format!("{} being taken back", crate::pages::count(u64::from(t.being_reclaimed), "request")));
     }
@@ -418,7 +421,8 @@ pub fn StandingPage() -> impl IntoView {
                                             let limit = l.limit.map_or_else(|| "no limit".to_string(), n);
                                             let max = l.maximum.map(|m| format!(" (max {})", n(m))).unwrap_or_default();
                                             let borrowed = if l.borrowed > 0.0 { format!(", {} borrowed", n(l.borrowed)) } else { String::new() };
-                                            format!("{} / {limit}{max}{borrowed}", n(l.held))
+                                            let over = if l.over > 0.0 { format!(", {} over", n(l.over)) } else { String::new() };
+                                            format!("{} / {limit}{max}{borrowed}{over}", n(l.held))
                                         });
                                         let peak = line.as_ref().map_or_else(|| "—".to_string(), |l| format!("{} · {}", n(l.peak_held_30d), n(l.mean_used_30d)));
                                         let href = format!("/t/{}", t.name);

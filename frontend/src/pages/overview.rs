@@ -32,19 +32,58 @@ pub struct FleetSummary {
     pub ready: usize,
     /// Nodes needing attention (`failed`, `not-ready`).
     pub attention: usize,
+    /// GPUs cordoned (by an admin, a drain or their health) on nodes not counted in `attention`.
+    pub cordoned_gpus: usize,
+    /// GPUs whose health is not `healthy` (degraded or unhealthy) on nodes not counted in `attention`.
+    pub sick_gpus: usize,
     /// GPUs.
     pub gpus: usize,
     /// MIG instances the agents report.
     pub instances: usize,
 }
 
+/// A node that needs attention as a whole: `failed` or `not-ready`.
+fn down(n: &NodeView) -> bool {
+    matches!(n.state.as_str(), "failed" | "not-ready")
+}
+
 impl FleetSummary {
+    /// What needs attention: nodes down, then cordoned and unwell GPUs elsewhere (a GPU both cordoned and unwell is
+    /// counted once). `(count, words)`, words empty when nothing does.
+    pub fn attention_text(&self, nodes: &[NodeView]) -> (usize, String) {
+        let gpus = nodes
+            .iter()
+            .filter(|n| !down(n))
+            .flat_map(|n| &n.gpus)
+            .filter(|g| g.cordoned || g.health.state != tessera_core::health::HealthState::Healthy)
+            .count();
+        let plural = |n: usize, one: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {one}s") };
+        let mut parts = Vec::new();
+        if self.attention > 0 {
+            parts.push(format!("{} down", plural(self.attention, "node")));
+        }
+        if self.cordoned_gpus > 0 {
+            parts.push(format!("{} cordoned", plural(self.cordoned_gpus, "GPU")));
+        }
+        if self.sick_gpus > 0 {
+            parts.push(format!("{} not healthy", plural(self.sick_gpus, "GPU")));
+        }
+        (self.attention + gpus, parts.join(" · "))
+    }
+
     /// Counts `nodes`.
     pub fn of(nodes: &[NodeView]) -> FleetSummary {
         FleetSummary {
             nodes: nodes.len(),
             ready: nodes.iter().filter(|n| n.state == "ready").count(),
-            attention: nodes.iter().filter(|n| matches!(n.state.as_str(), "failed" | "not-ready")).count(),
+            attention: nodes.iter().filter(|n| down(n)).count(),
+            cordoned_gpus: nodes.iter().filter(|n| !down(n)).flat_map(|n| &n.gpus).filter(|g| g.cordoned).count(),
+            sick_gpus: nodes
+                .iter()
+                .filter(|n| !down(n))
+                .flat_map(|n| &n.gpus)
+                .filter(|g| g.health.state != tessera_core::health::HealthState::Healthy)
+                .count(),
             gpus: nodes.iter().map(|n| n.gpus.len()).sum(),
             instances: nodes.iter().flat_map(|n| &n.gpus).filter_map(|g| g.applied.as_ref()).map(Vec::len).sum(),
         }
@@ -176,7 +215,11 @@ pub fn OverviewPage() -> impl IntoView {
                             (m.tenant.clone(), name, role_label(m.role))
                         }).collect()
                     };
-                    let summary = if s.user.platform_admin { Some(nodes.await.map(|n| FleetSummary::of(&n))) } else { None };
+                    let summary = if s.user.platform_admin {
+                        Some(nodes.await.map(|n| { let f = FleetSummary::of(&n); let a = f.attention_text(&n); (f, a) }))
+                    } else {
+                        None
+                    };
                     view! {
                         <h1>{format!("Hello, {}", s.user.name)}</h1>
                         <div class="cards">
@@ -196,13 +239,14 @@ pub fn OverviewPage() -> impl IntoView {
                             <div class="card" data-testid="fleet-summary">
                                 <h2>"Fleet"</h2>
                                 {match summary {
-                                    Ok(f) => { let attention = f.attention > 0; view! {
+                                    Ok((f, (count, words))) => { let attention = count > 0; view! {
                                         <dl class="stats">
                                             <div><dt>"Nodes ready"</dt><dd>{format!("{} / {}", f.ready, f.nodes)}</dd></div>
-                                            <div><dt>"Need attention"</dt><dd class:bad=attention>{f.attention}</dd></div>
+                                            <div><dt>"Need attention"</dt><dd class:bad=attention data-testid="attention-count" title=words.clone()>{count}</dd></div>
                                             <div><dt>"GPUs"</dt><dd>{f.gpus}</dd></div>
                                             <div><dt>"MIG instances"</dt><dd>{f.instances}</dd></div>
                                         </dl>
+                                        {(!words.is_empty()).then(|| view! { <p class="muted small" data-testid="attention-words">{words}</p> })}
                                         <A href="/fleet">"Open the fleet"</A>
                                     }.into_any() }
                                     Err(p) => problem_view(&p),
@@ -254,6 +298,14 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
     let pending =
         Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
     let layouts = Resource::new(|| (), |_| api::get_json::<Vec<LayoutView>>("/api/v1/layouts?state=proposed".into()));
+    let quota_asks = Resource::new(
+        || (),
+        |_| {
+            api::get_json::<tessera_api::quotas::QuotaRequestPage>(
+                "/api/v1/quota-requests?state=pending&limit=500".into(),
+            )
+        },
+    );
     let efficiency = Resource::new(|| (), |_| api::get_json::<EfficiencyReport>("/api/v1/efficiency".into()));
     view! {
         <div class="cards glance" data-testid="admin-glance">
@@ -261,7 +313,18 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                 {move || Suspend::new(async move {
                     let list = match nodes.await { Ok(n) => n, Err(p) => return problem_view(&p) };
                     let caps = capacity(&list, Catalog::builtin());
-                    let sick: Vec<(String, String)> = list.iter().filter(|n| matches!(n.state.as_str(), "failed" | "not-ready")).map(|n| (n.name.clone(), n.state.clone())).collect();
+                    // Nodes down, then GPUs cordoned or not healthy on the others: what "Need attention" counts.
+                    let mut sick: Vec<(String, String)> = list.iter().filter(|n| down(n)).map(|n| (n.name.clone(), n.state.clone())).collect();
+                    for n in list.iter().filter(|n| !down(n)) {
+                        for g in n.gpus.iter().filter(|g| g.cordoned || g.health.state != tessera_core::health::HealthState::Healthy) {
+                            let why = match (g.cordoned, g.health.state != tessera_core::health::HealthState::Healthy) {
+                                (true, true) => format!("cordoned, {}", g.health.state.as_str()),
+                                (true, false) => "cordoned".to_string(),
+                                (false, _) => g.health.state.as_str().to_string(),
+                            };
+                            sick.push((format!("{} GPU {}", n.name, g.index), why));
+                        }
+                    }
                     view! {
                         <div class="card" data-testid="capacity">
                             <h2>"Capacity"</h2>
@@ -293,7 +356,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                         <div class="card" data-testid="attention">
                             <h2>"Needs attention"</h2>
                             {if sick.is_empty() {
-                                view! { <p class="muted">"Every node is ready."</p> }.into_any()
+                                view! { <p class="muted">"Every node is ready and every GPU in service."</p> }.into_any()
                             } else {
                                 view! { <ul class="plain">{sick.into_iter().map(|(n, st)| view! { <li><A href="/fleet"><strong>{n}</strong></A>" "<span class="state failed">{st}</span></li> }).collect_view()}</ul> }.into_any()
                             }}
@@ -324,13 +387,15 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                 <h2>"Waiting for you"</h2>
                 <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                     {move || Suspend::new(async move {
-                        let (r, l, u) = (pending.await, layouts.await, usage.await);
+                        let (r, l, u, q) = (pending.await, layouts.await, usage.await, quota_asks.await);
                         let requests = r.map(|p| p.items.len()).unwrap_or(0);
+                        let quota = q.map(|p| p.items.len()).unwrap_or(0);
                         let layouts = l.map(|v| v.len()).unwrap_or(0);
                         let idle = u.map(|u| u.allocations.iter().filter(|a| a.idle).count()).unwrap_or(0);
                         view! {
                             <dl class="stats">
                                 <div><dt>"Requests to approve"</dt><dd data-testid="waiting-requests">{requests}</dd></div>
+                                <div><dt>"Quota requests"</dt><dd data-testid="waiting-quota-requests">{quota}</dd></div>
                                 <div><dt>"Layout changes"</dt><dd data-testid="waiting-layouts">{layouts}</dd></div>
                                 <div><dt>"Idle allocations"</dt><dd data-testid="idle-allocations" class:warn-text=idle != 0>{idle}</dd></div>
                             </dl>

@@ -972,6 +972,32 @@ display_name = "Test IdP"
     const waitingRequests = Number(await page.locator('[data-testid=waiting-requests]').textContent());
     check(await page.locator('[data-testid=admin-glance] [data-testid=utilisation]').count() === 1 && waitingRequests >= 0,
       `overview: an admin sees capacity per GPU model, utilisation, and what waits (${waitingRequests} request(s) to approve)`);
+    // "Waiting for you" counts what the Approvals badge counts: requests, quota requests and layout changes.
+    await waitFor('the overview\'s waiting counts to match the Approvals badge', async () => {
+      await page.goto(`${base}/`);
+      await page.locator('[data-testid=waiting-quota-requests]').waitFor();
+      const n = async (id) => Number(await page.locator(`[data-testid=${id}]`).textContent());
+      const total = await n('waiting-requests') + await n('waiting-quota-requests') + await n('waiting-layouts');
+      const badge = page.locator('[data-testid=approvals-count]');
+      const shown = await badge.count() ? await badge.textContent() : '0';
+      const [reqs, asks, props] = await Promise.all([api('GET', '/api/v1/requests?state=pending&limit=500'),
+        api('GET', '/api/v1/quota-requests?state=pending&limit=500'), api('GET', '/api/v1/layouts?state=proposed')]);
+      const fromApi = reqs.items.length + asks.items.length + props.length;
+      return shown === String(total) && total === fromApi
+        && `${total} waiting (${await n('waiting-quota-requests')} quota request(s)), badge ${shown}, API ${fromApi}`;
+    }, 60000, 2000).then((what) => check(true, `overview: "Waiting for you" matches the Approvals badge and the API: ${what}`));
+    // "Need attention" counts nodes down and, on the others, GPUs cordoned or not healthy, as the API lists them.
+    {
+      const nodes = await api('GET', '/api/v1/nodes');
+      const down = (n) => n.state === 'failed' || n.state === 'not-ready';
+      const expected = nodes.filter(down).length + nodes.filter((n) => !down(n))
+        .flatMap((n) => n.gpus).filter((g) => g.cordoned || g.health.state !== 'healthy').length;
+      const shown = Number(await page.locator('[data-testid=attention-count]').textContent());
+      const words = await page.locator('[data-testid=attention-words]').count()
+        ? (await page.locator('[data-testid=attention-words]').textContent()).trim() : '';
+      check(shown === expected && (expected === 0) === (words === ''),
+        `overview: "Need attention" counts nodes down and cordoned or unwell GPUs (${shown}: ${words || 'nothing'})`);
+    }
     // Each model's parts add up to its total: "10 of 28 allocated · 17 free · 1 stranded · 4 GPUs".
     const capacities = await page.locator('[data-testid=capacity] li[data-model] .bar-head .muted').allTextContents();
     const parts = capacities.map((t) => {

@@ -722,6 +722,82 @@ async fn draining_one_gpu_ends_its_holders_at_the_deadline_while_the_others_serv
     server.stop().await;
 }
 
+/// A cordon holds back what has not started: a request approved onto a GPU that is then cordoned waits
+/// (`gpu_cordoned`), even when the layout change it needs is approved and applied meanwhile, and starts once the GPU
+/// is uncordoned. What already runs there keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cordoned_gpu_starts_nothing_new_until_uncordoned() {
+    let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;
+    let mut a = SimAgent::new(&server.base, "cord", "H100-80GB:2", server.join_token(None).await);
+    a.start();
+    server.settled("cord").await;
+    let (_, tenant) = server.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "ml"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+    let quota = json!({"limits": {"compute_slices": 100}});
+    server.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(quota)).await;
+    let ask = |profile: &str| json!({"tenant": tenant, "spec": {"mode": "mig", "profile": profile, "model": "H100-80GB"}, "count": 1});
+    let state_of = |id: String| {
+        let server = &server;
+        async move { server.call(Method::GET, &format!("/api/v1/requests/{id}"), None).await.1 }
+    };
+
+    // One slice running before the cordon.
+    let (_, running) = server.call(Method::POST, "/api/v1/requests", Some(ask("3g.40gb"))).await;
+    let running = running["id"].as_str().expect("id").to_string();
+    let (s, approval) = server.call(Method::POST, &format!("/api/v1/requests/{running}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    for p in approval["layout_proposals"].as_array().into_iter().flatten() {
+        let pid = p["id"].as_str().expect("proposal");
+        server.call(Method::POST, &format!("/api/v1/layouts/{pid}/approve"), None).await;
+    }
+    let active = wait_for(Duration::from_secs(30), || async {
+        (state_of(running.clone()).await["state"] == "active").then_some(())
+    })
+    .await;
+    assert!(active.is_some(), "the first request turns active");
+
+    // A whole-GPU instance approved onto a layout change of the other GPU, then that GPU is cordoned and the
+    // change approved.
+    let (_, second) = server.call(Method::POST, "/api/v1/requests", Some(ask("7g.80gb"))).await;
+    let second = second["id"].as_str().expect("id").to_string();
+    let (s, approval) = server.call(Method::POST, &format!("/api/v1/requests/{second}/approve"), None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    let proposals: Vec<String> = approval["layout_proposals"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["id"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(proposals.len(), 1, "the 7g.80gb needs a layout change: {approval}");
+    let gpu = approval["reservations"][0]["gpu"].as_str().expect("gpu").to_string();
+    let (s, _) = server.call(Method::POST, &format!("/api/v1/gpus/{gpu}/cordon"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = server.call(Method::POST, &format!("/api/v1/layouts/{}/approve", proposals[0]), None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // The agent applies everything it is sent (the new layout) and reports back; the held-back slice is not sent.
+    let node = server.settled("cord").await;
+    let g = node["gpus"].as_array().into_iter().flatten().find(|g| g["id"] == gpu.as_str()).cloned().expect("gpu");
+    assert!(
+        g["layout"].as_array().into_iter().flatten().any(|i| i["profile"] == "7g.80gb"),
+        "the layout change is applied: {node:#}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = state_of(second.clone()).await;
+    assert_ne!(held["state"], "active", "nothing new starts on a cordoned GPU: {held}");
+    assert_eq!(held["waiting"]["reason"]["code"], "gpu_cordoned", "{held}");
+    assert_eq!(state_of(running.clone()).await["state"], "active", "what ran keeps running");
+
+    // Uncordoned: it starts.
+    let (s, _) = server.call(Method::POST, &format!("/api/v1/gpus/{gpu}/uncordon"), None).await;
+    assert_eq!(s, StatusCode::OK);
+    let started = wait_for(Duration::from_secs(30), || async {
+        (state_of(second.clone()).await["state"] == "active").then_some(())
+    })
+    .await;
+    assert!(started.is_some(), "it starts once uncordoned: {}", state_of(second.clone()).await);
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
     let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;

@@ -15,6 +15,7 @@ use crate::harness::{TestApp, TestDb, on_both_backends};
 on_both_backends!(
     a_timeline_counts_what_was_held_and_used_each_hour,
     the_standing_names_who_borrows_who_waits_and_who_does_not_use_its_quota,
+    over_a_lowered_limit_outside_a_cohort_is_over_not_borrowing,
     budgets_count_this_months_spending_and_block_only_what_could_spend,
 );
 
@@ -153,7 +154,7 @@ async fn the_standing_names_who_borrows_who_waits_and_who_does_not_use_its_quota
         (line["held"].clone(), line["borrowed"].clone(), line["maximum"].clone()),
         (json!(6.0), json!(3.0), json!(10.0))
     );
-    assert_eq!(line["peak_held_30d"], 6.0);
+    assert_eq!((line["peak_held_30d"].clone(), line["over"].clone()), (json!(6.0), json!(0.0)), "under its maximum");
     assert_eq!(
         (speech["starved"].clone(), speech["waiting_within_guarantee"].clone()),
         (json!(true), json!(1)),
@@ -165,6 +166,44 @@ async fn the_standing_names_who_borrows_who_waits_and_who_does_not_use_its_quota
     assert_eq!(audio["budget"], "ok");
     let (s, _) = app.get("/api/v1/quota-standing", &tokens[0].1).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+}
+
+async fn over_a_lowered_limit_outside_a_cohort_is_over_not_borrowing(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    let limit = |n: u32| json!({"limits": {"compute_slices": n}});
+    let (s, q) = app.send(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limit(7))).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "3g.40gb", "model": "H100-80GB"}, "count": 1});
+    let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(ask)).await;
+    assert_eq!((s, r["borrowed"].clone()), (StatusCode::CREATED, json!(false)), "{r}");
+    // The limit lowered under what it holds (3 slices): over by 2, and in no cohort, so nobody lends it anything.
+    let (s, q) = app.send(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limit(1))).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+
+    let (s, st) = app.get("/api/v1/quota-standing", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{st}");
+    let vision =
+        st["tenants"].as_array().and_then(|a| a.iter().find(|x| x["name"] == "vision")).cloned().expect("vision");
+    assert_eq!(
+        (vision["cohort"].clone(), vision["borrowing"].clone(), vision["over_limit"].clone()),
+        (Value::Null, json!(false), json!(true)),
+        "{vision}"
+    );
+    let line = vision["lines"].as_array().and_then(|l| l.iter().find(|l| l["resource"] == "compute_slices")).cloned();
+    let line = line.expect("a compute line");
+    assert_eq!(
+        (line["held"].clone(), line["limit"].clone(), line["borrowed"].clone(), line["over"].clone()),
+        (json!(3.0), json!(1.0), json!(0.0), json!(2.0)),
+        "{line}"
+    );
+
+    let (s, q) = app.get(&format!("/api/v1/tenants/{t}/quotas"), &dev).await;
+    assert_eq!(s, StatusCode::OK, "{q}");
+    let line = q["resources"].as_array().and_then(|l| l.iter().find(|l| l["resource"] == "compute_slices")).cloned();
+    let line = line.expect("a compute line");
+    assert_eq!((line["borrowed"].clone(), line["over"].clone()), (json!(0.0), json!(true)), "{line}");
 }
 
 async fn budgets_count_this_months_spending_and_block_only_what_could_spend(db: &TestDb) {

@@ -15,6 +15,7 @@ on_both_backends!(
     quota_requests_are_checked_against_their_bounds,
     of_two_admins_deciding_the_same_version_one_wins,
     the_quota_commands_ask_grant_and_show_the_history,
+    approving_an_ask_the_limit_already_gives_never_lowers_it,
 );
 
 async fn post(app: &TestApp, path: &str, token: &str, body: Value, version: Option<i64>) -> (StatusCode, Value) {
@@ -357,4 +358,40 @@ async fn the_quota_commands_ask_grant_and_show_the_history(db: &TestDb) {
     let history: Value = serde_json::from_str(&out).expect("json");
     assert_eq!((history[0]["after"].clone(), history[0]["quota_request"].clone()), (json!(3.0), json!(id)));
     assert_eq!(limit_of(&app, &t, "memory_gib").await, Value::Null, "memory was not granted");
+}
+
+/// The tenant at 7 asks for 10; an admin sets 12 before deciding. Approving as asked would set 10: it is refused
+/// (409 `quota_ask_already_met`) and changes nothing; with a second line still open, only that line is granted.
+async fn approving_an_ask_the_limit_already_gives_never_lowers_it(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let (t, lead, _) = team(&app, "vision", 7.0).await;
+    let ask = json!({"limits": {"compute_slices": 10}, "reason": "a bigger training run"});
+    let (s, asked) = post(&app, &format!("/api/v1/tenants/{t}/quota-requests"), &lead, ask, None).await;
+    assert_eq!(s, StatusCode::CREATED, "{asked}");
+    let id = asked["id"].as_str().expect("id").to_string();
+    assert_eq!(app.quota(&t, json!({"compute_slices": 12})).await.status(), StatusCode::OK);
+
+    let approve = format!("/api/v1/quota-requests/{id}/approve");
+    for grant in [json!({}), json!({"limits": {"compute_slices": 10}})] {
+        let (s, b) = post(&app, &approve, &app.admin, grant, None).await;
+        assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "quota_ask_already_met"), "{b}");
+        assert!(b["detail"].as_str().is_some_and(|d| d.contains("12")), "names the limit in force: {b}");
+    }
+    assert_eq!(limit_of(&app, &t, "compute_slices").await["limit"], 12.0, "never lowered");
+    let (_, still) = app.get(&format!("/api/v1/quota-requests/{id}"), &app.admin).await;
+    assert_eq!(still["state"], "pending", "{still}");
+    let (s, history) = app.get(&format!("/api/v1/tenants/{t}/quota-history"), &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{history}");
+    assert!(!history.to_string().contains("\"after\":10"), "no change to 10 recorded: {history}");
+
+    // Two lines, one given meanwhile: approving in full grants the other alone.
+    let ask = json!({"limits": {"compute_slices": 14, "gpu/h100-80gb": 2}, "reason": "both"});
+    let (s, asked) = post(&app, &format!("/api/v1/tenants/{t}/quota-requests"), &lead, ask, None).await;
+    assert_eq!(s, StatusCode::CREATED, "{asked}");
+    let id = asked["id"].as_str().expect("id").to_string();
+    assert_eq!(app.quota(&t, json!({"compute_slices": 15})).await.status(), StatusCode::OK);
+    let (s, granted) = post(&app, &format!("/api/v1/quota-requests/{id}/approve"), &app.admin, json!({}), None).await;
+    assert_eq!(s, StatusCode::OK, "{granted}");
+    assert_eq!(limit_of(&app, &t, "compute_slices").await["limit"], 15.0, "kept, not lowered to 14");
+    assert_eq!(limit_of(&app, &t, "gpu/H100-80GB").await["limit"], 2.0, "{granted}");
 }

@@ -14,6 +14,7 @@ on_both_backends!(
     a_request_waiting_for_reclaimed_room_knows_when_it_can_start,
     a_preview_writes_nothing_and_the_creation_that_follows_agrees,
     a_scattered_gpu_names_the_instances_to_move_to_make_room,
+    gpus_that_take_no_new_work_are_counted_by_cause,
 );
 
 async fn waiting(app: &TestApp, id: &Value) -> Value {
@@ -33,6 +34,9 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
     // Two pending requests for the same slices: both wait for an admin, in the order they were made.
     let (_, first) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
     let (_, second) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
+    // The creation answers the same view a read right after does: why it waits, and where it stands.
+    assert_eq!(first["waiting"]["reason"]["code"], "awaiting_approval", "{first}");
+    assert_eq!(second["waiting"]["queue_position"], 2, "{second}");
     let w = waiting(&app, &first["id"]).await;
     assert_eq!(w["reason"]["code"], "awaiting_approval", "{w}");
     assert_eq!(w["reason"]["approvers"], json!(["admin"]), "{w}");
@@ -301,4 +305,68 @@ async fn a_scattered_gpu_names_the_instances_to_move_to_make_room(db: &TestDb) {
         (json!(false), json!([])),
         "{p}"
     );
+}
+
+/// A GPU with a layout change waiting for approval takes no new work, as a cordoned one does, but it is not
+/// cordoned: the waiting reason and the planner's refusal count each cause apart, and the free slices on those
+/// GPUs are said, not dropped.
+async fn gpus_that_take_no_new_work_are_counted_by_cause(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    let gpus = app.mig_gpus("H100-80GB").await;
+    assert_eq!(gpus.len(), 2, "the demo node's two H100s: {gpus:?}");
+    app.one_gpu_of("H100-80GB").await;
+    // A whole H100 instance: neither GPU has one, so the approval waits for a layout change on the uncordoned one.
+    let (s, first) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "7g.80gb", 1))).await;
+    assert_eq!(s, StatusCode::CREATED, "{first}");
+    let path = format!("/api/v1/requests/{}/approve", first["id"].as_str().expect("id"));
+    let (s, approval) = app.send(Method::POST, &path, &app.admin, None).await;
+    assert_eq!(s, StatusCode::OK, "{approval}");
+    assert_eq!(approval["layout_proposals"].as_array().map(Vec::len), Some(1), "{approval}");
+    assert_eq!(approval["layout_proposals"][0]["gpu"], gpus[0].as_str(), "{approval}");
+
+    let (s, second) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "7g.80gb", 1))).await;
+    assert_eq!(s, StatusCode::CREATED, "{second}");
+    // The demo node has no agent here: marked heard from, so that its GPUs count as on a ready node.
+    app.heard_node_of(&gpus[0]).await;
+    let w = waiting(&app, &second["id"]).await;
+    assert_eq!(w["reason"]["code"], "no_capacity", "{w}");
+    let h100 = &w["reason"]["models"][0];
+    assert_eq!((h100["model"].clone(), h100["free_slices"].clone()), (json!("H100-80GB"), json!(0.0)), "{w}");
+    assert_eq!(
+        h100["held_back"],
+        json!({"cordoned": 1, "node_not_ready": 0, "layout_pending": 1, "free_slices": 7.0}),
+        "one cordoned (7 free), one with the first request's layout change waiting (its 7 taken by it): {w}"
+    );
+    let sentence = w["sentence"].as_str().unwrap_or("");
+    assert!(
+        sentence.contains(
+            "not taking new work: 1 GPU cordoned, 1 GPU with a layout change waiting for approval; 7 compute slices \
+             free there"
+        ),
+        "{sentence}"
+    );
+    // The planner's refusal says the same: one cordoned, one waiting, not "2 GPUs cordoned".
+    let path = format!("/api/v1/requests/{}/approve", second["id"].as_str().expect("id"));
+    let (s, refused) = app.send(Method::POST, &path, &app.admin, None).await;
+    assert_eq!((s, refused["code"].clone()), (StatusCode::CONFLICT, json!("no_capacity")), "{refused}");
+    let detail = refused["detail"].as_str().unwrap_or("");
+    assert!(
+        detail.contains("1 GPU cordoned, 1 GPU with a layout change waiting for approval")
+            && !detail.contains("2 GPUs"),
+        "{detail}"
+    );
+}
+
+/// The document's `Waiting.reason` names every code a request can wait with.
+#[test]
+fn the_document_lists_every_wait_code() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi/openapi.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("openapi/openapi.json")).expect("json");
+    let described =
+        doc["components"]["schemas"]["Waiting"]["properties"]["reason"]["description"].as_str().unwrap_or("");
+    for code in tessera_core::pending::WaitReason::CODES {
+        assert!(described.contains(&format!("`{code}`")), "{code} is not in Waiting.reason's description: {described}");
+    }
 }

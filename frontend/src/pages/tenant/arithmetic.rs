@@ -55,9 +55,13 @@ impl QuotaBar {
     pub fn text(&self) -> String {
         let n = |m: Milli| quota::show_places(m, 1);
         let pending = if self.pending > 0 { format!(" · {} pending", n(self.pending)) } else { String::new() };
+        // Over what it may hold (the server's word): over, not borrowing, whether in a cohort or not.
         let borrowed = match (self.borrowed(), self.maximum) {
             (0, Some(m)) if self.limit.is_some_and(|l| m > l) => format!(" · up to {} with the cohort", n(m)),
             (0, _) => String::new(),
+            (_, _) if self.over => {
+                " · over what it may hold: new requests are refused until it is back under".to_string()
+            }
             (b, Some(m)) => format!(" · {} borrowed (at most {})", n(b), n(m)),
             (b, None) => format!(" · {} over", n(b)),
         };
@@ -285,8 +289,14 @@ mod tests {
         let cohort = QuotaBar { used: 9_000, pending: 0, limit: Some(7_000), maximum: Some(14_000), ..free.clone() };
         assert_eq!(cohort.text(), "9 of 7 GiB used · 2 borrowed (at most 14)");
         assert_eq!((cohort.widths(), cohort.limit_mark()), (Some((9.0 / 14.0 * 100.0, 0.0)), Some(50.0)));
-        let lender = QuotaBar { used: 3_000, ..cohort };
+        let lender = QuotaBar { used: 3_000, ..cohort.clone() };
         assert_eq!(lender.text(), "3 of 7 GiB used · up to 14 with the cohort");
+        // Over a limit lowered under what it holds, with a maximum set but in no cohort: over, never "borrowed".
+        let over = QuotaBar { used: 9_000, over: true, ..cohort };
+        assert_eq!(
+            over.text(),
+            "9 of 7 GiB used · over what it may hold: new requests are refused until it is back under"
+        );
     }
 
     #[test]
