@@ -135,7 +135,7 @@ pub async fn cordon_gpu(
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    Ok(ApiJson(tessera_services::fleet::set_cordoned(&state, &p, &id, true).await?.into()))
+    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, true).await?.into()))
 }
 
 /// Drain a GPU for maintenance (platform admins): it is cordoned at once and its holders are told (`gpu.draining`);
@@ -163,7 +163,7 @@ pub async fn uncordon_gpu(
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    Ok(ApiJson(tessera_services::fleet::set_cordoned(&state, &p, &id, false).await?.into()))
+    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, false).await?.into()))
 }
 
 /// What the fleet offers: GPU models with their counts and MIG profiles, and the approval queue's length.

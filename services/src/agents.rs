@@ -144,6 +144,20 @@ pub async fn refresh_gpus(state: &AppState, gpu_ids: &[String]) {
     }
 }
 
+/// Cordons or uncordons a GPU (platform admins), and tells its node at once: on a cordoned GPU nothing new starts
+/// (its slices not active yet wait, `gpu_cordoned`); uncordoned, they start. An uncordon also ends a drain.
+pub async fn set_cordoned(
+    state: &AppState,
+    p: &tessera_store::Principal,
+    gpu_id: &str,
+    cordoned: bool,
+) -> Result<Gpu, ApiError> {
+    crate::auth::Permissions::require_platform_admin(p)?;
+    let gpu = state.store.set_cordoned(gpu_id, cordoned, &p.actor()).await?;
+    refresh_gpus(state, &[gpu_id.to_string()]).await;
+    Ok(gpu)
+}
+
 /// Most MIG instances a status may list on one GPU (the largest GPUs have 7; compute instances share theirs).
 pub const MAX_INSTANCES_PER_GPU: usize = 16;
 /// Longest GPU or MIG device UUID a status may carry.

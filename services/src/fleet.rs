@@ -212,25 +212,9 @@ pub async fn drain(
     }
     let deadline = tessera_store::now_ms() + i64::from(seconds) * 1000;
     state.store.start_drain(gpu_id, deadline, reason, &p.actor()).await?;
-    // Cordoned now: what has not started there is held back from its node at once.
-    crate::agents::refresh_gpus(state, &[gpu_id.to_string()]).await;
     // A GPU that holds nothing is drained at once.
     state.store.finish_drain(gpu_id).await?;
     drain_view(state, gpu_id).await?.ok_or_else(|| ApiError::NotFound(format!("gpu {gpu_id}")))
-}
-
-/// Cordons or uncordons a GPU (platform admins), and tells its node at once: on a cordoned GPU nothing new starts
-/// (its slices not active yet wait, `gpu_cordoned`); uncordoned, they start. An uncordon also ends a drain.
-pub async fn set_cordoned(
-    state: &AppState,
-    p: &Principal,
-    gpu_id: &str,
-    cordoned: bool,
-) -> Result<tessera_store::Gpu, ApiError> {
-    p.require_platform_admin()?;
-    let gpu = state.store.set_cordoned(gpu_id, cordoned, &p.actor()).await?;
-    crate::agents::refresh_gpus(state, &[gpu_id.to_string()]).await;
-    Ok(gpu)
 }
 
 /// A GPU's drain as the API shows it, with the requests still holding slices on it.
