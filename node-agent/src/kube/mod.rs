@@ -33,7 +33,7 @@ pub use plan::*;
 /// Operator), the crate has no Kubernetes client: this type has no values, so `Config::kube` is always `None`
 /// and the agent applies through its backend.
 #[cfg(not(feature = "kube"))]
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum KubeApplier {}
 
 #[cfg(not(feature = "kube"))]
