@@ -31,6 +31,20 @@ fn ask_of(body: &NewRequestBody) -> requests::Ask<'_> {
     }
 }
 
+/// A request with its `ETag` and, while it waits, why (`waiting`), as of this answer.
+async fn with_waiting(
+    state: &AppState,
+    p: &tessera_store::Principal,
+    status: StatusCode,
+    request: SliceRequest,
+) -> Result<Response, ApiError> {
+    let mut ctx = tessera_services::waits::Context::read(state, p).await?;
+    let waiting = tessera_services::waits::explain(state, &mut ctx, &request).await?;
+    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
+    let view = RequestView { waiting, ..RequestView::from(request) };
+    Ok(versioned(status, version, &location, view))
+}
+
 fn with_etag(status: StatusCode, request: SliceRequest) -> Response {
     let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
     versioned(status, version, &location, RequestView::from(request))
@@ -54,11 +68,7 @@ pub async fn create_request(
     let ask = ask_of(&body);
     let (request, created) = requests::create(&state, &p, ask, key).await?;
     // The same view a `GET` right after answers: while it waits, why.
-    let mut ctx = tessera_services::waits::Context::read(&state, &p).await?;
-    let waiting = tessera_services::waits::explain(&state, &mut ctx, &request).await?;
-    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
-    let view = RequestView { waiting, ..RequestView::from(request) };
-    Ok(versioned(if created { StatusCode::CREATED } else { StatusCode::OK }, version, &location, view))
+    with_waiting(&state, &p, if created { StatusCode::CREATED } else { StatusCode::OK }, request).await
 }
 
 /// What creating this request would do now, without writing anything: the quota it takes (and whether it would be
@@ -129,11 +139,7 @@ pub async fn get_request(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let request = requests::get(&state, &p, &id).await?;
-    let mut ctx = tessera_services::waits::Context::read(&state, &p).await?;
-    let waiting = tessera_services::waits::explain(&state, &mut ctx, &request).await?;
-    let (version, location) = (request.version, format!("/api/v1/requests/{}", request.id));
-    let view = RequestView { waiting, ..RequestView::from(request) };
-    Ok(versioned(StatusCode::OK, version, &location, view))
+    with_waiting(&state, &p, StatusCode::OK, request).await
 }
 
 /// Why each of a tenant's waiting requests (pending, approved, provisioning) waits, oldest first (at most 500):
