@@ -61,7 +61,10 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
     build
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", &build_dir)
-        .args(["build", "-p", "tessera-frontend", "--lib", "--target", "wasm32-unknown-unknown"])
+        // The crate is an rlib for the server's rendering; only this build makes the wasm library of it (a
+        // `cdylib` in Cargo.toml made every native build link a shared library nobody loads, and kept the crates
+        // that use it from starting before it was done).
+        .args(["rustc", "-p", "tessera-frontend", "--lib", "--crate-type", "cdylib", "--target", "wasm32-unknown-unknown"])
         .args(["--no-default-features", "--features", "hydrate", "--profile", profile]);
     if locked {
         build.arg("--locked");
@@ -193,7 +196,9 @@ fn demo(locked: bool, serve_args: &[String]) -> ExitCode {
     let wasm = std::thread::spawn(move || site(false, locked));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut build = Command::new(cargo);
-    build.current_dir(&root).args(["build", "--profile", "demo", "--bin", "tessera"]);
+    // `-p tessera-server`: features are resolved for the packages a command selects, and without it that is the whole
+    // workspace, so the node agent's `kube` feature (the Kubernetes client, which the server does not use) came along.
+    build.current_dir(&root).args(["build", "--profile", "demo", "-p", "tessera-server", "--bin", "tessera"]);
     if locked {
         build.arg("--locked");
     }
