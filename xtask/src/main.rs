@@ -64,7 +64,16 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
         // The crate is an rlib for the server's rendering; only this build makes the wasm library of it (a
         // `cdylib` in Cargo.toml made every native build link a shared library nobody loads, and kept the crates
         // that use it from starting before it was done).
-        .args(["rustc", "-p", "tessera-frontend", "--lib", "--crate-type", "cdylib", "--target", "wasm32-unknown-unknown"])
+        .args([
+            "rustc",
+            "-p",
+            "tessera-frontend",
+            "--lib",
+            "--crate-type",
+            "cdylib",
+            "--target",
+            "wasm32-unknown-unknown",
+        ])
         .args(["--no-default-features", "--features", "hydrate", "--profile", profile]);
     if locked {
         build.arg("--locked");
@@ -105,8 +114,16 @@ fn site(dev: bool, locked: bool) -> Result<PathBuf, String> {
         .remove_name_section(!dev)
         .generate(&out)
         .map_err(|e| format!("wasm-bindgen on {}: {e}", wasm.display()))?;
+    for name in ["tessera.js", "tessera_bg.wasm"] {
+        for suffix in [".br", ".gz"] {
+            let _ = std::fs::remove_file(out.join(format!("{name}{suffix}")));
+        }
+    }
     if !dev {
         shrink(&root, &out.join("tessera_bg.wasm"))?;
+        for name in ["tessera.js", "tessera_bg.wasm"] {
+            precompress(&out.join(name))?;
+        }
     }
     // Whether the views were erased (this program is compiled with the flags the wasm build inherits): the server
     // refuses a browser half whose view tree would not match its own (see `.cargo/config.toml`).
@@ -184,6 +201,39 @@ fn shrink(root: &Path, wasm: &Path) -> Result<(), String> {
     let after = std::fs::metadata(wasm).map(|m| m.len()).unwrap_or(0);
     eprintln!("xtask: wasm-opt -Oz: {} KiB -> {} KiB", before / 1024, after / 1024);
     Ok(())
+}
+
+/// Writes `FILE.br` and `FILE.gz` beside `file`, each at its format's highest level: the server sends them as they
+/// are to browsers that accept them (`tessera_portal::Site`), rather than compressing the wasm on every request.
+fn precompress(file: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let plain = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let started = std::time::Instant::now();
+    let br = brotli_of(&plain)?;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&plain).map_err(|e| format!("gzip: {e}"))?;
+    let gz = gz.finish().map_err(|e| format!("gzip: {e}"))?;
+    for (suffix, bytes) in [("br", &br), ("gz", &gz)] {
+        let path = PathBuf::from(format!("{}.{suffix}", file.display()));
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    eprintln!(
+        "xtask: {}: {} KiB, brotli {} KiB, gzip {} KiB ({} ms)",
+        file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default(),
+        plain.len() / 1024,
+        br.len() / 1024,
+        gz.len() / 1024,
+        started.elapsed().as_millis()
+    );
+    Ok(())
+}
+
+/// `bytes` compressed with brotli at quality 11 and a 4 MiB window.
+fn brotli_of(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let params = brotli::enc::BrotliEncoderParams { quality: 11, lgwin: 22, ..Default::default() };
+    let mut out = Vec::new();
+    brotli::BrotliCompress(&mut &bytes[..], &mut out, &params).map_err(|e| format!("brotli: {e}"))?;
+    Ok(out)
 }
 
 /// `cargo xtask demo [--locked] [-- SERVE ARGS]`: builds the portal's wasm (as `site` does) and the optimised
@@ -280,5 +330,21 @@ fn main() -> ExitCode {
             eprintln!("usage: cargo xtask site [--dev] [--locked] | cargo xtask demo [--locked] [-- SERVE ARGS]");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the server sends as `Content-Encoding: br` decompresses to the file it was made from.
+    #[test]
+    fn brotli_forms_decompress_to_the_original() {
+        let original: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let compressed = brotli_of(&original).expect("compressed");
+        assert!(compressed.len() < original.len() / 4, "{} bytes", compressed.len());
+        let mut back = Vec::new();
+        brotli::BrotliDecompress(&mut &compressed[..], &mut back).expect("decompressed");
+        assert_eq!(back, original);
     }
 }

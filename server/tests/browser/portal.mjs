@@ -37,18 +37,11 @@ import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as readline from 'node:readline';
-import { fileURLToPath } from 'node:url';
 
 import { chromium } from 'playwright-core';
 import { PNG } from 'pngjs';
+import { arg, firstPage, freePort, repoRoot as root } from './first-page.mjs';
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-const root = path.resolve(here, '../../..');
-const args = process.argv.slice(2);
-const arg = (name, fallback) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : fallback;
-};
 const tessera = path.resolve(root, arg('--tessera', 'target/debug/tessera'));
 const out = path.resolve(root, arg('--out', 'target/test-output/portal'));
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -72,17 +65,6 @@ function check(cond, what) {
     failures += 1;
     console.log(`FAIL ${what}`);
   }
-}
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
 }
 
 async function waitFor(what, fn, timeoutMs = 60000, everyMs = 250) {
@@ -219,6 +201,18 @@ display_name = "Test IdP"
     await user.waitFor();
     check((await user.textContent()).trim() === 'root' && (await page.locator('header .badge').textContent()) === 'admin',
       'signed in through the provider as root, a platform admin');
+
+    // The first page after signing in, in a browser with an empty cache, then again (first-page.mjs).
+    {
+      const figures = await firstPage(browser, { storageState: await context.storageState() }, base);
+      fs.writeFileSync(path.join(out, 'first-page.json'), JSON.stringify(figures, null, 2));
+      console.log(`first page: ${figures.first_bytes} bytes, interactive in ${figures.first_interactive_ms} ms; again ${figures.again_bytes} bytes in ${figures.again_interactive_ms} ms; ${JSON.stringify(figures.assets)}`);
+      const wasm = Object.entries(figures.assets).find(([name]) => /^\/pkg\/tessera\.[0-9a-f]{16}_bg\.wasm$/.test(name));
+      check(wasm && / (br|gzip) /.test(wasm[1]) && wasm[1].includes('immutable'),
+        `first page: the wasm is loaded under its hashed name, compressed as stored, immutable (${wasm ? wasm.join(': ') : 'not loaded'})`);
+      check(figures.first_bytes <= 1_000_000, `first page: ${figures.first_bytes} bytes on the wire with an empty cache (at most 1,000,000)`);
+      check(figures.again_bytes < figures.first_bytes / 10, `first page again: ${figures.again_bytes} bytes, the script and wasm from the cache`);
+    }
 
     // Overview.
     const summary = page.locator('[data-testid=fleet-summary]');

@@ -1458,3 +1458,84 @@ fn a_browser_half_compiled_with_other_views_is_refused() {
     assert_eq!(site.size(), "export default function(){}".len() + 8);
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
+
+/// The browser half is served under names that carry its hash, `immutable`, in the stored form the request accepts
+/// (brotli, then gzip, then plain, each as `cargo xtask site` left it, never compressed again); the names without
+/// the hash and the stylesheet are revalidated by `ETag` (304 while unchanged).
+#[tokio::test]
+async fn the_browser_half_is_served_as_stored_under_hashed_names() {
+    use std::io::Read;
+    let dir = std::env::temp_dir().join(format!("tessera-site-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let wasm: Vec<u8> = b"\0asm\x01\0\0\0".iter().copied().chain((0..4000u32).map(|i| (i % 7) as u8)).collect();
+    std::fs::write(dir.join("tessera.js"), "export default function(){}").expect("js");
+    std::fs::write(dir.join("tessera_bg.wasm"), &wasm).expect("wasm");
+    // Stand-ins for the stored forms: the server sends them as they are, so any bytes tell which one was sent.
+    std::fs::write(dir.join("tessera_bg.wasm.br"), b"stored brotli").expect("br");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &wasm).expect("gzip");
+    std::fs::write(dir.join("tessera_bg.wasm.gz"), gz.finish().expect("gzip")).expect("gz");
+    std::fs::write(dir.join("views"), if cfg!(erase_components) { "erased\n" } else { "typed\n" }).expect("views");
+    let site = tessera_portal::Site::load(&dir).expect("readable").expect("a site");
+    let hash = site.hash().to_string();
+    assert_eq!(hash.len(), 16);
+    assert_eq!(site.brotli_size(), None, "the script has no stored brotli form");
+
+    let router = tessera_portal::routes(axum::Router::new(), Some(site));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = reqwest::Client::new();
+    let get = |path: String, accept: Option<&'static str>, etag: Option<String>| {
+        let mut r = client.get(format!("{base}{path}"));
+        if let Some(a) = accept {
+            r = r.header("accept-encoding", a);
+        }
+        if let Some(e) = etag {
+            r = r.header("if-none-match", e);
+        }
+        r.send()
+    };
+    let header =
+        |r: &Response, name: &str| r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+
+    let hashed = format!("/pkg/tessera.{hash}_bg.wasm");
+    let br = get(hashed.clone(), Some("gzip, deflate, br"), None).await.expect("br");
+    assert_eq!(br.status(), StatusCode::OK);
+    assert_eq!(header(&br, "content-encoding"), "br");
+    assert_eq!(header(&br, "content-type"), "application/wasm");
+    assert_eq!(header(&br, "cache-control"), "public, max-age=31536000, immutable");
+    assert_eq!(header(&br, "vary"), "accept-encoding");
+    assert_eq!(br.bytes().await.expect("body").as_ref(), b"stored brotli");
+
+    let gz = get(hashed.clone(), Some("gzip;q=1, br;q=0"), None).await.expect("gzip");
+    assert_eq!(header(&gz, "content-encoding"), "gzip", "br refused with q=0");
+    let mut back = Vec::new();
+    flate2::read::GzDecoder::new(gz.bytes().await.expect("body").as_ref()).read_to_end(&mut back).expect("gunzip");
+    assert_eq!(back, wasm);
+
+    let plain = get(hashed.clone(), None, None).await.expect("plain");
+    assert_eq!(header(&plain, "content-encoding"), "");
+    assert_eq!(plain.bytes().await.expect("body").as_ref(), &wasm[..]);
+
+    let js = get(format!("/pkg/tessera.{hash}.js"), Some("br"), None).await.expect("js");
+    assert_eq!(header(&js, "content-encoding"), "", "no stored form of the script: plain, not compressed here");
+    assert_eq!(header(&js, "content-type"), "text/javascript; charset=utf-8");
+
+    // The old names: the same bytes, revalidated.
+    let old = get("/pkg/tessera_bg.wasm".into(), Some("br"), None).await.expect("old name");
+    assert_eq!(header(&old, "cache-control"), "no-cache");
+    let etag = header(&old, "etag");
+    assert!(etag.starts_with('"') && etag.ends_with("-br\""), "{etag}");
+    let again = get("/pkg/tessera_bg.wasm".into(), Some("br"), Some(etag.clone())).await.expect("again");
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert_eq!(header(&again, "etag"), etag);
+    let css = get("/pkg/tessera.css".into(), None, None).await.expect("css");
+    let css_tag = header(&css, "etag");
+    assert_eq!(header(&css, "cache-control"), "no-cache");
+    let css_again = get("/pkg/tessera.css".into(), None, Some(format!("W/{css_tag}"))).await.expect("css again");
+    assert_eq!(css_again.status(), StatusCode::NOT_MODIFIED, "weak comparison");
+    let wrong = get(format!("/pkg/tessera.{}_bg.wasm", "0".repeat(16)), None, None).await.expect("other hash");
+    assert_eq!(wrong.status(), StatusCode::NOT_FOUND, "only this build's hash is served");
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
