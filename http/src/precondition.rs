@@ -45,6 +45,16 @@ impl<S: Send + Sync> FromRequestParts<S> for IfMatch {
     }
 }
 
+/// The `If-Match` header as the API document states it, once for every versioned change's `params(...)`.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IfMatchParam {
+    // One line: the document's description is this comment, line breaks included.
+    /// Optional: the `ETag` read (`"v3"`, `W/"v3"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`
+    #[param(rename = "If-Match", pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#)]
+    pub if_match: Option<String>,
+}
+
 /// `value` read strictly to the documented pattern, with no leading zeros (`"v0"` is version 0; `"v01"` is refused).
 pub fn parse(value: &[u8]) -> Result<Option<i64>, ApiError> {
     if value == b"*" {

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{IfMatch, versioned};
+use super::precondition::{IfMatch, IfMatchParam, versioned};
 pub use tessera_api::quotas::{
     GrantBody, LimitChangeView, NewQuotaRequest, QuotaRequestPage, QuotaRequestQuery, QuotaRequestView, QuotaStanding,
     QuotaTimeline, TimelineQuery,
@@ -70,7 +70,7 @@ pub async fn get_quota_request(
 /// never lowers a limit an increase asked to raise: lines the limits in force already give are skipped, and when
 /// every line is already given the answer is 409 `quota_ask_already_met` (reject or withdraw the request).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/approve", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     request_body(content = Option<GrantBody>, description = "optional; an empty body grants everything as asked"),
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 400, body = Problem, description = "invalid_if_match or invalid_body"),
@@ -97,7 +97,7 @@ pub async fn approve_quota_request(
 
 /// Refuse a pending quota request with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/reject", tag = "tenants", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     request_body = RejectBody,
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or quota_request_invalid_transition"),
@@ -114,7 +114,7 @@ pub async fn reject_quota_request(
 
 /// Withdraw a pending quota request (the tenant's admins, platform admins).
 #[utoipa::path(post, path = "/api/v1/quota-requests/{id}/cancel", tag = "tenants", security(("token" = ["tenant-admin"]), ("session" = ["tenant-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     responses((status = 200, body = QuotaRequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or quota_request_invalid_transition")))]
 pub async fn cancel_quota_request(

@@ -10,7 +10,7 @@ use tessera_core::request::RequestState;
 use tessera_services::auth::Permissions;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{IfMatch, etag, versioned};
+use super::precondition::{IfMatch, IfMatchParam, etag, versioned};
 pub use tessera_api::requests::{
     ApprovalView, ListQuery, NewRequestBody, RejectBody, ReleaseBody, RequestPage, RequestPreview, RequestView,
     ReservedInstance, Waiting,
@@ -161,7 +161,7 @@ pub async fn tenant_waiting(
 /// changes it needs become proposals (or apply at once on auto-layout GPUs). `If-Match` is optional: send the `ETag`
 /// you saw so that of two admins acting at once one wins; a value that is not a quoted `ETag` is refused.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/approve", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     responses((status = 200, body = ApprovalView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem,
             description = "version_conflict, request_invalid_transition, no_capacity, reserved or plan_stale")))]
@@ -189,7 +189,7 @@ pub async fn approve_request(
 
 /// Reject a pending request with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/reject", tag = "requests", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")), request_body = RejectBody,
+    params(("id" = String, Path), IfMatchParam), request_body = RejectBody,
     responses((status = 200, body = RequestView), (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem), (status = 422, body = Problem, description = "reason_required")))]
 pub async fn reject_request(
@@ -205,7 +205,7 @@ pub async fn reject_request(
 
 /// Cancel a request that is not active yet (the tenant's members).
 #[utoipa::path(post, path = "/api/v1/requests/{id}/cancel", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     responses((status = 200, body = RequestView), (status = 404, body = Problem), (status = 409, body = Problem)))]
 pub async fn cancel_request(
     State(state): State<AppState>,
@@ -220,7 +220,7 @@ pub async fn cancel_request(
 /// release their own; a platform admin may reclaim any tenant's (an idle allocation, say), giving a reason when not
 /// a member of that tenant. The body is optional.
 #[utoipa::path(post, path = "/api/v1/requests/{id}/release", tag = "requests", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     request_body(content = Option<ReleaseBody>, description = "optional; an empty body is no reason"),
     responses((status = 200, body = RequestView), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "request_invalid_transition (not active) or version_conflict"),

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::error::{ApiError, ApiJson, ApiPath, ApiQuery, Problem};
-use super::precondition::{IfMatch, versioned};
+use super::precondition::{IfMatch, IfMatchParam, versioned};
 pub use tessera_api::requests::RejectBody;
 pub use tessera_api::reservations::{
     CalendarQuery, CalendarView, NewReservationBody, ReservationPage, ReservationPolicy, ReservationPolicyView,
@@ -127,7 +127,7 @@ pub async fn get_reservation(
 
 /// Accept a pending reservation (platform admins), if the fleet still has room for its window.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/approve", tag = "reservations", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 403, body = Problem), (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict, reservation_invalid_transition, reservation_started, no_room_in_window or calendar_busy")))]
@@ -142,7 +142,7 @@ pub async fn approve_reservation(
 
 /// Reject a pending reservation with a reason (platform admins).
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/reject", tag = "reservations", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     request_body = RejectBody,
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 403, body = Problem), (status = 404, body = Problem),
@@ -161,7 +161,7 @@ pub async fn reject_reservation(
 /// Withdraw a reservation (the tenant's members, platform admins): a pending or accepted one is cancelled; a started
 /// one releases its slices and ends.
 #[utoipa::path(post, path = "/api/v1/reservations/{id}/cancel", tag = "reservations", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, pattern = r#"^(\*|(W/)?"v(0|[1-9][0-9]{0,17})")$"#, description = "Optional: the `ETag` read (`\"v3\"`, `W/\"v3\"` or `*`; no leading zeros). Of two callers acting on the same version, one wins and the other gets 409 `version_conflict`; without it the change applies to the current version. A value off the pattern, or two headers, is 400 `invalid_if_match`")),
+    params(("id" = String, Path), IfMatchParam),
     responses((status = 200, body = ReservationView), (status = 400, body = Problem, description = "invalid_if_match"),
         (status = 404, body = Problem),
         (status = 409, body = Problem, description = "version_conflict or reservation_invalid_transition")))]
