@@ -67,6 +67,10 @@ pub struct AllocationUsage {
     pub util_mean: Option<f64>,
     /// Active for at least `idle_hours` and `util_mean` below `idle_below`.
     pub idle: bool,
+    /// Mean utilisation of its device over its use within the period (`from_ms` to `to_ms`), %, weighted by the
+    /// samples of the stored minutes; for released allocations too. `null` when no minute of it was stored (no
+    /// device, or no telemetry).
+    pub util_in_period: Option<f64>,
 }
 
 /// A tenant's use in the period.

@@ -17,17 +17,17 @@ pub use tessera_api::usage::UsageQuery;
 use tessera_services::app::AppState;
 use tessera_services::auth::permissions::Scope;
 use tessera_services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, IDLE_HOURS, device_utilisation};
-use tessera_services::usage::{AllocationUsage, IdleRule, UsageReport, meter};
+use tessera_services::usage::{AllocationUsage, IdleRule, UsageReport, add_use_means, meter};
 use tessera_store::now_ms;
 use tessera_store::telemetry::Metered;
 
 /// The columns of the CSV report, one line per allocation.
 pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from,to,\
-                              seconds,slice_seconds,gpu_hours,util_mean_pct,idle";
+                              seconds,slice_seconds,gpu_hours,util_mean_pct,idle,util_in_period_pct";
 
 /// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
-/// compute slices (slice-seconds), with the mean utilisation of its device over the last `idle_hours` and whether
-/// it is idle; per tenant and per profile the sums. Tenant members see their tenants only. `format=csv` gives the
+/// compute slices (slice-seconds), with the mean utilisation of its device over its use in the period (from the
+/// stored minutes), over the last `idle_hours`, and whether it is idle; per tenant and per profile the sums. Tenant members see their tenants only. `format=csv` gives the
 /// allocations as a CSV file (`text/csv`, a header line first).
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
     params(UsageQuery),
@@ -71,7 +71,8 @@ pub async fn usage(
         Default::default()
     };
     let idle = IdleRule { below: idle_below, hours: idle_hours, util: &util };
-    let report = meter(state.catalog, &metered, from, to, now, idle);
+    let mut report = meter(state.catalog, &metered, from, to, now, idle);
+    add_use_means(&state.store, &mut report).await?;
     if !csv {
         return Ok(ApiJson(report).into_response());
     }
@@ -110,6 +111,7 @@ pub fn csv_line(a: &AllocationUsage) -> String {
         rounded(a.gpu_hours, 4),
         a.util_mean.map(|u| rounded(u, 1)).unwrap_or_default(),
         a.idle.to_string(),
+        a.util_in_period.map(|u| rounded(u, 1)).unwrap_or_default(),
     ];
     cells.join(",")
 }

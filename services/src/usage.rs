@@ -10,6 +10,23 @@ use tessera_core::Catalog;
 use crate::idle::{is_idle, lookback_start};
 pub use tessera_api::usage::{AllocationUsage, ProfileUsage, TenantUsage, UsageReport};
 use tessera_store::telemetry::Metered;
+use tessera_store::{Store, StoreError};
+
+/// Fills each allocation's `util_in_period` from the stored minutes of its device over its use within the report's
+/// period ([`Store::use_means`]: one range scan per allocation with a device, in the database).
+pub async fn add_use_means(store: &Store, report: &mut UsageReport) -> Result<(), StoreError> {
+    let ids: Vec<String> =
+        report.allocations.iter().filter(|a| a.device_uuid.is_some()).map(|a| a.allocation.clone()).collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let to_ms = report.allocations.iter().map(|a| a.to_ms).max().unwrap_or(report.to_ms);
+    let means: HashMap<String, f64> = store.use_means(&ids, report.from_ms, to_ms).await?.into_iter().collect();
+    for a in &mut report.allocations {
+        a.util_in_period = means.get(&a.allocation).copied();
+    }
+    Ok(())
+}
 
 /// How idle allocations are told apart.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +82,7 @@ pub fn meter(
             gpu_hours: slice_seconds / f64::from(model.compute_slices_total.max(1)) / 3600.0,
             util_mean,
             idle: is_idle(active, a.activated_at_ms, look_from_ms, util_mean, idle.below),
+            util_in_period: None,
         });
     }
     let mut tenants: Vec<TenantUsage> = Vec::new();

@@ -223,7 +223,7 @@ pub fn UsagePage() -> impl IntoView {
                                 <Messages messages=messages />
                                 <div class="table-wrap">
                                 <table data-testid="usage-allocations">
-                                    <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Held"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th><th scope="col">"Mean utilisation"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                                    <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Held"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th><th scope="col" title="Mean utilisation of its device while held in this period, from the stored minutes">"Mean utilisation"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                                     <tbody>
                                         {let rows = ordered(r.allocations.clone()); move || rows.iter().take(if show_all.get() { usize::MAX } else { PAGE_ROWS }).map(|a| {
                                             let request = a.request.clone();
@@ -236,7 +236,7 @@ pub fn UsagePage() -> impl IntoView {
                                                     <td>{a.state.clone()}{a.idle.then(|| view! { <span class="tag warn-text">" idle"</span> })}</td>
                                                     <td>{held(a.seconds)}</td>
                                                     <td>{hours(a.gpu_hours)}</td>
-                                                    <td>{a.util_mean.map_or_else(|| "—".to_string(), |u| format!("{u:.1} %"))}</td>
+                                                    <td data-testid="util-in-period">{a.util_in_period.or(a.util_mean).map_or_else(|| "—".to_string(), |u| format!("{u:.1} %"))}</td>
                                                     <td class="actions">{can_reclaim.then(|| view! {
                                                         <button class="button small danger" data-testid="reclaim" on:click=move |_| reclaim(request.clone())>"Reclaim"</button>
                                                     })}</td>

@@ -26,6 +26,7 @@ on_both_backends!(
     active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason,
     usage_flags_idle_allocations_from_stored_minutes_and_the_live_window,
     usage_sums_profiles_and_exports_csv,
+    usage_gives_released_allocations_their_mean_use_from_stored_minutes,
     rightsizing_finds_the_smallest_slice_that_carries_a_known_load,
     the_smaller_slice_replaces_its_request_once_active,
     a_request_is_replaced_whole_and_by_one_request_at_a_time,
@@ -673,6 +674,66 @@ async fn usage_flags_idle_allocations_from_stored_minutes_and_the_live_window(db
     assert_eq!((s, v["allocations"].clone()), (StatusCode::OK, json!([])));
 }
 
+/// Each allocation's mean use over its time in the period comes from its device's stored minutes, released ones
+/// included: minutes before its activation, after its release or outside the period do not count.
+async fn usage_gives_released_allocations_their_mean_use_from_stored_minutes(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("past", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (gone_request, gone) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let (_, kept) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let (_, quiet) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let field = |a: &Value, f: &str| a[f].as_str().expect(f).to_string();
+    let (gone, kept, quiet) = (&gone[0], &kept[0], &quiet[0]);
+    for a in [gone, kept, quiet] {
+        app.backdate(db, &field(a, "id"), 3 * 3_600_000).await;
+    }
+    let now = now_ms();
+    let this_minute = now - now.rem_euclid(60_000);
+    let at = |minutes_ago: i64| this_minute - minutes_ago * 60_000;
+    let (gone_device, kept_device) = (field(gone, "device_uuid"), field(kept, "device_uuid"));
+    let mut rows = Vec::new();
+    // Before the activation (4 hours ago): not its use.
+    rows.push(minute(&app, &gone_device, &field(gone, "gpu_uuid"), at(240), 100.0));
+    // Its use: 60 minutes at 40 %, then 60 at 20 % (mean 30 %).
+    rows.extend((61..=120).map(|k| minute(&app, &gone_device, &field(gone, "gpu_uuid"), at(k), 40.0)));
+    rows.extend((1..=60).map(|k| minute(&app, &gone_device, &field(gone, "gpu_uuid"), at(k), 20.0)));
+    rows.extend((1..=120).map(|k| minute(&app, &kept_device, &field(kept, "gpu_uuid"), at(k), 70.0)));
+    app.state.store.write_minutes(&rows).await.expect("minutes");
+    let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{gone_request}/release"), &alice, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    // After its release: another holder's use of the device, not its own.
+    let later = now_ms() + 120_000;
+    app.state
+        .store
+        .write_minutes(&[minute(&app, &gone_device, &field(gone, "gpu_uuid"), later, 99.0)])
+        .await
+        .expect("later");
+
+    let usage = |query: String| {
+        let app = &app;
+        let alice = &alice;
+        let t = &t;
+        async move { usage_of(app, alice, t, &query, [gone, kept, quiet]).await }
+    };
+    let within = |v: &Value, want: f64| (v["util_in_period"].as_f64().expect("a mean") - want).abs() < 1e-6;
+    // A period reaching an hour past now: the release bounds the released one's use, not the period.
+    let (_, [g, k, q]) = usage(format!("&from={}&to={}", now - 6 * 3_600_000, now + 3_600_000)).await;
+    assert_eq!(g["state"], "released", "{g}");
+    assert!(within(&g, 30.0), "released: its minutes between activation and release {g}");
+    assert!(within(&k, 70.0), "{k}");
+    assert_eq!(q["util_in_period"], Value::Null, "no minute stored: {q}");
+    // A period that ends an hour ago: only the 40 % hour.
+    let (_, [g, _, _]) = usage(format!("&from={}&to={}", now - 6 * 3_600_000, at(60))).await;
+    assert!(within(&g, 40.0), "{g}");
+    // The CSV has the same figure in its last column.
+    let csv = format!("{}/api/v1/usage?tenant={t}&format=csv&to={}", app.base, now + 3_600_000);
+    let r = app.client.get(csv).bearer_auth(&alice).send().await;
+    let text = r.expect("csv").text().await.expect("csv");
+    let line = text.lines().find(|l| l.contains(&field(gone, "id"))).expect("a line for it");
+    assert_eq!(line.rsplit(',').next(), Some("30"), "{line}");
+}
+
 /// The tenant's usage report as `token` (with `query` appended), and the rows of `allocations` in it.
 async fn usage_of(app: &App, token: &str, tenant: &str, query: &str, allocations: [&Value; 3]) -> (Value, [Value; 3]) {
     let (s, v) = app.get(&format!("/api/v1/usage?tenant={tenant}{query}"), token).await;
@@ -734,19 +795,19 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
     assert_eq!(
         lines[0],
         "tenant,allocation,request,node,gpu_uuid,device_uuid,model,profile,weight,state,from,to,seconds,\
-         slice_seconds,gpu_hours,util_mean_pct,idle"
+         slice_seconds,gpu_hours,util_mean_pct,idle,util_in_period_pct"
     );
     assert_eq!(lines.len(), 1 + rows.len(), "{text}");
     for line in &lines[1..] {
         let cells: Vec<&str> = line.split(',').collect();
-        assert_eq!(cells.len(), 17, "{line}");
+        assert_eq!(cells.len(), 18, "{line}");
         let row = rows.iter().find(|r| r["allocation"] == cells[1]).expect("a metered allocation");
         assert_eq!(cells[0], "sums");
         assert_eq!(
             (cells[5], cells[6], cells[7]),
             (row["device_uuid"].as_str().expect("device"), "H100-80GB", row["profile"].as_str().expect("profile"))
         );
-        assert_eq!((cells[9], cells[15], cells[16]), ("active", "", "false"));
+        assert_eq!((cells[9], cells[15], cells[16], cells[17]), ("active", "", "false", ""), "no minutes stored");
         assert_eq!(cells[8].parse::<f64>().ok(), row["weight"].as_f64());
         // Times in ISO 8601 (UTC, to the second); numbers without float noise.
         let from_ms = row["from_ms"].as_i64().expect("from");

@@ -105,6 +105,7 @@ mod usage {
             gpu_hours: 0.5,
             util_mean,
             idle: util_mean.is_some(),
+            util_in_period: util_mean.map(|u| u * 2.0),
         }
     }
 
@@ -131,16 +132,16 @@ mod usage {
         let lines: Vec<&str> = text.split("\r\n").collect();
         assert_eq!(lines.len(), 4, "{text:?}");
         assert_eq!(lines[0], CSV_HEADER);
-        assert_eq!(lines[0].split(',').count(), 17);
+        assert_eq!(lines[0].split(',').count(), 18);
         assert_eq!(
             lines[1],
             "\"ml, vision\",a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,\
-             1970-01-01T00:00:04Z,3,3,0.5,2.5,true"
+             1970-01-01T00:00:04Z,3,3,0.5,2.5,true,5"
         );
         assert_eq!(
             lines[2],
             "plain,a1,r1,node-1,GPU-1,,H100-80GB,1g.10gb,1,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,3,0.5,,\
-             false"
+             false,"
         );
         // Float noise is rounded away.
         let mut noisy = allocation("plain", Some(12.345_678));
@@ -148,7 +149,7 @@ mod usage {
             (1_998.047_999_999_999_8 / 3600.0, 1_998.047_999_999_999_8, 1.0 / 7.0);
         let line = csv_line(&noisy);
         assert!(
-            line.ends_with(",0.1429,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,1998,0.555,12.3,true"),
+            line.ends_with(",0.1429,active,1970-01-01T00:00:01Z,1970-01-01T00:00:04Z,3,1998,0.555,12.3,true,24.7"),
             "{line}"
         );
         assert_eq!(lines[3], "");
