@@ -125,7 +125,8 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
     } else {
         Default::default()
     };
-    let usage = meter(state.catalog, &metered, from, now, now, IdleRule { below: idle_below, hours, util: &util });
+    let mut usage = meter(state.catalog, &metered, from, now, now, IdleRule { below: idle_below, hours, util: &util });
+    crate::usage::add_use_means(&state.store, &mut usage).await?;
     let prices = price_map(state).await?;
     let mut tenants: BTreeMap<(String, String), (TenantEfficiency, Cost)> = BTreeMap::new();
     for a in &usage.allocations {
@@ -544,7 +545,7 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
     } else {
         Default::default()
     };
-    let usage = meter(
+    let mut usage = meter(
         state.catalog,
         &metered,
         from_ms,
@@ -552,6 +553,7 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
         to_ms,
         IdleRule { below: DEFAULT_EFFICIENCY_IDLE_BELOW, hours, util: &util },
     );
+    crate::usage::add_use_means(&state.store, &mut usage).await?;
     let mut by_model: BTreeMap<String, DayUse> = BTreeMap::new();
     for a in &usage.allocations {
         let d = by_model.entry(a.model.clone()).or_insert_with(|| DayUse {
@@ -581,10 +583,11 @@ struct Use {
 }
 
 impl Use {
-    /// Measured when its device's mean utilisation is known: used is that share of it, wasted the rest.
+    /// Measured when its device's mean utilisation is known (over the look-back while it runs; over its use in the
+    /// span, from the stored minutes, once released): used is that share of it, wasted the rest.
     fn of(a: &crate::usage::AllocationUsage) -> Use {
         let held = a.slice_seconds / 3600.0;
-        let util = a.util_mean.map(|u| u.clamp(0.0, 100.0) / 100.0);
+        let util = a.util_mean.or(a.util_in_period).map(|u| u.clamp(0.0, 100.0) / 100.0);
         Use {
             held_slice_hours: held,
             measured_slice_hours: if util.is_some() { held } else { 0.0 },

@@ -732,6 +732,14 @@ async fn usage_gives_released_allocations_their_mean_use_from_stored_minutes(db:
     let text = r.expect("csv").text().await.expect("csv");
     let line = text.lines().find(|l| l.contains(&field(gone, "id"))).expect("a line for it");
     assert_eq!(line.rsplit(',').next(), Some("30"), "{line}");
+    // The efficiency report measures the released one too: 3 slice-hours at 30 % beside 3 at 70 %, the quiet one
+    // unmeasured.
+    let (s, v) = app.get("/api/v1/efficiency?hours=4", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let row = v["tenants"].as_array().and_then(|r| r.iter().find(|r| r["tenant_id"] == t.as_str())).expect("row");
+    let near = |f: &str, want: f64| (row[f].as_f64().unwrap_or(f64::NAN) - want).abs() < 0.05;
+    assert!(near("held_slice_hours", 9.0) && near("measured_slice_hours", 6.0), "{row:#}");
+    assert!(near("used_slice_hours", 3.0 * 0.3 + 3.0 * 0.7), "{row:#}");
 }
 
 /// The tenant's usage report as `token` (with `query` appended), and the rows of `allocations` in it.
