@@ -49,7 +49,7 @@ const ICON: &str = "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 16 1
 pub struct Site {
     /// The folder they were read from.
     pub dir: PathBuf,
-    /// The first 16 hex digits of the SHA-256 of the script and the wasm: part of the names they are served under.
+    /// 16 hex digits of a SHA-256 over the script's and the wasm's digests: part of the names they are served under.
     hash: String,
     js: Asset,
     wasm: Asset,
@@ -96,14 +96,12 @@ impl Site {
                 let here = if cfg!(erase_components) { "erased" } else { "typed" };
                 match built.as_deref() {
                     Some(kind) if kind == here => {
-                        let mut both = Sha256::new();
-                        both.update(Sha256::digest(&js));
-                        both.update(Sha256::digest(&wasm));
-                        let hash = hex(&both.finalize())[..16].to_string();
                         let js = Asset::new("text/javascript; charset=utf-8", js)
                             .compressed(read("tessera.js.br")?, read("tessera.js.gz")?);
                         let wasm = Asset::new("application/wasm", wasm)
                             .compressed(read("tessera_bg.wasm.br")?, read("tessera_bg.wasm.gz")?);
+                        // From the two files' own digests: each byte is hashed once.
+                        let hash = hex(&Sha256::digest(format!("{} {}", js.tag, wasm.tag)))[..16].to_string();
                         Ok(Some(Site { dir: dir.to_path_buf(), hash, js, wasm }))
                     }
                     kind => Err(format!(
