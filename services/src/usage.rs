@@ -12,11 +12,19 @@ pub use tessera_api::usage::{AllocationUsage, ProfileUsage, TenantUsage, UsageRe
 use tessera_store::telemetry::Metered;
 use tessera_store::{Store, StoreError};
 
-/// Fills each allocation's `util_in_period` from the stored minutes of its device over its use within the report's
-/// period ([`Store::use_means`]: one range scan per allocation with a device, in the database).
-pub async fn add_use_means(store: &Store, report: &mut UsageReport) -> Result<(), StoreError> {
-    let ids: Vec<String> =
-        report.allocations.iter().filter(|a| a.device_uuid.is_some()).map(|a| a.allocation.clone()).collect();
+/// Fills the `util_in_period` of each allocation `wanted` from the stored minutes of its device over its use within
+/// the report's period ([`Store::use_means`]: one range scan per allocation with a device, in the database).
+pub async fn add_use_means(
+    store: &Store,
+    report: &mut UsageReport,
+    wanted: impl Fn(&AllocationUsage) -> bool,
+) -> Result<(), StoreError> {
+    let ids: Vec<String> = report
+        .allocations
+        .iter()
+        .filter(|a| a.device_uuid.is_some() && wanted(a))
+        .map(|a| a.allocation.clone())
+        .collect();
     if ids.is_empty() {
         return Ok(());
     }
