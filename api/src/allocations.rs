@@ -10,7 +10,8 @@ pub struct AllocationView {
     pub id: String,
     /// The request it serves.
     pub request: String,
-    /// `reserved` (approved, the instance may still be waiting for its layout) or `active`.
+    /// `reserved` (approved, the instance may still be waiting for its layout), `prepared` (a reservation's
+    /// instance made before its window: not usable, metered or counted until the start) or `active`.
     pub state: String,
     /// Node name.
     pub node: String,

@@ -156,12 +156,19 @@ pub async fn allocations(
     let allocations = state.store.tenant_allocations(tenant).await?;
     let devices = state.store.allocation_devices(tenant).await?;
     let expiries = state.store.allocation_expiries(tenant).await?;
+    let now = tessera_store::now_ms();
     let views = allocations
         .into_iter()
         .filter_map(|a| {
             let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
             let whole = !gpu.mig_enabled;
             let terms = expiries.iter().find(|t| t.0 == a.id);
+            // A reservation's slice made before its window is prepared: no device to use until the start.
+            let (device, prepared) = match devices.iter().find(|(id, _, _)| *id == a.id) {
+                Some((_, _, from)) if *from > now => (None, true),
+                Some((_, d, _)) => (Some(d.clone()), false),
+                None => (None, false),
+            };
             Some(AllocationView {
                 k8s_resource: if whole {
                     "nvidia.com/gpu".to_string()
@@ -169,8 +176,8 @@ pub async fn allocations(
                     format!("nvidia.com/mig-{}", a.profile)
                 },
                 waiting_for_layout: !whole && !gpu.layout.iter().any(|i| i.profile == a.profile && i.start == a.start),
-                device_uuid: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
-                cuda_visible_devices: devices.iter().find(|(id, _)| *id == a.id).map(|(_, d)| d.clone()),
+                device_uuid: device.clone(),
+                cuda_visible_devices: device,
                 expires_at_ms: terms.map(|t| t.1).unwrap_or(None),
                 borrowed: terms.is_some_and(|t| t.2),
                 reclaim_at_ms: terms.and_then(|t| t.3),
@@ -178,7 +185,7 @@ pub async fn allocations(
                 model: gpu.model.clone(),
                 id: a.id,
                 request: a.request_id,
-                state: a.state,
+                state: if prepared { "prepared".to_string() } else { a.state },
                 node: node.name.clone(),
                 gpu_uuid: gpu.uuid.clone(),
                 gpu_index: gpu.index,

@@ -107,7 +107,12 @@ async fn check(
         .store
         .reservations(
             Some(&tenant.id),
-            &[ReservationState::Pending, ReservationState::Accepted, ReservationState::Started],
+            &[
+                ReservationState::Pending,
+                ReservationState::Accepted,
+                ReservationState::Preparing,
+                ReservationState::Started,
+            ],
             0,
             i64::MAX,
             MAX_BOOKINGS,
@@ -399,8 +404,8 @@ pub async fn reject(
         .map_err(store_rule)
 }
 
-/// Withdraws a pending or accepted reservation (the tenant's members, platform admins); a started one releases its
-/// slices (or cancels its request) and ends.
+/// Withdraws a pending or accepted reservation (the tenant's members, platform admins); a preparing or started one
+/// releases its slices (or cancels its request) and ends.
 pub async fn cancel(
     state: &AppState,
     p: &Principal,
@@ -408,7 +413,7 @@ pub async fn cancel(
     if_match: Option<i64>,
 ) -> Result<ReservationRecord, ApiError> {
     let r = get(state, p, id).await?;
-    if r.state == ReservationState::Started {
+    if matches!(r.state, ReservationState::Preparing | ReservationState::Started) {
         if let Some(request) = &r.request_id
             && let Ok(req) = state.store.request(request).await
             && !req.state.is_terminal()

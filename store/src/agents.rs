@@ -612,7 +612,9 @@ impl Store {
     }
 
     /// Marks reserved allocations active with the device that serves them (`(allocation id, device UUID)`), in one
-    /// transaction; allocations no longer reserved are left alone. Returns how many changed.
+    /// transaction; allocations no longer reserved are left alone. Returns how many changed. An allocation whose
+    /// request's window starts later (a reservation's) is prepared: its activation time is that start, so that
+    /// nothing meters, shows or counts it as in use before then.
     pub async fn activate_allocations(&self, found: &[(String, String)], actor: &str) -> Result<usize, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
@@ -620,8 +622,9 @@ impl Store {
             let mut changed = 0;
             for (id, device) in found {
                 let done = sqlx::query(
-                    "UPDATE allocations SET state = 'active', device_uuid = $1, activated_at_ms = $2 \
-                     WHERE id = $3 AND state = 'reserved'",
+                    "UPDATE allocations SET state = 'active', device_uuid = $1, activated_at_ms = COALESCE(\
+                     (SELECT CASE WHEN r.starts_at_ms > $2 THEN r.starts_at_ms END FROM slice_requests r \
+                     WHERE r.id = allocations.request_id), $2) WHERE id = $3 AND state = 'reserved'",
                 )
                 .bind(device)
                 .bind(now)
@@ -639,11 +642,12 @@ impl Store {
         })
     }
 
-    /// The device UUID of every active allocation, by allocation id.
-    pub async fn allocation_devices(&self, tenant_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+    /// The device UUID of every active allocation and when it is usable from (a prepared one's is ahead):
+    /// `(allocation id, device UUID, activated at)`.
+    pub async fn allocation_devices(&self, tenant_id: &str) -> Result<Vec<(String, String, i64)>, StoreError> {
         on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(
-                "SELECT id, device_uuid FROM allocations \
+                "SELECT id, device_uuid, COALESCE(activated_at_ms, 0) FROM allocations \
                  WHERE tenant_id = $1 AND state = 'active' AND device_uuid IS NOT NULL",
             )
             .bind(tenant_id)

@@ -99,7 +99,8 @@ fn from_row(row: ReservationRow) -> Result<ReservationRecord, StoreError> {
         spec: serde_json::from_str(&spec).map_err(|e| StoreError::Corrupt(format!("reservation {id} spec: {e}")))?,
         count: u32::try_from(count).map_err(|_| StoreError::Corrupt(format!("reservation {id} count")))?,
         state: ReservationState::parse(&state)
-            .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} state {state}")))?,
+            .ok_or_else(|| StoreError::Corrupt(format!("reservation {id} state {state}")))?
+            .at(start_ms, now_ms()),
         id,
         tenant_id,
         start_ms,
@@ -282,7 +283,7 @@ impl Store {
             .bind(i64::from(record.count))
             .bind(record.start_ms)
             .bind(record.end_ms)
-            .bind(record.state.as_str())
+            .bind(record.state.stored())
             .bind(&record.reason)
             .bind(&record.created_by)
             .bind(&record.decided_by)
@@ -322,15 +323,25 @@ impl Store {
         before_ms: i64,
         limit: u32,
     ) -> Result<Vec<ReservationRecord>, StoreError> {
-        let states: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
-        let in_states =
-            if states.is_empty() { String::new() } else { format!(" AND state IN ({})", states.join(", ")) };
+        // A started reservation is preparing until its start ($5: now).
+        let by_time = states.iter().any(|s| matches!(s, ReservationState::Preparing | ReservationState::Started));
+        let states: Vec<String> = states
+            .iter()
+            .map(|s| match s {
+                ReservationState::Preparing => "(state = 'started' AND start_ms > $5)".to_string(),
+                ReservationState::Started => "(state = 'started' AND start_ms <= $5)".to_string(),
+                other => format!("state = '{}'", other.stored()),
+            })
+            .collect();
+        let in_states = if states.is_empty() { String::new() } else { format!(" AND ({})", states.join(" OR ")) };
         let sql = format!(
             "SELECT {COLUMNS} WHERE (CAST($1 AS TEXT) IS NULL OR tenant_id = $1) AND end_ms > $2 AND start_ms < $3\
              {in_states} ORDER BY start_ms, id LIMIT $4"
         );
         let rows: Vec<ReservationRow> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(&sql).bind(tenant).bind(after_ms).bind(before_ms).bind(i64::from(limit)).fetch_all(pool).await?
+            let q = sqlx::query_as(&sql).bind(tenant).bind(after_ms).bind(before_ms).bind(i64::from(limit));
+            let q = if by_time { q.bind(now_ms()) } else { q };
+            q.fetch_all(pool).await?
         });
         rows.into_iter().map(from_row).collect()
     }
@@ -405,7 +416,7 @@ impl Store {
                 "UPDATE reservations SET state = $1, decision = $2, decided_by = $3, version = $4, updated_at_ms = $5 \
                  WHERE id = $6",
             )
-            .bind(after.state.as_str())
+            .bind(after.state.stored())
             .bind(&after.decision)
             .bind(&after.decided_by)
             .bind(after.version)
@@ -471,14 +482,14 @@ impl Store {
             .await?;
             adjust_usage(&mut tx, &before.tenant_id, &request_id, 1).await?;
             let after = ReservationRecord {
-                state,
+                state: state.at(before.start_ms, at),
                 request_id: Some(request_id.clone()),
                 version: before.version + 1,
                 updated_at_ms: at,
                 ..before.clone()
             };
             sqlx::query("UPDATE reservations SET state = $1, request_id = $2, version = $3, updated_at_ms = $4 WHERE id = $5")
-                .bind(after.state.as_str())
+                .bind(after.state.stored())
                 .bind(&request_id)
                 .bind(after.version)
                 .bind(at)

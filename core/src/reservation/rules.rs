@@ -26,7 +26,11 @@ pub enum ReservationState {
     Pending,
     /// Booked: its capacity is protected for its window.
     Accepted,
-    /// Its slices are placed (from the lead time on) and become usable at its start.
+    /// Its request is made and its slices are being placed and prepared on their nodes (from the lead time on):
+    /// nothing is usable, metered or counted as held before its start. Stored as `started`; read as `preparing`
+    /// until `start_ms`.
+    Preparing,
+    /// Its window has begun: its slices are usable (or its request still waits for room, and says why).
     Started,
     /// Its window is over, or its slices were released early.
     Ended,
@@ -44,7 +48,8 @@ impl ReservationState {
         use ReservationState::*;
         match self {
             Pending => &[Accepted, Rejected, Cancelled, Failed],
-            Accepted => &[Started, Cancelled, Failed],
+            Accepted => &[Preparing, Started, Cancelled, Failed],
+            Preparing => &[Started, Ended],
             Started => &[Ended],
             Ended | Rejected | Cancelled | Failed => &[],
         }
@@ -70,6 +75,7 @@ impl ReservationState {
         match self {
             Pending => "pending",
             Accepted => "accepted",
+            Preparing => "preparing",
             Started => "started",
             Ended => "ended",
             Rejected => "rejected",
@@ -81,7 +87,28 @@ impl ReservationState {
     /// Parses [`ReservationState::as_str`]'s form.
     pub fn parse(text: &str) -> Option<ReservationState> {
         use ReservationState::*;
-        [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed].into_iter().find(|s| s.as_str() == text)
+        [Pending, Accepted, Preparing, Started, Ended, Rejected, Cancelled, Failed]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+
+    /// The word the store keeps: a reservation whose request is made is stored as `started` whether or not its
+    /// window has begun, and read back through [`ReservationState::at`].
+    pub fn stored(self) -> &'static str {
+        match self {
+            ReservationState::Preparing => ReservationState::Started.as_str(),
+            other => other.as_str(),
+        }
+    }
+
+    /// The state at `now` of a reservation stored in this one whose window starts at `start_ms`: a started one is
+    /// preparing until its start, and started from it.
+    pub fn at(self, start_ms: i64, now: i64) -> ReservationState {
+        match self {
+            ReservationState::Preparing | ReservationState::Started if now < start_ms => ReservationState::Preparing,
+            ReservationState::Preparing | ReservationState::Started => ReservationState::Started,
+            other => other,
+        }
     }
 }
 
@@ -387,10 +414,15 @@ mod tests {
         assert!(Pending.transition(Accepted).is_ok());
         assert!(Accepted.transition(Started).is_ok());
         assert!(Started.transition(Cancelled).is_err());
+        assert!(Preparing.transition(Cancelled).is_err() && Preparing.transition(Ended).is_ok());
         assert!(Ended.is_terminal() && !Accepted.is_terminal());
-        for s in [Pending, Accepted, Started, Ended, Rejected, Cancelled, Failed] {
+        for s in [Pending, Accepted, Preparing, Started, Ended, Rejected, Cancelled, Failed] {
             assert_eq!(ReservationState::parse(s.as_str()), Some(s));
         }
+        // Stored as started, read as preparing until the start.
+        assert_eq!((Preparing.stored(), Started.stored(), Accepted.stored()), ("started", "started", "accepted"));
+        assert_eq!((Started.at(100, 99), Started.at(100, 100), Preparing.at(100, 150)), (Preparing, Started, Started));
+        assert_eq!(Accepted.at(100, 99), Accepted);
     }
     #[test]
     fn window_quota_counts_what_is_held_then() {

@@ -272,7 +272,7 @@ async fn a_reservation_turns_active_at_its_start_and_ends_with_its_window(db: &T
     let swept = tessera_server::services::reservations::sweep(&app.state).await.expect("sweep");
     assert_eq!(swept.started, 1, "{swept:?}");
     let (_, r) = app.get(&format!("/api/v1/reservations/{rid}"), &dev).await;
-    assert_eq!(r["state"], "started", "{r}");
+    assert_eq!(r["state"], "preparing", "made at its lead time, usable at its start: {r}");
     let request = r["request"].as_str().expect("request").to_string();
     let (_, req) = app.get(&format!("/api/v1/requests/{request}"), &dev).await;
     assert_eq!((req["state"].clone(), req["count"].clone()), (json!("approved"), json!(2)), "{req}");
@@ -300,12 +300,44 @@ async fn a_reservation_turns_active_at_its_start_and_ends_with_its_window(db: &T
     let (_, req) = app.get(&format!("/api/v1/requests/{request}"), &dev).await;
     assert_eq!(req["state"], "provisioning", "not before its start: {req}");
     assert_eq!(req["waiting"]["reason"]["code"], "node_not_ready", "the demo node has no agent: {req}");
+    // Before its start every view says prepared, not in use: the reservation is preparing (and not ending soon
+    // although its window is short), its slices prepared without a device to use, nothing metered.
+    let (_, r) = app.get(&format!("/api/v1/reservations/{rid}"), &dev).await;
+    assert_eq!((r["state"].clone(), r["ending_soon"].clone()), (json!("preparing"), json!(false)), "{r}");
+    let (_, listed) = app.get(&format!("/api/v1/reservations?tenant={t}&state=preparing"), &dev).await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
+    let (_, listed) = app.get(&format!("/api/v1/reservations?tenant={t}&state=started"), &dev).await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{listed}");
+    let (_, list) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
+    let mine: Vec<&Value> =
+        list.as_array().expect("list").iter().filter(|a| a["request"] == request.as_str()).collect();
+    assert_eq!(mine.len(), 2, "{list}");
+    for a in &mine {
+        assert_eq!((a["state"].clone(), a["device_uuid"].clone()), (json!("prepared"), Value::Null), "{a}");
+        assert!(a["cuda_visible_devices"].is_null(), "{a}");
+    }
+    let (_, usage) = app.get(&format!("/api/v1/usage?tenant={t}"), &dev).await;
+    let metered = usage["allocations"].as_array().expect("rows");
+    assert!(metered.iter().all(|a| a["request"] != request.as_str()), "nothing metered before the start: {usage}");
     // At its start: active, expiring at the window's end.
     tokio::time::sleep(std::time::Duration::from_millis((start - now_ms()).max(0) as u64 + 50)).await;
     let swept = tessera_server::services::reservations::sweep(&app.state).await.expect("sweep");
     assert_eq!(swept.activated, 1, "{swept:?}");
     let (_, req) = app.get(&format!("/api/v1/requests/{request}"), &dev).await;
     assert_eq!((req["state"].clone(), req["expires_at_ms"].clone()), (json!("active"), json!(end)), "{req}");
+    let (_, r) = app.get(&format!("/api/v1/reservations/{rid}"), &dev).await;
+    assert_eq!((r["state"].clone(), r["ending_soon"].clone()), (json!("started"), json!(true)), "{r}");
+    let (_, list) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
+    for a in list.as_array().expect("list").iter().filter(|a| a["request"] == request.as_str()) {
+        assert_eq!(a["state"], "active", "{a}");
+        assert!(a["device_uuid"].as_str().is_some_and(|d| d.starts_with("MIG-")), "{a}");
+    }
+    // Metered from the window's start, not from when the instances were made.
+    let (_, usage) = app.get(&format!("/api/v1/usage?tenant={t}"), &dev).await;
+    let rows: Vec<&Value> =
+        usage["allocations"].as_array().expect("rows").iter().filter(|a| a["request"] == request.as_str()).collect();
+    assert_eq!(rows.len(), 2, "{usage}");
+    assert!(rows.iter().all(|a| a["from_ms"] == json!(start)), "{usage}");
     // At its end: released (expired), the reservation ended, the instances free.
     let swept = tessera_server::services::reservations::sweep_at(&app.state, end).await.expect("sweep");
     assert_eq!(swept.ended, 1, "{swept:?}");

@@ -64,13 +64,16 @@ impl Store {
         Ok(())
     }
 
-    /// Active allocations with the device that serves them: `(id, request, tenant, profile, device, activated at)`.
+    /// Active allocations with the device that serves them, prepared ones (a window ahead) left out:
+    /// `(id, request, tenant, profile, device, activated at)`.
     pub async fn active_devices(&self) -> Result<Vec<(String, String, String, String, String, i64)>, StoreError> {
         let rows: Vec<ActiveDevice> = on_pool!(self, pool, _dialect => {
             sqlx::query_as(
                 "SELECT id, request_id, tenant_id, profile, device_uuid, activated_at_ms FROM allocations \
-                 WHERE state = 'active' AND device_uuid IS NOT NULL AND activated_at_ms IS NOT NULL ORDER BY id",
+                 WHERE state = 'active' AND device_uuid IS NOT NULL AND activated_at_ms IS NOT NULL \
+                 AND activated_at_ms <= $1 ORDER BY id",
             )
+            .bind(now_ms())
             .fetch_all(pool)
             .await?
         });

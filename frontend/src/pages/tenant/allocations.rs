@@ -48,6 +48,7 @@ pub fn state_text(a: &AllocationView) -> String {
         (_, true) => "waiting for its MIG layout".into(),
         ("active", _) => "ready".into(),
         ("reserved", _) => "being set up on the node".into(),
+        ("prepared", _) => "prepared for its reservation: usable from the window's start".into(),
         (s, _) => s.to_string(),
     }
 }
@@ -215,5 +216,8 @@ mod tests {
         assert_eq!(snippets(&allocation(false)), None);
         assert_eq!(state_text(&allocation(true)), "ready");
         assert_eq!(state_text(&allocation(false)), "being set up on the node");
+        let prepared = AllocationView { state: "prepared".into(), ..allocation(false) };
+        assert_eq!(state_text(&prepared), "prepared for its reservation: usable from the window's start");
+        assert!(snippets(&prepared).is_none(), "no snippet for a slice not usable yet");
     }
 }

@@ -196,9 +196,10 @@ fn reservations_table(
             <tbody>
                 {items.into_iter().map(|r| {
                     let id = r.id.clone();
-                    let open = matches!(r.state, ReservationState::Pending | ReservationState::Accepted | ReservationState::Started);
+                    let open = matches!(r.state, ReservationState::Pending | ReservationState::Accepted | ReservationState::Preparing | ReservationState::Started);
                     let when = match r.state {
                         ReservationState::Accepted | ReservationState::Pending if r.start_ms > now => format!("starts in {}", countdown(r.start_ms, now)),
+                        ReservationState::Preparing => format!("slices being prepared; usable in {}", countdown(r.start_ms, now)),
                         ReservationState::Started if r.end_ms > now => format!("ends in {}", countdown(r.end_ms, now)),
                         _ => String::new(),
                     };
