@@ -47,6 +47,8 @@ pub struct App {
     pub budgets: crate::state::budgets::BudgetCache,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
     pub prepared: crate::state::prepared::PreparedCache,
+    /// What wait explanations read (fleet, queue, calendar), shared by the callers asking at the same time.
+    pub wait_reads: crate::state::coalesced::Coalesced,
     /// Webhook delivery settings.
     pub webhooks: crate::state::delivery::Delivery,
     /// The keys webhook secrets are sealed with.

@@ -55,10 +55,10 @@ impl Audience {
     }
 }
 
-/// What every explanation shares, read once, for one caller.
+/// What every explanation reads, whoever asks: read once per wave of callers ([`crate::state::coalesced`]), each
+/// getting a reading begun after its call.
 #[derive(Debug)]
-pub struct Context {
-    audience: Audience,
+pub struct Shared {
     fleet: FleetNow,
     tenants: Vec<Tenant>,
     admins: Vec<String>,
@@ -66,36 +66,58 @@ pub struct Context {
     live: Vec<SliceRequest>,
     /// Node id -> ready.
     ready: HashMap<String, bool>,
-    /// Tenant id -> (limits or maximums in force, held).
-    quotas: HashMap<String, (Usage, Usage)>,
     /// Accepted reservations and requests bounded in time.
     calendar: crate::calendar::CalendarRead,
     now: i64,
 }
 
-impl Context {
-    /// Reads what explanations for `p` need: they name other tenants' objects only where `p` may see them.
-    pub async fn read(state: &AppState, p: &Principal) -> Result<Context, ApiError> {
-        Self::read_for(state, Audience::of(p)).await
-    }
-
-    async fn read_for(state: &AppState, audience: Audience) -> Result<Context, ApiError> {
+impl Shared {
+    async fn read(state: &AppState) -> Result<Shared, ApiError> {
         let now = now_ms();
         let calendar = crate::calendar::CalendarRead::read(state).await?;
         let fleet = FleetNow::read(state).await?;
         let ready = super::agents::ready_nodes(state, now).await?;
         let admins = state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();
-        Ok(Context {
-            audience,
+        Ok(Shared {
             fleet,
             tenants: state.store.tenants().await?,
             admins,
             live: state.store.live_requests().await?,
             ready,
-            quotas: HashMap::new(),
             calendar,
             now,
         })
+    }
+}
+
+/// What every explanation for one caller shares: the [`Shared`] reading, what the caller may be told, and the
+/// quotas read so far.
+#[derive(Debug)]
+pub struct Context {
+    shared: std::sync::Arc<Shared>,
+    audience: Audience,
+    /// Tenant id -> (limits or maximums in force, held).
+    quotas: HashMap<String, (Usage, Usage)>,
+}
+
+impl std::ops::Deref for Context {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Context {
+    /// Reads what explanations for `p` need: they name other tenants' objects only where `p` may see them. The
+    /// reading began after this call (shared with the callers asking at the same time).
+    pub async fn read(state: &AppState, p: &Principal) -> Result<Context, ApiError> {
+        Self::read_for(state, Audience::of(p)).await
+    }
+
+    async fn read_for(state: &AppState, audience: Audience) -> Result<Context, ApiError> {
+        let shared = state.wait_reads.read(|| Shared::read(state)).await?;
+        Ok(Context { shared, audience, quotas: HashMap::new() })
     }
 
     /// The fleet as it was read.

@@ -3,6 +3,7 @@
 //! below every service.
 
 pub mod budgets;
+pub mod coalesced;
 pub mod delivery;
 pub mod inbox;
 pub mod prepared;
