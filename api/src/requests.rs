@@ -101,7 +101,7 @@ pub struct Waiting {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestPage {
-    /// Requests, oldest first.
+    /// Requests, in the order asked for (oldest first by default).
     pub items: Vec<RequestView>,
     /// Pass as `cursor` for the next page; absent on the last page.
     pub next_cursor: Option<String>,
@@ -121,6 +121,22 @@ pub struct ListQuery {
     /// Page size, 1-500 (default 100).
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 500))]
     pub limit: Option<u32>,
+    /// `true`: only requests still live (pending, approved, provisioning, active); `false`: only ended ones.
+    pub open: Option<bool>,
+    /// `oldest` first (the default) or `newest` first; the cursor continues in the same order.
+    pub order: Option<ListOrder>,
+}
+
+/// The order of a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ListOrder {
+    /// Oldest first.
+    #[default]
+    Oldest,
+    /// Newest first.
+    Newest,
 }
 
 /// A rejection.

@@ -75,6 +75,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/fleet") view=FleetPage />
                     <Route path=path!("/signin") view=SignInPage />
                     <Route path=path!("/t/:tenant") view=TenantPage />
+                    <Route path=path!("/requests/:id") view=crate::pages::tenant::RequestPage />
                     <Route path=path!("/approvals") view=ApprovalsPage />
                     <Route path=path!("/heatmap") view=HeatmapPage />
                     <Route path=path!("/gpus/:id/layout") view=LayoutEditorPage />

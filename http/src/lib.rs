@@ -66,6 +66,8 @@ pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::
 #[openapi(
     info(title = "Tessera", description = "Self-service GPU slices: MIG, time-slicing, MPS, with quotas and approvals."),
     modifiers(&BearerToken),
+    // Named only by query parameters, which utoipa does not collect.
+    components(schemas(tessera_api::requests::ListOrder)),
     tags(
         (name = "health", description = "Liveness and readiness"),
         (name = "catalog", description = "GPU models and MIG profiles"),

@@ -196,6 +196,8 @@ pub async fn offerings(State(state): State<AppState>, Caller(_p): Caller) -> Res
         state: Some(tessera_core::request::RequestState::Pending),
         after: None,
         limit: 10_000,
+        open: None,
+        newest_first: false,
     };
     let pending = state.store.list_requests(filter).await?;
     Ok(ApiJson(Offerings {

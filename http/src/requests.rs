@@ -92,7 +92,8 @@ pub async fn preview_request(
     Ok(ApiJson(requests::preview(&state, &p, ask).await?))
 }
 
-/// List requests, oldest first, a page at a time.
+/// List requests, a page at a time: oldest first, or newest first (`order=newest`); live ones only (`open=true`)
+/// or ended ones only (`open=false`).
 #[utoipa::path(get, path = "/api/v1/requests", tag = "requests", security(("token" = ["user"]), ("session" = ["user"])), params(ListQuery),
     responses((status = 200, body = RequestPage), (status = 404, body = Problem), (status = 422, body = Problem)))]
 pub async fn list_requests(
@@ -107,13 +108,29 @@ pub async fn list_requests(
     let tenant = p.listing_tenant(q.tenant.as_deref())?;
     // The page depends only on the filter (visibility was settled above), so one cached body serves every caller.
     // JSON, so that no value can pass for another field however it is spelt.
-    let key = serde_json::json!(["requests", tenant, q.state.map(RequestState::as_str), q.cursor, limit]).to_string();
+    let newest_first = q.order == Some(tessera_api::requests::ListOrder::Newest);
+    let key = serde_json::json!([
+        "requests",
+        tenant,
+        q.state.map(RequestState::as_str),
+        q.cursor,
+        limit,
+        q.open,
+        newest_first
+    ])
+    .to_string();
     let generation = state.store.generation();
     if let Some(body) = generation.and_then(|g| state.reads.get(&key, g)) {
         return Ok(json_body(body));
     }
-    let filter =
-        RequestFilter { tenant: tenant.as_deref(), state: q.state, after: q.cursor.as_deref(), limit: limit + 1 };
+    let filter = RequestFilter {
+        tenant: tenant.as_deref(),
+        state: q.state,
+        after: q.cursor.as_deref(),
+        limit: limit + 1,
+        open: q.open,
+        newest_first,
+    };
     let mut items = state.store.list_requests(filter).await?;
     let next_cursor = if items.len() > limit as usize {
         items.truncate(limit as usize);

@@ -5,7 +5,7 @@
 use tessera_core::request::{RequestState, SliceSpec};
 
 use super::writes::audit_insert;
-use super::{Store, StoreError, new_id, to_json};
+use super::{Store, StoreError, new_id_at, to_json};
 
 /// One released allocation of the past, with the request it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,9 +40,10 @@ impl Store {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for a in past {
                 debug_assert!(a.activated_at_ms < a.released_at_ms, "{a:?}");
-                let request_id = new_id();
-                // Asked for and granted a minute before it became active.
+                // Asked for and granted a minute before it became active; its id made then, so that lists by id
+                // put it in time order among the others.
                 let asked = a.activated_at_ms - 60_000;
+                let request_id = new_id_at(asked);
                 sqlx::query(&format!(
                     "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
                      updated_at_ms) VALUES ($1, $2, {}, 1, $4, $5, 4, $6, $7)",
@@ -73,7 +74,7 @@ impl Store {
                      device_uuid, activated_at_ms, released_at_ms) \
                      VALUES ($1, $2, $3, $4, $5, $6, 'released', $7, $8, $9, $10)",
                 )
-                .bind(new_id())
+                .bind(new_id_at(asked))
                 .bind(&request_id)
                 .bind(&a.tenant_id)
                 .bind(&a.gpu_id)

@@ -123,6 +123,14 @@ pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// A new id for a record made at `at_ms` (UTC milliseconds; a past one for recorded history), so that ids sort as
+/// the records' times do.
+pub(crate) fn new_id_at(at_ms: i64) -> String {
+    let ms = u64::try_from(at_ms).unwrap_or(0);
+    let at = uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
+    uuid::Uuid::new_v7(at).to_string()
+}
+
 /// Parses stored quota rows `(resource, milli)`.
 pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreError> {
     let catalog = tessera_core::Catalog::builtin();

@@ -413,10 +413,14 @@ pub struct RequestFilter<'a> {
     pub tenant: Option<&'a str>,
     /// Only in this state.
     pub state: Option<RequestState>,
-    /// Only after this id (the cursor).
+    /// Only after this id (the cursor): later ids oldest first, earlier ones newest first.
     pub after: Option<&'a str>,
     /// At most this many.
     pub limit: u32,
+    /// `Some(true)`: only live requests (pending to active); `Some(false)`: only ended ones.
+    pub open: Option<bool>,
+    /// Newest first (by id, a UUIDv7: by creation time).
+    pub newest_first: bool,
 }
 
 impl RequestFilter<'_> {
@@ -427,12 +431,17 @@ impl RequestFilter<'_> {
         for (column, op, value) in [
             ("tenant_id", "=", self.tenant.map(str::to_string)),
             ("state", "=", self.state.map(|s| s.as_str().to_string())),
-            ("id", ">", self.after.map(str::to_string)),
+            ("id", if self.newest_first { "<" } else { ">" }, self.after.map(str::to_string)),
         ] {
             if let Some(v) = value {
                 values.push(v);
                 sql.push_str(&format!(" AND {column} {op} ${}", values.len()));
             }
+        }
+        match self.open {
+            Some(true) => sql.push_str(" AND state IN ('pending', 'approved', 'provisioning', 'active')"),
+            Some(false) => sql.push_str(" AND state NOT IN ('pending', 'approved', 'provisioning', 'active')"),
+            None => {}
         }
         (sql, values)
     }

@@ -256,7 +256,9 @@ impl Store {
     pub async fn list_requests(&self, filter: RequestFilter<'_>) -> Result<Vec<SliceRequest>, StoreError> {
         let (conditions, values) = filter.conditions();
         // The limit is bound, not spliced in, so every page size shares one prepared statement.
-        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE 1 = 1{conditions} ORDER BY id LIMIT ${}", values.len() + 1);
+        let order = if filter.newest_first { "id DESC" } else { "id" };
+        let sql =
+            format!("SELECT {REQUEST_COLUMNS} WHERE 1 = 1{conditions} ORDER BY {order} LIMIT ${}", values.len() + 1);
         let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => {
             let mut query = sqlx::query_as(&sql);
             for v in &values {

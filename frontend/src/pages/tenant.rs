@@ -22,13 +22,15 @@ use crate::widgets::{Glossary, SessionResource, problem_view};
 mod allocations;
 mod arithmetic;
 mod form;
+mod request;
 mod requests;
 mod reservations;
 
 use allocations::AllocationsList;
 use arithmetic::{QuotaBar, quota_bars};
 use form::RequestForm;
-use requests::RequestsTable;
+pub use request::RequestPage;
+use requests::{HistoryCard, RequestsTable};
 use reservations::ReservationsCard;
 
 /// The tenant dashboard.
@@ -51,7 +53,8 @@ pub fn TenantPage() -> impl IntoView {
     });
     let requests = Resource::new(tenant_id, |key| async move {
         let id = tenant_key(key).await?;
-        api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&limit=500")).await
+        // Live requests only: ended ones are the history's, a page at a time.
+        api::get_json::<RequestPage>(format!("/api/v1/requests?tenant={id}&open=true&order=newest&limit=500")).await
     });
     let allocations = Resource::new(tenant_id, |key| async move {
         let id = tenant_key(key).await?;
@@ -123,19 +126,21 @@ pub fn TenantPage() -> impl IntoView {
                                 <RequestForm tenant=t.clone() quotas=latest_quotas.into() on_done />
                             </div>
                         </div>
-                        <BudgetCard tenant=t.id.clone() tick=now />
-                        <QuotaRequestsCard tenant=t.clone() can_ask />
+                        <div class="card" data-testid="current-work">
+                            <h2>"Current requests"</h2>
+                            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                                <RequestsTable requests waiting now=now.into() on_done
+                                    empty_text="Nothing waits or runs now: ask for slices with the form above; ended requests are in the history below." />
+                            </Transition>
+                        </div>
                         <div class="card">
                             <h2>"Allocations"</h2>
                             <AllocationsList allocations />
                         </div>
+                        <BudgetCard tenant=t.id.clone() tick=now />
+                        <QuotaRequestsCard tenant=t.clone() can_ask />
                         <ReservationsCard tenant=t.clone() tick=now />
-                        <div class="card">
-                            <h2>"Requests"</h2>
-                            <Transition fallback=|| view! { <p>"Loading…"</p> }>
-                                <RequestsTable requests waiting now=now.into() on_done />
-                            </Transition>
-                        </div>
+                        <HistoryCard tenant=t.id.clone() waiting now=now.into() on_done />
                         <UsageCard tenant=t.id.clone() />
                         <TimelineCard tenant=t.id.clone() />
                         <Glossary />

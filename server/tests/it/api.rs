@@ -512,6 +512,29 @@ async fn requests_are_listed_a_page_at_a_time(db: &TestDb) {
         }
     }
     assert_eq!(seen, ids);
+    // Newest first, a page at a time; live ones only, or ended ones only.
+    let cancel = format!("/api/v1/requests/{}/cancel", ids[1]);
+    assert_eq!(app.call(Method::POST, &cancel, Some(&alice)).send().await.expect("send").status(), StatusCode::OK);
+    let list = |path: String| {
+        let app = &app;
+        let alice = &alice;
+        async move {
+            let page: Value =
+                app.call(Method::GET, &path, Some(alice)).send().await.expect("send").json().await.expect("json");
+            let items: Vec<String> =
+                page["items"].as_array().expect("items").iter().map(|i| i["id"].as_str().expect("id").into()).collect();
+            (items, page["next_cursor"].as_str().map(str::to_string))
+        }
+    };
+    let (first, cursor) = list(format!("/api/v1/requests?tenant={t}&order=newest&limit=3")).await;
+    assert_eq!(first, vec![ids[4].clone(), ids[3].clone(), ids[2].clone()]);
+    let (rest, end) =
+        list(format!("/api/v1/requests?tenant={t}&order=newest&limit=3&cursor={}", cursor.expect("more"))).await;
+    assert_eq!((rest, end), (vec![ids[1].clone(), ids[0].clone()], None));
+    let (live, _) = list(format!("/api/v1/requests?tenant={t}&open=true&order=newest")).await;
+    assert_eq!(live, vec![ids[4].clone(), ids[3].clone(), ids[2].clone(), ids[0].clone()]);
+    let (ended, _) = list(format!("/api/v1/requests?tenant={t}&open=false")).await;
+    assert_eq!(ended, vec![ids[1].clone()]);
     let pending: Value = app
         .call(Method::GET, &format!("/api/v1/requests?tenant={t}&state=cancelled"), Some(&app.admin))
         .send()
@@ -520,7 +543,10 @@ async fn requests_are_listed_a_page_at_a_time(db: &TestDb) {
         .json()
         .await
         .expect("json");
-    assert_eq!(pending["items"], json!([]));
+    assert_eq!(
+        pending["items"].as_array().map(|i| i.iter().map(|r| r["id"].clone()).collect::<Vec<_>>()),
+        Some(vec![json!(ids[1])])
+    );
     problem(
         app.call(Method::GET, "/api/v1/requests?limit=0", Some(&alice)).send().await.expect("send"),
         StatusCode::UNPROCESSABLE_ENTITY,

@@ -17,6 +17,7 @@ on_both_backends!(
     the_standing_names_who_borrows_who_waits_and_who_does_not_use_its_quota,
     over_a_lowered_limit_outside_a_cohort_is_over_not_borrowing,
     budgets_count_this_months_spending_and_block_only_what_could_spend,
+    recorded_history_sorts_by_time_among_the_tenants_requests,
 );
 
 fn code(body: &Value) -> &str {
@@ -307,4 +308,26 @@ async fn budgets_count_this_months_spending_and_block_only_what_could_spend(db: 
     assert_eq!(s, StatusCode::FORBIDDEN);
     let (_, audit) = app.get(&format!("/api/v1/audit?object=tenant/{t}/budget"), &app.admin).await;
     assert!(audit.to_string().contains("tenant.budget"), "{audit}");
+}
+
+/// Released requests recorded for the past (as the demo does) get ids of their time: a tenant's list newest first
+/// puts them below what was asked today, oldest first above it.
+async fn recorded_history_sorts_by_time_among_the_tenants_requests(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let t = app.tenant("vision", json!({})).await;
+    let dev = app.member("vision-dev", &t).await;
+    let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb", "model": "H100-80GB"}, "count": 1});
+    let (s, today) = app.send(Method::POST, "/api/v1/requests", &dev, Some(ask)).await;
+    assert_eq!(s, StatusCode::CREATED, "{today}");
+    let now = tessera_server::store::now_ms();
+    past_use(&app, &t, now - 3 * 86_400_000, now - 2 * 86_400_000).await;
+    past_use(&app, &t, now - 2 * 86_400_000, now - 86_400_000).await;
+    let (_, page) = app.get(&format!("/api/v1/requests?tenant={t}&order=newest"), &dev).await;
+    let created: Vec<i64> =
+        page["items"].as_array().expect("items").iter().map(|r| r["created_at_ms"].as_i64().expect("time")).collect();
+    assert_eq!(created.len(), 3, "{page}");
+    assert_eq!(page["items"][0]["id"], today["id"], "{page}");
+    assert!(created.windows(2).all(|w| w[0] > w[1]), "newest first by time too: {created:?}");
+    let (_, ended) = app.get(&format!("/api/v1/requests?tenant={t}&open=false&order=newest"), &dev).await;
+    assert_eq!(ended["items"].as_array().map(Vec::len), Some(2), "{ended}");
 }

@@ -641,7 +641,14 @@ async fn a_batch_decides_each_request_in_order_as_one_transaction_each_would(sto
     assert_eq!(store.held(&a.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 3 * MILLI);
     assert_eq!(store.held(&b.id).await.expect("held")[&res("mig/H100-80GB/1g.10gb")], 2 * MILLI);
     let listed = |t: String| async move {
-        let f = tessera_server::store::RequestFilter { tenant: Some(&t), state: None, after: None, limit: 100 };
+        let f = tessera_server::store::RequestFilter {
+            tenant: Some(&t),
+            state: None,
+            after: None,
+            limit: 100,
+            open: None,
+            newest_first: false,
+        };
         store.list_requests(f).await.expect("list")
     };
     assert_eq!(listed(a.id.clone()).await.len(), 3);

@@ -123,7 +123,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
         move || reclaim_text(&a, now.get())
     };
     let reclaimed = a.reclaim_at_ms.is_some();
-    let request_link = format!("#request-{}", a.request);
+    let request_link = format!("/requests/{}", a.request);
     let snips = snippets(&a);
     let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
     let (state, profile, alloc_state, request_short) =

@@ -13,7 +13,7 @@ use tessera_core::request::SliceSpec;
 
 use super::arithmetic::{Feedback, feedback};
 use crate::api::{self, ProblemExt};
-use crate::pages::shared::{AskDraft, short, state_name};
+use crate::pages::shared::{AskDraft, describe, short, state_name};
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 use crate::wire::approval_policy;
@@ -55,7 +55,7 @@ pub(super) fn RequestForm(
     let priority = RwSignal::new("normal".to_string());
     let reason = RwSignal::new(String::new());
     let sending = RwSignal::new(false);
-    let result = RwSignal::new(None::<Result<String, api::Problem>>);
+    let result = RwSignal::new(None::<Result<RequestView, api::Problem>>);
     let spec = move || -> Option<SliceSpec> {
         let m = model.get();
         let r = replicas.get().trim().parse().unwrap_or(0);
@@ -125,14 +125,29 @@ pub(super) fn RequestForm(
         ev.prevent_default();
         let (Some(spec), Some(n)) = (spec(), count_n()) else { return };
         let duration_s = hours.get().trim().parse::<f64>().ok().filter(|h| *h > 0.0).map(|h| (h * 3600.0) as u64);
-        let priority = tessera_core::cohort::Priority::parse(&priority.get()).unwrap_or_default();
-        let body =
-            NewRequestBody { tenant: tenant_id.clone(), spec, count: n, reason: reason.get(), duration_s, priority };
+        let chosen = tessera_core::cohort::Priority::parse(&priority.get()).unwrap_or_default();
+        let body = NewRequestBody {
+            tenant: tenant_id.clone(),
+            spec,
+            count: n,
+            reason: reason.get(),
+            duration_s,
+            priority: chosen,
+        };
         sending.set(true);
         leptos::task::spawn_local(async move {
             let answer = api::send_json::<RequestView>("POST", "/api/v1/requests".into(), body).await;
             sending.set(false);
-            result.set(Some(answer.map(|r| format!("Request {} is {}.", short(&r.id), state_name(r.state)))));
+            // Made: the form starts again (what it showed counted without the request, which now counts), and the
+            // card below names the request. Refused: everything typed stays, to be changed.
+            if answer.is_ok() {
+                profile.set(String::new());
+                count.set("1".to_string());
+                hours.set(String::new());
+                reason.set(String::new());
+                priority.set("normal".to_string());
+            }
+            result.set(Some(answer));
             on_done.run(());
         });
     };
@@ -217,22 +232,32 @@ pub(super) fn RequestForm(
                         <div class="feedback" data-testid="feedback" aria-live="polite">
                             {move || match (spec(), count_n()) {
                                 (Some(s), Some(n)) => quota.with(|q| match q {
-                                    Some(Ok(q)) => feedback_view(feedback(&s, n, q, policy), use_context::<AskDraft>()),
+                                    Some(Ok(q)) => preview.with(|p| feedback_view(feedback(&s, n, q, policy), p.as_ref(), use_context::<AskDraft>())),
                                     Some(Err(p)) => view! { <p class="error">"The quota could not be read: "{p.message()}</p> }.into_any(),
                                     None => view! { <p class="muted">"Reading the quota…"</p> }.into_any(),
                                 }),
                                 (_, None) => view! { <p class="muted">"The count is a whole number from 1."</p> }.into_any(),
                                 _ => view! { <p class="muted">"Choose what you need to see what it takes from the quota."</p> }.into_any(),
                             }}
-                            {move || preview.get().map(|p| match p {
-                                Ok(p) => preview_view(&p),
-                                Err(p) => view! { <p class="error small" data-testid="preview">{p.message()}</p> }.into_any(),
-                            })}
                             <p class="muted small">{wait.clone()}</p>
                         </div>
-                        <button class="button primary" type="submit" disabled=move || sending.get() || spec().is_none() || count_n().is_none()>"Request"</button>
+                        {move || {
+                            // Refused as it stands: the button says so and waits for a change.
+                            let refused = match (spec(), count_n()) {
+                                (Some(s), Some(n)) => quota.with(|q| match q {
+                                    Some(Ok(q)) => preview.with(|p| verdict(&feedback(&s, n, q, policy), p.as_ref().and_then(|p| p.as_ref().ok()), now_ms()).refused),
+                                    _ => false,
+                                }),
+                                _ => false,
+                            };
+                            let label = if refused { "Over quota: change the ask or ask for more quota" } else { "Request" };
+                            view! {
+                                <button class="button primary" type="submit" data-refused=refused.to_string()
+                                    disabled=move || refused || sending.get() || spec().is_none() || count_n().is_none()>{label}</button>
+                            }
+                        }}
                         {move || result.get().map(|r| match r {
-                            Ok(m) => view! { <p class="ok" role="status">{m}</p> }.into_any(),
+                            Ok(r) => created_card(&r),
                             Err(p) => view! { <p class="error" role="alert" data-code=p.code.clone()>{p.message()}</p> }.into_any(),
                         })}
                     </form>
@@ -271,36 +296,101 @@ pub fn preview_text(p: &RequestPreview, now: i64) -> String {
     }
 }
 
-fn preview_view(p: &RequestPreview) -> AnyView {
-    let outcome = match p.outcome {
+/// The one verdict the form gives: the quota and the tenant's policy (the core's arithmetic, at once) combined with
+/// the server's preview (where it would go, or why it would wait), in one headline; the planner's detail behind
+/// "Why?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// `over`, `refused`, `auto` (approved and placed now), `layout` (approved, a layout change waits), `waits`
+    /// (approved by the policy, then waits for room), `admin` (waits for a platform admin), `checking`.
+    pub kind: &'static str,
+    /// The CSS class: `ok`, `warn` or `error`.
+    pub class: &'static str,
+    /// The headline.
+    pub headline: String,
+    /// The detail behind "Why?", when there is one.
+    pub why: Option<String>,
+    /// Creating it would be refused.
+    pub refused: bool,
+}
+
+/// See [`Verdict`]. `preview` is the server's answer for what is in the form now, when it came.
+pub fn verdict(f: &Feedback, preview: Option<&RequestPreview>, now: i64) -> Verdict {
+    let v = |kind, class, headline: String, why: Option<String>| Verdict {
+        kind,
+        class,
+        headline,
+        why,
+        refused: matches!(kind, "over" | "refused"),
+    };
+    if !f.over.is_empty() {
+        return v("over", "error", "Over quota: it would be refused.".into(), None);
+    }
+    let auto = preview.map_or(f.decision == Some(Decision::AutoApprove), |p| p.auto_approve);
+    let detail = preview.map(|p| preview_text(p, now));
+    match preview.map(|p| p.outcome) {
+        Some(PreviewOutcome::Refused) => v(
+            "refused",
+            "error",
+            format!(
+                "It would be refused: {}",
+                preview.and_then(|p| p.refused.as_ref()).map(|r| r.detail.clone()).unwrap_or_default()
+            ),
+            None,
+        ),
+        Some(PreviewOutcome::ApprovedNow) => {
+            v("auto", "ok", "Approved by your tenant's policy and placed at once.".into(), detail)
+        }
+        Some(PreviewOutcome::ApprovedWaitingForLayout) => v(
+            "layout",
+            "warn",
+            "Approved by your tenant's policy; a MIG layout change it needs waits for a platform admin.".into(),
+            detail,
+        ),
+        Some(PreviewOutcome::Pending) if auto => v(
+            "waits",
+            "warn",
+            format!(
+                "Approved by your tenant's policy, then waits for room: {}",
+                preview.and_then(|p| p.sentence.clone()).unwrap_or_else(|| "the fleet has none now.".into())
+            ),
+            detail,
+        ),
+        Some(PreviewOutcome::Pending) => {
+            v("admin", "warn", "Within quota: waits for a platform admin's approval.".into(), detail)
+        }
+        None if auto => v("checking", "ok", "Within quota and your tenant's policy; looking for room…".into(), None),
+        None => v("admin", "warn", "Within quota: waits for a platform admin's approval.".into(), None),
+    }
+}
+
+fn feedback_view(
+    f: Feedback,
+    preview: Option<&Result<RequestPreview, api::Problem>>,
+    draft: Option<AskDraft>,
+) -> AnyView {
+    if let Some(why) = f.invalid {
+        return view! { <p class="error">{why}</p> }.into_any();
+    }
+    let answered = preview.and_then(|p| p.as_ref().ok());
+    let Verdict { kind, class, headline, why, .. } = verdict(&f, answered, now_ms());
+    let outcome = answered.map(|p| match p.outcome {
         PreviewOutcome::ApprovedNow => "approved_now",
         PreviewOutcome::ApprovedWaitingForLayout => "approved_waiting_for_layout",
         PreviewOutcome::Pending => "pending",
         PreviewOutcome::Refused => "refused",
-    };
-    let class = match p.outcome {
-        PreviewOutcome::ApprovedNow => "ok small",
-        PreviewOutcome::Refused => "error small",
-        _ => "warn small",
-    };
-    view! { <p class=class data-testid="preview" data-outcome=outcome>{preview_text(p, now_ms())}</p> }.into_any()
-}
-
-fn feedback_view(f: Feedback, draft: Option<AskDraft>) -> AnyView {
-    if let Some(why) = f.invalid {
-        return view! { <p class="error">{why}</p> }.into_any();
-    }
-    let verdict = match (&f.decision, f.over.is_empty()) {
-        (_, false) => view! { <p class="error" data-verdict="over">"Over quota: it would be refused."</p> }.into_any(),
-        (Some(Decision::AutoApprove), _) => {
-            view! { <p class="ok" data-verdict="auto">"Within quota: approved at once."</p> }.into_any()
-        }
-        _ => {
-            view! { <p class="warn" data-verdict="admin">"Within quota: waits for an admin's approval."</p> }.into_any()
-        }
-    };
+    });
+    let failed = preview.and_then(|p| p.as_ref().err()).map(|p| p.message());
     view! {
-        {verdict}
+        <div class=format!("verdict {class}") data-verdict=kind data-testid="verdict">
+            <p>{headline}</p>
+            {why.map(|w| view! {
+                <details class="small"><summary>"Why?"</summary>
+                    <p data-testid="preview" data-outcome=outcome.unwrap_or_default()>{w}</p>
+                </details>
+            })}
+            {failed.map(|m| view! { <p class="error small" data-testid="preview">{m}</p> })}
+        </div>
         <ul class="plain small">
             {f.charges.into_iter().map(|c| view! {
                 <li data-resource=c.key.clone() title=c.key>{format!("{}: {}", c.name, c.amount)}<span class="muted">{c.left.map(|l| format!(" · {l} left after")).unwrap_or_default()}</span></li>
@@ -316,4 +406,76 @@ fn feedback_view(f: Feedback, draft: Option<AskDraft>) -> AnyView {
         })}
     }
     .into_any()
+}
+
+/// The card a made request leaves: its name linking to its page, its state and what happens next.
+fn created_card(r: &RequestView) -> AnyView {
+    let next = match (&r.waiting, r.state) {
+        (Some(w), _) => w.sentence.clone(),
+        (None, tessera_core::request::RequestState::Active) => "Its slices are ready to use.".into(),
+        (None, tessera_core::request::RequestState::Approved | tessera_core::request::RequestState::Provisioning) => {
+            "Its slices are being set up on their node.".into()
+        }
+        (None, _) => String::new(),
+    };
+    view! {
+        <div class="created ok" role="status" data-testid="created" data-request=r.id.clone() data-state=state_name(r.state)>
+            <p><strong>"Request made: "</strong><a href=format!("/requests/{}", r.id)>{format!("request {}", short(&r.id))}</a>
+                {format!(" · {} · {}", describe(&r.spec, r.count), state_name(r.state))}</p>
+            {(!next.is_empty()).then(|| view! { <p class="small">{next}</p> })}
+        </div>
+    }
+    .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn within(decision: Decision) -> Feedback {
+        Feedback { charges: vec![], over: vec![], decision: Some(decision), invalid: None, needed: vec![] }
+    }
+
+    fn preview(outcome: &str, auto_approve: bool, sentence: Option<&str>) -> RequestPreview {
+        serde_json::from_value(serde_json::json!({
+            "tenant": "t", "outcome": outcome, "refused": null, "quota": [], "borrowed": false, "reclaims": false,
+            "auto_approve": auto_approve, "slices": [], "waiting": null, "sentence": sentence, "earliest_start_ms": null,
+        }))
+        .expect("a preview")
+    }
+
+    /// One headline whatever the quota arithmetic and the server's preview say together: never "approved at once"
+    /// above "it would wait".
+    #[test]
+    fn the_form_gives_one_verdict() {
+        let room = "the fleet has no room: 0 of 7 compute slices free on H100-80GB.";
+        let auto = within(Decision::AutoApprove);
+        let waits = verdict(&auto, Some(&preview("pending", true, Some(room))), 0);
+        assert_eq!((waits.kind, waits.class, waits.refused), ("waits", "warn", false));
+        assert_eq!(waits.headline, format!("Approved by your tenant's policy, then waits for room: {room}"));
+        assert!(waits.why.as_deref().is_some_and(|w| w.starts_with("It would wait.")), "{waits:?}");
+        assert!(!waits.headline.contains("at once"));
+        let placed = verdict(&auto, Some(&preview("approved_now", true, None)), 0);
+        assert_eq!((placed.kind, placed.class), ("auto", "ok"));
+        assert_eq!(verdict(&auto, None, 0).kind, "checking", "no promise before the server answered");
+        let admin = verdict(&within(Decision::NeedsAdmin), Some(&preview("pending", false, Some("x"))), 0);
+        assert_eq!(
+            (admin.kind, admin.headline.as_str()),
+            ("admin", "Within quota: waits for a platform admin's approval.")
+        );
+        let over = Feedback { over: vec!["compute slices: 9 > 7".into()], ..within(Decision::AutoApprove) };
+        let v = verdict(&over, Some(&preview("approved_now", true, None)), 0);
+        assert_eq!((v.kind, v.refused), ("over", true), "the quota's refusal wins");
+        let mut refused = preview("refused", true, None);
+        refused.refused = serde_json::from_value(serde_json::json!({
+            "type": "about:blank", "title": "Budget exhausted", "status": 409, "code": "budget_exhausted",
+            "detail": "the month's budget is spent",
+        }))
+        .ok();
+        let v = verdict(&auto, Some(&refused), 0);
+        assert_eq!(
+            (v.kind, v.refused, v.headline.as_str()),
+            ("refused", true, "It would be refused: the month's budget is spent")
+        );
+    }
 }

@@ -1,4 +1,5 @@
-//! The tenant's requests, newest first, with their history and the actions a request allows.
+//! The tenant's requests, newest first, with their history and the actions a request allows: the live ones (the
+//! dashboard's current work) and the ended ones a page at a time ([`HistoryCard`]).
 //!
 //! Rows are keyed by request id and read their request from the latest list, so a refresh updates what a row shows
 //! but keeps the row itself: an open history stays open (and is read again when the request changes), a release
@@ -23,6 +24,9 @@ pub(super) fn RequestsTable(
     waiting: Resource<Result<Vec<Waiting>, api::Problem>>,
     now: Signal<i64>,
     on_done: Callback<()>,
+    /// What an empty list says.
+    #[prop(default = "No requests yet.")]
+    empty_text: &'static str,
 ) -> impl IntoView {
     // Why each waiting request waits, as last read (a failed read keeps the last answer).
     let why = Memo::new(move |prev: Option<&Vec<Waiting>>| {
@@ -34,7 +38,11 @@ pub(super) fn RequestsTable(
     // The last list that loaded, newest first: a refresh that fails keeps it, and says why above it.
     let latest = Memo::new(move |prev: Option<&Vec<RequestView>>| {
         requests.with(|r| match r {
-            Some(Ok(page)) => page.items.iter().rev().cloned().collect(),
+            Some(Ok(page)) => {
+                let mut items = page.items.clone();
+                items.sort_by(|a, b| b.created_at_ms.cmp(&a.created_at_ms).then_with(|| b.id.cmp(&a.id)));
+                items
+            }
             _ => prev.cloned().unwrap_or_default(),
         })
     });
@@ -45,7 +53,7 @@ pub(super) fn RequestsTable(
         {move || problem.get().map(|p| problem_view(&p))}
         <Show
             when=move || !empty.get()
-            fallback=move || problem.with(Option::is_none).then(|| view! { <p class="muted">"No requests yet."</p> })
+            fallback=move || problem.with(Option::is_none).then(|| view! { <p class="muted">{empty_text}</p> })
         >
             <div class="table-wrap">
             <table data-testid="requests">
@@ -148,7 +156,7 @@ fn RequestRow(
     view! {
         <tr data-request=id.get_value() id=format!("request-{}", id.get_value()) data-state=state_text>
             <td><span class=move || format!("rstate {}", state_text())>{state_text}</span></td>
-            <td>{text(|r| describe(&r.spec, r.count))}</td>
+            <td><a href=format!("/requests/{}", id.get_value()) data-testid="request-link">{text(|r| describe(&r.spec, r.count))}</a></td>
             <td title=text(|r| r.created_at_ms.to_string())>
                 {move || row.with(|r| r.as_ref().map(|r| ago(r.created_at_ms, now.get())).unwrap_or_default())}
             </td>
@@ -219,4 +227,57 @@ pub fn waiting_text(w: &Waiting, now: i64) -> String {
         _ => {}
     }
     text
+}
+
+/// The states an ended request can be in, for the history's filter.
+const ENDED: [&str; 5] = ["released", "expired", "cancelled", "rejected", "failed"];
+
+/// Ended requests, newest first, 20 a page, with a filter by state; the pages are read from the API a page at a
+/// time (`open=false&order=newest` and its cursor).
+#[component]
+pub(super) fn HistoryCard(
+    tenant: String,
+    waiting: Resource<Result<Vec<Waiting>, api::Problem>>,
+    now: Signal<i64>,
+    on_done: Callback<()>,
+) -> impl IntoView {
+    let state = RwSignal::new(String::new());
+    // The cursors of the pages shown so far: the last is the page on screen (`None`: the newest).
+    let pages = RwSignal::new(vec![None::<String>]);
+    let requests = Resource::new(
+        move || (tenant.clone(), state.get(), pages.with(|p| p.last().cloned().flatten())),
+        |(t, s, cursor)| {
+            let mut path = format!("/api/v1/requests?tenant={t}&open=false&order=newest&limit=20");
+            if !s.is_empty() {
+                path.push_str(&format!("&state={s}"));
+            }
+            if let Some(c) = cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            api::get_json::<RequestPage>(path)
+        },
+    );
+    let next = Memo::new(move |_| requests.with(|r| r.as_ref().and_then(|r| r.as_ref().ok()?.next_cursor.clone())));
+    view! {
+        <div class="card" data-testid="history-card">
+            <div class="title-row"><h2>"History"</h2>
+                <label class="small">"State "
+                    <select data-testid="history-state" on:change=move |ev| { state.set(event_target_value(&ev)); pages.set(vec![None]); }>
+                        <option value="">"any ended"</option>
+                        {ENDED.map(|s| view! { <option value=s>{s}</option> })}
+                    </select>
+                </label>
+            </div>
+            <Transition fallback=|| view! { <p>"Loading…"</p> }>
+                <RequestsTable requests waiting now on_done empty_text="No ended requests here." />
+            </Transition>
+            <div class="pager">
+                <button type="button" class="button small" data-testid="history-newer" disabled=move || pages.with(|p| p.len() <= 1)
+                    on:click=move |_| pages.update(|p| { p.pop(); })>"Newer"</button>
+                <span class="muted small">{move || format!("page {}", pages.with(Vec::len))}</span>
+                <button type="button" class="button small" data-testid="history-older" disabled=move || next.with(Option::is_none)
+                    on:click=move |_| if let Some(c) = next.get_untracked() { pages.update(|p| p.push(Some(c))) }>"Older"</button>
+            </div>
+        </div>
+    }
 }
