@@ -196,10 +196,16 @@ pub fn is_internal(ip: std::net::IpAddr) -> bool {
     !crate::address::is_global(ip)
 }
 
-/// Where the portal shows what an event of type `t` is about, as a path: the tenant's page for its requests,
-/// reservations and quota requests, approvals for layouts, the fleet for nodes and GPUs, else the inbox.
-pub fn portal_path(t: &str, tenant: Option<&str>) -> String {
+/// Where the portal shows what an event of type `t` about `subject` is about, as a path: a request's own page, the
+/// tenant's page for its reservations, quota requests, allocations and budget, approvals for layouts, the fleet for
+/// nodes and GPUs, else the inbox.
+pub fn portal_path(t: &str, subject: &str, tenant: Option<&str>) -> String {
     let area = t.split('.').next().unwrap_or_default();
+    if let Some(id) = subject.strip_prefix("request/").filter(|id| !id.is_empty() && !id.contains('/'))
+        && area == "request"
+    {
+        return format!("/requests/{id}");
+    }
     match (area, tenant) {
         ("request" | "reservation" | "quota_request" | "allocation" | "budget", Some(tenant)) => format!("/t/{tenant}"),
         ("layout", _) => "/approvals".to_string(),
@@ -242,12 +248,14 @@ mod tests {
 
     #[test]
     fn events_link_to_the_page_that_shows_their_object() {
-        assert_eq!(portal_path("request.active", Some("atlas")), "/t/atlas");
-        assert_eq!(portal_path("quota_request.approved", Some("atlas")), "/t/atlas");
-        assert_eq!(portal_path("layout.proposed", None), "/approvals");
-        assert_eq!(portal_path("gpu.cordoned", None), "/fleet");
-        assert_eq!(portal_path("request.active", None), "/inbox");
-        assert_eq!(portal_path("webhook.test", Some("atlas")), "/inbox");
+        assert_eq!(portal_path("request.active", "request/r-1", Some("atlas")), "/requests/r-1");
+        assert_eq!(portal_path("request.active", "request/r-1", None), "/requests/r-1");
+        assert_eq!(portal_path("request.active", "other", Some("atlas")), "/t/atlas");
+        assert_eq!(portal_path("quota_request.approved", "quota_request/q-1", Some("atlas")), "/t/atlas");
+        assert_eq!(portal_path("layout.proposed", "layout/l-1", None), "/approvals");
+        assert_eq!(portal_path("gpu.cordoned", "gpu/g-1", None), "/fleet");
+        assert_eq!(portal_path("request.active", "other", None), "/inbox");
+        assert_eq!(portal_path("webhook.test", "webhook/w", Some("atlas")), "/inbox");
     }
 
     #[test]

@@ -188,7 +188,7 @@ fn told(portal: &str, e: &tessera_store::notifications::EventRecord) -> Told {
     Told {
         title,
         about: format!("{}{tenant}, by {actor}, at {}", e.subject, tessera_core::clock::iso8601(e.at_ms)),
-        link: format!("{portal}{}", event::portal_path(&e.kind, e.tenant_id.as_deref())),
+        link: format!("{portal}{}", event::portal_path(&e.kind, &e.subject, e.tenant_id.as_deref())),
         details: details(data.get("after").unwrap_or(&serde_json::Value::Null)),
     }
 }

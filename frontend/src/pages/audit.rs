@@ -20,7 +20,7 @@ use crate::widgets::problem_view;
 const LIMIT: u32 = 50;
 
 /// What the page knows to call things by: ids of tenants, users, nodes and GPUs -> their names.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Names(HashMap<String, String>);
 
 impl Names {
@@ -36,7 +36,7 @@ impl Names {
         Names(m)
     }
 
-    fn of(&self, id: &str) -> String {
+    pub fn of(&self, id: &str) -> String {
         // Unknown ids show as the rest of the portal shows ids: their last 8 characters (UUIDv7s share their
         // first ones, the time).
         self.0.get(id).cloned().unwrap_or_else(|| short(id))

@@ -13,6 +13,7 @@ use tessera_core::event::TypeFilter;
 
 use crate::api;
 use crate::pages::audit::{Names, object_in_words};
+use crate::pages::shared::describe as describe_slices;
 use crate::pages::{ago, now_ms};
 use crate::widgets::problem_view;
 
@@ -44,6 +45,62 @@ pub fn describe(kind: &str) -> String {
     )
 }
 
+/// Who did it, in words: a user by name, the system's parts by what they are.
+fn actor_words(actor: &str) -> String {
+    match actor {
+        "system:auto-approve" => "the tenant's policy".into(),
+        "system:reclaim" => "the cohort's reclaim".into(),
+        "system" | "" => "Tessera".into(),
+        a => a.strip_prefix("user:").or_else(|| a.strip_prefix("system:")).unwrap_or(a).to_string(),
+    }
+}
+
+/// An event in words: who did what, to which named object, with the numbers ("dana asked for 2 × MIG 3g.40gb on
+/// H100-80GB for vision"). Types it has no sentence for read as their description and object.
+pub fn event_words(e: &EventView, names: &Names) -> String {
+    let actor = actor_words(e.data.get("actor").and_then(|a| a.as_str()).unwrap_or("system"));
+    let object = e.data.get("after").filter(|a| !a.is_null()).or_else(|| e.data.get("before"));
+    let slices = object.and_then(|o| {
+        let spec = serde_json::from_value::<tessera_core::request::SliceSpec>(o.get("spec")?.clone()).ok()?;
+        let count = u32::try_from(o.get("count")?.as_u64()?).ok()?;
+        Some(describe_slices(&spec, count))
+    });
+    let tenant = e.tenant.as_deref().map(|t| names.of(t)).unwrap_or_default();
+    let of = |what: &str| if tenant.is_empty() { what.to_string() } else { format!("{tenant}'s {what}") };
+    let req = slices.clone().unwrap_or_else(|| "request".into());
+    let words = match e.kind.as_str() {
+        "request.created" => Some(format!("{actor} asked for {req} for {tenant}")),
+        "request.approved" => Some(format!("{actor} approved {}", of(&req))),
+        "request.provisioning" => Some(format!("{} is being set up on its node", of(&req))),
+        "request.active" => Some(format!("{} is ready to use", of(&req))),
+        "request.rejected" => Some(format!("{actor} rejected {}", of(&req))),
+        "request.cancelled" => Some(format!("{actor} cancelled {}", of(&req))),
+        "request.released" => Some(format!("{actor} released {}", of(&req))),
+        "request.expired" => Some(format!("{} reached the end of its duration", of(&req))),
+        "request.failed" => Some(format!("{} could not be set up", of(&req))),
+        "request.reclaimed" => Some(format!("{} was given back to its lender", of(&req))),
+        "reservation.created" => Some(format!("{actor} booked {} for {tenant}", slices.clone().unwrap_or_default())),
+        "reservation.accepted"
+        | "reservation.rejected"
+        | "reservation.cancelled"
+        | "reservation.ended"
+        | "reservation.failed" => {
+            let verb = e.kind.trim_start_matches("reservation.");
+            Some(format!("{}'s reservation of {} {verb}", tenant, slices.clone().unwrap_or_default()))
+        }
+        _ => None,
+    };
+    match words {
+        Some(w) => w.replace("  ", " ").trim().to_string(),
+        None => format!("{} · {}", describe(&e.kind), object_in_words(&e.subject, names)),
+    }
+}
+
+/// The area of an event type (`request`, `layout`, `gpu`, ...), for the inbox's filter.
+fn area(kind: &str) -> &str {
+    kind.split('.').next().unwrap_or_default()
+}
+
 /// The count beside "Inbox": none when all is read, `99+` from 100.
 pub fn unread_badge(unread: u32) -> Option<String> {
     match unread {
@@ -71,6 +128,17 @@ pub fn InboxPage() -> impl IntoView {
         on_cleanup(move || handle.clear());
     }
     let refresh = use_context::<InboxRefresh>();
+    let kind_filter = RwSignal::new(String::new());
+    let tenant_filter = RwSignal::new(String::new());
+    // Names for the ids events carry: the tenants the viewer sees, and nodes where it may read them.
+    let names = Resource::new(
+        || (),
+        |_| async move {
+            let tenants = api::get_json::<Vec<tessera_api::tenants::TenantView>>("/api/v1/tenants".into()).await;
+            let nodes = api::get_json::<Vec<tessera_api::nodes::NodeView>>("/api/v1/nodes".into()).await;
+            Names::new(&tenants.unwrap_or_default(), &[], &nodes.unwrap_or_default())
+        },
+    );
     // Read once shown (in the browser only: the page rendered on the server marks nothing).
     Effect::new(move |_| {
         if let Some(Ok(list)) = events.get()
@@ -98,15 +166,39 @@ pub fn InboxPage() -> impl IntoView {
                         Ok(list) if list.is_empty() => view! { <p class="muted" data-testid="inbox-empty">"Nothing yet."</p> }.into_any(),
                         Ok(list) => {
                             let now = now_ms();
-                            let names = Names::default();
+                            let names = names.await;
+                            let tenants: BTreeSet<String> = list.iter().filter_map(|e| e.tenant.clone()).collect();
+                            let areas: BTreeSet<String> = list.iter().map(|e| area(&e.kind).to_string()).collect();
+                            let tenant_options: Vec<(String, String)> = tenants.into_iter().map(|t| (names.of(&t), t)).collect();
+                            let items: Vec<(EventView, String)> = list.into_iter().map(|e| { let w = event_words(&e, &names); (e, w) }).collect();
                             view! {
+                                <div class="row small" data-testid="inbox-filters">
+                                    <label>"Type "
+                                        <select data-testid="inbox-type" on:change=move |ev| kind_filter.set(event_target_value(&ev))>
+                                            <option value="">"all"</option>
+                                            {areas.into_iter().map(|a| view! { <option value=a.clone()>{a.replace('_', " ")}</option> }).collect_view()}
+                                        </select>
+                                    </label>
+                                    <label>"Tenant "
+                                        <select data-testid="inbox-tenant" on:change=move |ev| tenant_filter.set(event_target_value(&ev))>
+                                            <option value="">"all"</option>
+                                            {tenant_options.into_iter().map(|(name, id)| view! { <option value=id>{name}</option> }).collect_view()}
+                                        </select>
+                                    </label>
+                                </div>
                                 <ul class="inbox" data-testid="inbox">
-                                    {list.into_iter().map(|e| {
-                                        let actor = e.data.get("actor").and_then(|a| a.as_str()).unwrap_or("system").to_string();
+                                    {items.into_iter().map(|(e, words)| {
+                                        let (kind, tenant) = (e.kind.clone(), e.tenant.clone().unwrap_or_default());
+                                        let shown = move || {
+                                            let k = kind_filter.get();
+                                            let t = tenant_filter.get();
+                                            (k.is_empty() || area(&kind) == k) && (t.is_empty() || tenant == t)
+                                        };
                                         view! {
-                                            <li class="card" data-testid="inbox-item" data-type=e.kind.clone() data-subject=e.subject.clone()>
-                                                <a href=tessera_core::event::portal_path(&e.kind, e.tenant.as_deref())><strong>{describe(&e.kind)}</strong></a>
-                                                <span class="muted">{format!(" · {} · {} · by {actor}", object_in_words(&e.subject, &names), ago(e.at_ms, now))}</span>
+                                            <li class="card" data-testid="inbox-item" data-type=e.kind.clone() data-subject=e.subject.clone()
+                                                data-tenant=e.tenant.clone().unwrap_or_default() style:display=move || if shown() { "" } else { "none" }>
+                                                <a href=tessera_core::event::portal_path(&e.kind, &e.subject, e.tenant.as_deref())>{words}</a>
+                                                <span class="muted">{format!(" · {}", ago(e.at_ms, now))}</span>
                                             </li>
                                         }
                                     }).collect_view()}
@@ -236,6 +328,47 @@ fn EmailCard() -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(kind: &str, actor: &str, after: serde_json::Value) -> EventView {
+        EventView {
+            seq: 1,
+            id: "e-1".into(),
+            kind: kind.into(),
+            tenant: Some("t-1".into()),
+            subject: "request/01a2115b-6fed-77df-b682-ff07d4fd86c1".into(),
+            at_ms: 0,
+            text: String::new(),
+            data: serde_json::json!({"actor": actor, "action": "x", "before": null, "after": after}),
+        }
+    }
+
+    /// Who, what, on which named object, with the numbers; the link opens the request's own page.
+    #[test]
+    fn events_read_in_words_with_names_and_numbers() {
+        let names: Names = serde_json::from_value(serde_json::json!({"t-1": "vision"})).expect("names");
+        let asked = serde_json::json!({"tenant_id": "t-1", "count": 2,
+            "spec": {"mode": "mig", "profile": "3g.40gb", "model": "H100-80GB"}});
+        let e = event("request.created", "user:dana", asked.clone());
+        assert_eq!(event_words(&e, &names), "dana asked for 2 × MIG 3g.40gb on H100-80GB for vision");
+        assert_eq!(
+            event_words(&event("request.approved", "system:auto-approve", asked.clone()), &names),
+            "the tenant's policy approved vision's 2 × MIG 3g.40gb on H100-80GB"
+        );
+        assert_eq!(
+            event_words(&event("request.active", "system", asked), &names),
+            "vision's 2 × MIG 3g.40gb on H100-80GB is ready to use"
+        );
+        assert_eq!(
+            tessera_core::event::portal_path(&e.kind, &e.subject, e.tenant.as_deref()),
+            "/requests/01a2115b-6fed-77df-b682-ff07d4fd86c1"
+        );
+        let other = EventView {
+            subject: "gpu/g-1".into(),
+            tenant: None,
+            ..event("gpu.cordoned", "user:root", serde_json::Value::Null)
+        };
+        assert!(event_words(&other, &names).starts_with("A GPU was cordoned"), "{}", event_words(&other, &names));
+    }
 
     #[test]
     fn types_read_as_sentences_and_counts_stop_at_99() {

@@ -302,25 +302,58 @@ display_name = "Test IdP"
     check((await tp.locator('[data-testid=feedback]').textContent()).includes('Compute slices: 2 slices'),
       'request form: the core quota arithmetic shows what it takes (2 compute slices) and that it waits for an admin');
     // The server's preview, asked as the form changes: where it would go, or why it would wait.
+    // One verdict: the quota, the policy and the server's preview in one headline, the planner's detail behind "Why?".
     const preview = tp.locator('[data-testid=request-form] [data-testid=preview]');
+    await preview.waitFor({ state: 'attached' });
+    const verdicts = tp.locator('[data-testid=request-form] [data-testid=verdict]');
+    const verdictText = (await verdicts.first().locator('p').first().textContent()).trim();
+    check(await verdicts.count() === 1 && await verdicts.getAttribute('data-verdict') === 'admin'
+      && verdictText === "Within quota: waits for a platform admin's approval." && !(await preview.isVisible()),
+      `request form: one verdict ("${verdictText}"), the detail folded`);
+    await verdicts.locator('summary', { hasText: 'Why?' }).click();
     await preview.waitFor();
     const previewText = (await preview.textContent()).trim();
     check(await preview.getAttribute('data-outcome') === 'pending' && previewText.includes('platform admin'),
-      `request form: the server's preview says it would wait for an admin ("${previewText}")`);
+      `request form: "Why?" opens the server's preview: it would wait for an admin ("${previewText}")`);
     await form.locator('button[type=submit]').click();
-    const confirmation = tp.locator('form .ok', { hasText: 'is pending' });
+    // A success card names the request and links to its page; the form starts again.
+    const confirmation = tp.locator('[data-testid=created][data-state=pending]');
     await confirmation.waitFor();
-    const pendingRow = tp.locator('[data-testid=requests] tr[data-state=pending]');
+    const requestId = await confirmation.getAttribute('data-request');
+    const cardLink = confirmation.locator(`a[href="/requests/${requestId}"]`);
+    check(await cardLink.count() === 1 && /Request made: request [0-9a-f]{8}/.test(await confirmation.textContent()),
+      `request form: the success card names request ${requestId} and links to its page ("${(await confirmation.textContent()).trim()}")`);
+    check(await form.locator('select[name=profile]').inputValue() === '' && await form.locator('input[name=reason]').inputValue() === ''
+      && await tp.locator('[data-testid=request-form] [data-verdict=over]').count() === 0,
+      'request form: after the request the form is empty again (no "Over quota" from the request just made)');
+    const pendingRow = tp.locator(`[data-testid=current-work] [data-testid=requests] tr[data-request="${requestId}"][data-state=pending]`);
     await pendingRow.waitFor();
-    const requestId = await pendingRow.getAttribute('data-request');
-    check(true, `tenant: request ${requestId} made through the form is pending`);
+    check(true, `tenant: request ${requestId} made through the form is pending, in the current requests`);
     const pendingWhy = tp.locator(`[data-testid=requests] tr[data-request="${requestId}"] [data-testid=why]`);
     await pendingWhy.waitFor({ timeout: 15000 });
     const whyText = (await pendingWhy.textContent()).trim();
     check(await pendingWhy.getAttribute('data-code') === 'awaiting_approval' && whyText.includes('Position 1 in the queue'),
       `tenant: the pending request says why it waits and where it stands ("${whyText}")`);
     await tp.waitForTimeout(4500);
-    check(await confirmation.isVisible(), 'request form: the confirmation is still shown 4.5 s (refreshes) later');
+    check(await confirmation.isVisible(), 'request form: the success card is still shown 4.5 s (refreshes) later');
+    // Current work first: the live requests come before the history, near the top of the page.
+    const currentBox = await tp.locator('[data-testid=current-work]').boundingBox();
+    const historyBox = await tp.locator('[data-testid=history-card]').boundingBox();
+    check(currentBox && historyBox && currentBox.y < historyBox.y && currentBox.y < 1400,
+      `tenant: the current requests (at ${currentBox && Math.round(currentBox.y)} px) come before the history (at ${historyBox && Math.round(historyBox.y)} px)`);
+    // The request's own page: its state, why it waits, its history.
+    const rp = await tenantContext.newPage();
+    rp.on('pageerror', (e) => errors.push(e.message));
+    await rp.goto(`${base}/requests/${requestId}`);
+    await rp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const rpWhy = rp.locator('[data-testid=request-page] [data-testid=why][data-code=awaiting_approval]');
+    await rpWhy.waitFor({ timeout: 15000 });
+    await rp.locator('[data-testid=request-history] li[data-action="request.create"]').waitFor({ timeout: 15000 });
+    check((await rp.locator('[data-testid=request-state]').textContent()).trim() === 'pending'
+      && (await rpWhy.textContent()).includes('Position 1 in the queue'),
+      `request page: /requests/${requestId} shows its state, why it waits ("${(await rpWhy.textContent()).trim()}") and its history`);
+    await rp.screenshot({ path: path.join(out, 'request-page.png'), fullPage: true });
+    await rp.close();
     // An open history panel stays open, the same element, through refreshes.
     const historyButton = pendingRow.locator('[data-testid=history]');
     await historyButton.click();
@@ -351,7 +384,24 @@ display_name = "Test IdP"
     await ip.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     const inboxItem = ip.locator(`[data-testid=inbox-item][data-subject="request/${requestId}"][data-type="request.created"]`);
     await inboxItem.waitFor({ timeout: 15000 });
-    check(true, `inbox: the header counted ${unreadBefore} unread; the inbox lists the request's creation ("${(await inboxItem.textContent()).trim()}")`);
+    const inboxText = (await inboxItem.textContent()).trim();
+    check(/asked for 1 × MIG 2g\.20gb on H100-80GB for research/.test(inboxText)
+      && await inboxItem.locator(`a[href="/requests/${requestId}"]`).count() === 1,
+      `inbox: the header counted ${unreadBefore} unread; the inbox tells the request's creation in words, linking to its page ("${inboxText}")`);
+    const areas = await ip.locator('[data-testid=inbox-type] option').evaluateAll((os) => os.map((o) => o.value));
+    const otherArea = areas.find((a) => a !== '' && a !== 'request');
+    await ip.locator('[data-testid=inbox-type]').selectOption('request');
+    const requestOnly = await inboxItem.isVisible();
+    if (otherArea) await ip.locator('[data-testid=inbox-type]').selectOption(otherArea);
+    check(requestOnly && (!otherArea || !(await inboxItem.isVisible())),
+      `inbox: filtered by type (of ${areas.filter(Boolean).join(', ')}), the request's event shows under "request" only`);
+    await ip.locator('[data-testid=inbox-type]').selectOption('');
+    await inboxItem.locator('a').click();
+    await ip.waitForURL(`${base}/requests/${requestId}`);
+    await ip.locator('[data-testid=request-page]').waitFor();
+    check(true, 'inbox: the entry\'s link opens the request\'s page');
+    await ip.goto(`${base}/inbox`);
+    await ip.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     await ip.locator('[data-testid=inbox-count]').waitFor({ state: 'detached', timeout: 15000 });
     check(true, 'inbox: reading it clears the count in the header');
     // Live: events pushed by the inbox stream. A request made elsewhere (by the platform admin, for research) shows
@@ -519,8 +569,8 @@ display_name = "Test IdP"
     check(docker.includes(`device=${device}`) && k8s.includes('nvidia.com/mig-2g.20gb: 1') && k8s.includes('kubernetes.io/hostname: demo-node'),
       'tenant: "Use this slice" gives the environment line, a docker command and a Kubernetes snippet for the device');
     check(await active.locator('button.copy').count() === 3, 'tenant: each snippet has a copy button');
-    const requestLink = await active.locator(`a[href="#request-${requestId}"]`).count();
-    check(requestLink === 1, 'tenant: the allocation links to its request');
+    const requestLink = await active.locator(`a[href="/requests/${requestId}"]`).count();
+    check(requestLink === 1, 'tenant: the allocation links to its request\'s page');
     const expiryText = await active.locator('[data-testid=expiry]').textContent();
     await tp.waitForTimeout(4000);
     check(await active.locator('[data-testid=use-panel]').isVisible(), 'tenant: the "Use this slice" panel stays open through a refresh');
@@ -778,7 +828,9 @@ display_name = "Test IdP"
     await idleRow.locator('[data-testid=reclaim]').click();
     await page.locator('ul.messages li.ok', { hasText: 'released' }).waitFor();
     await tp.goto(`${base}/t/${research.id}`);
-    await tp.locator(`[data-testid=requests] tr[data-request="${requestId}"][data-state=released]`).waitFor();
+    await tp.locator(`[data-testid=history-card] [data-testid=requests] tr[data-request="${requestId}"][data-state=released]`).waitFor();
+    check(await tp.locator(`[data-testid=current-work] tr[data-request="${requestId}"]`).count() === 0,
+      'tenant: the released request left the current requests for the history');
     check(true, 'tenant: the dashboard is also reached by the tenant\'s id');
     check(true, 'usage: the admin reclaims the idle allocation; the tenant sees its request released');
 
@@ -852,7 +904,7 @@ display_name = "Test IdP"
     await why.pressSequentially('borrowed evaluation run', { delay: 120 });
     check(await cform.locator('select[name=priority]').inputValue() === 'low', 'request form: the priority chosen is kept through refreshes');
     await cform.locator('button[type=submit]').click();
-    await tp.locator('form .ok', { hasText: 'is pending' }).or(tp.locator('form .ok', { hasText: 'approved' })).first().waitFor();
+    await tp.locator('[data-testid=created]').waitFor();
     // The creation is read back from the API until it is there (a message in the form can come before it on a
     // loaded machine).
     let researchRequests = [];
@@ -891,7 +943,7 @@ display_name = "Test IdP"
     const later = (await banner.textContent()).trim();
     const secs = (t) => Number((t.match(/released in (\d+) s/) || [0, -1])[1]);
     check(secs(later) >= 0 && secs(later) < secs(bannerText), `cohort: the countdown runs (${secs(bannerText)} s, then ${secs(later)} s)`);
-    await tp.locator(`[data-testid=requests] tr[data-request="${borrowedReq.id}"][data-state=released]`).waitFor({ timeout: 60000 });
+    await tp.locator(`[data-testid=history-card] tr[data-request="${borrowedReq.id}"][data-state=released]`).waitFor({ timeout: 60000 });
     const reclaimedAfter = (Date.now() - asked) / 1000;
     const gone = await api('GET', `/api/v1/requests/${borrowedReq.id}`);
     check(reclaimedAfter >= 19 && gone.reason.startsWith('reclaimed'), `cohort: the borrowed slice is released after the 20 s grace period (${reclaimedAfter.toFixed(0)} s after lender asked; "${gone.reason}")`);

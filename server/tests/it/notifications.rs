@@ -661,9 +661,9 @@ async fn mail_reaches_the_users_who_chose_it_and_may_read_it(db: &TestDb) {
     let theirs_id = theirs["id"].as_str().expect("id").to_string();
 
     // The member is mailed the two types chosen, not the cancellation; plain text and HTML, each with a link to
-    // the tenant's page, marked as sent by a machine.
+    // the request's page, marked as sent by a machine.
     let mail = smtp.until("dev@vision.example", &["A slice request was made", "A request was approved"]).await;
-    let link = format!("https://gpus.example.com/t/{vision}");
+    let link = format!("https://gpus.example.com/requests/{mine_id}");
     for m in &mail {
         assert_eq!(m["multipart"], "multipart/alternative", "{m:#}");
         assert_eq!(m["auto_submitted"], "auto-generated", "{m:#}");

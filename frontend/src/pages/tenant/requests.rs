@@ -245,8 +245,9 @@ pub(super) fn HistoryCard(
     // The cursors of the pages shown so far: the last is the page on screen (`None`: the newest).
     let pages = RwSignal::new(vec![None::<String>]);
     let requests = Resource::new(
-        move || (tenant.clone(), state.get(), pages.with(|p| p.last().cloned().flatten())),
-        |(t, s, cursor)| {
+        // Read again at each of the dashboard's refreshes: a request that ends shows here within one.
+        move || (tenant.clone(), state.get(), pages.with(|p| p.last().cloned().flatten()), now.get()),
+        |(t, s, cursor, _)| {
             let mut path = format!("/api/v1/requests?tenant={t}&open=false&order=newest&limit=20");
             if !s.is_empty() {
                 path.push_str(&format!("&state={s}"));
