@@ -31,6 +31,27 @@ pub struct LayoutView {
     pub created_at_ms: i64,
     /// When it was decided, UTC milliseconds.
     pub decided_at_ms: Option<i64>,
+    /// While it is proposed: the requests whose slices wait for it (what approving it unblocks).
+    #[serde(default)]
+    pub needed_by: Vec<LayoutNeed>,
+}
+
+/// A request whose slices wait for a layout change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LayoutNeed {
+    /// The request's id.
+    pub request: String,
+    /// Its tenant's id.
+    pub tenant: String,
+    /// Its tenant's name.
+    pub tenant_name: String,
+    /// What one of its slices is.
+    pub spec: tessera_core::request::SliceSpec,
+    /// How many slices it asked for.
+    pub count: u32,
+    /// How many of them this change creates.
+    pub slices: u32,
 }
 
 /// Filter.

@@ -9,7 +9,8 @@ pub use tessera_api::layouts::{DefragQuery, DefragReport, LayoutEdit, LayoutQuer
 use tessera_services::app::AppState;
 use tessera_services::{approvals, efficiency};
 
-/// Layout proposals, newest first (platform admins).
+/// Layout proposals, newest first (platform admins); each open one names the requests whose slices wait for it
+/// (`needed_by`).
 #[utoipa::path(get, path = "/api/v1/layouts", tag = "layouts", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(LayoutQuery),
     responses((status = 200, body = Vec<LayoutView>), (status = 403, body = Problem), (status = 422, body = Problem)))]
 pub async fn list_layouts(
@@ -17,7 +18,7 @@ pub async fn list_layouts(
     Caller(p): Caller,
     ApiQuery(q): ApiQuery<LayoutQuery>,
 ) -> Result<ApiJson<Vec<LayoutView>>, ApiError> {
-    Ok(ApiJson(approvals::layouts(&state, &p, q.state.as_deref()).await?.into_iter().map(Into::into).collect()))
+    Ok(ApiJson(approvals::layout_views(&state, &p, q.state.as_deref()).await?))
 }
 
 /// Approve a layout proposal: the GPU's layout changes (platform admins).

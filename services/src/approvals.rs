@@ -215,6 +215,37 @@ pub async fn layouts(state: &AppState, p: &Principal, only: Option<&str>) -> Res
     Ok(state.store.proposals(only).await?)
 }
 
+/// [`layouts`] as views, each open one with the requests it unblocks.
+pub async fn layout_views(
+    state: &AppState,
+    p: &Principal,
+    only: Option<&str>,
+) -> Result<Vec<tessera_api::layouts::LayoutView>, ApiError> {
+    let proposals = layouts(state, p, only).await?;
+    let needs =
+        if proposals.iter().any(|l| l.state == "proposed") { state.store.proposal_needs().await? } else { vec![] };
+    Ok(proposals
+        .into_iter()
+        .map(|l| {
+            let needed_by = needs
+                .iter()
+                .filter(|n| n.proposal_id == l.id)
+                .filter_map(|n| {
+                    Some(tessera_api::layouts::LayoutNeed {
+                        request: n.request_id.clone(),
+                        tenant: n.tenant_id.clone(),
+                        tenant_name: n.tenant_name.clone(),
+                        spec: serde_json::from_str(&n.spec).ok()?,
+                        count: u32::try_from(n.count).ok()?,
+                        slices: u32::try_from(n.slices).ok()?,
+                    })
+                })
+                .collect();
+            tessera_api::layouts::LayoutView { needed_by, ..l.into() }
+        })
+        .collect())
+}
+
 /// One layout proposal (platform admins).
 pub async fn layout(state: &AppState, p: &Principal, id: &str) -> Result<LayoutProposal, ApiError> {
     p.require_platform_admin()?;

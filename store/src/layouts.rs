@@ -327,6 +327,13 @@ impl Store {
         rows.into_iter().map(proposal_from).collect()
     }
 
+    /// What each open proposal unblocks: the live requests whose allocations wait for it, `(proposal id, request
+    /// id, tenant id, tenant name, spec as JSON, count, allocations it creates)`. Bounded by the open proposals.
+    pub async fn proposal_needs(&self) -> Result<Vec<ProposalNeed>, StoreError> {
+        let sql = "SELECT a.proposal_id, r.id AS request_id, r.tenant_id, t.name AS tenant_name,                    CAST(r.spec AS TEXT) AS spec, r.count, COUNT(*) AS slices FROM allocations a                    JOIN layout_proposals p ON p.id = a.proposal_id JOIN slice_requests r ON r.id = a.request_id                    JOIN tenants t ON t.id = r.tenant_id WHERE p.state = 'proposed' AND a.state IN ('reserved', 'active')                    GROUP BY a.proposal_id, r.id, r.tenant_id, t.name, CAST(r.spec AS TEXT), r.count                    ORDER BY a.proposal_id, r.id";
+        Ok(on_pool!(self, pool, _dialect => sqlx::query_as(sql).fetch_all(pool).await?))
+    }
+
     /// Approves a proposal (applies the layout if the GPU is still on the version planned on and nothing it
     /// destroys is in use) or rejects it (its reserved allocations are released and their requests fail, with the
     /// reason).
@@ -411,4 +418,23 @@ impl Store {
             Ok(after)
         })
     }
+}
+
+/// A live request waiting for an open layout proposal (see [`Store::proposal_needs`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ProposalNeed {
+    /// The proposal.
+    pub proposal_id: String,
+    /// The request.
+    pub request_id: String,
+    /// Its tenant.
+    pub tenant_id: String,
+    /// Its tenant's name.
+    pub tenant_name: String,
+    /// What one slice is, as JSON.
+    pub spec: String,
+    /// How many slices it asked for.
+    pub count: i64,
+    /// How many of its allocations the proposal creates.
+    pub slices: i64,
 }

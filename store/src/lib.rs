@@ -37,6 +37,7 @@ mod writes;
 mod records;
 
 pub use batch::Created;
+pub use layouts::ProposalNeed;
 pub use records::*;
 use serde::Serialize;
 pub use tessera_api::Role;

@@ -65,6 +65,7 @@ impl From<LayoutProposal> for LayoutView {
             decided_by: p.decided_by,
             created_at_ms: p.created_at_ms,
             decided_at_ms: p.decided_at_ms,
+            needed_by: Vec::new(),
         }
     }
 }

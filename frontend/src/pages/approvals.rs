@@ -61,7 +61,7 @@ pub fn ApprovalsPage() -> impl IntoView {
     let say = move |ok: bool, m: String| messages.update(|v| v.push((ok, m)));
 
     // One decision; `Err` carries the API's message.
-    let decide = move |id: String, approve: bool| async move {
+    let decide = move |id: String, approve: bool, why: String| async move {
         if approve {
             api::send_empty::<ApprovalView>("POST", format!("/api/v1/requests/{id}/approve")).await.map(|a| {
                 let waiting = a.layout_proposals.iter().filter(|l| l.state == "proposed").count();
@@ -76,20 +76,21 @@ pub fn ApprovalsPage() -> impl IntoView {
                 }
             })
         } else {
-            let body = RejectBody { reason: reason.get_untracked() };
+            let body = RejectBody { reason: why };
             api::send_json::<RequestView>("POST", format!("/api/v1/requests/{id}/reject"), body)
                 .await
                 .map(|_| format!("Rejected {}.", short(&id)))
         }
     };
-    let act = move |ids: Vec<String>, approve: bool| {
-        if !approve && reason.get_untracked().trim().is_empty() {
+    // `why`: the reason for rejecting (a row's own, or the toolbar's for the selected rows).
+    let act = move |ids: Vec<String>, approve: bool, why: String| {
+        if !approve && why.trim().is_empty() {
             say(false, "Give a reason to reject: the tenant sees it.".into());
             return;
         }
         leptos::task::spawn_local(async move {
             for id in ids {
-                match decide(id.clone(), approve).await {
+                match decide(id.clone(), approve, why.clone()).await {
                     Ok(m) => say(true, m),
                     Err(p) => say(false, format!("{}: {}", short(&id), p.message())),
                 }
@@ -111,13 +112,13 @@ pub fn ApprovalsPage() -> impl IntoView {
                 </label>
             </div>
             <div class="toolbar" data-testid="bulk">
-                <label class="grow">"Reason (for rejections)"<input type="text" name="reason" bind:value=reason placeholder="e.g. over the team's budget" /></label>
+                <label class="grow">"Reason (for rejecting the selected requests, and for quota decisions)"<input type="text" name="reason" bind:value=reason placeholder="e.g. over the team's budget" /></label>
                 <button class="button primary" data-testid="approve-selected" disabled=move || selected.get().is_empty()
-                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), true)>
+                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), true, String::new())>
                     {move || format!("Approve selected ({})", selected.get().len())}
                 </button>
                 <button class="button danger" disabled=move || selected.get().is_empty()
-                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), false)>"Reject selected"</button>
+                    on:click=move |_| act(selected.get_untracked().into_iter().collect(), false, reason.get_untracked())>"Reject selected"</button>
             </div>
             <ul class="messages" aria-live="polite">
                 {move || messages.get().into_iter().rev().take(6).map(|(ok, m)| view! { <li class:ok=ok class:error=!ok>{m}</li> }).collect_view()}
@@ -141,6 +142,9 @@ pub fn ApprovalsPage() -> impl IntoView {
                                             page.items.iter().filter(|r| matches(r, &name(&r.tenant), &needle)).map(|r| {
                                                 let id = r.id.clone();
                                                 let (a, b, c) = (id.clone(), id.clone(), id.clone());
+                                                // Rejecting one row asks for its own reason, in the row.
+                                                let refusing = RwSignal::new(false);
+                                                let why = RwSignal::new(String::new());
                                                 view! {
                                                     <tr data-request=id.clone()>
                                                         <td><input type="checkbox" aria-label="Select"
@@ -152,8 +156,17 @@ pub fn ApprovalsPage() -> impl IntoView {
                                                         <td class="muted">{r.reason.clone()}</td>
                                                         <td><PlacementCell id=id.clone() nodes /></td>
                                                         <td class="actions">
-                                                            <button class="button small primary" data-testid="approve" on:click={let id = c.clone(); move |_| act(vec![id.clone()], true)}>"Approve"</button>
-                                                            <button class="button small danger" on:click={let id = c.clone(); move |_| act(vec![id.clone()], false)}>"Reject"</button>
+                                                            <button class="button small primary" data-testid="approve" on:click={let id = c.clone(); move |_| act(vec![id.clone()], true, String::new())}>"Approve"</button>
+                                                            {let c = c.clone(); move || if refusing.get() {
+                                                                let id = c.clone();
+                                                                view! {
+                                                                    <input type="text" name="row-reason" data-testid="row-reason" aria-label="Why reject it?" placeholder="why (the tenant sees it)" bind:value=why />
+                                                                    <button class="button small danger" data-testid="confirm-reject" on:click=move |_| act(vec![id.clone()], false, why.get_untracked())>"Reject"</button>
+                                                                    <button class="button small" on:click=move |_| refusing.set(false)>"Keep"</button>
+                                                                }.into_any()
+                                                            } else {
+                                                                view! { <button class="button small danger" data-testid="reject" on:click=move |_| refusing.set(true)>"Reject…"</button> }.into_any()
+                                                            }}
                                                         </td>
                                                     </tr>
                                                 }
@@ -211,7 +224,27 @@ fn PlacementCell(id: String, nodes: Resource<Result<Vec<NodeView>, Problem>>) ->
     }
 }
 
-/// A layout proposal as a diff, with Approve and Reject (a reason is needed to reject).
+/// Who proposed a layout change, in words: the planner when an approval placed requests on it (`needed_by`), else
+/// the admin who edited it by hand.
+pub fn proposer_words(l: &LayoutView) -> String {
+    let who = match l.created_by.as_str() {
+        "system:auto-approve" => "the tenant's policy".to_string(),
+        a => a.strip_prefix("user:").or_else(|| a.strip_prefix("system:")).unwrap_or(a).to_string(),
+    };
+    if l.needed_by.is_empty() {
+        format!("proposed by {who}")
+    } else {
+        format!("planned when {who} approved the request it places")
+    }
+}
+
+/// What a layout change unblocks, in words: "needed by llm-serving's 2 × MIG 1g.10gb on H100-80GB".
+pub fn needed_words(n: &tessera_api::layouts::LayoutNeed) -> String {
+    format!("needed by {}'s {}", n.tenant_name, describe(&n.spec, n.count))
+}
+
+/// A layout proposal as a diff, with what it unblocks, Approve, and Reject with a reason of its own (the tenants
+/// waiting for it see it). `reason` is the reason typed in beforehand, if the page has one.
 #[component]
 pub fn LayoutCard(
     l: LayoutView,
@@ -224,11 +257,15 @@ pub fn LayoutCard(
         None => (l.gpu.clone(), String::new()),
     };
     let id = l.id.clone();
+    // This card's own refusal reason, opened by Reject.
+    let refusing = RwSignal::new(false);
+    let why = RwSignal::new(reason.get_untracked());
+    let error = RwSignal::new(None::<String>);
     let decide = move |approve: bool| {
         let id = id.clone();
-        let why = reason.get_untracked();
+        let why = why.get_untracked();
         if !approve && why.trim().is_empty() {
-            on_done.run((false, "Give a reason to reject a layout change.".into()));
+            error.set(Some("Give a reason: the tenants waiting for it see it.".into()));
             return;
         }
         leptos::task::spawn_local(async move {
@@ -240,23 +277,44 @@ pub fn LayoutCard(
             };
             match answer {
                 Ok(_) => on_done.run((true, format!("Layout change {} {what}.", short(&id)))),
-                Err(p) => on_done.run((false, format!("{}: {}", short(&id), p.message()))),
+                Err(p) => error.set(Some(p.message())),
             }
         });
     };
     let (approve, reject) = (decide.clone(), decide);
+    let proposer = proposer_words(&l);
     view! {
         <div class="card layout" data-testid="layout" data-layout=l.id.clone()>
             <div class="title-row">
                 <h3>{where_}</h3>
-                <span class="muted small">{format!("proposed by {} {}", l.created_by, ago(l.created_at_ms, now_ms()))}</span>
+                <span class="muted small" data-testid="proposer">{format!("{proposer} {}", ago(l.created_at_ms, now_ms()))}</span>
             </div>
+            {(!l.needed_by.is_empty()).then(|| view! {
+                <ul class="plain small" data-testid="needed-by">
+                    {l.needed_by.iter().map(|n| view! {
+                        <li data-request=n.request.clone()>{needed_words(n)}" "
+                            <a href=format!("/requests/{}", n.request)>{format!("(request {})", short(&n.request))}</a>
+                            {(n.slices < n.count).then(|| format!(": {} of its {} slices", n.slices, n.count))}
+                        </li>
+                    }).collect_view()}
+                </ul>
+            })}
             {diff_view(&model, &l.layout, &l.created, &l.destroyed)}
             {(!l.reason.is_empty()).then(|| view! { <p class="muted small">{l.reason.clone()}</p> })}
             <div class="actions">
                 <button class="button primary" data-testid="approve-layout" on:click=move |_| approve(true)>"Approve layout"</button>
-                <button class="button danger" on:click=move |_| reject(false)>"Reject"</button>
+                {move || if refusing.get() {
+                    let reject = reject.clone();
+                    view! {
+                        <label class="grow small">"Why refuse it?"<input type="text" name="layout-reason" data-testid="layout-reason" bind:value=why placeholder="the tenants waiting for it see this" /></label>
+                        <button class="button danger" data-testid="confirm-reject-layout" on:click=move |_| reject(false)>"Refuse layout"</button>
+                        <button class="button" on:click=move |_| { refusing.set(false); error.set(None); }>"Keep"</button>
+                    }.into_any()
+                } else {
+                    view! { <button class="button danger" data-testid="reject-layout" on:click=move |_| refusing.set(true)>"Reject…"</button> }.into_any()
+                }}
             </div>
+            {move || error.get().map(|e| view! { <p class="error small" role="alert">{e}</p> })}
         </div>
     }
 }

@@ -548,6 +548,14 @@ display_name = "Test IdP"
     await layout.waitFor();
     const created = layout.locator('.inst.created[data-profile="2g.20gb"]');
     await created.waitFor();
+    // It says what it is for: research's request, by name and numbers, linking to it; planned by the approval.
+    const need = layout.locator(`[data-testid=needed-by] li[data-request="${requestId}"]`);
+    await need.waitFor();
+    const needText = (await need.textContent()).trim();
+    const proposer = (await layout.locator('[data-testid=proposer]').textContent()).trim();
+    check(needText.startsWith("needed by research's 1 × MIG 2g.20gb on H100-80GB")
+      && await need.locator(`a[href="/requests/${requestId}"]`).count() === 1 && proposer.startsWith('planned when root approved'),
+      `approvals: the layout change names what it unblocks ("${needText}") and how it came ("${proposer}")`);
     const layoutShot = await page.screenshot({ path: path.join(out, 'layout.png'), fullPage: true });
     check(anyPixel(layoutShot, await created.boundingBox(), '#009e73'),
       'approvals: the layout diff draws the new 2g.20gb instance in green');

@@ -64,6 +64,21 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
         Some(1..) => {
             assert_eq!(w["reason"]["code"], "layout_awaiting_approval", "{w}");
             assert_eq!(w["reason"]["proposal"], approval["layout_proposals"][0]["id"], "{w}");
+            // The waiting change names what it unblocks: this request, its tenant by name, its numbers.
+            let (_, open) = app.get("/api/v1/layouts?state=proposed", &app.admin).await;
+            let change = open
+                .as_array()
+                .expect("layouts")
+                .iter()
+                .find(|l| l["id"] == approval["layout_proposals"][0]["id"])
+                .expect("the change")
+                .clone();
+            let need = &change["needed_by"][0];
+            assert_eq!(
+                (need["request"].clone(), need["tenant_name"].clone(), need["count"].clone(), need["slices"].clone()),
+                (first["id"].clone(), json!("vision"), json!(1), json!(1)),
+                "{change}"
+            );
         }
         _ => assert_eq!(
             w["reason"]["code"], "node_not_ready",

@@ -21,9 +21,16 @@ pub fn RequestPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let tick = RwSignal::new(0u64);
+    // The request and its tenant's name, read in one resource (so that the page hydrates from what the server
+    // read).
     let request = Resource::new(
         move || (id(), tick.get()),
-        |(id, _)| api::get_json::<RequestView>(format!("/api/v1/requests/{id}")),
+        |(id, _)| async move {
+            let r = api::get_json::<RequestView>(format!("/api/v1/requests/{id}")).await?;
+            let name = api::get_json::<TenantView>(format!("/api/v1/tenants/{}", r.tenant)).await;
+            let name = name.map(|t| t.name).unwrap_or_else(|_| short(&r.tenant));
+            Ok::<_, api::Problem>((r, name))
+        },
     );
     // Its slices: the tenant's allocations that serve it.
     let allocations = Resource::new(
@@ -53,12 +60,10 @@ pub fn RequestPage() -> impl IntoView {
         <section class="page" data-testid="request-page">
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
-                    let r = match request.await {
+                    let (r, tenant_name) = match request.await {
                         Ok(r) => r,
                         Err(p) => return problem_view(&p),
                     };
-                    let tenant = api::get_json::<TenantView>(format!("/api/v1/tenants/{}", r.tenant)).await;
-                    let tenant_name = tenant.map(|t| t.name).unwrap_or_else(|_| short(&r.tenant));
                     let at = now.get_untracked();
                     let ends = match (r.expires_at_ms, r.duration_s) {
                         (Some(t), _) => format!("Expires {} (in {}).", datetime(t), crate::pages::countdown(t, at)),
