@@ -24,6 +24,23 @@ pub struct NewQuotaRequest {
     pub until_ms: Option<i64>,
 }
 
+/// A member's ask passed to the tenant's admins (`POST /tenants/{id}/quota-suggestions`): what it asks, and who was
+/// told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotaSuggestion {
+    /// The tenant's id.
+    pub tenant: String,
+    /// Resource -> the limit asked for, as in a quota request.
+    pub limits: BTreeMap<String, f64>,
+    /// Why.
+    pub reason: String,
+    /// Who made it (`user:<name>`).
+    pub suggested_by: String,
+    /// The tenant's admins, by name: told in their inbox (and by e-mail where they chose quota events).
+    pub tenant_admins: Vec<String>,
+}
+
 /// A quota request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

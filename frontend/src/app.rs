@@ -133,7 +133,7 @@ fn Header(session: SessionResource, tenants: TenantsResource) -> impl IntoView {
                                 <span class="user" data-testid="user">{s.user.name.clone()}</span>
                                 {s.user.platform_admin.then(|| view! { <span class="badge">"admin"</span> })}
                                 <InboxLink />
-                                <A href="/tokens">"Tokens"</A>
+                                <A href="/tokens">"Account"</A>
                                 <SignOut />
                             }.into_any(),
                             Err(_) => view! { <A href="/signin">"Sign in"</A> }.into_any(),

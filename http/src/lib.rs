@@ -130,6 +130,7 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(cohorts::get_cohort, cohorts::update_cohort))
         .routes(routes!(cohorts::set_membership))
         .routes(routes!(quotas::create_quota_request))
+        .routes(routes!(quotas::suggest_quota))
         .routes(routes!(quotas::quota_history))
         .routes(routes!(quotas::quota_timeline))
         .routes(routes!(quotas::quota_standing))

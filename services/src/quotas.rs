@@ -50,6 +50,57 @@ pub async fn ask(
     Ok(state.store.create_quota_request(&tenant.id, &asked, body.reason.trim(), body.until_ms, &p.actor()).await?)
 }
 
+/// Passes a member's ask for more quota to the tenant's admins (any member; one every 10 s per member and
+/// tenant): the same checks as a quota request, nothing changed but an event (`quota_request.suggested`) in the
+/// inbox of the tenant's members, and a line in the audit log. Returns who was told.
+pub async fn suggest(
+    state: &AppState,
+    p: &Principal,
+    tenant: &str,
+    body: &NewQuotaRequest,
+) -> Result<tessera_api::quotas::QuotaSuggestion, ApiError> {
+    let tenant = crate::lookup::tenant(state, p, tenant).await?;
+    check_text(&body.reason, true)?;
+    if !(1..=32).contains(&body.limits.len()) {
+        return Err(ApiError::invalid("quota_request_invalid", "ask for 1 to 32 resources"));
+    }
+    parse_limits(state, &body.limits)?;
+    let admins: Vec<String> = state
+        .store
+        .members(&tenant.id)
+        .await?
+        .into_iter()
+        .filter(|(_, role)| *role == tessera_store::Role::TenantAdmin)
+        .map(|(u, _)| u.name)
+        .collect();
+    if admins.is_empty() {
+        return Err(ApiError::Conflict {
+            code: "no_tenant_admin",
+            detail: "the tenant has no admin to ask: ask a platform admin to name one".into(),
+            errors: vec![],
+        });
+    }
+    state.sends.take(&format!("quota-suggestion/{}/{}", p.user.id, tenant.id)).map_err(|wait| {
+        let retry_after_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        ApiError::TooManyRequests {
+            code: "rate_limited",
+            detail: format!("one ask every 10 s; try again in {retry_after_s} s"),
+            retry_after_s,
+        }
+    })?;
+    let suggestion = tessera_api::quotas::QuotaSuggestion {
+        tenant: tenant.id.clone(),
+        limits: body.limits.clone(),
+        reason: body.reason.trim().to_string(),
+        suggested_by: p.actor(),
+        tenant_admins: admins,
+    };
+    let mut after = serde_json::to_value(&suggestion).map_err(|e| ApiError::Internal(e.to_string()))?;
+    after["tenant_id"] = serde_json::Value::String(tenant.id.clone());
+    state.store.suggest_quota(&tenant.id, &after.to_string(), &p.actor()).await?;
+    Ok(suggestion)
+}
+
 /// A quota request the caller may see.
 pub async fn get(state: &AppState, p: &Principal, id: &str) -> Result<QuotaRequest, ApiError> {
     let not_found = || ApiError::NotFound(format!("quota request {id} not found"));

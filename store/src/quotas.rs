@@ -591,3 +591,17 @@ impl Store {
             .collect())
     }
 }
+
+impl Store {
+    /// Records a member's ask to the tenant's admins (`after`: the suggestion as JSON, with `tenant_id`), with its
+    /// audit entry and the `quota_request.suggested` event it tells of, in one transaction. Nothing else changes.
+    pub async fn suggest_quota(&self, tenant_id: &str, after: &str, actor: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let object = format!("tenant/{tenant_id}/quota");
+            audit_insert(&mut tx, actor, "quota_request.suggest", &object, None, Some(after.to_string())).await?;
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+}

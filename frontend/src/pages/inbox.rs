@@ -79,6 +79,15 @@ pub fn event_words(e: &EventView, names: &Names) -> String {
         "request.expired" => Some(format!("{} reached the end of its duration", of(&req))),
         "request.failed" => Some(format!("{} could not be set up", of(&req))),
         "request.reclaimed" => Some(format!("{} was given back to its lender", of(&req))),
+        "quota_request.suggested" => {
+            let asked = object
+                .and_then(|o| o.get("limits")?.as_object().cloned())
+                .map(|l| {
+                    l.iter().map(|(k, v)| format!("{} to {}", k.replace('_', " "), v)).collect::<Vec<_>>().join(", ")
+                })
+                .unwrap_or_default();
+            Some(format!("{actor} asks {tenant}'s admins for more quota: {asked}"))
+        }
         "reservation.created" => Some(format!("{actor} booked {} for {tenant}", slices.clone().unwrap_or_default())),
         "reservation.accepted"
         | "reservation.rejected"

@@ -378,7 +378,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                                 <div><dt>"Last 24 h"</dt><dd>{day_mean.map_or_else(|| "—".to_string(), |v| format!("{v:.0} %"))}</dd></div>
                             </dl>
                             {sparkline(&hours)}
-                            <A href="/heatmap">"Open the heatmap"</A>
+                            <A href="/heatmap">"Open utilisation"</A>
                         }.into_any()
                     })}
                 </Suspense>

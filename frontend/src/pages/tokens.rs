@@ -1,5 +1,5 @@
-//! `/tokens`: the viewer's API tokens. Create one (its secret is shown once, here, and never again: the server
-//! keeps only its hash), see when each was made, revoke.
+//! `/tokens` ("Account"): the viewer's API tokens, and its password where it signs in locally. Create a token (its
+//! secret is shown once, here, and never again: the server keeps only its hash), see when each was made, revoke.
 
 use leptos::prelude::*;
 
@@ -62,7 +62,8 @@ pub fn TokensPage() -> impl IntoView {
     };
     view! {
         <section class="page">
-            <h1>"API tokens"</h1>
+            <h1>"Your account"</h1>
+            <h2>"API tokens"</h2>
             <p class="muted">"A token acts as you on the REST API and the CLI: " <code>"Authorization: Bearer tsr_…"</code> ". Revoke it when it is no longer used."</p>
             <form class="card toolbar" data-testid="token-form" on:submit=create>
                 <label class="grow">"Name"<input type="text" name="token-name" maxlength="100" placeholder="e.g. ci-pipeline" bind:value=name /></label>

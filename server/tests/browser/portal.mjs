@@ -1227,14 +1227,17 @@ display_name = "Test IdP"
     await mp.locator('[data-testid=reservation-answer]').waitFor();
     const bookedText = (await mp.locator('[data-testid=reservation-answer]').textContent()).trim();
     check(/is accepted/.test(bookedText), `reservations: booked and accepted at once (${bookedText})`);
-    // Within its lead time the server's sweep makes its request and places it; its slices turn active at the start.
-    const startedRow = mp.locator('[data-testid=reservations-table] tr[data-state=started]');
-    await waitFor('the reservation to start (its request made and placed)', async () => (await startedRow.count()) > 0, 45000);
-    const reservedRequest = await startedRow.first().getAttribute('data-request');
+    // Within its lead time the server's sweep makes its request and places it: the reservation reads "preparing"
+    // (not started, not ending soon) until its start, when its slices turn active.
+    const preparingRow = mp.locator('[data-testid=reservations-table] tr[data-state=preparing]');
+    await waitFor('the reservation to be prepared (its request made and placed)', async () => (await preparingRow.count()) > 0, 45000);
+    const reservedRequest = await preparingRow.first().getAttribute('data-request');
+    const preparingText = (await preparingRow.first().textContent()).trim();
     const requestRow = mp.locator(`[data-testid=requests] tr[data-request="${reservedRequest}"]`);
     await requestRow.waitFor();
     const earlyState = await requestRow.getAttribute('data-state');
-    check(earlyState !== 'active', `reservations: its slices are prepared before the start, not usable yet (${earlyState})`);
+    check(earlyState !== 'active' && /slices being prepared; usable in/.test(preparingText) && !/ending soon/.test(preparingText),
+      `reservations: before its start it reads preparing, its request ${earlyState}, nothing usable yet ("${preparingText}")`);
     // That its slices turn active at the start is checked by the server suite (reservations.rs, both backends): in
     // the demo fleet they may land on a GPU whose layout change waits for an admin.
     await mp.screenshot({ path: path.join(out, 'member-reservation.png'), fullPage: true });

@@ -16,6 +16,7 @@ on_both_backends!(
     of_two_admins_deciding_the_same_version_one_wins,
     the_quota_commands_ask_grant_and_show_the_history,
     approving_an_ask_the_limit_already_gives_never_lowers_it,
+    a_member_passes_an_ask_to_the_tenant_admins,
 );
 
 async fn post(app: &TestApp, path: &str, token: &str, body: Value, version: Option<i64>) -> (StatusCode, Value) {
@@ -394,4 +395,57 @@ async fn approving_an_ask_the_limit_already_gives_never_lowers_it(db: &TestDb) {
     assert_eq!(s, StatusCode::OK, "{granted}");
     assert_eq!(limit_of(&app, &t, "compute_slices").await["limit"], 15.0, "kept, not lowered to 14");
     assert_eq!(limit_of(&app, &t, "gpu/H100-80GB").await["limit"], 2.0, "{granted}");
+}
+
+/// A member cannot ask for quota, but can pass the prepared ask to the tenant's admins: they are named, told in
+/// their inbox with the amounts, and nothing else changes; bad asks, floods and tenants without an admin are refused.
+async fn a_member_passes_an_ask_to_the_tenant_admins(db: &TestDb) {
+    let app = TestApp::on(db).start().await;
+    let (t, lead, member) = team(&app, "vision", 7.0).await;
+    let ask = json!({"limits": {"compute_slices": 10}, "reason": "the sweep needs 3 more"});
+    let path = format!("/api/v1/tenants/{t}/quota-suggestions");
+    let (s, sent) = post(&app, &path, &member, ask.clone(), None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{sent}");
+    assert_eq!(
+        (sent["tenant_admins"].clone(), sent["suggested_by"].clone(), sent["limits"].clone()),
+        (json!(["vision-lead"]), json!("user:vision-member"), json!({"compute_slices": 10.0})),
+        "{sent}"
+    );
+    // The admin's inbox has it, with the amounts; the limit is as it was and no quota request was made.
+    let (s, inbox) = app.get("/api/v1/inbox", &lead).await;
+    assert_eq!(s, StatusCode::OK, "{inbox}");
+    let told = inbox
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["type"] == "quota_request.suggested")
+        .unwrap_or_else(|| panic!("the suggestion in the admin's inbox: {inbox}"))
+        .clone();
+    assert_eq!(
+        (
+            told["tenant"].clone(),
+            told["data"]["actor"].clone(),
+            told["data"]["after"]["limits"]["compute_slices"].clone()
+        ),
+        (json!(t), json!("user:vision-member"), json!(10.0)),
+        "{told}"
+    );
+    assert_eq!(limit_of(&app, &t, "compute_slices").await["limit"], 7.0);
+    let (_, asks) = app.get(&format!("/api/v1/quota-requests?tenant={t}"), &lead).await;
+    assert_eq!(asks["items"], json!([]), "{asks}");
+    // Again at once: refused for 10 s.
+    let (s, b) = post(&app, &path, &member, ask.clone(), None).await;
+    assert_eq!((s, code(&b)), (StatusCode::TOO_MANY_REQUESTS, "rate_limited"), "{b}");
+    // Checked like a quota request.
+    let (s, b) = post(&app, &path, &lead, json!({"limits": {}, "reason": "x"}), None).await;
+    assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "quota_request_invalid"), "{b}");
+    let (s, b) = post(&app, &path, &lead, json!({"limits": {"compute_slices": 10}, "reason": " "}), None).await;
+    assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "reason_required"), "{b}");
+    // Another tenant's member: not found; a tenant without an admin: nobody to tell.
+    let other = app.tenant("speech", json!({})).await;
+    let (s, _) = post(&app, &format!("/api/v1/tenants/{other}/quota-suggestions"), &member, ask.clone(), None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let lonely = app.member("speech-member", &other).await;
+    let (s, b) = post(&app, &format!("/api/v1/tenants/{other}/quota-suggestions"), &lonely, ask, None).await;
+    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "no_tenant_admin"), "{b}");
 }

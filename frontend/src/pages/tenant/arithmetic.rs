@@ -28,6 +28,8 @@ pub struct QuotaBar {
     pub maximum: Option<Milli>,
     /// More is held than allowed (the server's word: past the maximum in a cohort, past the limit otherwise).
     pub over: bool,
+    /// What it holds above its guarantee, borrowed from its cohort (the server's word: 0 outside a cohort).
+    pub borrowed: Milli,
 }
 
 impl QuotaBar {
@@ -40,8 +42,8 @@ impl QuotaBar {
         Some((used, pending))
     }
 
-    /// What is held above the limit, borrowed from the cohort.
-    pub fn borrowed(&self) -> Milli {
+    /// What is held above the limit (borrowed in a cohort, over it outside one).
+    fn above_limit(&self) -> Milli {
         self.limit.map_or(0, |l| (self.used + self.pending).saturating_sub(l))
     }
 
@@ -55,15 +57,22 @@ impl QuotaBar {
     pub fn text(&self) -> String {
         let n = |m: Milli| quota::show_places(m, 1);
         let pending = if self.pending > 0 { format!(" · {} pending", n(self.pending)) } else { String::new() };
-        // Over what it may hold (the server's word): over, not borrowing, whether in a cohort or not.
-        let borrowed = match (self.borrowed(), self.maximum) {
-            (0, Some(m)) if self.limit.is_some_and(|l| m > l) => format!(" · up to {} with the cohort", n(m)),
-            (0, _) => String::new(),
-            (_, _) if self.over => {
-                " · over what it may hold: new requests are refused until it is back under".to_string()
+        // Over what it may hold (the server's word): over, not borrowing, whether in a cohort or not. Borrowed is
+        // the server's word too: only in a cohort.
+        let borrowed = if self.over {
+            " · over what it may hold: new requests are refused until it is back under".to_string()
+        } else if self.borrowed > 0 {
+            match self.maximum {
+                Some(m) => format!(" · {} borrowed (at most {})", n(self.borrowed), n(m)),
+                None => format!(" · {} borrowed", n(self.borrowed)),
             }
-            (b, Some(m)) => format!(" · {} borrowed (at most {})", n(b), n(m)),
-            (b, None) => format!(" · {} over", n(b)),
+        } else if self.above_limit() > 0 {
+            format!(" · {} over its limit", n(self.above_limit()))
+        } else {
+            match self.maximum {
+                Some(m) if self.limit.is_some_and(|l| m > l) => format!(" · up to {} with the cohort", n(m)),
+                _ => String::new(),
+            }
         };
         match self.limit {
             Some(l) => format!("{} of {} {} used{pending}{borrowed}", n(self.used), n(l), self.unit),
@@ -126,6 +135,7 @@ pub fn quota_bars(q: &QuotaView, requests: &[RequestView]) -> Vec<QuotaBar> {
                 limit: limits.get(r).copied(),
                 maximum: line.and_then(|l| l.maximum).map(milli),
                 over: line.is_some_and(|l| l.over),
+                borrowed: line.map_or(0, |l| milli(l.borrowed)),
             }
         })
         .filter(|b| b.limit.is_some() || b.used + b.pending > 0)
@@ -283,14 +293,26 @@ mod tests {
             limit: None,
             maximum: None,
             over: false,
+            borrowed: 0,
         };
         assert_eq!((free.widths(), free.text()), (None, "19.6 GiB used · no limit".to_string()));
-        // In a cohort: the bar runs to the maximum, the guarantee marked on it, and what is above it borrowed.
-        let cohort = QuotaBar { used: 9_000, pending: 0, limit: Some(7_000), maximum: Some(14_000), ..free.clone() };
+        // In a cohort: the bar runs to the maximum, the guarantee marked on it, and what is above it borrowed (as
+        // the server says).
+        let cohort = QuotaBar {
+            used: 9_000,
+            pending: 0,
+            limit: Some(7_000),
+            maximum: Some(14_000),
+            borrowed: 2_000,
+            ..free.clone()
+        };
         assert_eq!(cohort.text(), "9 of 7 GiB used · 2 borrowed (at most 14)");
         assert_eq!((cohort.widths(), cohort.limit_mark()), (Some((9.0 / 14.0 * 100.0, 0.0)), Some(50.0)));
-        let lender = QuotaBar { used: 3_000, ..cohort.clone() };
+        let lender = QuotaBar { used: 3_000, borrowed: 0, ..cohort.clone() };
         assert_eq!(lender.text(), "3 of 7 GiB used · up to 14 with the cohort");
+        // Above its limit outside a cohort (the server says nothing is borrowed): over its limit, not borrowing.
+        let alone = QuotaBar { used: 9_000, limit: Some(7_000), maximum: None, borrowed: 0, ..free.clone() };
+        assert_eq!(alone.text(), "9 of 7 GiB used · 2 over its limit");
         // Over a limit lowered under what it holds, with a maximum set but in no cohort: over, never "borrowed".
         let over = QuotaBar { used: 9_000, over: true, ..cohort };
         assert_eq!(
