@@ -39,6 +39,8 @@ pub struct QuotaSuggestion {
     pub suggested_by: String,
     /// The tenant's admins, by name: told in their inbox (and by e-mail where they chose quota events).
     pub tenant_admins: Vec<String>,
+    /// Where the tenant has no admin: the platform admins, by name, told instead (they read every tenant's inbox).
+    pub platform_admins: Vec<String>,
 }
 
 /// A quota request.

@@ -41,14 +41,14 @@ pub async fn create_quota_request(
     Ok(with_etag(StatusCode::CREATED, quotas::ask(&state, &p, &id, &body).await?))
 }
 
-/// Pass an ask for more quota to the tenant's admins (any member): the same body as a quota request; nothing
-/// changes but an event (`quota_request.suggested`) in the inbox of the tenant's members (its admins among them)
-/// and a line in the audit log. One every 10 s per member and tenant.
+/// Pass an ask for more quota to the tenant's admins (any member; the platform admins where the tenant has none):
+/// the same body as a quota request; nothing changes but an event (`quota_request.suggested`) in the inbox of the
+/// tenant's members (its admins among them) and of platform admins, and a line in the audit log. One every 10 s per
+/// member and tenant.
 #[utoipa::path(post, path = "/api/v1/tenants/{id}/quota-suggestions", tag = "tenants", security(("token" = ["tenant-member"]), ("session" = ["tenant-member"])),
     params(("id" = String, Path, description = "The tenant's id or its name")), request_body = NewQuotaRequest,
     responses((status = 202, body = QuotaSuggestion, description = "passed to the tenant's admins"),
         (status = 404, body = Problem),
-        (status = 409, body = Problem, description = "no_tenant_admin"),
         (status = 422, body = Problem, description = "quota_bad_resource, quota_bad_limit, reason_required or invalid_reason"),
         (status = 429, body = Problem, description = "rate_limited")))]
 pub async fn suggest_quota(

@@ -52,7 +52,8 @@ pub async fn ask(
 
 /// Passes a member's ask for more quota to the tenant's admins (any member; one every 10 s per member and
 /// tenant): the same checks as a quota request, nothing changed but an event (`quota_request.suggested`) in the
-/// inbox of the tenant's members, and a line in the audit log. Returns who was told.
+/// inbox of the tenant's members and of platform admins, and a line in the audit log. Returns who was told: the
+/// tenant's admins, or the platform admins where the tenant has none.
 pub async fn suggest(
     state: &AppState,
     p: &Principal,
@@ -73,13 +74,12 @@ pub async fn suggest(
         .filter(|(_, role)| *role == tessera_store::Role::TenantAdmin)
         .map(|(u, _)| u.name)
         .collect();
-    if admins.is_empty() {
-        return Err(ApiError::Conflict {
-            code: "no_tenant_admin",
-            detail: "the tenant has no admin to ask: ask a platform admin to name one".into(),
-            errors: vec![],
-        });
-    }
+    // Without a tenant admin, the platform admins (who read every tenant's inbox) are the ones told.
+    let platform_admins: Vec<String> = if admins.is_empty() {
+        state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect()
+    } else {
+        Vec::new()
+    };
     state.sends.take(&format!("quota-suggestion/{}/{}", p.user.id, tenant.id)).map_err(|wait| {
         let retry_after_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         ApiError::TooManyRequests {
@@ -94,6 +94,7 @@ pub async fn suggest(
         reason: body.reason.trim().to_string(),
         suggested_by: p.actor(),
         tenant_admins: admins,
+        platform_admins,
     };
     let mut after = serde_json::to_value(&suggestion).map_err(|e| ApiError::Internal(e.to_string()))?;
     after["tenant_id"] = serde_json::Value::String(tenant.id.clone());

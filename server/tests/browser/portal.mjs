@@ -1190,6 +1190,32 @@ display_name = "Test IdP"
     await mp.locator('[data-testid=quota]').waitFor();
     await mp.waitForTimeout(1500);
     await mp.screenshot({ path: path.join(out, 'tour-member-dark-tenant.png'), fullPage: true });
+    // A member over quota cannot ask for quota, but passes exactly what is missing to the tenant's admins (vision has
+    // none in the demo: the platform admins are told), and the admin reads it in the inbox, in words.
+    await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const mform = mp.locator('[data-testid=request-form]');
+    await mform.locator('select[name=model]').selectOption('H100-80GB');
+    await mform.locator('select[name=profile]').selectOption('7g.80gb');
+    await mform.locator('input[name=count]').fill('8');
+    await mform.locator('[data-verdict=over]').waitFor();
+    const overButton = mform.locator('button[type=submit]');
+    check(await overButton.isDisabled() && /Over quota/.test(await overButton.textContent())
+      && await mform.locator('[data-testid=ask-missing]').count() === 0,
+      `request form: over quota, the button says so and is disabled ("${(await overButton.textContent()).trim()}"); a member is not offered the admins' ask form`);
+    await mform.locator('[data-testid=ask-admins]').click();
+    const sentNote = mform.locator('[data-testid=ask-admins-sent]');
+    await sentNote.waitFor();
+    const sentText = (await sentNote.textContent()).trim();
+    check(/sent to the platform admins \(.*root.*\)/.test(sentText), `request form: the member passes the ask on, and is told to whom ("${sentText}")`);
+    await page.goto(`${base}/inbox`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const suggestion = page.locator('[data-testid=inbox-item][data-type="quota_request.suggested"]').first();
+    await suggestion.waitFor({ timeout: 15000 });
+    const suggestionText = (await suggestion.textContent()).trim();
+    check(/dana asks vision's admins for more quota: compute slices to \d+/.test(suggestionText),
+      `inbox: the admin reads the member's ask with the amounts ("${suggestionText}")`);
+    await mform.locator('input[name=count]').fill('1');
+    await mform.locator('select[name=profile]').selectOption('');
     // Reservations: the calendar shows the fleet; dragging across it picks a window; the preview says how many fit;
     // a booking that starts in two minutes is placed ahead and turns into an active allocation at its start.
     await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });

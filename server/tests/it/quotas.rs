@@ -441,11 +441,25 @@ async fn a_member_passes_an_ask_to_the_tenant_admins(db: &TestDb) {
     assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "quota_request_invalid"), "{b}");
     let (s, b) = post(&app, &path, &lead, json!({"limits": {"compute_slices": 10}, "reason": " "}), None).await;
     assert_eq!((s, code(&b)), (StatusCode::UNPROCESSABLE_ENTITY, "reason_required"), "{b}");
-    // Another tenant's member: not found; a tenant without an admin: nobody to tell.
+    assert_eq!(sent["platform_admins"], json!([]), "the tenant has an admin: {sent}");
+    // Another tenant's member: not found; a tenant without an admin: its platform admins are told.
     let other = app.tenant("speech", json!({})).await;
     let (s, _) = post(&app, &format!("/api/v1/tenants/{other}/quota-suggestions"), &member, ask.clone(), None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let lonely = app.member("speech-member", &other).await;
     let (s, b) = post(&app, &format!("/api/v1/tenants/{other}/quota-suggestions"), &lonely, ask, None).await;
-    assert_eq!((s, code(&b)), (StatusCode::CONFLICT, "no_tenant_admin"), "{b}");
+    assert_eq!(
+        (s, b["tenant_admins"].clone(), b["platform_admins"].clone()),
+        (StatusCode::ACCEPTED, json!([]), json!(["admin"])),
+        "{b}"
+    );
+    let (_, inbox) = app.get("/api/v1/inbox", &app.admin).await;
+    assert!(
+        inbox
+            .as_array()
+            .expect("events")
+            .iter()
+            .any(|e| e["type"] == "quota_request.suggested" && e["tenant"] == json!(other)),
+        "the platform admin's inbox has it: {inbox}"
+    );
 }

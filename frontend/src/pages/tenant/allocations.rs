@@ -67,7 +67,12 @@ pub fn reclaim_text(a: &AllocationView, now: i64) -> Option<String> {
 
 /// The allocations card's content.
 #[component]
-pub fn AllocationsList(allocations: Resource<Result<Vec<AllocationView>, Problem>>) -> impl IntoView {
+pub fn AllocationsList(
+    allocations: Resource<Result<Vec<AllocationView>, Problem>>,
+    /// What an empty list says.
+    #[prop(default = "Nothing allocated yet. Ask for a slice with the form above.")]
+    empty_text: &'static str,
+) -> impl IntoView {
     // Redrawn only when the list changes; the open panels are remembered by allocation id.
     let latest = RwSignal::new(None::<Result<Vec<AllocationView>, Problem>>);
     Effect::new(move |_| {
@@ -87,9 +92,7 @@ pub fn AllocationsList(allocations: Resource<Result<Vec<AllocationView>, Problem
     move || match latest.get() {
         None => view! { <p>"Loading…"</p> }.into_any(),
         Some(Err(p)) => problem_view(&p),
-        Some(Ok(list)) if list.is_empty() => {
-            view! { <p class="muted">"Nothing allocated yet. Ask for a slice with the form above."</p> }.into_any()
-        }
+        Some(Ok(list)) if list.is_empty() => view! { <p class="muted">{empty_text}</p> }.into_any(),
         Some(Ok(list)) => view! {
             <ul class="allocations" data-testid="allocations">
                 {list.into_iter().map(|a| allocation_item(a, open, now)).collect_view()}

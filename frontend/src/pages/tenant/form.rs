@@ -72,6 +72,41 @@ pub(super) fn RequestForm(
     };
     let count_n = move || count.get().trim().parse::<u32>().ok().filter(|n| *n >= 1);
     let policy = approval_policy(&tenant);
+    // Whether the viewer may ask for quota itself (the tenant's admins, platform admins); members pass the ask to
+    // the tenant's admins instead.
+    let session = use_context::<crate::widgets::SessionResource>();
+    let may_ask = {
+        let id = tenant.id.clone();
+        Memo::new(move |_| {
+            session.and_then(|s| s.get()).and_then(Result::ok).is_some_and(|s| {
+                s.user.platform_admin
+                    || s.memberships.iter().any(|m| m.tenant == id && m.role == tessera_api::Role::TenantAdmin)
+            })
+        })
+    };
+    let passed = RwSignal::new(None::<Result<String, String>>);
+    let pass_tenant = tenant.id.clone();
+    let pass_on = Callback::new(move |(needed, why): (Vec<(String, String)>, String)| {
+        let tenant = pass_tenant.clone();
+        let limits: std::collections::BTreeMap<String, f64> =
+            needed.into_iter().filter_map(|(k, v)| Some((k, v.trim().parse::<f64>().ok()?))).collect();
+        let body = tessera_api::quotas::NewQuotaRequest { limits, reason: why, until_ms: None };
+        leptos::task::spawn_local(async move {
+            let path = format!("/api/v1/tenants/{tenant}/quota-suggestions");
+            let answer = api::send_json::<tessera_api::quotas::QuotaSuggestion>("POST", path, body).await;
+            passed.set(Some(match answer {
+                Ok(s) if s.tenant_admins.is_empty() => Ok(format!(
+                    "Your tenant has no admin: sent to the platform admins ({}).",
+                    s.platform_admins.join(", ")
+                )),
+                Ok(s) => Ok(format!(
+                    "Sent to your tenant's admins ({}): they can ask a platform admin for it.",
+                    s.tenant_admins.join(", ")
+                )),
+                Err(p) => Err(p.message()),
+            }));
+        });
+    });
     // Right after a switch of tenant the page still holds the previous tenant's quota until this one's loads.
     let quota = {
         let id = tenant.id.clone();
@@ -232,7 +267,11 @@ pub(super) fn RequestForm(
                         <div class="feedback" data-testid="feedback" aria-live="polite">
                             {move || match (spec(), count_n()) {
                                 (Some(s), Some(n)) => quota.with(|q| match q {
-                                    Some(Ok(q)) => preview.with(|p| feedback_view(feedback(&s, n, q, policy), p.as_ref(), use_context::<AskDraft>())),
+                                    Some(Ok(q)) => preview.with(|p| {
+                                        let why = if reason.get().trim().is_empty() { describe(&s, n) } else { reason.get() };
+                                        let ask = if may_ask.get() { Ask::Draft(use_context::<AskDraft>()) } else { Ask::PassOn(pass_on, why, passed) };
+                                        feedback_view(feedback(&s, n, q, policy), p.as_ref(), ask)
+                                    }),
                                     Some(Err(p)) => view! { <p class="error">"The quota could not be read: "{p.message()}</p> }.into_any(),
                                     None => view! { <p class="muted">"Reading the quota…"</p> }.into_any(),
                                 }),
@@ -364,11 +403,15 @@ pub fn verdict(f: &Feedback, preview: Option<&RequestPreview>, now: i64) -> Verd
     }
 }
 
-fn feedback_view(
-    f: Feedback,
-    preview: Option<&Result<RequestPreview, api::Problem>>,
-    draft: Option<AskDraft>,
-) -> AnyView {
+/// How the form offers more quota when a request is over it.
+enum Ask {
+    /// The viewer asks itself: the tenant page's quota ask form, filled.
+    Draft(Option<AskDraft>),
+    /// A member: passes the ask (what is missing, why) to the tenant's admins; the answer shown below.
+    PassOn(Callback<(Vec<(String, String)>, String)>, String, RwSignal<Option<Result<String, String>>>),
+}
+
+fn feedback_view(f: Feedback, preview: Option<&Result<RequestPreview, api::Problem>>, ask: Ask) -> AnyView {
     if let Some(why) = f.invalid {
         return view! { <p class="error">{why}</p> }.into_any();
     }
@@ -397,11 +440,21 @@ fn feedback_view(
             }).collect_view()}
             {f.over.into_iter().map(|o| view! { <li class="error">{o}</li> }).collect_view()}
         </ul>
-        {draft.filter(|_| !f.needed.is_empty()).map(|draft| {
+        {(!f.needed.is_empty()).then(|| {
             let needed = f.needed.clone();
-            view! {
-                <button type="button" class="button small" data-testid="ask-missing"
-                    on:click=move |_| draft.fill(needed.clone())>"Ask for exactly what is missing"</button>
+            match ask {
+                Ask::Draft(draft) => draft.map(|draft| view! {
+                    <button type="button" class="button small" data-testid="ask-missing"
+                        on:click=move |_| draft.fill(needed.clone())>"Ask for exactly what is missing"</button>
+                }.into_any()),
+                Ask::PassOn(send, why, passed) => Some(view! {
+                    <button type="button" class="button small" data-testid="ask-admins"
+                        on:click=move |_| send.run((needed.clone(), why.clone()))>"Ask your tenant's admins for exactly what is missing"</button>
+                    {move || passed.get().map(|r| match r {
+                        Ok(m) => view! { <p class="ok small" role="status" data-testid="ask-admins-sent">{m}</p> }.into_any(),
+                        Err(m) => view! { <p class="error small" role="alert">{m}</p> }.into_any(),
+                    })}
+                }.into_any()),
             }
         })}
     }

@@ -94,7 +94,7 @@ pub fn RequestPage() -> impl IntoView {
             </Transition>
             <div class="card">
                 <h2>"Its slices"</h2>
-                <AllocationsList allocations />
+                <AllocationsList allocations empty_text="No slice yet: they appear here once it is approved and placed." />
             </div>
             <div class="card">
                 <h2>"History"</h2>
