@@ -83,7 +83,15 @@ pub fn event_words(e: &EventView, names: &Names) -> String {
             let asked = object
                 .and_then(|o| o.get("limits")?.as_object().cloned())
                 .map(|l| {
-                    l.iter().map(|(k, v)| format!("{} to {}", k.replace('_', " "), v)).collect::<Vec<_>>().join(", ")
+                    let amount = |v: &serde_json::Value| match v.as_f64() {
+                        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{}", x as i64),
+                        Some(x) => format!("{x}"),
+                        None => v.to_string(),
+                    };
+                    l.iter()
+                        .map(|(k, v)| format!("{} to {}", k.replace('_', " "), amount(v)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 })
                 .unwrap_or_default();
             Some(format!("{actor} asks {tenant}'s admins for more quota: {asked}"))
@@ -370,6 +378,11 @@ mod tests {
         assert_eq!(
             tessera_core::event::portal_path(&e.kind, &e.subject, e.tenant.as_deref()),
             "/requests/01a2115b-6fed-77df-b682-ff07d4fd86c1"
+        );
+        let ask = serde_json::json!({"tenant_id": "t-1", "limits": {"compute_slices": 62.0, "memory_gib": 1.5}});
+        assert_eq!(
+            event_words(&event("quota_request.suggested", "user:dana", ask), &names),
+            "dana asks vision's admins for more quota: compute slices to 62, memory gib to 1.5"
         );
         let other = EventView {
             subject: "gpu/g-1".into(),
