@@ -311,7 +311,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             json!({"url": "http://127.0.0.1:9/hook", "types": ["request.*"]})
         }
         ("put", "/api/v1/tenants/{id}/quotas") => json!({"limits": {"compute_slices": 50}}),
-        ("post", "/api/v1/tenants/{id}/quota-requests") => {
+        ("post", "/api/v1/tenants/{id}/quota-requests") | ("post", "/api/v1/tenants/{id}/quota-suggestions") => {
             json!({"limits": {"compute_slices": 70}, "reason": "matrix"})
         }
         ("post", "/api/v1/quota-requests/{id}/approve") => json!({}),
