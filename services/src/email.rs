@@ -352,11 +352,11 @@ mod tests {
         );
         let (subject, text, html) = compose("https://p", &[&a]);
         assert_eq!(subject, "[Tessera] A request's slices are ready to use: request/r1");
-        assert!(text.contains("Open: https://p/t/t1") && text.contains("node: gpu-1"), "{text}");
+        assert!(text.contains("Open: https://p/requests/r1") && text.contains("node: gpu-1"), "{text}");
         assert!(text.contains("expires_at_ms: 1970-01-02T00:00:00"), "times are written out: {text}");
         assert!(!text.contains("created_at_ms") && !text.contains("note"), "{text}");
         assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"), "{html}");
-        assert!(html.contains("<a href=\"https://p/t/t1\">"), "{html}");
+        assert!(html.contains("<a href=\"https://p/requests/r1\">"), "{html}");
         let b = event("layout.proposed", serde_json::json!({}));
         let (subject, text, _) = compose("https://p", &[&a, &b]);
         assert_eq!(subject, "[Tessera] 2 updates");
