@@ -294,7 +294,7 @@ pub async fn rotate(state: &AppState, p: &Principal, id: &str) -> Result<Webhook
 }
 
 /// Takes the turn of `key` in the sending throttle, or answers 429 `rate_limited` with when to try again.
-fn throttled(state: &AppState, key: &str, what: &str) -> Result<(), ApiError> {
+pub(crate) fn throttled(state: &AppState, key: &str, what: &str) -> Result<(), ApiError> {
     state.sends.take(key).map_err(|wait| {
         let retry_after_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
         ApiError::TooManyRequests {

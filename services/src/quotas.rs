@@ -80,14 +80,7 @@ pub async fn suggest(
     } else {
         Vec::new()
     };
-    state.sends.take(&format!("quota-suggestion/{}/{}", p.user.id, tenant.id)).map_err(|wait| {
-        let retry_after_s = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        ApiError::TooManyRequests {
-            code: "rate_limited",
-            detail: format!("one ask every 10 s; try again in {retry_after_s} s"),
-            retry_after_s,
-        }
-    })?;
+    super::notifications::throttled(state, &format!("quota-suggestion/{}/{}", p.user.id, tenant.id), "an ask")?;
     let suggestion = tessera_api::quotas::QuotaSuggestion {
         tenant: tenant.id.clone(),
         limits: body.limits.clone(),
