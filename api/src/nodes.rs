@@ -106,6 +106,37 @@ pub struct GpuView {
     /// Its drain for maintenance, while it is draining or drained (until it is uncordoned).
     #[serde(default)]
     pub drain: Option<GpuDrain>,
+    /// What its agent read last, while that is at most a minute old (`None`: no recent sample).
+    #[serde(default)]
+    pub now: Option<GpuNow>,
+    /// The layout change waiting for an admin's decision on it (the proposal's id), if any: work it would place
+    /// waits for it.
+    #[serde(default)]
+    pub layout_waiting: Option<String>,
+}
+
+/// A GPU's latest sample: the whole GPU's utilisation (SM activity) and frame-buffer memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuNow {
+    /// When its agent read it, UTC milliseconds.
+    pub at_ms: i64,
+    /// Utilisation in percent (0-100).
+    pub util_pct: f32,
+    /// Frame-buffer memory used, MiB.
+    pub mem_used_mib: f32,
+    /// Frame-buffer memory in all, MiB.
+    pub mem_total_mib: f32,
+}
+
+/// Cordon a GPU (the body is optional).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CordonBody {
+    /// Why, kept in the audit log (at most 2,000 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Drain a GPU for maintenance.

@@ -50,6 +50,102 @@ pub fn Messages(
     }
 }
 
+/// Provided by a page whose rows are drawn again when it refreshes: it counts the confirmations open, and the page
+/// holds its refresh while one is (a redraw would close it while the reason is being typed).
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshHold(pub RwSignal<u32>);
+
+impl RefreshHold {
+    /// Provides a new one to the page's children and returns it.
+    pub fn provide() -> RefreshHold {
+        let hold = RefreshHold(RwSignal::new(0));
+        provide_context(hold);
+        hold
+    }
+
+    /// Whether the page may refresh now.
+    pub fn free(self) -> bool {
+        self.0.get_untracked() == 0
+    }
+}
+
+/// The one way an action that takes something away is confirmed: its button (`label`, `data-testid=testid`)
+/// opens, in place, a sentence saying what it will do (`says`), a reason field when the audit log keeps one
+/// (`reason`), and the action's own button (`confirm`, `data-testid=confirm`) beside Keep (`data-testid=keep`),
+/// which closes it. Confirming hands the reason (empty when none was typed) to `on_confirm` and closes it; the
+/// page says how it went. The focus moves to the action's button on opening and back on closing.
+#[component]
+pub fn ConfirmAction(
+    #[prop(into)] label: String,
+    #[prop(into)] confirm: String,
+    #[prop(into)] says: String,
+    testid: &'static str,
+    #[prop(optional)] reason: bool,
+    on_confirm: Callback<String>,
+) -> impl IntoView {
+    let open = RwSignal::new(false);
+    let why = RwSignal::new(String::new());
+    let opener = NodeRef::<leptos::html::Button>::new();
+    let confirmer = NodeRef::<leptos::html::Button>::new();
+    let (label, confirm, says) = (StoredValue::new(label), StoredValue::new(confirm), StoredValue::new(says));
+    let hold = use_context::<RefreshHold>();
+    let set_open = move |on: bool| {
+        if open.get_untracked() != on {
+            open.set(on);
+            if let Some(h) = hold {
+                h.0.update(|n| *n = if on { *n + 1 } else { n.saturating_sub(1) });
+            }
+        }
+    };
+    on_cleanup(move || {
+        if open.try_get_untracked().unwrap_or(false)
+            && let Some(h) = hold
+        {
+            h.0.try_update(|n| *n = n.saturating_sub(1));
+        }
+    });
+    let close = move || {
+        set_open(false);
+        focus_when_drawn(opener);
+    };
+    view! {
+        {move || if open.get() {
+            view! {
+                <div class="confirm" role="group" data-testid=format!("{testid}-confirm")>
+                    <p class="small">{says.get_value()}</p>
+                    {reason.then(|| view! {
+                        <label class="small">"Why? "<span class="muted">"(kept in the audit log)"</span>
+                            <input type="text" name="reason" data-testid="confirm-reason" maxlength="2000" bind:value=why />
+                        </label>
+                    })}
+                    <button type="button" class="button small danger" data-testid="confirm" node_ref=confirmer
+                        on:click=move |_| { on_confirm.run(why.get_untracked().trim().to_string()); why.set(String::new()); close(); }>
+                        {confirm.get_value()}
+                    </button>
+                    <button type="button" class="button small" data-testid="keep" on:click=move |_| close()>"Keep"</button>
+                </div>
+            }.into_any()
+        } else {
+            view! {
+                <button type="button" class="link danger" data-testid=testid node_ref=opener
+                    on:click=move |_| { set_open(true); focus_when_drawn(confirmer); }>{label.get_value()}</button>
+            }.into_any()
+        }}
+    }
+}
+
+/// Moves the focus to `button` once it is drawn (a button that replaces the one just pressed).
+pub fn focus_when_drawn(button: NodeRef<leptos::html::Button>) {
+    #[cfg(feature = "hydrate")]
+    request_animation_frame(move || {
+        if let Some(b) = button.get_untracked() {
+            let _ = b.focus();
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = button;
+}
+
 /// Copies `text` to the clipboard; says "Copied" once done. `label` names what it copies for screen readers.
 #[component]
 pub fn CopyButton(text: String, #[prop(optional, into)] label: String) -> impl IntoView {

@@ -84,6 +84,8 @@ pub(crate) mod tests {
             in_use: Vec::new(),
             health: Default::default(),
             drain: None,
+            now: None,
+            layout_waiting: None,
         }
     }
 

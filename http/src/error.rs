@@ -37,6 +37,19 @@ where
     }
 }
 
+/// An optional JSON body: none (or only white space) is `T::default()`; anything else must be a `what` (400
+/// `invalid_body` when it is not).
+pub fn optional_json<T: serde::de::DeserializeOwned + Default>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::Invalid {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_body",
+        detail: format!("not {what}: {e}"),
+    })
+}
+
 impl<T: Serialize> IntoResponse for ApiJson<T> {
     fn into_response(self) -> Response {
         Json(self.0).into_response()

@@ -20,7 +20,8 @@ const JOIN_TOKEN_MAX_TTL_S: u64 = 7 * 24 * 3600;
 pub use tessera_api::agents::{JoinTokenView, NewJoinToken};
 pub use tessera_api::layouts::AutoLayout;
 pub use tessera_api::nodes::{
-    AgentInfo, DrainBody, GpuDrain, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView, Offerings, Revoked,
+    AgentInfo, CordonBody, DrainBody, GpuDrain, GpuNow, GpuView, InUse, ModelOffer, NewNode, NodeCredential, NodeView,
+    Offerings, Revoked,
 };
 use tessera_core::api::{Inventory, NodeStatus};
 
@@ -95,7 +96,22 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
     let records = state.store.agent_records().await?;
     let live = state.store.live_allocations().await?;
     let drains = state.store.drains().await?;
+    let waiting = state.store.proposals(Some("proposed")).await?;
     let now = tessera_store::now_ms();
+    // The whole GPU's sample (its device is its own UUID), while at most a minute old.
+    let samples: std::collections::HashMap<String, GpuNow> = state
+        .telemetry
+        .latest(None)
+        .into_iter()
+        .filter(|l| l.device == l.gpu && now - l.sample.t < 60_000)
+        .map(|l| {
+            let s = l.sample;
+            (
+                l.gpu,
+                GpuNow { at_ms: s.t, util_pct: s.util, mem_used_mib: s.mem_used_mib, mem_total_mib: s.mem_total_mib },
+            )
+        })
+        .collect();
     let views = state
         .store
         .nodes()
@@ -109,6 +125,8 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
                     .iter()
                     .find(|d| d.gpu_id == gpu.id)
                     .map(|d| tessera_services::fleet::drain_of(d.clone(), &live));
+                gpu.now = samples.get(&gpu.uuid).cloned();
+                gpu.layout_waiting = waiting.iter().find(|w| w.gpu_id == gpu.id).map(|w| w.id.clone());
                 gpu.in_use = live
                     .iter()
                     .filter(|a| a.gpu_id == gpu.id)
@@ -127,15 +145,19 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
     Ok(ApiJson(views))
 }
 
-/// Cordon a GPU: it gets nothing new (platform admins).
+/// Cordon a GPU: it gets nothing new (platform admins). The reason, optional, is kept in the audit log.
 #[utoipa::path(post, path = "/api/v1/gpus/{id}/cordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
-    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    request_body(content = Option<CordonBody>, description = "optional; an empty body is no reason"),
+    responses((status = 200, body = GpuView), (status = 400, body = Problem, description = "invalid_body"), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_reason")))]
 pub async fn cordon_gpu(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, true).await?.into()))
+    let body: CordonBody = super::error::optional_json(&body, "a cordon")?;
+    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, true, body.reason.as_deref()).await?.into()))
 }
 
 /// Drain a GPU for maintenance (platform admins): it is cordoned at once and its holders are told (`gpu.draining`);
@@ -155,15 +177,20 @@ pub async fn drain_gpu(
     Ok(ApiJson(tessera_services::fleet::drain(&state, &p, &id, &body).await?))
 }
 
-/// Uncordon a GPU (platform admins).
+/// Uncordon a GPU (platform admins): it takes new work again, an unhealthy one returns to service and a drain
+/// ends. The reason, optional, is kept in the audit log.
 #[utoipa::path(post, path = "/api/v1/gpus/{id}/uncordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
-    responses((status = 200, body = GpuView), (status = 403, body = Problem), (status = 404, body = Problem)))]
+    request_body(content = Option<CordonBody>, description = "optional; an empty body is no reason"),
+    responses((status = 200, body = GpuView), (status = 400, body = Problem, description = "invalid_body"), (status = 403, body = Problem), (status = 404, body = Problem),
+        (status = 422, body = Problem, description = "invalid_reason")))]
 pub async fn uncordon_gpu(
     State(state): State<AppState>,
     Caller(p): Caller,
     ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
 ) -> Result<ApiJson<GpuView>, ApiError> {
-    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, false).await?.into()))
+    let body: CordonBody = super::error::optional_json(&body, "an uncordon")?;
+    Ok(ApiJson(tessera_services::agents::set_cordoned(&state, &p, &id, false, body.reason.as_deref()).await?.into()))
 }
 
 /// What the fleet offers: GPU models with their counts and MIG profiles, and the approval queue's length.

@@ -102,15 +102,7 @@ pub async fn approve_quota_request(
     IfMatch(version): IfMatch,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let body: GrantBody = if body.iter().all(u8::is_ascii_whitespace) {
-        GrantBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::Invalid {
-            status: StatusCode::BAD_REQUEST,
-            code: "invalid_body",
-            detail: format!("not a grant: {e}"),
-        })?
-    };
+    let body: GrantBody = super::error::optional_json(&body, "a grant")?;
     Ok(with_etag(StatusCode::OK, quotas::approve(&state, &p, &id, version, &body).await?))
 }
 

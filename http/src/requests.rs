@@ -253,11 +253,7 @@ pub async fn release_request(
     IfMatch(version): IfMatch,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let body: ReleaseBody = if body.iter().all(u8::is_ascii_whitespace) {
-        ReleaseBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::invalid("invalid_body", format!("not a release: {e}")))?
-    };
+    let body: ReleaseBody = super::error::optional_json(&body, "a release")?;
     let released = requests::act(&state, &p, &id, Action::Release, version, body.reason.as_deref()).await?;
     Ok(with_etag(StatusCode::OK, released))
 }

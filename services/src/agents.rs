@@ -151,9 +151,14 @@ pub async fn set_cordoned(
     p: &tessera_store::Principal,
     gpu_id: &str,
     cordoned: bool,
+    reason: Option<&str>,
 ) -> Result<Gpu, ApiError> {
     crate::auth::Permissions::require_platform_admin(p)?;
-    let gpu = state.store.set_cordoned(gpu_id, cordoned, &p.actor()).await?;
+    let reason = reason.map(str::trim).filter(|r| !r.is_empty());
+    if let Some(r) = reason {
+        tessera_core::text::check_reason(r).map_err(|e| ApiError::invalid("invalid_reason", e.to_string()))?;
+    }
+    let gpu = state.store.set_cordoned(gpu_id, cordoned, &p.actor(), reason).await?;
     refresh_gpus(state, &[gpu_id.to_string()]).await;
     Ok(gpu)
 }

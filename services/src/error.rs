@@ -42,8 +42,9 @@ pub enum ApiError {
         errors: Vec<ProblemItem>,
     },
     /// 409 `quota_exceeded`: the request does not fit the tenant's quota; the problem names each limit and the
-    /// limits that would let it through (`ask_for`).
-    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    /// limits that would let it through (`ask_for`). The detail is in people's words (resources by name, amounts
+    /// with their unit); each of `errors` keeps the resource key.
+    #[error("{}", .0.iter().map(tessera_core::quota::QuotaError::in_words).collect::<Vec<_>>().join(" "))]
     QuotaExceeded(Vec<tessera_core::quota::QuotaError>),
     /// 400/422: the request itself is wrong.
     #[error("{detail}")]

@@ -102,16 +102,31 @@ impl Store {
     }
 
     /// Cordons or uncordons a GPU; returns it.
-    pub async fn set_cordoned(&self, gpu_id: &str, cordoned: bool, actor: &str) -> Result<Gpu, StoreError> {
-        self.set_flag(gpu_id, Flag::Cordoned, cordoned, actor).await
+    pub async fn set_cordoned(
+        &self,
+        gpu_id: &str,
+        cordoned: bool,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<Gpu, StoreError> {
+        self.set_flag(gpu_id, Flag::Cordoned, cordoned, actor, reason).await
     }
 
     /// Turns auto-layout on or off for a GPU.
     pub async fn set_auto_layout(&self, gpu_id: &str, enabled: bool, actor: &str) -> Result<Gpu, StoreError> {
-        self.set_flag(gpu_id, Flag::AutoLayout, enabled, actor).await
+        self.set_flag(gpu_id, Flag::AutoLayout, enabled, actor, None).await
     }
 
-    async fn set_flag(&self, gpu_id: &str, flag: Flag, value: bool, actor: &str) -> Result<Gpu, StoreError> {
+    /// Sets a GPU's flag; `reason`, when given, is kept in the audit line.
+    async fn set_flag(
+        &self,
+        gpu_id: &str,
+        flag: Flag,
+        value: bool,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> Result<Gpu, StoreError> {
+        let after = reason.map(|r| serde_json::json!({ "reason": r }).to_string());
         let update = format!("UPDATE gpus SET {} = $1 WHERE id = $2", flag.column());
         let read = format!("SELECT {GPU_FIELDS} FROM gpus WHERE id = $1");
         let action = format!("gpu.{}.{}", flag.column(), if value { "on" } else { "off" });
@@ -141,7 +156,7 @@ impl Store {
                 }
             }
             let row = sqlx::query_as(&read).bind(gpu_id).fetch_one(&mut *tx).await?;
-            audit_insert(&mut tx, actor, &action, &format!("gpu/{gpu_id}"), None, None).await?;
+            audit_insert(&mut tx, actor, &action, &format!("gpu/{gpu_id}"), None, after.clone()).await?;
             tx.commit().await?;
             row
         });

@@ -92,6 +92,8 @@ impl From<Gpu> for GpuView {
                 report: None,
             },
             drain: None,
+            now: None,
+            layout_waiting: None,
         }
     }
 }

@@ -112,7 +112,7 @@ pub fn ApprovalsPage() -> impl IntoView {
                 </label>
             </div>
             <div class="toolbar" data-testid="bulk">
-                <label class="grow">"Reason (for rejecting the selected requests, and for quota decisions)"<input type="text" name="reason" bind:value=reason placeholder="e.g. over the team's budget" /></label>
+                <label class="grow">"Reason (for rejecting the selected requests)"<input type="text" name="reason" bind:value=reason placeholder="e.g. over the team's budget" /></label>
                 <button class="button primary" data-testid="approve-selected" disabled=move || selected.get().is_empty()
                     on:click=move |_| act(selected.get_untracked().into_iter().collect(), true, String::new())>
                     {move || format!("Approve selected ({})", selected.get().len())}
@@ -180,7 +180,7 @@ pub fn ApprovalsPage() -> impl IntoView {
                     }
                 })}
             </Transition>
-            <crate::pages::quotas::QuotaApprovals reason />
+            <crate::pages::quotas::QuotaApprovals />
             <h2>"Layout changes waiting"</h2>
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {

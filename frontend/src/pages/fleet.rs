@@ -1,7 +1,9 @@
-//! `/fleet`: every node and GPU with its state, applied against desired generation, instances and errors, and per
-//! GPU two switches: cordoned (it gets nothing new) and auto-layout (the planner may change its MIG layout without
-//! an admin's approval); and each GPU's health (healthy, degraded or unhealthy, with the findings and the temperature
-//! its agent read). It refreshes itself every 5 s in the browser.
+//! `/fleet`: every node and GPU with its state, whether its agent has applied the latest configuration, and per GPU
+//! what is held (compute slices, by tenant) and free, its utilisation and memory now, its health (healthy, degraded
+//! or unhealthy, with the findings and the temperature its agent read), a marker when a layout change waits for an
+//! admin, its MIG instances, a short UUID to copy, and its actions: cordon or uncordon and drain (each confirmed in
+//! place, with a reason for the audit log), auto-layout (the planner may change its MIG layout without an admin's
+//! approval) and the layout editor. It refreshes itself every 5 s in the browser.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -10,16 +12,26 @@ use tessera_api::nodes::{GpuView, NodeView};
 
 use crate::api::{self, ProblemExt};
 use crate::pages::{ago, clock, now_ms};
-use crate::widgets::{Messages, problem_view};
+use crate::widgets::{ConfirmAction, CopyButton, Messages, RefreshHold, TenantsResource, problem_view};
 use crate::wire::gpu_state;
 
 /// The fleet page.
 #[component]
 pub fn FleetPage() -> impl IntoView {
     let nodes = Resource::new(|| (), |_| api::get_json::<Vec<NodeView>>("/api/v1/nodes".into()));
+    let tenants = expect_context::<TenantsResource>();
+    // Rows are drawn again on each refresh: it waits while a cordon or drain is being confirmed.
+    let hold = RefreshHold::provide();
+    #[cfg(not(feature = "hydrate"))]
+    let _ = hold;
     #[cfg(feature = "hydrate")]
     {
-        if let Ok(handle) = set_interval_with_handle(move || nodes.refetch(), std::time::Duration::from_secs(5)) {
+        let refresh = move || {
+            if hold.free() {
+                nodes.refetch()
+            }
+        };
+        if let Ok(handle) = set_interval_with_handle(refresh, std::time::Duration::from_secs(5)) {
             on_cleanup(move || handle.clear());
         }
     }
@@ -41,6 +53,7 @@ pub fn FleetPage() -> impl IntoView {
             <Messages messages=messages />
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
+                    let names = StoredValue::new(tenants.await.unwrap_or_default());
                     match nodes.await {
                         Err(p) => problem_view(&p),
                         Ok(list) if list.is_empty() => view! { <p class="notice">"No nodes yet. Create a join token (" <code>"tessera node join-token"</code> ") and start an agent."</p> }.into_any(),
@@ -50,11 +63,17 @@ pub fn FleetPage() -> impl IntoView {
                                 <div class="legend" aria-hidden="true">
                                     {["ready", "applying", "failed", "not-ready", "cordoned"].map(|s| view! { <span class=format!("state {s}")>{s}</span> })}
                                 </div>
+                                <p class="muted small" data-testid="fleet-words">
+                                    "Held: compute slices allocated to tenants (a GPU has 7 on the largest models). "
+                                    "Cordoned: nothing new is placed on the GPU; what it holds keeps running. "
+                                    "Auto-layout: the planner may change the free part of the GPU's MIG layout without waiting for an admin. "
+                                    "Configuration: each change to a node's layouts or sharing is numbered; its agent applies them in turn."
+                                </p>
                                 {move || {
                                     let needle = filter.get().to_lowercase();
                                     list.iter()
                                         .filter(|n| needle.is_empty() || matches(n, &needle))
-                                        .map(|n| view! { <NodeCard node=n.clone() now changed /> })
+                                        .map(|n| view! { <NodeCard node=n.clone() now names changed /> })
                                         .collect_view()
                                 }}
                             }.into_any()
@@ -73,7 +92,12 @@ fn matches(node: &NodeView, needle: &str) -> bool {
 }
 
 #[component]
-fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl IntoView {
+fn NodeCard(
+    node: NodeView,
+    now: i64,
+    names: StoredValue<Vec<tessera_api::tenants::TenantView>>,
+    changed: Callback<(bool, String)>,
+) -> impl IntoView {
     let agent = node.agent.as_ref().map(|a| {
         format!(
             "agent {} · {}{}",
@@ -89,8 +113,8 @@ fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl
             <header class="node-head">
                 <h2>{node.name.clone()}</h2>
                 <span class=format!("state {state}")>{state.clone()}</span>
-                <span class="muted" title="Applied / desired spec generation">
-                    {format!("generation {} / {}", node.observed_generation, node.generation)}
+                <span class="muted" data-testid="generation" title="Each change to the node's layouts or sharing is a new generation of its configuration; its agent applies them in turn">
+                    {generation_words(node.observed_generation, node.generation)}
                 </span>
                 {agent.map(|a| view! { <span class="muted">{a}</span> })}
                 {seen.map(|s| view! { <span class="muted">{s}</span> })}
@@ -99,9 +123,9 @@ fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl
                 <ul class="errors">{node.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
             })}
             <table class="gpus">
-                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col" title="What its agent reads from the driver: XID errors, ECC, row remapping, throttling, temperature">"Health"</th><th scope="col">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col" title="A cordoned GPU gets nothing new">"Cordoned"</th><th scope="col" title="The planner may change the MIG layout without an admin's approval">"Auto-layout"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
+                <thead><tr><th scope="col">"GPU"</th><th scope="col">"Model"</th><th scope="col">"State"</th><th scope="col" title="Compute slices allocated to tenants, by tenant, and the instances free">"Held"</th><th scope="col" title="Utilisation and memory its agent read in the last minute">"Now"</th><th scope="col" title="What its agent reads from the driver: XID errors, ECC, row remapping, throttling, temperature">"Health"</th><th scope="col" title="MIG instances its agent shows / the layout it should have">"Instances (applied / desired)"</th><th scope="col">"UUID"</th><th scope="col" title="The planner may change the free part of the MIG layout without an admin's approval">"Auto-layout"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                 <tbody>
-                    {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_name=node.name.clone() node_state=node.state.clone() changed /> }).collect_view()}
+                    {node.gpus.iter().map(|g| view! { <GpuRow gpu=g.clone() node_name=node.name.clone() node_state=node.state.clone() names changed /> }).collect_view()}
                 </tbody>
             </table>
         </article>
@@ -109,23 +133,30 @@ fn NodeCard(node: NodeView, now: i64, changed: Callback<(bool, String)>) -> impl
 }
 
 #[component]
-fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback<(bool, String)>) -> impl IntoView {
+fn GpuRow(
+    gpu: GpuView,
+    node_name: String,
+    node_state: String,
+    names: StoredValue<Vec<tessera_api::tenants::TenantView>>,
+    changed: Callback<(bool, String)>,
+) -> impl IntoView {
     let name = format!("{node_name} GPU {}", gpu.index);
     let (id, cordoned, auto_layout) = (gpu.id.clone(), gpu.cordoned, gpu.auto_layout);
     let on_cordon = {
         let (id, name) = (id.clone(), name.clone());
-        move |_| {
+        Callback::new(move |reason: String| {
             let (id, name) = (id.clone(), name.clone());
             leptos::task::spawn_local(async move {
                 let verb = if cordoned { "uncordon" } else { "cordon" };
-                let r = api::send_empty::<GpuView>("POST", format!("/api/v1/gpus/{id}/{verb}")).await;
+                let body = tessera_api::nodes::CordonBody { reason: (!reason.is_empty()).then_some(reason) };
+                let r = api::send_json::<GpuView>("POST", format!("/api/v1/gpus/{id}/{verb}"), body).await;
                 changed.run(match r {
-                    Ok(g) if g.cordoned => (true, format!("{name} is cordoned: it gets nothing new.")),
+                    Ok(g) if g.cordoned => (true, format!("{name} is cordoned: nothing new is placed on it.")),
                     Ok(_) => (true, format!("{name} takes new slices again.")),
                     Err(p) => (false, format!("{name}: {}", p.message())),
                 });
             });
-        }
+        })
     };
     let on_auto = {
         let (id, name) = (id.clone(), name.clone());
@@ -147,19 +178,12 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
     };
     let on_drain = {
         let (id, name) = (id.clone(), name.clone());
-        move |_| {
+        Callback::new(move |reason: String| {
             let (id, name) = (id.clone(), name.clone());
-            #[cfg(feature = "hydrate")]
-            {
-                let ask = format!("Drain {name}? It is cordoned now; slices still on it in one hour end then.");
-                if !web_sys::window().and_then(|w| w.confirm_with_message(&ask).ok()).unwrap_or(false) {
-                    return;
-                }
-            }
             leptos::task::spawn_local(async move {
                 let body = tessera_api::nodes::DrainBody {
                     deadline_s: Some(tessera_core::health::DEFAULT_DRAIN_S),
-                    reason: Some("maintenance".to_string()),
+                    reason: Some(if reason.is_empty() { "maintenance".to_string() } else { reason }),
                 };
                 let r =
                     api::send_json::<tessera_api::nodes::GpuDrain>("POST", format!("/api/v1/gpus/{id}/drain"), body)
@@ -177,7 +201,7 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
                     Err(p) => (false, format!("{name}: {}", p.message())),
                 });
             });
-        }
+        })
     };
     let drain = gpu.drain.clone().map(|d| match d.drained_at_ms {
         Some(_) => ("drained", "drained: empty for maintenance".to_string()),
@@ -209,14 +233,53 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
     };
     let counts = gpu.mig_enabled.then(|| format!("{} / {}", applied.len(), gpu.layout.len()));
     let health = gpu.health.clone();
+    let held = Occupancy::of(&gpu, tessera_core::catalog::Catalog::builtin());
+    let held_cell = held.map(|o| {
+        let words = o.holder_words(|t| names.with_value(|n| n.iter().find(|x| x.id == t).map(|x| x.name.clone())));
+        let share = if o.total > 0.0 { 100.0 * o.held / o.total } else { 0.0 };
+        view! {
+            <div data-testid="held" data-held=o.held.to_string() data-total=o.total.to_string()>
+                <div class="bar-head"><span>{format!("{} of {} compute slices held", fmt_slices(o.held), fmt_slices(o.total))}</span></div>
+                <div class="bar" role="img" aria-label=format!("{share:.0}% held")><span class="used" style=format!("width:{share:.1}%")></span></div>
+                {(!words.is_empty()).then(|| view! { <div class="small">{words}</div> })}
+                {(!o.free.is_empty()).then(|| view! { <div class="small muted" data-testid="free">{format!("free: {}", o.free.join(", "))}</div> })}
+            </div>
+        }
+    });
+    let now_cell = match &gpu.now {
+        Some(n) => view! {
+            <span data-testid="now" data-util=n.util_pct.to_string() title=format!("read at {}", clock(n.at_ms))>
+                <strong>{format!("{:.0}\u{a0}%", n.util_pct)}</strong>
+                <span class="muted small">{format!(" · {:.1} of {:.0} GiB", n.mem_used_mib / 1024.0, n.mem_total_mib / 1024.0)}</span>
+            </span>
+        }
+        .into_any(),
+        None => view! { <span class="muted" data-testid="now" title="No sample from its agent in the last minute">"—"</span> }.into_any(),
+    };
+    let short = short_uuid(&gpu.uuid);
+    let verb = if cordoned { "Uncordon" } else { "Cordon" };
+    let cordon_says = if cordoned {
+        format!(
+            "Uncordon {name}? New slices may be placed on it again; an unhealthy GPU returns to service and a drain ends."
+        )
+    } else {
+        format!("Cordon {name}? Nothing new is placed on it; what it holds keeps running.")
+    };
+    let drain_says =
+        format!("Drain {name}? It is cordoned now, its holders are told, and slices still on it in one hour end then.");
     view! {
-        <tr data-gpu=gpu.uuid.clone()>
+        <tr data-gpu=gpu.uuid.clone() data-cordoned=cordoned.to_string()>
             <td>{gpu.index}</td>
             <td>{gpu.model.clone()}</td>
             <td>
-                <span class=format!("state {state}")>{state}</span>
+                <span class=format!("state {state}") data-testid="gpu-state">{state}</span>
                 {drain.clone().map(|(kind, text)| view! { <div class="muted" data-testid="drain" data-drain=kind>{text}</div> })}
+                {gpu.layout_waiting.clone().map(|p| view! {
+                    <div class="small"><A href="/approvals" attr:data-testid="layout-waiting" attr:data-proposal=p>"layout change waits for approval"</A></div>
+                })}
             </td>
+            <td>{held_cell}</td>
+            <td>{now_cell}</td>
             <td data-testid="health" data-health=health.state.as_str()>{health_cell(&health)}</td>
             <td>
                 {counts.map(|c| view! { <span class="count">{c}</span> })}
@@ -226,14 +289,92 @@ fn GpuRow(gpu: GpuView, node_name: String, node_state: String, changed: Callback
                     <ul class="errors">{gpu.errors.iter().map(|e| view! { <li><code>{e.code.clone()}</code>" "{e.step.clone()}": "{e.message.clone()}</li> }).collect_view()}</ul>
                 })}
             </td>
-            <td><code class="uuid">{gpu.uuid.clone()}</code></td>
-            <td><label class="switch-cell"><input type="checkbox" role="switch" data-testid="cordon" prop:checked=cordoned on:change=on_cordon aria-label=format!("Cordon {name}") /></label></td>
+            <td class="nowrap"><code class="uuid" title=gpu.uuid.clone()>{short}</code>" "<CopyButton text=gpu.uuid.clone() label="UUID" /></td>
             <td>{gpu.mig_enabled.then(|| view! { <label class="switch-cell"><input type="checkbox" role="switch" data-testid="auto-layout" prop:checked=auto_layout on:change=on_auto aria-label=format!("Auto-layout on {name}") /></label> })}</td>
-            <td>
+            <td class="actions">
+                <ConfirmAction label=format!("{verb}…") confirm=verb testid=if cordoned { "uncordon" } else { "cordon" } says=cordon_says reason=true on_confirm=on_cordon />
+                {drain.is_none().then(|| view! {
+                    <ConfirmAction label="Drain…" confirm="Drain" testid="drain-gpu" says=drain_says reason=true on_confirm=on_drain />
+                })}
                 {gpu.mig_enabled.then(|| view! { <A href=format!("/gpus/{}/layout", gpu.id) attr:data-testid="edit-layout">"Edit layout"</A> })}
-                {drain.is_none().then(|| view! { <button type="button" class="link" data-testid="drain-gpu" on:click=on_drain title="Cordon it, tell its holders, end their slices in one hour">"Drain"</button> })}
             </td>
         </tr>
+    }
+}
+
+/// What a GPU holds: compute slices in all and held (reserved or active allocations, a share counting its part of
+/// the GPU), per tenant, and the MIG instances of its layout nobody holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Occupancy {
+    /// Its model's compute slices.
+    pub total: f64,
+    /// Held, in compute slices.
+    pub held: f64,
+    /// Per tenant id, its compute slices, most first.
+    pub holders: Vec<(String, f64)>,
+    /// Free instances of its layout, as `profile@start`.
+    pub free: Vec<String>,
+}
+
+impl Occupancy {
+    /// `None` for a model the catalog does not know.
+    pub fn of(gpu: &GpuView, catalog: &tessera_core::catalog::Catalog) -> Option<Occupancy> {
+        let model = catalog.model(&gpu.model)?;
+        let total = f64::from(model.compute_slices_total);
+        let mut holders: Vec<(String, f64)> = Vec::new();
+        for u in &gpu.in_use {
+            let w = tessera_core::quota::weight(model, &u.profile).unwrap_or(0.0);
+            match holders.iter_mut().find(|(t, _)| *t == u.tenant) {
+                Some((_, n)) => *n += w,
+                None => holders.push((u.tenant.clone(), w)),
+            }
+        }
+        holders.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        // From +0: nothing held is 0, not the -0 an empty `sum` gives.
+        let held = holders.iter().fold(0.0, |a, (_, n)| a + n).min(total);
+        let free = if gpu.mig_enabled {
+            gpu.layout
+                .iter()
+                .filter(|i| !gpu.in_use.iter().any(|u| u.profile == i.profile && u.start == i.start))
+                .map(|i| format!("{}@{}", i.profile, i.start))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Occupancy { total, held, holders, free })
+    }
+
+    /// "vision 3 · research 1", names from `name` (the id's start where it has none).
+    pub fn holder_words(&self, name: impl Fn(&str) -> Option<String>) -> String {
+        self.holders
+            .iter()
+            .map(|(t, n)| format!("{} {}", name(t).unwrap_or_else(|| t.chars().take(8).collect()), fmt_slices(*n)))
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+}
+
+/// Slices as a person writes them: whole numbers without a point, parts with one decimal.
+fn fmt_slices(n: f64) -> String {
+    if (n - n.round()).abs() < 0.05 { format!("{n:.0}") } else { format!("{n:.1}") }
+}
+
+/// `GPU-1a2b3c4d…`: enough to tell GPUs apart on a page; the whole one is in the tooltip and copied.
+pub fn short_uuid(uuid: &str) -> String {
+    match uuid.char_indices().nth(12) {
+        Some((i, _)) => format!("{}…", &uuid[..i]),
+        None => uuid.to_string(),
+    }
+}
+
+/// Whether the node's agent has applied its latest configuration, in words.
+pub fn generation_words(observed: i64, desired: i64) -> String {
+    if desired == 0 {
+        "no configuration yet".to_string()
+    } else if observed >= desired {
+        format!("configuration applied (generation {desired})")
+    } else {
+        format!("applying configuration {desired} (its agent has applied {observed})")
     }
 }
 
@@ -253,5 +394,53 @@ fn health_cell(h: &tessera_api::nodes::GpuHealth) -> impl IntoView + use<> {
         {(!h.findings.is_empty()).then(|| view! {
             <ul class="errors">{h.findings.iter().map(|f| view! { <li><code>{f.code.clone()}</code>" "{f.message.clone()}</li> }).collect_view()}</ul>
         })}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::tests::gpu;
+    use tessera_api::nodes::InUse;
+    use tessera_core::layout::PlacedInstance;
+
+    fn held(profile: &str, start: u8, tenant: &str) -> InUse {
+        InUse { profile: profile.into(), start, request: "r".into(), tenant: tenant.into(), state: "active".into() }
+    }
+
+    #[test]
+    fn a_gpu_says_what_is_held_by_whom_and_what_is_free() {
+        let catalog = tessera_core::catalog::Catalog::builtin();
+        let mut g = gpu("g", 0, "GPU-0123456789abcdef");
+        g.model = "H100-80GB".into();
+        g.mig_enabled = true;
+        g.layout = [("3g.40gb", 4), ("2g.20gb", 2), ("1g.10gb", 0), ("1g.10gb", 1)]
+            .map(|(p, s)| PlacedInstance { profile: p.into(), start: s })
+            .to_vec();
+        g.in_use =
+            vec![held("1g.10gb", 0, "t-research"), held("3g.40gb", 4, "t-vision"), held("1g.10gb", 1, "t-vision")];
+        let o = Occupancy::of(&g, catalog).expect("known model");
+        assert_eq!((o.total, o.held), (7.0, 5.0));
+        assert_eq!(o.free, vec!["2g.20gb@2".to_string()]);
+        let names = |t: &str| (t == "t-vision").then(|| "vision".to_string());
+        assert_eq!(o.holder_words(names), "vision 4 · t-resear 1");
+        // A whole GPU shared four ways, one share held: a quarter of it.
+        let mut whole = gpu("w", 1, "GPU-1");
+        whole.model = "H100-80GB".into();
+        whole.mig_enabled = false;
+        whole.in_use = vec![held("timeslice:4", 0, "t-vision")];
+        let o = Occupancy::of(&whole, catalog).expect("known model");
+        assert_eq!((o.held, o.free.len()), (1.75, 0));
+        assert_eq!(o.holder_words(|_| Some("vision".into())), "vision 1.8");
+        assert_eq!(Occupancy::of(&GpuView { model: "nope".into(), ..whole }, catalog), None);
+    }
+
+    #[test]
+    fn uuids_shorten_and_generations_read_in_words() {
+        assert_eq!(short_uuid("GPU-0123456789abcdef"), "GPU-01234567…");
+        assert_eq!(short_uuid("GPU-1"), "GPU-1");
+        assert_eq!(generation_words(7, 7), "configuration applied (generation 7)");
+        assert_eq!(generation_words(6, 7), "applying configuration 7 (its agent has applied 6)");
+        assert_eq!(generation_words(0, 0), "no configuration yet");
     }
 }

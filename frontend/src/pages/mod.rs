@@ -86,6 +86,37 @@ pub fn datetime(ms: i64) -> String {
     }
 }
 
+/// A time as `<input type="datetime-local">` holds it, `2026-11-25T14:05`: the viewer's local time in the browser,
+/// UTC when rendered on the server.
+pub fn local_input(ms: i64) -> String {
+    datetime(ms).replacen(' ', "T", 1)
+}
+
+/// The UTC-millisecond time a `datetime-local` value names (the viewer's local time in the browser, UTC on the
+/// server); `None` for anything else.
+pub fn from_local_input(text: &str) -> Option<i64> {
+    let t = text.trim();
+    let (date, time) = t.split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let mut h = time.splitn(3, ':').map(|p| p.parse::<f64>().ok());
+    let (hh, mi) = (h.next()??, h.next()??);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || !(0.0..24.0).contains(&hh) || !(0.0..60.0).contains(&mi) {
+        return None;
+    }
+    #[cfg(feature = "hydrate")]
+    {
+        let d = js_sys::Date::new_with_year_month_day_hr_min(y as u32, mo as i32 - 1, da as i32, hh as i32, mi as i32);
+        let ms = d.get_time();
+        (!ms.is_nan()).then_some(ms as i64)
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        let days = tessera_core::clock::days_from_civil(y, mo as u32, da as u32);
+        Some(days * 86_400_000 + (hh as i64) * 3_600_000 + (mi as i64) * 60_000)
+    }
+}
+
 /// A countdown to a UTC-millisecond time: `3 d 4 h`, `2 h 05 min`, `12 min 09 s`, `40 s` (`0 s` once passed).
 pub fn countdown(until_ms: i64, now_ms: i64) -> String {
     let s = ((until_ms - now_ms) / 1000).max(0);
@@ -127,6 +158,17 @@ pub fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn date_time_inputs_read_back_what_they_show() {
+        let t = 1_795_773_900_000; // 2026-11-27 10:05 UTC
+        assert_eq!(super::local_input(t), "2026-11-27T10:05");
+        assert_eq!(super::from_local_input("2026-11-27T10:05"), Some(t));
+        assert_eq!(super::from_local_input(" 2026-11-27T10:05:00 "), Some(t));
+        for bad in ["", "2026-11-27", "2026-13-01T10:00", "2026-11-27T25:00", "tomorrow"] {
+            assert_eq!(super::from_local_input(bad), None, "{bad}");
+        }
+    }
+
     #[test]
     fn time_left_reads_naturally() {
         assert_eq!(super::within(1_000, 5_000), "0 s");

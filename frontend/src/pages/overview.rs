@@ -917,6 +917,8 @@ mod tests {
                 .collect(),
             health: Default::default(),
             drain: None,
+            now: None,
+            layout_waiting: None,
         }
     }
 

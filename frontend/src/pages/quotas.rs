@@ -277,9 +277,10 @@ pub fn fleet_free(resource: &str, nodes: &[NodeView]) -> String {
 }
 
 /// `/approvals`: quota requests waiting for a platform admin, each line with what the tenant holds and an amount
-/// to grant (the amount asked until changed).
+/// to grant (the amount asked until changed), and each request its own note or reason (a grant's comment, or why
+/// it is refused: the tenant reads it).
 #[component]
-pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
+pub fn QuotaApprovals() -> impl IntoView {
     let tenants = expect_context::<TenantsResource>();
     // Each waiting request with its tenant's quota (what it holds), read in one go: nothing loads inside a card.
     let pending = Resource::new(
@@ -320,10 +321,12 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
     );
     // (request id, resource) -> the amount typed; absent: the amount asked.
     let grants = RwSignal::new(BTreeMap::<(String, String), String>::new());
+    // request id -> its note or reason, typed in its card.
+    let reasons = RwSignal::new(BTreeMap::<String, String>::new());
     let messages = RwSignal::new(Vec::<(bool, String)>::new());
     let decide = move |r: QuotaRequestView, approve: bool| {
-        let why = reason.get_untracked();
-        if !approve && why.trim().is_empty() {
+        let why = reasons.with_untracked(|w| w.get(&r.id).cloned().unwrap_or_default()).trim().to_string();
+        if !approve && why.is_empty() {
             messages.update(|m| m.push((false, "Give a reason to refuse: the tenant sees it.".into())));
             return;
         }
@@ -413,9 +416,14 @@ pub fn QuotaApprovals(reason: RwSignal<String>) -> impl IntoView {
                                         }).collect_view()}
                                     </tbody>
                                 </table></div>
+                                <label class="small">"Note to the tenant (with a grant) or why you refuse (needed to refuse)"
+                                    <input type="text" name="quota-decision" data-testid="quota-decision" maxlength="2000"
+                                        prop:value={let id = rid.clone(); move || reasons.with(|w| w.get(&id).cloned().unwrap_or_default())}
+                                        on:input={let id = rid.clone(); move |ev| { let v = event_target_value(&ev); let id = id.clone(); reasons.update(|w| { w.insert(id, v); }); }} />
+                                </label>
                                 <div class="actions">
                                     <button class="button primary" data-testid="grant" on:click=move |_| decide(approve.clone(), true)>"Grant"</button>
-                                    <button class="button danger" on:click=move |_| decide(reject.clone(), false)>"Refuse"</button>
+                                    <button class="button danger" data-testid="refuse-quota" on:click=move |_| decide(reject.clone(), false)>"Refuse"</button>
                                 </div>
                             </div>
                         }
@@ -473,6 +481,8 @@ mod tests {
                 .collect(),
             health: Default::default(),
             drain: None,
+            now: None,
+            layout_waiting: None,
         };
         let node = |state: &str, gpus: Vec<GpuView>| NodeView {
             id: "n".into(),

@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::Subcommand;
 use reqwest::Method;
 use tessera_api::agents::{JoinTokenView, NewJoinToken};
-use tessera_api::nodes::NodeView;
+use tessera_api::nodes::{GpuView, NodeView};
 use tessera_api::requests::{
     ApprovalView, NewRequestBody, RejectBody, RequestPage, RequestPreview, RequestView, Waiting,
 };
@@ -135,6 +135,23 @@ pub enum NodeCommand {
     },
     /// List nodes with their state, generations and GPUs (platform admins).
     List,
+    /// Cordon one GPU (platform admins): nothing new is placed on it; what it holds keeps running.
+    Cordon {
+        /// The GPU's id (`tessera node list`).
+        gpu: String,
+        /// Why, kept in the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Uncordon one GPU (platform admins): it takes new work again; an unhealthy one returns to service, a drain
+    /// ends.
+    Uncordon {
+        /// The GPU's id (`tessera node list`).
+        gpu: String,
+        /// Why, kept in the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Drain one GPU for maintenance (platform admins): cordoned at once, its holders told, their requests ended at
     /// the deadline; the node's other GPUs keep serving. `tessera node list` shows the drain; uncordoning ends it.
     Drain {
@@ -193,6 +210,18 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             }
             ApiCommand::Node(NodeCommand::List) => {
                 return print(out, api.get::<Vec<NodeView>>("/api/v1/nodes").await?);
+            }
+            ApiCommand::Node(NodeCommand::Cordon { gpu, reason }) => {
+                let body = tessera_api::nodes::CordonBody { reason };
+                let answer: Answer<GpuView> =
+                    api.call(Method::POST, &format!("/api/v1/gpus/{gpu}/cordon"), Some(&body), None).await?;
+                return print(out, answer);
+            }
+            ApiCommand::Node(NodeCommand::Uncordon { gpu, reason }) => {
+                let body = tessera_api::nodes::CordonBody { reason };
+                let answer: Answer<GpuView> =
+                    api.call(Method::POST, &format!("/api/v1/gpus/{gpu}/uncordon"), Some(&body), None).await?;
+                return print(out, answer);
             }
             ApiCommand::Node(NodeCommand::Drain { gpu, deadline_s, reason }) => {
                 let body = tessera_api::nodes::DrainBody { deadline_s: Some(deadline_s), reason };

@@ -515,11 +515,16 @@ display_name = "Test IdP"
     const demoAsk = page.locator('[data-testid=quota-request]', { hasText: 'second serving model' });
     check(await demoAsk.count() === 1, "approvals: the demo's own quota ask (llm-serving, for a month) waits beside research's");
     await askCard.locator('input[name=grant]').fill('17');
-    await page.locator('[data-testid=bulk] input[name=reason]').fill('17 until the H200s arrive');
+    // Each quota request has its own note or reason: refusing the demo's ask without one refuses nothing.
+    await demoAsk.locator('[data-testid=refuse-quota]').click();
+    await page.locator('.messages li.error', { hasText: 'Give a reason to refuse' }).waitFor();
+    const demoAskId = await demoAsk.getAttribute('data-quota-request');
+    check((await api('GET', `/api/v1/quota-requests/${demoAskId}`)).state === 'pending',
+      'approvals: Refuse without its own reason refuses nothing and says why');
+    await askCard.locator('[data-testid=quota-decision]').fill('17 until the H200s arrive');
     await askCard.locator('[data-testid=grant]').click();
     await page.locator('.messages li.ok', { hasText: 'granted by root' }).waitFor();
     check(true, 'approvals: root grants 17 of the 20 compute slices asked');
-    await page.locator('[data-testid=bulk] input[name=reason]').fill('');
     await tp.locator('[data-testid=quota] li[data-resource=compute_slices]', { hasText: 'of 17 slices' }).waitFor({ timeout: 15000 });
     check(true, "quota: the tenant's bar grows to the granted 17 slices without a reload");
     const grantedItem = tp.locator('[data-testid=quota-requests] li[data-state=approved]');
@@ -592,11 +597,13 @@ display_name = "Test IdP"
     // Release asks to be confirmed, and the question outlasts a refresh; "Keep" leaves the request active.
     const activeRow = tp.locator(`[data-testid=requests] tr[data-request="${requestId}"]`);
     await activeRow.locator('[data-testid=release]').click();
-    const confirmRelease = activeRow.locator('[data-testid=confirm-release]');
+    const confirmRelease = activeRow.locator('[data-testid=release-confirm] [data-testid=confirm]');
     await confirmRelease.waitFor();
     await tp.waitForTimeout(3500);
-    check(await confirmRelease.isVisible() && await confirmRelease.evaluate((el) => el === document.activeElement),
-      'tenant: Release asks for confirmation (the focus on "Confirm release"), still asking after a refresh');
+    const releaseSays = await activeRow.locator('[data-testid=release-confirm]').innerText();
+    check(await confirmRelease.isVisible() && await confirmRelease.evaluate((el) => el === document.activeElement)
+      && /slices end now/.test(releaseSays),
+      `tenant: Release asks for confirmation in place, saying what it does ("${releaseSays.split('\n')[0]}"), the focus on its button, still asking after a refresh`);
     await activeRow.locator('[data-testid=keep]').click();
     await activeRow.locator('[data-testid=release]').waitFor();
     check(await activeRow.getAttribute('data-state') === 'active'
@@ -1221,17 +1228,42 @@ display_name = "Test IdP"
     await mp.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     const cal = mp.locator('[data-testid=calendar]');
     await cal.waitFor();
-    const calRows = await cal.locator('.cal-row').count();
+    const calRows = await cal.locator('.cal-row[data-gpu]').count();
     check(calRows >= 4, `reservations: the calendar shows the fleet's GPUs (${calRows} rows)`);
     // Grouped by model: each group's rows are GPUs of its model, and the groups cover every row.
     const groups = await cal.locator('.cal-model').evaluateAll((els) => els.map((g) => ({
-      model: g.dataset.model, rows: [...g.querySelectorAll('.cal-row')].map((r) => r.dataset.model),
+      model: g.dataset.model, rows: [...g.querySelectorAll('.cal-row[data-gpu]')].map((r) => r.dataset.model),
     })));
     check(groups.length >= 3 && groups.every((g) => g.rows.length > 0 && g.rows.every((m) => m === g.model))
       && groups.reduce((n, g) => n + g.rows.length, 0) === calRows,
       `reservations: the calendar groups GPUs by model (${groups.map((g) => `${g.model}: ${g.rows.length}`).join(', ')})`);
     const heldMine = await cal.locator('.cal-block.held.mine').count();
     check(heldMine > 0, `reservations: the tenant's own slices are marked on the calendar (${heldMine})`);
+    // Free capacity per model over time: every half hour's held + booked + free fits the model's compute slices,
+    // and what the strip says is free now is what the calendar API has: a GPU with one small instance is mostly
+    // free, drawn as an eighth of its row.
+    const strip = cal.locator('[data-testid=capacity][data-model=H100-80GB]');
+    const slicesOf = { '1g.10gb': 1, '1g.20gb': 1, '2g.20gb': 2, '3g.40gb': 3, '4g.40gb': 4, '7g.80gb': 7 };
+    let stripSeen;
+    const stripAgrees = async () => {
+      const from = Number(await cal.getAttribute('data-from'));
+      const total = Number(await strip.getAttribute('data-total'));
+      const cols = await strip.locator('.cap-col').evaluateAll((els) => els.map((e) => ({
+        free: Number(e.dataset.free), held: Number(e.dataset.held), booked: Number(e.dataset.booked) })));
+      const calApi = await api('GET', `/api/v1/calendar?from_ms=${from}&to_ms=${Number(await cal.getAttribute('data-to'))}`);
+      const h100s = calApi.gpus.filter((g) => g.model === 'H100-80GB' && g.mig);
+      const firstEnd = from + 1800000;
+      const held = h100s.reduce((n, g) => n + Math.min(7, g.blocks
+        .filter((b) => b.kind === 'allocation' && b.start_ms < firstEnd && (b.end_ms === null || b.end_ms > from))
+        .reduce((m, b) => m + (slicesOf[b.profile] ?? 0), 0)), 0);
+      stripSeen = { total, cols, held, gpus: h100s.length };
+      return cols.length === 48 && total === 7 * h100s.length && cols[0].held === held
+        && cols.every((c) => c.free + c.held + c.booked <= total + 1e-9);
+    };
+    await waitFor('the H100-80GB strip to agree with the calendar API', stripAgrees, 20000).catch(() => false);
+    const smallShare = await cal.locator('.cal-block.held[title^="held 1g.10gb"]').first().getAttribute('data-share');
+    check(await stripAgrees() && stripSeen.cols[0].free > 0 && smallShare === '0.125',
+      `reservations: the H100-80GB strip shows ${stripSeen.cols[0]?.free} of ${stripSeen.total} compute slices free now (${stripSeen.held} held, as the calendar API has it); a 1g.10gb is an eighth of its GPU's row`);
     await cal.locator('.cal-track').first().scrollIntoViewIfNeeded();
     const track = await cal.locator('.cal-track').first().boundingBox();
     await mp.mouse.move(track.x + track.width * 0.25, track.y + track.height / 2);
@@ -1239,16 +1271,21 @@ display_name = "Test IdP"
     await mp.mouse.move(track.x + track.width * 0.5, track.y + track.height / 2, { steps: 8 });
     await mp.mouse.up();
     const bookForm = mp.locator('[data-testid=reservation-form]');
-    const pickedStart = Number(await bookForm.locator('input[name=start-in]').inputValue());
-    const pickedHours = Number(await bookForm.locator('input[name=hours]').inputValue());
-    check(Math.abs(pickedStart - 360) <= 15 && Math.abs(pickedHours - 6) <= 0.25,
-      `reservations: dragging across the calendar picks the window (in ${pickedStart} min, for ${pickedHours} h)`);
+    const calFrom = Number(await cal.getAttribute('data-from'));
+    const pickedStart = (new Date(await bookForm.locator('input[name=starts]').inputValue()).getTime() - calFrom) / 60000;
+    const pickedHours = (new Date(await bookForm.locator('input[name=ends]').inputValue()).getTime() - calFrom) / 3600000 - pickedStart / 60;
+    check(Math.abs(pickedStart - 360) <= 16 && Math.abs(pickedHours - 6) <= 0.3,
+      `reservations: dragging across the calendar picks the window (from ${pickedStart.toFixed(0)} min on, for ${pickedHours.toFixed(2)} h)`);
+    // Dates and times as the browser shows them (local time): from two minutes on, for an hour.
+    const localInput = (ms) => { const d = new Date(ms); const p = (n) => String(n).padStart(2, '0');
+      return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`; };
+    const bookAt = Math.floor(Date.now() / 60000) * 60000 + 120000;
     await bookForm.locator('input[name=count]').fill('2');
-    await bookForm.locator('input[name=start-in]').fill('2');
-    await bookForm.locator('input[name=hours]').fill('1');
+    await bookForm.locator('input[name=starts]').fill(localInput(bookAt));
+    await bookForm.locator('input[name=ends]').fill(localInput(bookAt + 3600000));
     const bookPreview = mp.locator('[data-testid=reservation-preview]');
-    await waitFor('the reservation preview', async () => /It fits: \d+( or more)? of this profile are free/.test(await bookPreview.textContent()), 15000);
-    check(true, `reservations: the form previews the window (${(await bookPreview.textContent()).trim()})`);
+    await waitFor('the reservation preview', async () => /2 × MIG 1g\.10gb on H100-80GB, .* \(1 h\): it fits \(\d+( or more)? of this profile are free for that whole window\)/.test(await bookPreview.textContent()), 15000);
+    check(true, `reservations: the form previews the window in a sentence (${(await bookPreview.textContent()).trim()})`);
     await bookForm.locator('button[type=submit]').click();
     await mp.locator('[data-testid=reservation-answer]').waitFor();
     const bookedText = (await mp.locator('[data-testid=reservation-answer]').textContent()).trim();
@@ -1357,7 +1394,8 @@ display_name = "Test IdP"
     const injectedAt = Date.now();
     await sickRow.locator('[data-testid=health][data-health=unhealthy]').waitFor({ timeout: 30000 });
     const healthText = (await sickRow.locator('[data-testid=health]').textContent()).trim();
-    check(healthText.includes('xid_79') && await sickRow.locator('[data-testid=cordon]').isChecked(),
+    check(healthText.includes('xid_79') && await sickRow.getAttribute('data-cordoned') === 'true'
+      && await sickRow.locator('[data-testid=uncordon]').count() === 1,
       `fleet: a GPU reporting XID 79 shows unhealthy and cordoned ${((Date.now() - injectedAt) / 1000).toFixed(1)} s later ("${healthText}")`);
     await page.screenshot({ path: path.join(out, 'fleet-unhealthy.png'), fullPage: true });
     const told = (await api('GET', '/api/v1/inbox?limit=200')).filter((e) => e.type === 'gpu.unhealthy' && e.data.after.uuid === sickUuid);
@@ -1381,16 +1419,50 @@ display_name = "Test IdP"
     await page.screenshot({ path: path.join(out, 'heatmap-health.png'), fullPage: true });
     await page.goto(`${base}/fleet`);
     await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
-    // Drain one GPU from the fleet page (confirmed in the dialog): it shows draining or drained, the node's other
-    // GPUs untouched.
+    // The fleet page says per GPU what is held, by whom, and what it does now, as the API has it.
+    const fleetNodes = await api('GET', '/api/v1/nodes');
+    const heldGpu = fleetNodes.flatMap((n) => n.gpus).find((g) => g.in_use.length > 0 && g.mig_enabled);
+    const heldRow = page.locator(`tr[data-gpu="${heldGpu.uuid}"]`);
+    const heldText = (await heldRow.locator('[data-testid=held]').innerText()).replace(/\s+/g, ' ');
+    const tenantsById = Object.fromEntries((await api('GET', '/api/v1/tenants')).map((t) => [t.id, t.name]));
+    const holderNames = [...new Set(heldGpu.in_use.map((u) => tenantsById[u.tenant]))];
+    const nowText = (await heldRow.locator('[data-testid=now]').innerText()).trim();
+    const uuidText = (await heldRow.locator('code.uuid').innerText()).trim();
+    check(/\d+(\.\d)? of 7 compute slices held/.test(heldText) && holderNames.every((n) => heldText.includes(n))
+      && (heldGpu.now ? /%/.test(nowText) : nowText === '—') && uuidText.endsWith('…') && heldGpu.uuid.startsWith(uuidText.slice(0, -1)),
+      `fleet: a GPU says what is held and by whom ("${heldText}"), its use now ("${nowText}") and a short UUID ("${uuidText}")`);
+    const generationText = (await page.locator('[data-testid=node][data-node=demo-node-1] [data-testid=generation]').innerText()).trim();
+    check(/configuration (applied|\d)/.test(generationText), `fleet: the node's configuration in words ("${generationText}")`);
+    // Cordon asks in place, with a reason for the audit log; Keep leaves it as it was.
+    const cordonUuid = second.gpus[2].uuid;
+    const cordonRow = page.locator(`tr[data-gpu="${cordonUuid}"]`);
+    await cordonRow.locator('[data-testid=cordon]').click();
+    await cordonRow.locator('[data-testid=cordon-confirm] [data-testid=keep]').click();
+    await cordonRow.locator('[data-testid=cordon]').waitFor();
+    await cordonRow.locator('[data-testid=cordon]').click();
+    await cordonRow.locator('[data-testid=cordon-confirm] [data-testid=confirm-reason]').fill('fan noise');
+    await cordonRow.locator('[data-testid=cordon-confirm] [data-testid=confirm]').click();
+    await page.locator(`tr[data-gpu="${cordonUuid}"][data-cordoned=true]`).waitFor({ timeout: 15000 });
+    const cordonAudit = (await api('GET', `/api/v1/audit?object=gpu/${second.gpus[2].id}`)).find((a) => a.action === 'gpu.cordoned.on');
+    check(cordonAudit && JSON.parse(cordonAudit.after).reason === 'fan noise',
+      'fleet: Cordon… confirms in place and the audit log keeps its reason');
+    await cordonRow.locator('[data-testid=uncordon]').click();
+    await cordonRow.locator('[data-testid=uncordon-confirm] [data-testid=confirm]').click();
+    await page.locator(`tr[data-gpu="${cordonUuid}"][data-cordoned=false]`).waitFor({ timeout: 15000 });
+    // Drain one GPU from the fleet page (confirmed in place, with its reason): it shows draining or drained, the
+    // node's other GPUs untouched.
     const drainUuid = second.gpus[1].uuid;
     const drainRow = page.locator(`tr[data-gpu="${drainUuid}"]`);
-    page.once('dialog', (d) => d.accept());
     await drainRow.locator('[data-testid=drain-gpu]').click();
+    const drainSays = await drainRow.locator('[data-testid=drain-gpu-confirm]').innerText();
+    await drainRow.locator('[data-testid=drain-gpu-confirm] [data-testid=confirm-reason]').fill('firmware update');
+    await page.screenshot({ path: path.join(out, 'fleet-confirm.png'), fullPage: true });
+    await drainRow.locator('[data-testid=drain-gpu-confirm] [data-testid=confirm]').click();
     await drainRow.locator('[data-testid=drain]').waitFor({ timeout: 15000 });
+    check(/one hour/.test(drainSays), `fleet: Drain… says what it does before it does it ("${drainSays.split('\n')[0]}")`);
     const drainText = (await drainRow.locator('[data-testid=drain]').textContent()).trim();
     const drainedGpu = (await api('GET', '/api/v1/nodes')).find((n) => n.name === 'demo-node-2').gpus[1];
-    check(drainedGpu.cordoned && drainedGpu.drain !== null && /drain/.test(drainText)
+    check(drainedGpu.cordoned && drainedGpu.drain !== null && drainedGpu.drain.reason === 'firmware update' && /drain/.test(drainText)
       && await page.locator(`tr[data-gpu="${second.gpus[2].uuid}"] [data-testid=drain]`).count() === 0,
       `fleet: Drain cordons the GPU and shows it ("${drainText}"); the node's other GPUs are untouched`);
 

@@ -1328,7 +1328,9 @@ async fn portal_pages_are_rendered_on_the_server_with_what_the_viewer_may_see(db
     // The admin sees the demo node, its GPUs and generations in the HTML itself (no script needed).
     let html = page(Some(&app.admin), "/fleet").await;
     assert!(html.contains("data-node=\"demo-node-1\""), "{html}");
-    assert!(html.contains("H100-80GB") && html.contains("generation 0 / "), "{html}");
+    assert!(html.contains("H100-80GB") && html.contains("(its agent has applied 0)"), "{html}");
+    // Per GPU what is held and what is free, in words.
+    assert!(html.contains(">0 of 7 compute slices held") && html.contains("free: 3g.40gb@0, 1g.10gb@6"), "{html}");
     assert!(html.contains("/pkg/tessera.css"), "stylesheet linked");
     // A user in no tenant sees no nodes; nobody signed in is asked to sign in.
     let outsider = app.user("outsider", &[]).await.1;

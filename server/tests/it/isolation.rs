@@ -341,6 +341,7 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("post", "/api/v1/catalog/models/{model}/validate") => json!({"instances": [{"profile": "1g.10gb"}]}),
         ("put", "/api/v1/gpus/{id}/auto-layout") => json!({"enabled": false}),
         ("post", "/api/v1/gpus/{id}/drain") => json!({"deadline_s": 3600, "reason": "isolation"}),
+        ("post", "/api/v1/gpus/{id}/cordon" | "/api/v1/gpus/{id}/uncordon") => json!({"reason": "isolation"}),
         ("post", "/api/v1/defragmentation") => json!({"max_gpus": 1}),
         ("post", "/api/v1/allocations/{id}/rightsize") => json!({"profile": "1g.10gb"}),
         ("put", "/api/v1/prices") => json!({"currency": "EUR", "models": []}),

@@ -318,10 +318,10 @@ async fn nodes_are_registered_whole_and_gpus_cordoned(store: &Store) {
     assert!(matches!(store.register_node("gpu-a", &[], "admin").await, Err(StoreError::Conflict { .. })));
     let nodes = store.nodes().await.expect("nodes");
     assert_eq!(nodes, vec![node.clone()]);
-    let cordoned = store.set_cordoned(&node.gpus[1].id, true, "admin").await.expect("cordon");
+    let cordoned = store.set_cordoned(&node.gpus[1].id, true, "admin", Some("fan noise")).await.expect("cordon");
     assert!(cordoned.cordoned && cordoned.layout == node.gpus[1].layout);
     assert!(store.nodes().await.expect("nodes")[0].gpus[1].cordoned);
-    assert!(matches!(store.set_cordoned("nope", true, "admin").await, Err(StoreError::NotFound { .. })));
+    assert!(matches!(store.set_cordoned("nope", true, "admin", None).await, Err(StoreError::NotFound { .. })));
     assert_eq!(store.audit(&format!("gpu/{}", node.gpus[1].id)).await.expect("audit")[0].action, "gpu.cordoned.on");
 }
 

@@ -82,6 +82,16 @@ async fn samples_reach_heatmaps_the_live_stream_metrics_and_usage_and_tenants_se
     assert_eq!(row["allocations"][0]["allocation"], alloc_id.as_str());
     assert_eq!(row["allocations"][0]["tenant"], "vision");
     assert_eq!(row["values"].as_array().map(Vec::len), map["columns"].as_u64().map(|c| c as usize));
+    // The fleet page's "now": the GPU's own latest sample, fresh.
+    let (s, nodes) = server.call(Method::GET, "/api/v1/nodes", None).await;
+    assert_eq!(s, StatusCode::OK, "{nodes}");
+    let gpu = nodes.as_array().expect("nodes").iter().find(|n| n["name"] == "tele").expect("tele")["gpus"][0].clone();
+    let now = &gpu["now"];
+    let at = now["at_ms"].as_i64().expect("a sample time");
+    assert!((tessera_server::store::now_ms() - at) < 60_000, "{gpu}");
+    assert!(now["util_pct"].as_f64().is_some_and(|u| (0.0..=100.0).contains(&u)), "{gpu}");
+    assert!(now["mem_total_mib"].as_f64().is_some_and(|m| m > 70_000.0), "an H100's 80 GB: {gpu}");
+    assert!(now["mem_used_mib"].as_f64().is_some_and(|m| m >= 0.0), "{gpu}");
     let (s, mem) = server.call(Method::GET, "/api/v1/telemetry/heatmap?node=tele&metric=mem_pct&step=5", None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(mem["step_ms"], 5000);

@@ -79,6 +79,17 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
                 (first["id"].clone(), json!("vision"), json!(1), json!(1)),
                 "{change}"
             );
+            // The fleet marks the GPU whose layout change waits.
+            let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+            let marked: Vec<&Value> = nodes
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|n| n["gpus"].as_array().into_iter().flatten())
+                .filter(|g| !g["layout_waiting"].is_null())
+                .collect();
+            assert_eq!(marked.len(), 1, "{nodes:#}");
+            assert_eq!((&marked[0]["id"], &marked[0]["layout_waiting"]), (&change["gpu"], &change["id"]), "{nodes:#}");
         }
         _ => assert_eq!(
             w["reason"]["code"], "node_not_ready",
@@ -92,8 +103,33 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
         let (s, b) = app.send(Method::POST, &path, &app.admin, None).await;
         assert_eq!(s, StatusCode::OK, "{b}");
     }
-    let (s, _) = app.send(Method::POST, &format!("/api/v1/gpus/{gpu}/cordon"), &app.admin, None).await;
-    assert_eq!(s, StatusCode::OK);
+    let (_, nodes) = app.get("/api/v1/nodes", &app.admin).await;
+    let approved_gpus = nodes.as_array().into_iter().flatten().flat_map(|n| n["gpus"].as_array().into_iter().flatten());
+    assert!(approved_gpus.clone().all(|g| g["layout_waiting"].is_null()), "approved, nothing waits: {nodes:#}");
+    // The demo node has no agent here: no sample, so nothing to say about its use now.
+    assert!(approved_gpus.clone().all(|g| g["now"].is_null()), "{nodes:#}");
+    // Cordoned with a reason (the CLI's), which the audit log keeps; a reason that is not text is refused.
+    let path = format!("/api/v1/gpus/{gpu}/cordon");
+    let (s, b) = app.send(Method::POST, &path, &app.admin, Some(json!({"reason": "x".repeat(2001)}))).await;
+    assert_eq!((s, b["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_reason")), "{b}");
+    let (s, b) = app.send(Method::POST, &path, &app.admin, Some(json!({"why": "typo"}))).await;
+    assert_eq!((s, b["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_body")), "{b}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["node", "cordon", &gpu, "--reason", "fan noise"])
+        .env("TESSERA_SERVER", &app.base)
+        .env("TESSERA_TOKEN", &app.admin)
+        .output()
+        .expect("run tessera");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cordoned: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(cordoned["cordoned"], true, "{cordoned}");
+    let (_, audit) = app.get(&format!("/api/v1/audit?object=gpu/{gpu}"), &app.admin).await;
+    let line = audit.as_array().into_iter().flatten().find(|a| a["action"] == "gpu.cordoned.on").expect("audited");
+    assert_eq!(
+        serde_json::from_str::<Value>(line["after"].as_str().unwrap_or("null")).ok(),
+        Some(json!({"reason": "fan noise"})),
+        "{audit}"
+    );
     let w = waiting(&app, &first["id"]).await;
     assert_eq!((w["reason"]["code"].clone(), w["reason"]["gpu"].clone()), (json!("gpu_cordoned"), json!(gpu)), "{w}");
     // The tenant's list, oldest first; other tenants see nothing of it.

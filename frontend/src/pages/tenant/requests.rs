@@ -5,7 +5,6 @@
 //! but keeps the row itself: an open history stays open (and is read again when the request changes), a release
 //! waiting for confirmation keeps waiting.
 
-use leptos::html;
 use leptos::prelude::*;
 use tessera_api::audit::AuditView;
 use tessera_api::requests::{RequestPage, RequestView, Waiting};
@@ -14,7 +13,7 @@ use tessera_core::request::RequestState;
 use crate::api::{self, ProblemExt};
 use crate::pages::ago;
 use crate::pages::shared::{describe, state_name};
-use crate::widgets::problem_view;
+use crate::widgets::{ConfirmAction, problem_view};
 
 /// The table. Meant to sit in a `<Transition>`: it reads `requests`, and the transition holds the table while the
 /// first page loads, then keeps it in place through refreshes. `now` is when the page last refreshed.
@@ -99,7 +98,6 @@ fn RequestRow(
     let id = StoredValue::new(id);
     let error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
-    let confirming = RwSignal::new(false);
     let act = move |action: &'static str| {
         let id = id.get_value();
         busy.set(true);
@@ -110,7 +108,6 @@ fn RequestRow(
             match answer {
                 Ok(_) => {
                     error.set(None);
-                    confirming.set(false);
                     on_done.run(());
                 }
                 Err(p) => error.set(Some(p.message())),
@@ -145,14 +142,6 @@ fn RequestRow(
         false,
     );
 
-    // Asking for a release, or keeping, replaces the button just pressed: the focus goes to the one in its place.
-    let release_button = NodeRef::<html::Button>::new();
-    let confirm_button = NodeRef::<html::Button>::new();
-    let ask = move |confirm: bool| {
-        confirming.set(confirm);
-        focus_when_drawn(if confirm { confirm_button } else { release_button });
-    };
-
     view! {
         <tr data-request=id.get_value() id=format!("request-{}", id.get_value()) data-state=state_text>
             <td><span class=move || format!("rstate {}", state_text())>{state_text}</span></td>
@@ -170,15 +159,10 @@ fn RequestRow(
                 {move || can_cancel.get().then(|| view! {
                     <button class="link danger" data-testid="cancel" disabled=move || busy.get() on:click=move |_| act("cancel")>"Cancel"</button>
                 })}
-                {move || can_release.get().then(|| if confirming.get() {
-                    view! {
-                        <button class="link danger" data-testid="confirm-release" node_ref=confirm_button disabled=move || busy.get() on:click=move |_| act("release")>"Confirm release"</button>
-                        <button class="link" data-testid="keep" on:click=move |_| ask(false)>"Keep"</button>
-                    }.into_any()
-                } else {
-                    view! {
-                        <button class="link danger" data-testid="release" node_ref=release_button on:click=move |_| ask(true)>"Release"</button>
-                    }.into_any()
+                {move || can_release.get().then(|| view! {
+                    <ConfirmAction label="Release…" confirm="Release" testid="release"
+                        says="Release it? Its slices end now and go back to the fleet; its processes lose the device."
+                        on_confirm=Callback::new(move |_| act("release")) />
                 })}
                 {move || error.get().map(|e| view! { <span class="error">{e}</span> })}
             </td>
@@ -199,18 +183,6 @@ fn RequestRow(
             </td></tr>
         })}
     }
-}
-
-/// Focuses `button` once it is drawn (the next frame: the views update before it).
-fn focus_when_drawn(button: NodeRef<html::Button>) {
-    #[cfg(feature = "hydrate")]
-    request_animation_frame(move || {
-        if let Some(b) = button.get_untracked() {
-            let _ = b.focus();
-        }
-    });
-    #[cfg(not(feature = "hydrate"))]
-    let _ = button;
 }
 
 /// Why a request waits, for its row: the reason, then its place in the queue and when it could start.
