@@ -118,11 +118,13 @@ pub fn ConfirmAction(
                             <input type="text" name="reason" data-testid="confirm-reason" maxlength="2000" bind:value=why />
                         </label>
                     })}
-                    <button type="button" class="button small danger" data-testid="confirm" node_ref=confirmer
-                        on:click=move |_| { on_confirm.run(why.get_untracked().trim().to_string()); why.set(String::new()); close(); }>
-                        {confirm.get_value()}
-                    </button>
-                    <button type="button" class="button small" data-testid="keep" on:click=move |_| close()>"Keep"</button>
+                    <div class="confirm-buttons">
+                        <button type="button" class="button small danger" data-testid="confirm" node_ref=confirmer
+                            on:click=move |_| { on_confirm.run(why.get_untracked().trim().to_string()); why.set(String::new()); close(); }>
+                            {confirm.get_value()}
+                        </button>
+                        <button type="button" class="button small" data-testid="keep" on:click=move |_| close()>"Keep"</button>
+                    </div>
                 </div>
             }.into_any()
         } else {

@@ -359,12 +359,16 @@ fn fmt_slices(n: f64) -> String {
     if (n - n.round()).abs() < 0.05 { format!("{n:.0}") } else { format!("{n:.1}") }
 }
 
-/// `GPU-1a2b3c4d…`: enough to tell GPUs apart on a page; the whole one is in the tooltip and copied.
+/// `GPU-1a2b3c4d…9f0e`: its start and end, enough to tell GPUs apart on a page (whatever part of it differs); the
+/// whole one is in the tooltip and copied.
 pub fn short_uuid(uuid: &str) -> String {
-    match uuid.char_indices().nth(12) {
-        Some((i, _)) => format!("{}…", &uuid[..i]),
-        None => uuid.to_string(),
+    let chars: Vec<char> = uuid.chars().collect();
+    if chars.len() <= 18 {
+        return uuid.to_string();
     }
+    let head: String = chars[..12].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}…{tail}")
 }
 
 /// Whether the node's agent has applied its latest configuration, in words.
@@ -437,7 +441,8 @@ mod tests {
 
     #[test]
     fn uuids_shorten_and_generations_read_in_words() {
-        assert_eq!(short_uuid("GPU-0123456789abcdef"), "GPU-01234567…");
+        assert_eq!(short_uuid("GPU-0123456789abcdef"), "GPU-01234567…cdef");
+        assert_eq!(short_uuid("GPU-00000000-0000-4000-8000-0000dead0001"), "GPU-00000000…0001");
         assert_eq!(short_uuid("GPU-1"), "GPU-1");
         assert_eq!(generation_words(7, 7), "configuration applied (generation 7)");
         assert_eq!(generation_words(6, 7), "applying configuration 7 (its agent has applied 6)");

@@ -1242,13 +1242,13 @@ display_name = "Test IdP"
     // Free capacity per model over time: every half hour's held + booked + free fits the model's compute slices,
     // and what the strip says is free now is what the calendar API has: a GPU with one small instance is mostly
     // free, drawn as an eighth of its row.
-    const strip = cal.locator('[data-testid=capacity][data-model=H100-80GB]');
+    const capStrip = cal.locator('[data-testid=capacity][data-model=H100-80GB]');
     const slicesOf = { '1g.10gb': 1, '1g.20gb': 1, '2g.20gb': 2, '3g.40gb': 3, '4g.40gb': 4, '7g.80gb': 7 };
     let stripSeen;
     const stripAgrees = async () => {
       const from = Number(await cal.getAttribute('data-from'));
-      const total = Number(await strip.getAttribute('data-total'));
-      const cols = await strip.locator('.cap-col').evaluateAll((els) => els.map((e) => ({
+      const total = Number(await capStrip.getAttribute('data-total'));
+      const cols = await capStrip.locator('.cap-col').evaluateAll((els) => els.map((e) => ({
         free: Number(e.dataset.free), held: Number(e.dataset.held), booked: Number(e.dataset.booked) })));
       const calApi = await api('GET', `/api/v1/calendar?from_ms=${from}&to_ms=${Number(await cal.getAttribute('data-to'))}`);
       const h100s = calApi.gpus.filter((g) => g.model === 'H100-80GB' && g.mig);
@@ -1264,6 +1264,8 @@ display_name = "Test IdP"
     const smallShare = await cal.locator('.cal-block.held[title^="held 1g.10gb"]').first().getAttribute('data-share');
     check(await stripAgrees() && stripSeen.cols[0].free > 0 && smallShare === '0.125',
       `reservations: the H100-80GB strip shows ${stripSeen.cols[0]?.free} of ${stripSeen.total} compute slices free now (${stripSeen.held} held, as the calendar API has it); a 1g.10gb is an eighth of its GPU's row`);
+    await cal.locator('.cal-model[data-model=H100-80GB] details').evaluate((d) => { d.open = true; });
+    await cal.screenshot({ path: path.join(out, 'calendar.png') });
     await cal.locator('.cal-track').first().scrollIntoViewIfNeeded();
     const track = await cal.locator('.cal-track').first().boundingBox();
     await mp.mouse.move(track.x + track.width * 0.25, track.y + track.height / 2);
@@ -1274,8 +1276,12 @@ display_name = "Test IdP"
     const calFrom = Number(await cal.getAttribute('data-from'));
     const pickedStart = (new Date(await bookForm.locator('input[name=starts]').inputValue()).getTime() - calFrom) / 60000;
     const pickedHours = (new Date(await bookForm.locator('input[name=ends]').inputValue()).getTime() - calFrom) / 3600000 - pickedStart / 60;
-    check(Math.abs(pickedStart - 360) <= 16 && Math.abs(pickedHours - 6) <= 0.3,
-      `reservations: dragging across the calendar picks the window (from ${pickedStart.toFixed(0)} min on, for ${pickedHours.toFixed(2)} h)`);
+    const firstStripModel = await cal.locator('[data-testid=capacity]').first().getAttribute('data-model');
+    const pickedModel = await bookForm.locator('select[name=model]').inputValue();
+    check(Math.abs(pickedStart - 360) <= 16 && Math.abs(pickedHours - 6) <= 0.3 && pickedModel === firstStripModel,
+      `reservations: dragging across a model's strip picks the window (from ${pickedStart.toFixed(0)} min on, for ${pickedHours.toFixed(2)} h) and the model (${pickedModel})`);
+    await bookForm.locator('select[name=model]').selectOption('H100-80GB');
+    await bookForm.locator('select[name=profile]').selectOption('1g.10gb');
     // Dates and times as the browser shows them (local time): from two minutes on, for an hour.
     const localInput = (ms) => { const d = new Date(ms); const p = (n) => String(n).padStart(2, '0');
       return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`; };
@@ -1284,7 +1290,11 @@ display_name = "Test IdP"
     await bookForm.locator('input[name=starts]').fill(localInput(bookAt));
     await bookForm.locator('input[name=ends]').fill(localInput(bookAt + 3600000));
     const bookPreview = mp.locator('[data-testid=reservation-preview]');
-    await waitFor('the reservation preview', async () => /2 × MIG 1g\.10gb on H100-80GB, .* \(1 h\): it fits \(\d+( or more)? of this profile are free for that whole window\)/.test(await bookPreview.textContent()), 15000);
+    await waitFor('the reservation preview', async () => {
+      const said = await bookPreview.textContent();
+      if (/2 × MIG 1g\.10gb on H100-80GB, .* \(1 h\): it fits \(\d+( or more)? of this profile are free for that whole window\)/.test(said)) return true;
+      throw new Error(`the preview says "${said}" (starts ${await bookForm.locator('input[name=starts]').inputValue()}, ends ${await bookForm.locator('input[name=ends]').inputValue()})`);
+    }, 15000);
     check(true, `reservations: the form previews the window in a sentence (${(await bookPreview.textContent()).trim()})`);
     await bookForm.locator('button[type=submit]').click();
     await mp.locator('[data-testid=reservation-answer]').waitFor();
@@ -1429,7 +1439,7 @@ display_name = "Test IdP"
     const nowText = (await heldRow.locator('[data-testid=now]').innerText()).trim();
     const uuidText = (await heldRow.locator('code.uuid').innerText()).trim();
     check(/\d+(\.\d)? of 7 compute slices held/.test(heldText) && holderNames.every((n) => heldText.includes(n))
-      && (heldGpu.now ? /%/.test(nowText) : nowText === '—') && uuidText.endsWith('…') && heldGpu.uuid.startsWith(uuidText.slice(0, -1)),
+      && (heldGpu.now ? /%/.test(nowText) : nowText === '—') && heldGpu.uuid.startsWith(uuidText.split('…')[0]) && heldGpu.uuid.endsWith(uuidText.split('…')[1]),
       `fleet: a GPU says what is held and by whom ("${heldText}"), its use now ("${nowText}") and a short UUID ("${uuidText}")`);
     const generationText = (await page.locator('[data-testid=node][data-node=demo-node-1] [data-testid=generation]').innerText()).trim();
     check(/configuration (applied|\d)/.test(generationText), `fleet: the node's configuration in words ("${generationText}")`);

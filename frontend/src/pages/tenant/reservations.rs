@@ -180,6 +180,13 @@ pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i6
         starts.set(local_input(at(start_h) / 60_000 * 60_000));
         ends.set(local_input(at(end_h) / 60_000 * 60_000));
         if model.get_untracked() != on_model {
+            // The profile stays where the new model offers it.
+            let offered = offerings.get_untracked().and_then(Result::ok).is_some_and(|o| {
+                o.models.iter().any(|m| m.model == on_model && m.profiles.contains(&profile.get_untracked()))
+            });
+            if !offered {
+                profile.set(String::new());
+            }
             model.set(on_model);
         }
     };
@@ -446,11 +453,12 @@ fn calendar_view(
                             on:mouseup=move |ev| if let (Some(a), Some(b)) = (drag_from.get_untracked(), fraction(&ev)) { pick(from_ms, a, b, up.clone()); drag_from.set(None); }>
                             {steps.iter().map(|s| {
                                 let pct = |v: f64| if total > 0.0 { v / total * 100.0 } else { 0.0 };
+                                // Each column a hair wider than its step, so that no seam shows between them.
                                 let title = format!("{}–{}: {} free, {} held, {} booked{}", crate::pages::clock(s.start_ms), crate::pages::clock(s.end_ms), s.free, s.held, s.booked,
                                     if s.cordoned > 0.0 { format!(", {} on cordoned GPUs", s.cordoned) } else { String::new() });
                                 view! {
                                     <span class="cap-col" data-start=s.start_ms data-free=s.free.to_string() data-held=s.held.to_string() data-booked=s.booked.to_string()
-                                        style=format!("left:{:.3}%;width:{:.3}%", at(s.start_ms), at(s.end_ms) - at(s.start_ms)) title=title>
+                                        style=format!("left:{:.3}%;width:{:.3}%", at(s.start_ms), at(s.end_ms) - at(s.start_ms) + 0.1) title=title>
                                         <i class="held" style=format!("height:{:.1}%", pct(s.held))></i>
                                         <i class="booked" style=format!("height:{:.1}%", pct(s.booked))></i>
                                         <i class="off" style=format!("height:{:.1}%", pct(s.cordoned))></i>
