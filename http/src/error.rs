@@ -37,14 +37,17 @@ where
     }
 }
 
-/// An optional JSON body: none (or only white space) is `T::default()`; anything else must be a `what` (400
-/// `invalid_body` when it is not).
+/// An optional JSON body: none (or only white space) is `T::default()`; anything else must be a `what`, refused as
+/// [`ApiJson`] refuses a body: `invalid_body` with 400 when it is not JSON, 422 when it is JSON of another shape.
 pub fn optional_json<T: serde::de::DeserializeOwned + Default>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
     serde_json::from_slice(bytes).map_err(|e| ApiError::Invalid {
-        status: StatusCode::BAD_REQUEST,
+        status: match e.classify() {
+            serde_json::error::Category::Data => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::BAD_REQUEST,
+        },
         code: "invalid_body",
         detail: format!("not {what}: {e}"),
     })

@@ -149,7 +149,7 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
 #[utoipa::path(post, path = "/api/v1/gpus/{id}/cordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
     request_body(content = Option<CordonBody>, description = "optional; an empty body is no reason"),
     responses((status = 200, body = GpuView), (status = 400, body = Problem, description = "invalid_body"), (status = 403, body = Problem), (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "invalid_reason")))]
+        (status = 422, body = Problem, description = "invalid_reason, invalid_body (JSON of another shape)")))]
 pub async fn cordon_gpu(
     State(state): State<AppState>,
     Caller(p): Caller,
@@ -182,7 +182,7 @@ pub async fn drain_gpu(
 #[utoipa::path(post, path = "/api/v1/gpus/{id}/uncordon", tag = "fleet", security(("token" = ["platform-admin"]), ("session" = ["platform-admin"])), params(("id" = String, Path)),
     request_body(content = Option<CordonBody>, description = "optional; an empty body is no reason"),
     responses((status = 200, body = GpuView), (status = 400, body = Problem, description = "invalid_body"), (status = 403, body = Problem), (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "invalid_reason")))]
+        (status = 422, body = Problem, description = "invalid_reason, invalid_body (JSON of another shape)")))]
 pub async fn uncordon_gpu(
     State(state): State<AppState>,
     Caller(p): Caller,

@@ -86,7 +86,7 @@ impl CalendarRead {
         if !self.any_ahead() || placed.is_empty() {
             return Ok(free);
         }
-        let live = state.store.live_requests().await?;
+        let live = state.store.placed_requests().await?;
         let bounded = self.window(&request.id).1.or(request.expires_at_ms);
         match self.protect(state, fleet, &live, bounded, request.duration_s.is_some(), placed) {
             Ok(ends_by_ms) => Ok(Guard { ends_by_ms, ..free }),
@@ -194,7 +194,7 @@ pub async fn keep_slices(state: &AppState) -> Result<(), ApiError> {
         return Ok(());
     }
     let fleet = FleetNow::read(state).await?;
-    let live = state.store.live_requests().await?;
+    let live = state.store.placed_requests().await?;
     let sim = state.prepared.simulate(&read.calendar(state, &fleet, &live), now_ms());
     let changed: Vec<(String, String)> = sim
         .placed

@@ -7,6 +7,7 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 use tessera_api::allocations::AllocationView;
+use tessera_api::nodes::Offerings;
 use tessera_api::requests::{RequestPage, Waiting};
 use tessera_api::tenants::{QuotaView, TenantView};
 use tessera_api::usage::UsageReport;
@@ -47,6 +48,8 @@ pub fn TenantPage() -> impl IntoView {
     // `/t/vision` or `/t/<id>`: the API takes either for the tenant itself; the other reads need its id.
     let tenant_id = move || params.read().get("tenant").unwrap_or_default();
     let tenant = Resource::new(tenant_id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
+    // What the fleet offers, read once for the request form and the booking form.
+    let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
     let quotas = Resource::new(tenant_id, |key| async move {
         let id = tenant_key(key).await?;
         api::get_json::<QuotaView>(format!("/api/v1/tenants/{id}/quotas")).await
@@ -123,7 +126,7 @@ pub fn TenantPage() -> impl IntoView {
                             </div>
                             <div class="card">
                                 <h2>"New request"</h2>
-                                <RequestForm tenant=t.clone() quotas=latest_quotas.into() on_done />
+                                <RequestForm tenant=t.clone() quotas=latest_quotas.into() offerings on_done />
                             </div>
                         </div>
                         <div class="card" data-testid="current-work">
@@ -139,7 +142,7 @@ pub fn TenantPage() -> impl IntoView {
                         </div>
                         <BudgetCard tenant=t.id.clone() tick=now />
                         <QuotaRequestsCard tenant=t.clone() can_ask />
-                        <ReservationsCard tenant=t.clone() tick=now />
+                        <ReservationsCard tenant=t.clone() tick=now offerings />
                         <HistoryCard tenant=t.id.clone() waiting now=now.into() on_done />
                         <UsageCard tenant=t.id.clone() />
                         <TimelineCard tenant=t.id.clone() />

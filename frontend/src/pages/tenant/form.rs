@@ -38,14 +38,15 @@ impl Mode {
     }
 }
 
-/// The form. `quotas` is the dashboard's latest quota view (`None` until it has loaded).
+/// The form. `quotas` is the dashboard's latest quota view (`None` until it has loaded); `offerings` what the
+/// fleet offers (the dashboard reads it once for both of its forms).
 #[component]
 pub(super) fn RequestForm(
     tenant: TenantView,
     quotas: Signal<Option<Result<QuotaView, api::Problem>>>,
+    offerings: Resource<Result<Offerings, api::Problem>>,
     on_done: Callback<()>,
 ) -> impl IntoView {
-    let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
     let mode = RwSignal::new("mig".to_string());
     let model = RwSignal::new(String::new());
     let profile = RwSignal::new(String::new());

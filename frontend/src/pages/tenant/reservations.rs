@@ -66,7 +66,11 @@ fn preview_words(body: &NewReservationBody, p: &ReservationPreview) -> String {
 
 /// The card.
 #[component]
-pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i64>) -> impl IntoView {
+pub(super) fn ReservationsCard(
+    tenant: TenantView,
+    #[prop(into)] tick: Signal<i64>,
+    offerings: Resource<Result<Offerings, api::Problem>>,
+) -> impl IntoView {
     let id = tenant.id.clone();
     let list = Resource::new(
         move || (id.clone(), tick.get()),
@@ -81,7 +85,6 @@ pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i6
             ))
         },
     );
-    let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
     // The form: what, how many, and the window as local dates and times (from the next whole hour, for two hours).
     let profile = RwSignal::new("1g.10gb".to_string());
     let model = RwSignal::new("H100-80GB".to_string());
