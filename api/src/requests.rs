@@ -70,8 +70,8 @@ pub struct RequestView {
     /// The tenant (name) it is reclaimed for, when known.
     #[serde(default)]
     pub reclaim_for: Option<String>,
-    /// Why it waits (pending, approved and provisioning requests), as of this answer: in `POST /requests`,
-    /// `GET /requests/{id}` and `GET /tenants/{id}/waiting`; absent from lists.
+    /// Why it waits (pending, approved and provisioning requests), as of this answer: in `GET /requests/{id}` and
+    /// `GET /tenants/{id}/waiting`; absent from lists.
     #[serde(default)]
     pub waiting: Option<Waiting>,
 }

@@ -45,38 +45,6 @@ pub enum SliceSpec {
     },
 }
 
-/// The queue a pending request waits in: requests of one class compete for the same slices. MIG requests queue by
-/// profile (`mig:<profile>`), on their model or on any; whole-GPU requests (exclusive, time-sliced, MPS) by model
-/// (`gpu`). Two requests compete when their kinds match and their models do, a request for any model competing with
-/// every model's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueClass {
-    /// `mig:<profile>` or `gpu`.
-    pub kind: String,
-    /// The catalog key of the model asked for (as asked where the catalog does not know it); `None`: any model.
-    pub model: Option<String>,
-}
-
-impl QueueClass {
-    /// The class of `spec`, models by their catalog key.
-    pub fn of(spec: &SliceSpec, catalog: &crate::catalog::Catalog) -> QueueClass {
-        let key = |m: &str| catalog.resolve(m).map_or_else(|| m.trim().to_string(), |(m, _)| m.key.clone());
-        match spec {
-            SliceSpec::Mig { profile, model } => {
-                QueueClass { kind: format!("mig:{profile}"), model: model.as_deref().map(key) }
-            }
-            SliceSpec::Exclusive { model } | SliceSpec::Timeslice { model, .. } | SliceSpec::Mps { model, .. } => {
-                QueueClass { kind: "gpu".to_string(), model: Some(key(model)) }
-            }
-        }
-    }
-
-    /// Whether requests of the two classes compete for the same slices.
-    pub fn competes(&self, other: &QueueClass) -> bool {
-        self.kind == other.kind && (self.model.is_none() || other.model.is_none() || self.model == other.model)
-    }
-}
-
 /// Where a request is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -214,30 +182,5 @@ fn hint(from: RequestState) -> String {
         format!(" ({from} is final)")
     } else {
         format!(" (from {from} it can become {})", next.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn requests_queue_with_those_that_compete_for_the_same_slices() {
-        let catalog = crate::catalog::Catalog::builtin();
-        let class = |json: &str| QueueClass::of(&serde_json::from_str(json).expect("spec"), catalog);
-        let on_h100 = class(r#"{"mode":"mig","profile":"1g.10gb","model":"H100-80GB"}"#);
-        let anywhere = class(r#"{"mode":"mig","profile":"1g.10gb"}"#);
-        let on_a100 = class(r#"{"mode":"mig","profile":"1g.10gb","model":"A100-80GB"}"#);
-        let bigger = class(r#"{"mode":"mig","profile":"3g.40gb","model":"H100-80GB"}"#);
-        let whole = class(r#"{"mode":"exclusive","model":"H100-80GB"}"#);
-        let shared = class(r#"{"mode":"timeslice","model":"H100-80GB","replicas":4}"#);
-        assert_eq!(on_h100, QueueClass { kind: "mig:1g.10gb".into(), model: Some("H100-80GB".into()) });
-        assert!(on_h100.competes(&anywhere) && anywhere.competes(&on_a100));
-        assert!(!on_h100.competes(&on_a100) && !on_h100.competes(&bigger) && !on_h100.competes(&whole));
-        assert!(whole.competes(&shared), "whole GPUs of one model, however shared, queue together");
-        // A model by its product name queues with its catalog key.
-        let h100 = catalog.model("H100-80GB").expect("H100");
-        let by_product = QueueClass::of(&SliceSpec::Exclusive { model: h100.products[0].clone() }, catalog);
-        assert_eq!(by_product, whole);
     }
 }

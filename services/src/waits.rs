@@ -62,9 +62,8 @@ pub struct Shared {
     fleet: FleetNow,
     tenants: Vec<Tenant>,
     admins: Vec<String>,
-    /// The live requests that hold slices or are about to (approved, provisioning, active): bounded by the fleet,
-    /// whatever the length of the queue (a pending request's place in it is counted in the store).
-    placed: Vec<SliceRequest>,
+    /// Every live request (pending to active).
+    live: Vec<SliceRequest>,
     /// Node id -> ready.
     ready: HashMap<String, bool>,
     /// Accepted reservations and requests bounded in time.
@@ -83,7 +82,7 @@ impl Shared {
             fleet,
             tenants: state.store.tenants().await?,
             admins,
-            placed: state.store.placed_requests().await?,
+            live: state.store.live_requests().await?,
             ready,
             calendar,
             now,
@@ -149,7 +148,7 @@ impl Context {
             return None;
         }
         let (_, placed) = placement(state, &self.fleet, spec, count).ok()?;
-        let s = self.calendar.protect(state, &self.fleet, &self.placed, None, duration_s.is_some(), &placed).err()?;
+        let s = self.calendar.protect(state, &self.fleet, &self.live, None, duration_s.is_some(), &placed).err()?;
         Some((self.nameable_booking(s.booking), s.start_ms))
     }
 
@@ -162,7 +161,7 @@ impl Context {
         let (_, placed) = placement(state, &self.fleet, &request.spec, request.count).ok()?;
         let bounded = self.calendar.window(&request.id).1.or(request.expires_at_ms);
         let has_duration = request.duration_s.is_some();
-        let s = self.calendar.protect(state, &self.fleet, &self.placed, bounded, has_duration, &placed).err()?;
+        let s = self.calendar.protect(state, &self.fleet, &self.live, bounded, has_duration, &placed).err()?;
         Some((self.nameable_booking(s.booking), s.start_ms))
     }
 
@@ -223,7 +222,7 @@ async fn explain_as(
         (h > l).then(|| (res.to_string(), units(h), units(*amount), units(l)))
     });
     let reclaim_until = ctx
-        .placed
+        .live
         .iter()
         .filter(|x| x.reclaim_for.as_deref() == Some(tenant.name.as_str()))
         .filter_map(|x| x.reclaim_at_ms)
@@ -264,7 +263,7 @@ async fn explain_as(
     };
     let Some(why) = reason(&facts) else { return Ok(None) };
     let (queue_position, earliest_start_ms) = if full && r.state == RequestState::Pending {
-        (Some(position(state, r).await?), start(state, ctx, &r.spec, r.count, &room))
+        (Some(position(state, ctx, r)), start(state, ctx, &r.spec, r.count, &room))
     } else {
         (None, None)
     };
@@ -420,10 +419,37 @@ fn room_changes(
         .collect()
 }
 
-/// 1 + the pending requests made before `r` that compete for the same slices (of its queue class).
-async fn position(state: &AppState, r: &SliceRequest) -> Result<u32, ApiError> {
-    let ahead = state.store.pending_ahead(r).await?;
-    Ok(u32::try_from(ahead.saturating_add(1)).unwrap_or(u32::MAX))
+/// Whether two specs compete for the same slices: the same MIG profile on a model both may use, or whole GPUs of
+/// the same model.
+fn competes(state: &AppState, a: &SliceSpec, b: &SliceSpec) -> bool {
+    let key = |m: &str| state.catalog.resolve(m).map(|(m, _)| m.key.clone());
+    match (a, b) {
+        (SliceSpec::Mig { profile: p, model: m }, SliceSpec::Mig { profile: q, model: n }) => {
+            p == q && (m.is_none() || n.is_none() || m.as_deref().and_then(key) == n.as_deref().and_then(key))
+        }
+        (SliceSpec::Mig { .. }, _) | (_, SliceSpec::Mig { .. }) => false,
+        _ => {
+            let model = |s: &SliceSpec| match s {
+                SliceSpec::Exclusive { model } | SliceSpec::Timeslice { model, .. } | SliceSpec::Mps { model, .. } => {
+                    key(model)
+                }
+                SliceSpec::Mig { .. } => None,
+            };
+            model(a) == model(b)
+        }
+    }
+}
+
+/// 1 + the pending requests made before `r` that compete for the same slices.
+fn position(state: &AppState, ctx: &Context, r: &SliceRequest) -> u32 {
+    let ahead = ctx
+        .live
+        .iter()
+        .filter(|x| x.state == RequestState::Pending && x.id != r.id)
+        .filter(|x| (x.created_at_ms, &x.id) < (r.created_at_ms, &r.id))
+        .filter(|x| competes(state, &x.spec, &r.spec))
+        .count();
+    u32::try_from(ahead + 1).unwrap_or(u32::MAX)
 }
 
 /// When `count` slices of `spec` could start: now when there is room; else the first known end (an expiry, or a
@@ -434,7 +460,7 @@ fn start(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32, room: &R
         return Some(ctx.now);
     }
     let mut ends: Vec<(i64, &str)> = ctx
-        .placed
+        .live
         .iter()
         .filter_map(|x| x.reclaim_at_ms.or(x.expires_at_ms).map(|at| (at, x.id.as_str())))
         .filter(|(_, id)| ctx.fleet.live.iter().any(|a| a.request_id == *id))
@@ -469,8 +495,15 @@ async fn waiting_as(
     full: bool,
 ) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
     let mut ctx = Context::read_for(state, audience).await?;
-    let limit = u32::try_from(MAX_EXPLAINED).unwrap_or(u32::MAX);
-    let requests = state.store.waiting_requests(tenant, limit).await?;
+    let mut requests: Vec<SliceRequest> = ctx
+        .live
+        .iter()
+        .filter(|r| tenant.is_none_or(|t| r.tenant_id == t))
+        .filter(|r| matches!(r.state, RequestState::Pending | RequestState::Approved | RequestState::Provisioning))
+        .cloned()
+        .collect();
+    requests.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+    requests.truncate(MAX_EXPLAINED);
     let mut out = Vec::with_capacity(requests.len());
     for r in requests {
         if let Some(w) = explain_as(state, &mut ctx, &r, full).await? {

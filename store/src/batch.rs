@@ -9,7 +9,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sqlx::QueryBuilder;
 use tessera_core::cohort::{Member, admit};
 use tessera_core::quota::{Usage, accumulate};
-use tessera_core::request::QueueClass;
 
 use super::requests::TENANT_COLUMNS;
 use super::writes::{REQUEST_COLUMNS, event_of};
@@ -379,10 +378,9 @@ impl Store {
             }
             let mut q = QueryBuilder::<DB>::new(
                 "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
-                 updated_at_ms, duration_s, priority, borrowed, queue_kind, queue_model) ",
+                 updated_at_ms, duration_s, priority, borrowed) ",
             );
             q.push_values(&inserted, |mut b, (r, _)| {
-                let queue = QueueClass::of(&r.spec, tessera_core::Catalog::builtin());
                 b.push_bind(&r.id).push_bind(&r.tenant_id).push_bind(to_json(&r.spec));
                 b.push_unseparated(dialect.json_cast())
                     .push_bind(i64::from(r.count))
@@ -393,9 +391,7 @@ impl Store {
                     .push_bind(r.updated_at_ms)
                     .push_bind(r.duration_s.and_then(|d| i64::try_from(d).ok()))
                     .push_bind(r.priority.as_str())
-                    .push_bind(borrowed.contains(r.id.as_str()))
-                    .push_bind(queue.kind)
-                    .push_bind(queue.model);
+                    .push_bind(borrowed.contains(r.id.as_str()));
             });
             q.build().execute(&mut *tx).await?;
             let replacing: Vec<(&str, &str, i64)> = inserted

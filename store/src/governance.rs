@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use tessera_core::budget::{BudgetPolicy, BudgetUnit};
 use tessera_core::quota::{Milli, Resource};
-use tessera_core::request::QueueClass;
 use tessera_core::timeline::{Change, Span};
 
 use super::writes::{REQUEST_COLUMNS, audit_insert};
@@ -171,62 +170,6 @@ impl Store {
         let sql = format!("SELECT {REQUEST_COLUMNS} WHERE state IN ('approved', 'provisioning', 'active') ORDER BY id");
         let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?);
         rows.into_iter().map(request_from).collect()
-    }
-
-    /// The requests that wait (pending, approved, provisioning), of one tenant or all, oldest first, at most
-    /// `limit`.
-    pub async fn waiting_requests(&self, tenant_id: Option<&str>, limit: u32) -> Result<Vec<SliceRequest>, StoreError> {
-        let sql = format!(
-            "SELECT {REQUEST_COLUMNS} WHERE state IN ('pending', 'approved', 'provisioning') \
-             AND (CAST($1 AS TEXT) IS NULL OR tenant_id = CAST($1 AS TEXT)) ORDER BY created_at_ms, id LIMIT $2"
-        );
-        let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(&sql).bind(tenant_id).bind(i64::from(limit)).fetch_all(pool).await?
-        });
-        rows.into_iter().map(request_from).collect()
-    }
-
-    /// How many pending requests queue ahead of `request` for the same slices: of its queue class, made before it
-    /// (by time, then id). One count over the index `slice_requests_queue`.
-    pub async fn pending_ahead(&self, request: &SliceRequest) -> Result<u64, StoreError> {
-        let class = QueueClass::of(&request.spec, tessera_core::Catalog::builtin());
-        let sql = "SELECT COUNT(*) FROM slice_requests WHERE state = 'pending' AND queue_kind = $1 \
-                   AND (CAST($2 AS TEXT) IS NULL OR queue_model IS NULL OR queue_model = CAST($2 AS TEXT)) \
-                   AND (created_at_ms < $3 OR (created_at_ms = $3 AND id < $4))";
-        let n: i64 = on_pool!(self, pool, _dialect => {
-            sqlx::query_scalar(sql)
-                .bind(&class.kind)
-                .bind(&class.model)
-                .bind(request.created_at_ms)
-                .bind(&request.id)
-                .fetch_one(pool)
-                .await?
-        });
-        Ok(u64::try_from(n).unwrap_or(0))
-    }
-
-    /// Writes the queue class of live requests made before it was kept (by an older version); returns how many.
-    pub async fn fill_queue_classes(&self) -> Result<u64, StoreError> {
-        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE queue_kind IS NULL AND state IN {LIVE}");
-        let filled = on_pool!(self, pool, dialect => {
-            let mut tx = pool.begin_with(dialect.begin()).await?;
-            let rows: Vec<RequestRow> = sqlx::query_as(&sql).fetch_all(&mut *tx).await?;
-            let mut n = 0;
-            for r in rows {
-                let r = request_from(r)?;
-                let class = QueueClass::of(&r.spec, tessera_core::Catalog::builtin());
-                sqlx::query("UPDATE slice_requests SET queue_kind = $1, queue_model = $2 WHERE id = $3")
-                    .bind(&class.kind)
-                    .bind(&class.model)
-                    .bind(&r.id)
-                    .execute(&mut *tx)
-                    .await?;
-                n += 1;
-            }
-            tx.commit().await?;
-            n
-        });
-        Ok(filled)
     }
 
     /// Every live request (pending to active), by id.

@@ -9,7 +9,7 @@
 //! ([`Holdings`]).
 
 use tessera_core::quota::Usage;
-use tessera_core::request::{QueueClass, RequestState, SliceSpec};
+use tessera_core::request::{RequestState, SliceSpec};
 use tessera_core::reservation::{ReservationPolicy, ReservationState};
 
 use super::dialect::Conn;
@@ -454,12 +454,10 @@ impl Store {
             let request_id = new_id();
             let duration_s = ((before.end_ms - before.start_ms) / 1000).max(1);
             let reason = tessera_core::reservation::request_reason(&before.id, &before.reason);
-            let queue = QueueClass::of(&before.spec, tessera_core::Catalog::builtin());
             sqlx::query(&format!(
                 "INSERT INTO slice_requests (id, tenant_id, spec, count, state, reason, version, created_at_ms, \
-                 updated_at_ms, duration_s, priority, borrowed, starts_at_ms, ends_by_ms, reservation_id, \
-                 queue_kind, queue_model) \
-                 VALUES ($1, $2, {}, $4, 'pending', $5, 1, $6, $6, $7, 'normal', FALSE, $8, $9, $10, $11, $12)",
+                 updated_at_ms, duration_s, priority, borrowed, starts_at_ms, ends_by_ms, reservation_id) \
+                 VALUES ($1, $2, {}, $4, 'pending', $5, 1, $6, $6, $7, 'normal', FALSE, $8, $9, $10)",
                 dialect.json(3)
             ))
             .bind(&request_id)
@@ -472,8 +470,6 @@ impl Store {
             .bind(before.start_ms)
             .bind(before.end_ms)
             .bind(&before.id)
-            .bind(&queue.kind)
-            .bind(&queue.model)
             .execute(&mut *tx)
             .await?;
             sqlx::query(
