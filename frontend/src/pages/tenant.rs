@@ -48,7 +48,7 @@ pub fn TenantPage() -> impl IntoView {
     // `/t/vision` or `/t/<id>`: the API takes either for the tenant itself; the other reads need its id.
     let tenant_id = move || params.read().get("tenant").unwrap_or_default();
     let tenant = Resource::new(tenant_id, |id| api::get_json::<TenantView>(format!("/api/v1/tenants/{id}")));
-    // What the fleet offers, read once for the request form and the booking form.
+    // What the fleet offers, for the request form.
     let offerings = Resource::new(|| (), |_| api::get_json::<Offerings>("/api/v1/offerings".into()));
     let quotas = Resource::new(tenant_id, |key| async move {
         let id = tenant_key(key).await?;
@@ -142,7 +142,7 @@ pub fn TenantPage() -> impl IntoView {
                         </div>
                         <BudgetCard tenant=t.id.clone() tick=now />
                         <QuotaRequestsCard tenant=t.clone() can_ask />
-                        <ReservationsCard tenant=t.clone() tick=now offerings />
+                        <ReservationsCard tenant=t.clone() tick=now />
                         <HistoryCard tenant=t.id.clone() waiting now=now.into() on_done />
                         <UsageCard tenant=t.id.clone() />
                         <TimelineCard tenant=t.id.clone() />

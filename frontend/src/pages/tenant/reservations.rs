@@ -4,7 +4,6 @@
 //! calendar), and the server's preview in a sentence; and the tenant's reservations with their state.
 
 use leptos::prelude::*;
-use tessera_api::nodes::Offerings;
 use tessera_api::reservations::{
     BlockKind, CalendarBlock, CalendarGpu, CalendarView, NewReservationBody, ReservationPage, ReservationPreview,
     ReservationState, ReservationView,
@@ -66,11 +65,7 @@ fn preview_words(body: &NewReservationBody, p: &ReservationPreview) -> String {
 
 /// The card.
 #[component]
-pub(super) fn ReservationsCard(
-    tenant: TenantView,
-    #[prop(into)] tick: Signal<i64>,
-    offerings: Resource<Result<Offerings, api::Problem>>,
-) -> impl IntoView {
+pub(super) fn ReservationsCard(tenant: TenantView, #[prop(into)] tick: Signal<i64>) -> impl IntoView {
     let id = tenant.id.clone();
     let list = Resource::new(
         move || (id.clone(), tick.get()),
@@ -184,9 +179,8 @@ pub(super) fn ReservationsCard(
         ends.set(local_input(at(end_h) / 60_000 * 60_000));
         if model.get_untracked() != on_model {
             // The profile stays where the new model offers it.
-            let offered = offerings.get_untracked().and_then(Result::ok).is_some_and(|o| {
-                o.models.iter().any(|m| m.model == on_model && m.profiles.contains(&profile.get_untracked()))
-            });
+            let offered =
+                Catalog::builtin().model(&on_model).is_some_and(|m| m.profile(&profile.get_untracked()).is_some());
             if !offered {
                 profile.set(String::new());
             }
@@ -205,39 +199,30 @@ pub(super) fn ReservationsCard(
                     }
                 })}
             </Transition>
-            <Suspense fallback=|| ()>
-                {move || { let book = book.clone(); Suspend::new(async move {
-                    let models: Vec<(String, Vec<String>)> = offerings
-                        .await
-                        .map(|o| o.models.into_iter().filter(|m| m.mig_gpus > 0).map(|m| (m.model, m.profiles)).collect())
-                        .unwrap_or_default();
-                    let models = StoredValue::new(models);
-                    let profiles = move || {
-                        let m = model.get();
-                        models.with_value(|all| all.iter().find(|(k, _)| *k == m).map(|(_, p)| p.clone()).unwrap_or_default())
-                    };
-                    view! {
-                        <form class="form inline" on:submit=book data-testid="reservation-form">
-                            <label>"GPU model"
-                                <select name="model" prop:value=move || model.get() on:change=move |ev| { model.set(event_target_value(&ev)); profile.set(String::new()); }>
-                                    {models.with_value(|all| all.iter().map(|(k, _)| { let v = k.clone(); view! { <option value=v.clone() selected=move || model.get() == v>{k.clone()}</option> } }).collect_view())}
-                                </select>
-                            </label>
-                            <label>"MIG profile"
-                                <select name="profile" prop:value=move || profile.get() on:change=move |ev| profile.set(event_target_value(&ev))>
-                                    <option value="">"choose a profile"</option>
-                                    {move || profiles().into_iter().map(|p| { let v = p.clone(); view! { <option value=v.clone() selected=move || profile.get() == v>{p}</option> } }).collect_view()}
-                                </select>
-                            </label>
-                            <label>"Slices"<input name="count" type="number" min="1" max="1000" prop:value=move || count.get() on:input=move |ev| count.set(event_target_value(&ev)) /></label>
-                            <label>"Starts"<input name="starts" type="datetime-local" step="60" prop:value=move || starts.get() on:input=move |ev| starts.set(event_target_value(&ev)) /></label>
-                            <label>"Ends"<input name="ends" type="datetime-local" step="60" prop:value=move || ends.get() on:input=move |ev| ends.set(event_target_value(&ev)) /></label>
-                            <label>"Why"<input name="reason" prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev)) /></label>
-                            <button type="submit">"Book"</button>
-                        </form>
-                    }
-                })}}
-            </Suspense>
+            // The catalog's MIG models and their profiles: known without a read, so the form renders at once (a
+            // booking on a model the fleet lacks is previewed as having no room).
+            <form class="form inline" on:submit=book data-testid="reservation-form">
+                <label>"GPU model"
+                    <select name="model" prop:value=move || model.get() on:change=move |ev| { model.set(event_target_value(&ev)); profile.set(String::new()); }>
+                        {mig_models().into_iter().map(|(k, _)| { let v = k.clone(); view! { <option value=v.clone() selected=move || model.get() == v>{k}</option> } }).collect_view()}
+                    </select>
+                </label>
+                <label>"MIG profile"
+                    <select name="profile" prop:value=move || profile.get() on:change=move |ev| profile.set(event_target_value(&ev))>
+                        <option value="">"choose a profile"</option>
+                        {move || {
+                            let m = model.get();
+                            let profiles = mig_models().into_iter().find(|(k, _)| *k == m).map(|(_, p)| p).unwrap_or_default();
+                            profiles.into_iter().map(|p| { let v = p.clone(); view! { <option value=v.clone() selected=move || profile.get() == v>{p}</option> } }).collect_view()
+                        }}
+                    </select>
+                </label>
+                <label>"Slices"<input name="count" type="number" min="1" max="1000" prop:value=move || count.get() on:input=move |ev| count.set(event_target_value(&ev)) /></label>
+                <label>"Starts"<input name="starts" type="datetime-local" step="60" prop:value=move || starts.get() on:input=move |ev| starts.set(event_target_value(&ev)) /></label>
+                <label>"Ends"<input name="ends" type="datetime-local" step="60" prop:value=move || ends.get() on:input=move |ev| ends.set(event_target_value(&ev)) /></label>
+                <label>"Why"<input name="reason" prop:value=move || reason.get() on:input=move |ev| reason.set(event_target_value(&ev)) /></label>
+                <button type="submit">"Book"</button>
+            </form>
             <p class="small" role="status" data-testid="reservation-preview">
                 {move || match (problem.get(), preview.get()) {
                     (Some(e), _) => e,
@@ -304,6 +289,24 @@ fn reservations_table(
             </tbody>
         </table>
     }
+}
+
+/// The catalog's models with MIG profiles, by key, each with its profiles' names (smallest first, as listed).
+fn mig_models() -> Vec<(String, Vec<String>)> {
+    Catalog::builtin()
+        .models
+        .iter()
+        .filter(|m| !m.profiles.is_empty())
+        .map(|m| {
+            let mut names: Vec<String> = Vec::new();
+            for p in &m.profiles {
+                if !names.contains(&p.name) {
+                    names.push(p.name.clone());
+                }
+            }
+            (m.key.clone(), names)
+        })
+        .collect()
 }
 
 /// The calendar's GPUs grouped by model (models and, within one, nodes and indexes in order): GPUs in MIG mode, and
