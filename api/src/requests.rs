@@ -89,7 +89,8 @@ pub struct Waiting {
     /// The reason as a sentence.
     pub sentence: String,
     /// Pending requests only: 1 + the pending requests made before it that compete for the same slices (the same
-    /// MIG profile on a model both may use, or whole GPUs of the same model).
+    /// MIG profile on a model both may use, or whole GPUs of the same model). `null` in the answer to creation,
+    /// which does not read the queue: `GET` the request for it.
     pub queue_position: Option<u32>,
     /// Pending requests only: the earliest time it could start, UTC milliseconds: now when there is room, else the
     /// first known end of a slice (an expiry or a reclaim deadline) after which the planner finds room; `null` when

@@ -47,8 +47,11 @@ pub struct App {
     pub budgets: crate::state::budgets::BudgetCache,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
     pub prepared: crate::state::prepared::PreparedCache,
-    /// What wait explanations read (fleet, queue, calendar), shared by the callers asking at the same time.
+    /// What wait explanations read (the fleet, the requests holding slices, the calendar), shared by the callers
+    /// asking at the same time.
     pub wait_reads: crate::state::coalesced::Coalesced,
+    /// The pending requests (the queue), read once per wave of callers placing requests in it.
+    pub queue_reads: crate::state::coalesced::Coalesced,
     /// Webhook delivery settings.
     pub webhooks: crate::state::delivery::Delivery,
     /// The keys webhook secrets are sealed with.

@@ -36,16 +36,22 @@ pub struct CalendarRead {
 impl CalendarRead {
     /// Reads the calendar's version, accepted reservations and bounded requests.
     pub async fn read(state: &AppState) -> Result<CalendarRead, ApiError> {
+        // The version first: what is read after it is at least as new, so a change after it is seen by whoever
+        // compares versions. The rest at once.
         let holdings = state.store.holdings().await?;
         let now = now_ms();
-        let accepted =
-            state.store.reservations(None, &[ReservationState::Accepted], now, i64::MAX, MAX_BOOKINGS).await?;
+        let (accepted, rows, hints) = tokio::try_join!(
+            async {
+                let states = [ReservationState::Accepted];
+                Ok::<_, ApiError>(state.store.reservations(None, &states, now, i64::MAX, MAX_BOOKINGS).await?)
+            },
+            async { Ok::<_, ApiError>(state.store.request_windows().await?) },
+            kept_slices(state),
+        )?;
         let owners = accepted.iter().map(|r| (r.id.clone(), r.tenant_id.clone())).collect();
         let bookings = accepted.into_iter().map(booking).collect();
-        let rows = state.store.request_windows().await?;
         let made_for = rows.iter().filter_map(|(id, _, _, r)| Some((id.clone(), r.clone()?))).collect();
         let windows = rows.into_iter().map(|(id, s, e, _)| (id, (s, e))).collect();
-        let hints = kept_slices(state).await?;
         Ok(CalendarRead { holdings, bookings, windows, made_for, owners, hints })
     }
 

@@ -24,11 +24,12 @@ pub struct FleetNow {
 impl FleetNow {
     /// Reads the fleet now.
     pub async fn read(state: &AppState) -> Result<FleetNow, ApiError> {
-        Ok(FleetNow {
-            nodes: state.store.nodes().await?,
-            live: state.store.live_allocations().await?,
-            open: state.store.proposals(Some("proposed")).await?,
-        })
+        let (nodes, live, open) = tokio::try_join!(
+            state.store.nodes(),
+            state.store.live_allocations(),
+            state.store.proposals(Some("proposed"))
+        )?;
+        Ok(FleetNow { nodes, live, open })
     }
 }
 

@@ -62,31 +62,33 @@ pub struct Shared {
     fleet: FleetNow,
     tenants: Vec<Tenant>,
     admins: Vec<String>,
-    /// Every live request (pending to active).
-    live: Vec<SliceRequest>,
+    /// The live requests that hold slices or are about to (approved, provisioning, active): bounded by the fleet,
+    /// whatever the length of the queue. The queue itself is read only to place a request in it ([`Context::queue`]).
+    placed: Vec<SliceRequest>,
     /// Node id -> ready.
     ready: HashMap<String, bool>,
     /// Accepted reservations and requests bounded in time.
     calendar: crate::calendar::CalendarRead,
     now: i64,
+    /// Whether the planner places `count` slices of a spec on this reading's fleet, as asked so far: the callers
+    /// of a wave that ask for the same (a burst of one script's requests) ask the planner once.
+    placeable: std::sync::Mutex<HashMap<(SliceSpec, u32), bool>>,
 }
 
 impl Shared {
     async fn read(state: &AppState) -> Result<Shared, ApiError> {
         let now = now_ms();
-        let calendar = crate::calendar::CalendarRead::read(state).await?;
-        let fleet = FleetNow::read(state).await?;
-        let ready = super::agents::ready_nodes(state, now).await?;
-        let admins = state.store.users().await?.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();
-        Ok(Shared {
-            fleet,
-            tenants: state.store.tenants().await?,
-            admins,
-            live: state.store.live_requests().await?,
-            ready,
-            calendar,
-            now,
-        })
+        // Independent reads, at once: a caller waits for the longest, not for their sum.
+        let (calendar, fleet, ready, users, tenants, placed) = tokio::try_join!(
+            crate::calendar::CalendarRead::read(state),
+            FleetNow::read(state),
+            async { Ok::<_, ApiError>(super::agents::ready_nodes(state, now).await?) },
+            async { Ok::<_, ApiError>(state.store.users().await?) },
+            async { Ok::<_, ApiError>(state.store.tenants().await?) },
+            async { Ok::<_, ApiError>(state.store.placed_requests().await?) },
+        )?;
+        let admins = users.into_iter().filter(|u| u.platform_admin).map(|u| u.name).collect();
+        Ok(Shared { fleet, tenants, admins, placed, ready, calendar, now, placeable: std::sync::Mutex::default() })
     }
 }
 
@@ -98,6 +100,8 @@ pub struct Context {
     audience: Audience,
     /// Tenant id -> (limits or maximums in force, held).
     quotas: HashMap<String, (Usage, Usage)>,
+    /// The pending requests, by id, once read (only to say where a request stands in the queue).
+    queue: Option<std::sync::Arc<Vec<SliceRequest>>>,
 }
 
 impl std::ops::Deref for Context {
@@ -117,7 +121,7 @@ impl Context {
 
     async fn read_for(state: &AppState, audience: Audience) -> Result<Context, ApiError> {
         let shared = state.wait_reads.read(|| Shared::read(state)).await?;
-        Ok(Context { shared, audience, quotas: HashMap::new() })
+        Ok(Context { shared, audience, quotas: HashMap::new(), queue: None })
     }
 
     /// The fleet as it was read.
@@ -148,7 +152,7 @@ impl Context {
             return None;
         }
         let (_, placed) = placement(state, &self.fleet, spec, count).ok()?;
-        let s = self.calendar.protect(state, &self.fleet, &self.live, None, duration_s.is_some(), &placed).err()?;
+        let s = self.calendar.protect(state, &self.fleet, &self.placed, None, duration_s.is_some(), &placed).err()?;
         Some((self.nameable_booking(s.booking), s.start_ms))
     }
 
@@ -161,7 +165,7 @@ impl Context {
         let (_, placed) = placement(state, &self.fleet, &request.spec, request.count).ok()?;
         let bounded = self.calendar.window(&request.id).1.or(request.expires_at_ms);
         let has_duration = request.duration_s.is_some();
-        let s = self.calendar.protect(state, &self.fleet, &self.live, bounded, has_duration, &placed).err()?;
+        let s = self.calendar.protect(state, &self.fleet, &self.placed, bounded, has_duration, &placed).err()?;
         Some((self.nameable_booking(s.booking), s.start_ms))
     }
 
@@ -173,6 +177,17 @@ impl Context {
     /// When `count` slices of `spec` could start (see [`start`]).
     pub fn start(&self, state: &AppState, spec: &SliceSpec, count: u32, room: &Room) -> Option<i64> {
         start(state, self, spec, count, room)
+    }
+
+    /// The pending requests (every tenant's), by id: read once per context, and shared with the callers asking at
+    /// the same time.
+    async fn queue(&mut self, state: &AppState) -> Result<std::sync::Arc<Vec<SliceRequest>>, ApiError> {
+        if let Some(q) = &self.queue {
+            return Ok(q.clone());
+        }
+        let q = read_queue(state).await?;
+        self.queue = Some(q.clone());
+        Ok(q)
     }
 
     /// The limits in force (in a cohort, the maximums where set) and what is held, for `tenant`.
@@ -194,35 +209,82 @@ impl Context {
     }
 }
 
+/// The pending requests (every tenant's), by id, from a reading begun after this call (shared per wave).
+async fn read_queue(state: &AppState) -> Result<std::sync::Arc<Vec<SliceRequest>>, ApiError> {
+    state.queue_reads.read(|| async { Ok::<_, ApiError>(state.store.pending_requests(None).await?) }).await
+}
+
 fn units(m: u64) -> f64 {
     m as f64 / MILLI as f64
 }
 
-/// Why `r` waits, its place in the queue and its earliest start; `None` when it does not wait.
-pub async fn explain(state: &AppState, ctx: &mut Context, r: &SliceRequest) -> Result<Option<Waiting>, ApiError> {
-    explain_as(state, ctx, r, true).await
+/// How much of an explanation to give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Detail {
+    /// The reason, the place in the queue and the earliest start (`GET` of a request, a tenant's waiting list).
+    Full,
+    /// For a request just created within its quota (creation checked the quota in its transaction): the reason
+    /// and the earliest start, without reading the queue.
+    Created,
+    /// The answer to a creation retried with its `Idempotency-Key` (the request may be old, its quota lowered
+    /// since): the reason and the earliest start, without reading the queue.
+    Replayed,
+    /// The reason only (the counts in `/metrics`).
+    Reason,
 }
 
-/// [`explain`], with the queue position and the earliest start only when `full` (they ask the planner again).
+/// Why `r` waits, its place in the queue and its earliest start; `None` when it does not wait.
+pub async fn explain(state: &AppState, ctx: &mut Context, r: &SliceRequest) -> Result<Option<Waiting>, ApiError> {
+    explain_as(state, ctx, r, Detail::Full).await
+}
+
+/// Why `r`, the answer to a creation (`created`: made by it, else an earlier request with the same
+/// `Idempotency-Key`), waits: as [`explain`] says, from the same reading, without its place in the queue
+/// (`queue_position` is null: reading the queue would cost each creation as much as the queue is long). A request
+/// just made is not checked against its quota again: creation refused it had it been over.
+pub async fn explain_created(
+    state: &AppState,
+    p: &Principal,
+    r: &SliceRequest,
+    created: bool,
+) -> Result<Option<Waiting>, ApiError> {
+    if !waits(r) {
+        return Ok(None);
+    }
+    let mut ctx = Context::read(state, p).await?;
+    explain_as(state, &mut ctx, r, if created { Detail::Created } else { Detail::Replayed }).await
+}
+
+/// Whether a request in `r`'s state may wait (pending, approved or provisioning).
+fn waits(r: &SliceRequest) -> bool {
+    matches!(r.state, RequestState::Pending | RequestState::Approved | RequestState::Provisioning)
+}
+
+/// [`explain`], with as much as `detail` asks.
 async fn explain_as(
     state: &AppState,
     ctx: &mut Context,
     r: &SliceRequest,
-    full: bool,
+    detail: Detail,
 ) -> Result<Option<Waiting>, ApiError> {
-    if !matches!(r.state, RequestState::Pending | RequestState::Approved | RequestState::Provisioning) {
+    if !waits(r) {
         return Ok(None);
     }
     let Some(tenant) = ctx.tenants.iter().find(|t| t.id == r.tenant_id).cloned() else { return Ok(None) };
     let charge = tessera_core::quota::charge(state.catalog, &r.spec, r.count)
         .map_err(|e| ApiError::invalid(e.code(), e.to_string()))?;
-    let (limits, held) = ctx.quota(state, &tenant).await?;
-    let over_quota = charge.iter().find_map(|(res, amount)| {
-        let (l, h) = (*limits.get(res)?, held.get(res).copied().unwrap_or(0));
-        (h > l).then(|| (res.to_string(), units(h), units(*amount), units(l)))
-    });
+    let over_quota = if detail == Detail::Created {
+        None
+    } else {
+        let (limits, held) = ctx.quota(state, &tenant).await?;
+        charge.iter().find_map(|(res, amount)| {
+            let (l, h) = (*limits.get(res)?, held.get(res).copied().unwrap_or(0));
+            (h > l).then(|| (res.to_string(), units(h), units(*amount), units(l)))
+        })
+    };
+    // Room made by taking back a borrowed request's slices (a pending request being taken back holds none).
     let reclaim_until = ctx
-        .live
+        .placed
         .iter()
         .filter(|x| x.reclaim_for.as_deref() == Some(tenant.name.as_str()))
         .filter_map(|x| x.reclaim_at_ms)
@@ -262,11 +324,10 @@ async fn explain_as(
         not_before: ctx.calendar.not_before(&r.id),
     };
     let Some(why) = reason(&facts) else { return Ok(None) };
-    let (queue_position, earliest_start_ms) = if full && r.state == RequestState::Pending {
-        (Some(position(state, ctx, r)), start(state, ctx, &r.spec, r.count, &room))
-    } else {
-        (None, None)
-    };
+    let pending = r.state == RequestState::Pending;
+    let queue_position = if pending && detail == Detail::Full { Some(position(state, ctx, r).await?) } else { None };
+    let earliest_start_ms =
+        if pending && detail != Detail::Reason { start(state, ctx, &r.spec, r.count, &room) } else { None };
     Ok(Some(Waiting {
         request: r.id.clone(),
         sentence: why.sentence(),
@@ -278,7 +339,16 @@ async fn explain_as(
 
 /// What the planner says of `count` slices of `spec` on the fleet now.
 fn room(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32) -> Room {
-    if placement(state, &ctx.fleet, spec, count).is_ok() {
+    let key = (spec.clone(), count);
+    let known = ctx.placeable.lock().ok().and_then(|m| m.get(&key).copied());
+    let placeable = known.unwrap_or_else(|| {
+        let placeable = placement(state, &ctx.fleet, spec, count).is_ok();
+        if let Ok(mut m) = ctx.placeable.lock() {
+            m.insert(key, placeable);
+        }
+        placeable
+    });
+    if placeable {
         return Room::Placeable;
     }
     Room::Unplaceable(models_room(state, ctx, spec, count))
@@ -441,15 +511,15 @@ fn competes(state: &AppState, a: &SliceSpec, b: &SliceSpec) -> bool {
 }
 
 /// 1 + the pending requests made before `r` that compete for the same slices.
-fn position(state: &AppState, ctx: &Context, r: &SliceRequest) -> u32 {
-    let ahead = ctx
-        .live
+async fn position(state: &AppState, ctx: &mut Context, r: &SliceRequest) -> Result<u32, ApiError> {
+    let queue = ctx.queue(state).await?;
+    let ahead = queue
         .iter()
         .filter(|x| x.state == RequestState::Pending && x.id != r.id)
         .filter(|x| (x.created_at_ms, &x.id) < (r.created_at_ms, &r.id))
         .filter(|x| competes(state, &x.spec, &r.spec))
         .count();
-    u32::try_from(ahead + 1).unwrap_or(u32::MAX)
+    Ok(u32::try_from(ahead + 1).unwrap_or(u32::MAX))
 }
 
 /// When `count` slices of `spec` could start: now when there is room; else the first known end (an expiry, or a
@@ -460,7 +530,7 @@ fn start(state: &AppState, ctx: &Context, spec: &SliceSpec, count: u32, room: &R
         return Some(ctx.now);
     }
     let mut ends: Vec<(i64, &str)> = ctx
-        .live
+        .placed
         .iter()
         .filter_map(|x| x.reclaim_at_ms.or(x.expires_at_ms).map(|at| (at, x.id.as_str())))
         .filter(|(_, id)| ctx.fleet.live.iter().any(|a| a.request_id == *id))
@@ -485,28 +555,38 @@ pub async fn waiting(
     p: &Principal,
     tenant: Option<&str>,
 ) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
-    waiting_as(state, Audience::of(p), tenant, true).await
+    waiting_as(state, Audience::of(p), tenant, Detail::Full).await
 }
 
 async fn waiting_as(
     state: &AppState,
     audience: Audience,
     tenant: Option<&str>,
-    full: bool,
+    detail: Detail,
 ) -> Result<Vec<(SliceRequest, Waiting)>, ApiError> {
+    // The queue first, then the rest: a request approved in between is in both readings and is kept as placed,
+    // never in neither.
+    let queue = read_queue(state).await?;
     let mut ctx = Context::read_for(state, audience).await?;
-    let mut requests: Vec<SliceRequest> = ctx
-        .live
+    ctx.queue = Some(queue.clone());
+    let placed: Vec<&SliceRequest> = ctx
+        .placed
         .iter()
         .filter(|r| tenant.is_none_or(|t| r.tenant_id == t))
-        .filter(|r| matches!(r.state, RequestState::Pending | RequestState::Approved | RequestState::Provisioning))
+        .filter(|r| matches!(r.state, RequestState::Approved | RequestState::Provisioning))
+        .collect();
+    let moved: std::collections::HashSet<&str> = ctx.placed.iter().map(|r| r.id.as_str()).collect();
+    let mut requests: Vec<SliceRequest> = queue
+        .iter()
+        .filter(|r| tenant.is_none_or(|t| r.tenant_id == t) && !moved.contains(r.id.as_str()))
         .cloned()
         .collect();
+    requests.extend(placed.into_iter().cloned());
     requests.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
     requests.truncate(MAX_EXPLAINED);
     let mut out = Vec::with_capacity(requests.len());
     for r in requests {
-        if let Some(w) = explain_as(state, &mut ctx, &r, full).await? {
+        if let Some(w) = explain_as(state, &mut ctx, &r, detail).await? {
             out.push((r, w));
         }
     }
@@ -516,6 +596,6 @@ async fn waiting_as(
 /// How many waiting requests wait for each reason (every code, 0 included), for `tessera_pending_requests`.
 pub async fn counts(state: &AppState) -> Result<Vec<(&'static str, usize)>, ApiError> {
     // Only the codes are counted: no id leaves the server.
-    let all = waiting_as(state, Audience::All, None, false).await?;
+    let all = waiting_as(state, Audience::All, None, Detail::Reason).await?;
     Ok(WaitReason::CODES.iter().map(|c| (*c, all.iter().filter(|(_, w)| w.reason.code() == *c).count())).collect())
 }

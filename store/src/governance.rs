@@ -172,6 +172,17 @@ impl Store {
         rows.into_iter().map(request_from).collect()
     }
 
+    /// The pending requests, every tenant's or one tenant's, by id: the queue.
+    pub async fn pending_requests(&self, tenant_id: Option<&str>) -> Result<Vec<SliceRequest>, StoreError> {
+        let sql = format!(
+            "SELECT {REQUEST_COLUMNS} WHERE state = 'pending' \
+             AND (CAST($1 AS TEXT) IS NULL OR tenant_id = CAST($1 AS TEXT)) ORDER BY id"
+        );
+        let rows: Vec<RequestRow> =
+            on_pool!(self, pool, _dialect => sqlx::query_as(&sql).bind(tenant_id).fetch_all(pool).await?);
+        rows.into_iter().map(request_from).collect()
+    }
+
     /// Every live request (pending to active), by id.
     pub async fn live_requests(&self) -> Result<Vec<SliceRequest>, StoreError> {
         let sql = format!("SELECT {REQUEST_COLUMNS} WHERE state IN {LIVE} ORDER BY id");

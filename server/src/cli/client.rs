@@ -259,7 +259,11 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             RequestCommand::Create { ask, idempotency_key } => {
                 let body = ask.body()?;
                 let key = idempotency_key.as_deref();
-                print(out, api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?)
+                let answer = api.call::<_, RequestView>(Method::POST, "/api/v1/requests", Some(&body), key).await?;
+                if let Answer::Ok(RequestView { waiting: Some(w), .. }) = &answer {
+                    say(&waiting_text(w));
+                }
+                print(out, answer)
             }
             RequestCommand::Preview { ask } => {
                 let body = ask.body()?;
@@ -340,11 +344,9 @@ pub fn waiting_text(w: &Waiting) -> String {
         text.push_str(&format!(" Position {p} in the queue for these slices."));
     }
     match (w.queue_position, w.earliest_start_ms) {
-        (Some(_), Some(at)) => {
-            text.push_str(&format!(" Earliest start {} (UTC).", tessera_core::clock::utc_minute(at)))
-        }
+        (_, Some(at)) => text.push_str(&format!(" Earliest start {} (UTC).", tessera_core::clock::utc_minute(at))),
         (Some(_), None) => text.push_str(" No known end of other slices makes room for it."),
-        _ => {}
+        (None, None) => {}
     }
     text
 }

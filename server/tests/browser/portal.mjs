@@ -323,6 +323,8 @@ display_name = "Test IdP"
     const cardLink = confirmation.locator(`a[href="/requests/${requestId}"]`);
     check(await cardLink.count() === 1 && /Request made: request [0-9a-f]{8}/.test(await confirmation.textContent()),
       `request form: the success card names request ${requestId} and links to its page ("${(await confirmation.textContent()).trim()}")`);
+    check((await confirmation.textContent()).includes('It waits for a platform admin to approve it'),
+      `request form: the success card says why the request waits, from the creation's answer ("${(await confirmation.textContent()).trim()}")`);
     check(await form.locator('select[name=profile]').inputValue() === '' && await form.locator('input[name=reason]').inputValue() === ''
       && await tp.locator('[data-testid=request-form] [data-verdict=over]').count() === 0,
       'request form: after the request the form is empty again (no "Over quota" from the request just made)');

@@ -34,10 +34,20 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
     // Two pending requests for the same slices: both wait for an admin, in the order they were made.
     let (_, first) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
     let (_, second) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "2g.20gb", 1))).await;
-    // The creation does not explain the wait (that reads the whole queue); a read of it does.
-    assert_eq!((first["state"].clone(), first["waiting"].clone()), (json!("pending"), Value::Null), "{first}");
-    assert_eq!(waiting(&app, &second["id"]).await["queue_position"], 2);
+    // The creation answers why it waits, as a read of it does, without its place in the queue (it does not read
+    // the queue).
     let w = waiting(&app, &first["id"]).await;
+    assert_eq!(first["state"], "pending", "{first}");
+    for (created, read) in [(&first, &w), (&second, &waiting(&app, &second["id"]).await)] {
+        let created = &created["waiting"];
+        assert_eq!(created["queue_position"], Value::Null, "{created}");
+        for field in ["request", "reason", "sentence"] {
+            assert_eq!(created[field], read[field], "{field}: {created} against {read}");
+        }
+        let now = tessera_server::store::now_ms();
+        assert!(created["earliest_start_ms"].as_i64().is_some_and(|t| (now - 5_000..=now).contains(&t)), "{created}");
+    }
+    assert_eq!(waiting(&app, &second["id"]).await["queue_position"], 2);
     assert_eq!(w["reason"]["code"], "awaiting_approval", "{w}");
     assert_eq!(w["reason"]["approvers"], json!(["admin"]), "{w}");
     assert_eq!((w["queue_position"].clone(), w["request"].clone()), (json!(1), first["id"].clone()));
@@ -48,6 +58,7 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
     let (_, huge) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "7g.80gb", 5))).await;
     let w = waiting(&app, &huge["id"]).await;
     assert_eq!(w["reason"]["code"], "no_capacity", "{w}");
+    assert_eq!((&huge["waiting"]["reason"], &huge["waiting"]["earliest_start_ms"]), (&w["reason"], &Value::Null));
     let h100 = &w["reason"]["models"][0];
     assert_eq!(
         (h100["model"].clone(), h100["needed_slices"].clone(), h100["fragmented"].clone()),
@@ -166,6 +177,38 @@ async fn every_waiting_request_says_why_and_where_it_stands(db: &TestDb) {
         stderr.contains("waiting: It waits for a platform admin to approve it (admin). Position 1 in the queue"),
         "{stderr}"
     );
+    // Creating says why it waits too (without the place in the queue, which the creation does not read).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["request", "create", "--tenant", &t, "--profile", "1g.10gb", "--model", "H100-80GB"])
+        .env("TESSERA_SERVER", &app.base)
+        .env("TESSERA_TOKEN", &dev)
+        .output()
+        .expect("run tessera");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_str::<Value>(&stdout).expect("json")["state"], "pending", "{stdout}");
+    assert!(
+        stderr.starts_with("waiting: It waits for a platform admin to approve it (admin). Earliest start ")
+            && !stderr.contains("Position"),
+        "{stderr}"
+    );
+    // A creation retried with its Idempotency-Key answers the request as it is now, as a read does: here over a
+    // limit lowered since it was made.
+    let keyed = || {
+        app.call(Method::POST, "/api/v1/requests", Some(&dev))
+            .header("Idempotency-Key", "nightly-7")
+            .json(&mig(&t, "1g.10gb", 1))
+    };
+    let made: Value = keyed().send().await.expect("send").json().await.expect("json");
+    assert_eq!(made["waiting"]["reason"]["code"], "awaiting_approval", "{made}");
+    let limits = json!({"limits": {"compute_slices": 1}});
+    let (s, _) = app.send(Method::PUT, &format!("/api/v1/tenants/{t}/quotas"), &app.admin, Some(limits)).await;
+    assert_eq!(s, StatusCode::OK);
+    let again = keyed().send().await.expect("send");
+    assert_eq!(again.status(), StatusCode::OK, "the earlier request");
+    let again: Value = again.json().await.expect("json");
+    let w = waiting(&app, &made["id"]).await;
+    assert_eq!(w["reason"]["code"], "quota_exceeded", "{w}");
+    assert_eq!((&again["id"], &again["waiting"]["reason"]), (&made["id"], &w["reason"]), "{again}");
 }
 
 async fn a_request_waiting_for_reclaimed_room_knows_when_it_can_start(db: &TestDb) {
@@ -244,6 +287,10 @@ async fn a_preview_writes_nothing_and_the_creation_that_follows_agrees(db: &Test
     // The creation a moment later lands where the preview said.
     let (s, r) = app.send(Method::POST, "/api/v1/requests", &dev, Some(mig(&t, "3g.40gb", 1))).await;
     assert_eq!((s, r["state"].clone()), (StatusCode::CREATED, json!("approved")), "{r}");
+    // Approved by the policy, it waits for its node, said in the creation's answer as a read of it says it.
+    let w = waiting(&app, &r["id"]).await;
+    assert!(w["reason"]["code"].is_string(), "{w}");
+    assert_eq!((&r["waiting"]["reason"], &r["waiting"]["sentence"]), (&w["reason"], &w["sentence"]), "{r}");
     let (_, allocations) = app.get(&format!("/api/v1/allocations?tenant={t}"), &dev).await;
     let a = &allocations[0];
     assert_eq!(
