@@ -8,10 +8,11 @@ RUN apt-get update && apt-get install -y --no-install-recommends nodejs npm && r
     cargo build --release --locked --bin tessera --bin tessera-agent
 
 FROM debian:bookworm-slim
-RUN useradd --system --home-dir /var/lib/tessera --create-home tessera
+# A fixed, numeric user: Kubernetes checks `runAsNonRoot` against it (deploy/kubernetes/tessera-server.yaml).
+RUN useradd --system --uid 999 --user-group --home-dir /var/lib/tessera --create-home tessera
 COPY --from=build /src/target/release/tessera /src/target/release/tessera-agent /usr/local/bin/
 COPY --from=build /src/target/site/pkg/ /usr/local/share/tessera/site/
-USER tessera
+USER 999:999
 ENV TESSERA_LISTEN=0.0.0.0:8080 \
     TESSERA_DATA_DIR=/var/lib/tessera \
     TESSERA_SITE_DIR=/usr/local/share/tessera/site

@@ -1,6 +1,7 @@
-//! Every kind of object Tessera writes into a tenant's namespaces, validated against the official Kubernetes
-//! OpenAPI schemas of each version Tessera supports (the oldest with `resource.k8s.io/v1`, 1.34, to the newest the
-//! validator knows) by the PyPI package `kubernetes-validate`, strict (no property the schema does not have).
+//! Every kind of object Tessera writes into a tenant's namespaces, and every manifest it ships
+//! (`deploy/kubernetes/`), validated against the official Kubernetes OpenAPI schemas of each version Tessera
+//! supports (the oldest with `resource.k8s.io/v1`, 1.34, to the newest the validator knows) by the PyPI package
+//! `kubernetes-validate`, strict (no property the schema does not have).
 //!
 //! The Python with `kubernetes-validate` installed: `TESSERA_TEST_PYTHON`, else `target/webhooks-venv`, which
 //! `scripts/test` prepares.
@@ -98,4 +99,31 @@ fn the_validator_refuses_what_kubernetes_would() {
         .output()
         .expect("run kubernetes-validate");
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn the_shipped_manifests_are_valid_for_every_supported_kubernetes_version() {
+    let python = python();
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/kubernetes"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("deploy/kubernetes")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let documents: usize = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).expect("read").lines().filter(|l| l.starts_with("kind: ")).count())
+        .sum();
+    assert!(files.len() >= 2 && documents >= 10, "{files:?}: {documents} objects");
+    for version in VERSIONS {
+        let out = Command::new(&python)
+            .args(["-m", "kubernetes_validate", "--strict", "-k", version])
+            .args(&files)
+            .output()
+            .expect("run kubernetes-validate");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "Kubernetes {version}:\n{text}");
+        assert_eq!(text.matches(" passed for resource ").count(), documents, "Kubernetes {version}:\n{text}");
+    }
 }
