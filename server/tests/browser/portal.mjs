@@ -584,6 +584,9 @@ display_name = "Test IdP"
     check(docker.includes(`device=${device}`) && k8s.includes('nvidia.com/mig-2g.20gb: 1') && k8s.includes('kubernetes.io/hostname: demo-node'),
       'tenant: "Use this slice" gives the environment line, a docker command and a Kubernetes snippet for the device');
     check(await active.locator('button.copy').count() === 3, 'tenant: each snippet has a copy button');
+    const k8sNote = (await active.locator('[data-testid=k8s-note]').textContent()).trim();
+    check(k8sNote.includes(`cannot pin this one (${device})`) && k8sNote.includes("another tenant's"),
+      `tenant: the Kubernetes snippet says plainly that the device plugin cannot pin the instance ("${k8sNote}")`);
     const requestLink = await active.locator(`a[href="/requests/${requestId}"]`).count();
     check(requestLink === 1, 'tenant: the allocation links to its request\'s page');
     const expiryText = await active.locator('[data-testid=expiry]').textContent();

@@ -26,6 +26,8 @@ pub struct Snippets {
     pub docker: String,
     /// A pod's container `resources.limits` and the node to run on.
     pub kubernetes: String,
+    /// What that snippet cannot do: the device plugin picks the instance, not Tessera.
+    pub kubernetes_note: String,
 }
 
 /// The snippets of an allocation, once it is active (it has a device).
@@ -38,6 +40,12 @@ pub fn snippets(a: &AllocationView) -> Option<Snippets> {
             "nodeSelector:\n  kubernetes.io/hostname: {}\ncontainers:\n- name: work\n  image: {CUDA_IMAGE}\n  \
              resources:\n    limits:\n      {}: 1",
             a.node, a.k8s_resource
+        ),
+        kubernetes_note: format!(
+            "NVIDIA's device plugin gives the pod a free {} of {}: it cannot pin this one ({device}), so the pod \
+             may get another instance of the node, another tenant's included. Only a DRA ResourceClaim selects \
+             one device (docs/kubernetes.md).",
+            a.k8s_resource, a.node
         ),
     })
 }
@@ -174,6 +182,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
                                 <div class="snippet"><pre data-testid="docker">{s.docker.clone()}</pre><CopyButton text=s.docker.clone() label="docker command" /></div>
                                 <h4>"In Kubernetes (pod spec)"</h4>
                                 <div class="snippet"><pre data-testid="k8s">{s.kubernetes.clone()}</pre><CopyButton text=s.kubernetes.clone() label="Kubernetes snippet" /></div>
+                                <p class="small warn" data-testid="k8s-note">{s.kubernetes_note.clone()}</p>
                             </div>
                         }.into_any(),
                     }
@@ -216,6 +225,8 @@ mod tests {
         assert!(s.docker.contains("--gpus '\"device=MIG-abc\"'"), "{}", s.docker);
         assert!(s.kubernetes.contains("nvidia.com/mig-1g.10gb: 1"), "{}", s.kubernetes);
         assert!(s.kubernetes.contains("kubernetes.io/hostname: demo-node-1"), "{}", s.kubernetes);
+        assert!(s.kubernetes_note.contains("cannot pin this one (MIG-abc)"), "{}", s.kubernetes_note);
+        assert!(s.kubernetes_note.contains("another tenant's"), "{}", s.kubernetes_note);
         assert_eq!(snippets(&allocation(false)), None);
         assert_eq!(state_text(&allocation(true)), "ready");
         assert_eq!(state_text(&allocation(false)), "being set up on the node");
