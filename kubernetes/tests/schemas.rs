@@ -27,6 +27,20 @@ fn python() -> String {
     path
 }
 
+/// Checks that the `objects` objects in `files` are valid, strictly, for every version of [`VERSIONS`].
+fn valid_for_every_version(python: &str, files: &[PathBuf], objects: usize) {
+    for version in VERSIONS {
+        let out = Command::new(python)
+            .args(["-m", "kubernetes_validate", "--strict", "-k", version])
+            .args(files)
+            .output()
+            .expect("run kubernetes-validate");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "Kubernetes {version}:\n{text}");
+        assert_eq!(text.matches(" passed for resource ").count(), objects, "Kubernetes {version}:\n{text}");
+    }
+}
+
 /// One of each object, as YAML documents by file name.
 fn objects() -> BTreeMap<&'static str, String> {
     let slice = |device| Slice {
@@ -72,16 +86,7 @@ fn every_object_is_valid_for_every_supported_kubernetes_version() {
         std::fs::write(&path, &yaml).expect("write");
         files.push(path);
     }
-    for version in VERSIONS {
-        let out = Command::new(&python)
-            .args(["-m", "kubernetes_validate", "--strict", "-k", version])
-            .args(&files)
-            .output()
-            .expect("run kubernetes-validate");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "Kubernetes {version}:\n{text}");
-        assert_eq!(text.matches(" passed for resource ").count(), files.len(), "Kubernetes {version}:\n{text}");
-    }
+    valid_for_every_version(&python, &files, files.len());
 }
 
 #[test]
@@ -116,14 +121,5 @@ fn the_shipped_manifests_are_valid_for_every_supported_kubernetes_version() {
         .map(|f| std::fs::read_to_string(f).expect("read").lines().filter(|l| l.starts_with("kind: ")).count())
         .sum();
     assert!(files.len() >= 2 && documents >= 10, "{files:?}: {documents} objects");
-    for version in VERSIONS {
-        let out = Command::new(&python)
-            .args(["-m", "kubernetes_validate", "--strict", "-k", version])
-            .args(&files)
-            .output()
-            .expect("run kubernetes-validate");
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "Kubernetes {version}:\n{text}");
-        assert_eq!(text.matches(" passed for resource ").count(), documents, "Kubernetes {version}:\n{text}");
-    }
+    valid_for_every_version(&python, &files, documents);
 }
