@@ -10,6 +10,7 @@ pub mod allocations;
 pub mod audit;
 pub mod budgets;
 pub mod catalog;
+pub mod clusters;
 pub mod cohorts;
 pub mod efficiency;
 pub mod layouts;

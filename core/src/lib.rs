@@ -8,6 +8,7 @@ pub mod api;
 pub mod budget;
 pub mod catalog;
 pub mod clock;
+pub mod cluster;
 pub mod cohort;
 pub mod defrag;
 pub mod efficiency;

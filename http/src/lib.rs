@@ -7,6 +7,7 @@ pub mod audit;
 pub mod auth;
 mod budgets;
 mod catalog;
+mod clusters;
 mod cohorts;
 mod docs;
 pub mod error;
@@ -75,6 +76,7 @@ pub fn time_param(name: &str, value: Option<i64>) -> Result<Option<i64>, error::
         (name = "reservations", description = "Slices booked for a window ahead, and the policies that bound them"),
         (name = "requests", description = "Slice requests and approvals"),
         (name = "fleet", description = "Nodes and GPUs"),
+        (name = "clusters", description = "Kubernetes clusters, the namespaces tenants get in them, and their nodes"),
         (name = "layouts", description = "MIG layout proposals"),
         (name = "people", description = "Users, memberships and API tokens"),
         (name = "audit", description = "Who changed what, when"),
@@ -129,6 +131,11 @@ fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(cohorts::create_cohort, cohorts::list_cohorts))
         .routes(routes!(cohorts::get_cohort, cohorts::update_cohort))
         .routes(routes!(cohorts::set_membership))
+        .routes(routes!(clusters::create_cluster, clusters::list_clusters))
+        .routes(routes!(clusters::get_cluster, clusters::update_cluster, clusters::delete_cluster))
+        .routes(routes!(clusters::govern_namespace, clusters::release_namespace))
+        .routes(routes!(clusters::set_node_cluster))
+        .routes(routes!(clusters::tenant_namespaces))
         .routes(routes!(quotas::create_quota_request))
         .routes(routes!(quotas::suggest_quota))
         .routes(routes!(quotas::quota_history))

@@ -7,11 +7,13 @@
 //! - the pod spec "Use this slice" gives, which references that claim ([`claim::pod`]);
 //! - a `ResourceQuota` from what the tenant holds there ([`quota`]), so that asking Kubernetes for a device
 //!   Tessera did not grant is refused by the API server itself;
-//! - the labels and annotations of a governed namespace ([`names::namespace_patch`]).
+//! - the labels and annotations of a governed namespace ([`names::namespace_patch`]);
+//! - what a cluster's governed namespaces should hold, and the changes that get them there ([`desired`]).
 //!
 //! Pure functions, no I/O: the controller that applies them with server-side apply sits above.
 
 pub mod claim;
+pub mod desired;
 pub mod names;
 pub mod quota;
 

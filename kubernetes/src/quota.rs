@@ -16,15 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::claim::{GPU_CLASS, MIG_CLASS};
 use crate::names;
 
-/// How a cluster hands out NVIDIA devices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// NVIDIA's DRA driver (Kubernetes 1.34 and later): MIG devices and whole GPUs through Tessera's claims only;
-    /// shares through the device plugin's `nvidia.com/gpu`.
-    Dra,
-    /// The device plugin only: it cannot pin a device, so the quota bounds how many of each the tenant's pods ask.
-    DevicePlugin,
-}
+/// How a cluster hands out NVIDIA devices (the rule is the core's: only a DRA claim pins a device).
+pub use tessera_core::cluster::Mode;
 
 /// What a tenant holds through Tessera in one namespace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

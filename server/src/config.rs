@@ -14,6 +14,9 @@
 //! [secrets]
 //! key = "base64 of 32 bytes"                         # TESSERA_SECRET_KEY
 //! old_keys = []                                      # TESSERA_SECRET_OLD_KEYS, comma-separated
+//!
+//! [kubernetes.kubeconfigs]                            # TESSERA_KUBECONFIGS="east=/etc/...,west=/etc/..."
+//! east = "/etc/tessera/kube/east.kubeconfig"          # clusters name these; the files are never stored or shown
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -47,6 +50,9 @@ pub struct FileConfig {
     /// The key webhook secrets are sealed with (see [`tessera_services::sealed`]).
     #[serde(default)]
     pub secrets: tessera_services::sealed::SecretsConfig,
+    /// Kubeconfigs of the clusters the server governs (see [`tessera_services::state::kubernetes`]).
+    #[serde(default)]
+    pub kubernetes: tessera_services::state::kubernetes::KubernetesConfig,
 }
 
 /// The `[webhooks]` table.
@@ -71,6 +77,7 @@ impl std::fmt::Debug for FileConfig {
             .field("email", &self.email)
             .field("webhooks", &self.webhooks)
             .field("secrets", &self.secrets)
+            .field("kubernetes", &self.kubernetes)
             .finish()
     }
 }
@@ -119,8 +126,9 @@ pub fn default_data_dir() -> PathBuf {
 /// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`,
 /// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, and the
 /// sign-in variables of [`with_auth_env`]) read through `env`. `TESSERA_WEBHOOK_ALLOW_INTERNAL`,
-/// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY` and `TESSERA_SECRET_OLD_KEYS` (comma-separated)
-/// win over the file's `[webhooks]` and `[secrets]`.
+/// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY`, `TESSERA_SECRET_OLD_KEYS` (comma-separated) and
+/// `TESSERA_KUBECONFIGS` (`name=path`, comma-separated) win over the file's `[webhooks]`, `[secrets]` and
+/// `[kubernetes]`; `KUBERNETES_SERVICE_HOST` (set in every pod) says the in-cluster service account is there.
 pub fn resolve(
     flags: Overrides,
     file: FileConfig,
@@ -188,6 +196,13 @@ pub fn resolve(
         key: env("TESSERA_SECRET_KEY").or(file.secrets.key),
         old_keys: env("TESSERA_SECRET_OLD_KEYS").map(list).unwrap_or(file.secrets.old_keys),
     };
+    let kubernetes = tessera_services::state::kubernetes::KubernetesSettings {
+        kubeconfigs: match env("TESSERA_KUBECONFIGS") {
+            Some(v) => tessera_services::state::kubernetes::parse_kubeconfigs(&v)?,
+            None => file.kubernetes.kubeconfigs,
+        },
+        in_cluster: env("KUBERNETES_SERVICE_HOST").is_some(),
+    };
     let listen = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let email = file.email.resolve(env, &listen)?;
     Ok(crate::serve::Settings {
@@ -212,6 +227,7 @@ pub fn resolve(
         webhooks,
         secrets,
         email,
+        kubernetes,
     })
 }
 

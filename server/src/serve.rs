@@ -50,6 +50,8 @@ pub struct Settings {
     pub secrets: tessera_services::sealed::SecretsConfig,
     /// Mail (`[email]`, `TESSERA_SMTP_URL`...); `None`: no mail is sent.
     pub email: Option<tessera_services::email::EmailSettings>,
+    /// What the server reaches Kubernetes clusters with (`[kubernetes]`, `TESSERA_KUBECONFIGS`).
+    pub kubernetes: tessera_services::state::kubernetes::KubernetesSettings,
 }
 
 impl std::fmt::Debug for Settings {
@@ -71,6 +73,7 @@ impl std::fmt::Debug for Settings {
             .field("webhooks", &self.webhooks)
             .field("secrets", &self.secrets)
             .field("email", &self.email)
+            .field("kubernetes", &self.kubernetes)
             .finish()
     }
 }
@@ -206,6 +209,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         sends: Default::default(),
         email: settings.email.clone(),
         inbox: Default::default(),
+        kubernetes: settings.kubernetes.clone(),
     }));
     Ok((state, generated))
 }

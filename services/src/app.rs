@@ -62,6 +62,8 @@ pub struct App {
     pub email: Option<crate::email::EmailSettings>,
     /// What the inbox streams follow.
     pub inbox: crate::state::inbox::InboxWatch,
+    /// What the server reaches Kubernetes clusters with.
+    pub kubernetes: crate::state::kubernetes::KubernetesSettings,
 }
 
 /// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).

@@ -191,6 +191,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::QuotaAsk(e) => ApiError::invalid(e.code(), e.to_string()),
             StoreError::Rule { code, detail } => ApiError::invalid(code, detail),
+            StoreError::InUse { code, detail } => ApiError::conflict(code, detail),
             s @ StoreError::QuotaState { .. } => {
                 ApiError::Conflict { code: "quota_request_invalid_transition", detail: s.to_string(), errors: vec![] }
             }

@@ -11,6 +11,7 @@ pub mod audit;
 pub mod auth;
 pub mod budgets;
 pub mod calendar;
+pub mod clusters;
 pub mod cohorts;
 pub mod connections;
 pub mod efficiency;

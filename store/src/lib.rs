@@ -17,6 +17,7 @@ pub mod audit;
 pub mod auth;
 pub mod batch;
 pub mod changes;
+pub mod clusters;
 pub mod cohorts;
 pub mod efficiency;
 pub mod fleet;
@@ -92,6 +93,14 @@ pub enum StoreError {
         /// Stable machine-readable code.
         code: &'static str,
         /// What is wrong and what to do.
+        detail: String,
+    },
+    /// A change that conflicts with what exists, with a stable code (deleting what others still use).
+    #[error("{detail}")]
+    InUse {
+        /// Stable machine-readable code.
+        code: &'static str,
+        /// What still uses it and what to do.
         detail: String,
     },
     /// A database error, as text (one error shared by every request of a failed batch).

@@ -117,6 +117,7 @@ pub fn TenantsAdminPage() -> impl IntoView {
                 })}
             </Transition>
             <super::cohorts::CohortsCard />
+            <super::clusters::ClustersCard />
         </section>
     }
 }

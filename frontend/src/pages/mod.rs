@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod approvals;
 pub mod audit;
+pub mod clusters;
 pub mod cohorts;
 pub mod fleet;
 pub mod governance;

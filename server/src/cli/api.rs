@@ -104,7 +104,9 @@ impl Api {
         let status = resp.status();
         let text = resp.text().await.map_err(|e| CliError::BadInput(format!("reading the answer: {e}")))?;
         if status.is_success() {
-            return serde_json::from_str(&text).map(Answer::Ok).map_err(|e| {
+            // No content (204) reads as `null`, which `()` and options decode.
+            let text = if text.trim().is_empty() { "null" } else { text.as_str() };
+            return serde_json::from_str(text).map(Answer::Ok).map_err(|e| {
                 CliError::BadInput(format!("the server's answer to {path} is not what this client knows: {e}"))
             });
         }

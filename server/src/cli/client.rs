@@ -194,6 +194,8 @@ pub enum ApiCommand {
     Quota(super::quota::QuotaCommand),
     /// `tessera reservation ...`.
     Reservation(super::reservation::ReservationCommand),
+    /// `tessera cluster ...`.
+    Cluster(super::cluster::ClusterCommand),
 }
 
 pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8, CliError> {
@@ -254,6 +256,7 @@ pub fn run(conn: Connection, cmd: ApiCommand, out: &mut dyn Write) -> Result<u8,
             }
             ApiCommand::Quota(cmd) => return super::quota::run(&api, cmd, out).await,
             ApiCommand::Reservation(cmd) => return super::reservation::run(&api, cmd, out).await,
+            ApiCommand::Cluster(cmd) => return super::cluster::run(&api, cmd, out).await,
         };
         match cmd {
             RequestCommand::Create { ask, idempotency_key } => {

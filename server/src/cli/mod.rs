@@ -5,6 +5,7 @@
 
 mod api;
 mod client;
+mod cluster;
 mod error;
 mod mig;
 mod quota;
@@ -73,6 +74,13 @@ enum Command {
         #[command(subcommand)]
         cmd: reservation::ReservationCommand,
     },
+    /// Kubernetes clusters on a running server: register them, give tenants namespaces in them, put nodes in them.
+    Cluster {
+        #[command(flatten)]
+        conn: api::Connection,
+        #[command(subcommand)]
+        cmd: cluster::ClusterCommand,
+    },
     /// Nodes on a running server: join tokens for node agents, the node list.
     Node {
         #[command(flatten)]
@@ -116,6 +124,7 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
         Command::Node { conn, cmd } => client::run(conn, client::ApiCommand::Node(cmd), out),
         Command::Quota { conn, cmd } => client::run(conn, client::ApiCommand::Quota(cmd), out),
         Command::Reservation { conn, cmd } => client::run(conn, client::ApiCommand::Reservation(cmd), out),
+        Command::Cluster { conn, cmd } => client::run(conn, client::ApiCommand::Cluster(cmd), out),
         Command::User { place, cmd } => user::run(place, cmd, &mut std::io::stdin().lock(), out),
     };
     match result {

@@ -979,6 +979,32 @@ display_name = "Test IdP"
     await page.goto(`${base}/admin/tenants`);
     await page.locator('[data-testid=cohorts]', { hasText: 'lab' }).waitFor();
     check((await page.locator('[data-testid=cohorts]').textContent()).includes('research'), 'tenants: the cohorts card lists lab with research in it');
+    // Kubernetes clusters (root, same page): register one through the form, give research a namespace in it, give
+    // it up; what the card says is what the API says.
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const clustersCard = page.locator('[data-testid=clusters]');
+    await clustersCard.locator('input[name=cluster-name]').fill('portal-prod');
+    await clustersCard.locator('select[name=cluster-mode]').selectOption('dra');
+    await clustersCard.locator('[data-testid=cluster-create] button[type=submit]').click();
+    const clusterBox = clustersCard.locator('[data-cluster=portal-prod]');
+    await clusterBox.waitFor();
+    const registered = (await api('GET', '/api/v1/clusters')).find((c) => c.name === 'portal-prod');
+    const problemShown = (await clusterBox.locator('[data-testid=cluster-problem]').textContent()).trim();
+    check(registered && registered.mode === 'dra' && registered.kubeconfig === null && problemShown.includes(registered.credentials_problem),
+      `clusters: a cluster registered through the form reads as the API has it, and says why it cannot be reached ("${problemShown}")`);
+    await clustersCard.locator('select[name=govern-cluster]').selectOption({ label: 'portal-prod' });
+    await clustersCard.locator('input[name=govern-namespace]').fill('ml-research');
+    await clustersCard.locator('select[name=govern-tenant]').selectOption({ label: 'research' });
+    await clustersCard.locator('[data-testid=namespace-govern] button[type=submit]').click();
+    const nsRow = clusterBox.locator('tr[data-namespace=ml-research]');
+    await nsRow.waitFor();
+    const researchNs = await api('GET', `/api/v1/tenants/${research.id}/namespaces`);
+    check(researchNs.length === 1 && researchNs[0].namespace === 'ml-research' && (await nsRow.textContent()).includes('research'),
+      'clusters: the namespace given through the form is research\'s, in the card and in the API');
+    await nsRow.locator('button', { hasText: 'Give up' }).click();
+    await nsRow.waitFor({ state: 'detached' });
+    check((await api('GET', `/api/v1/tenants/${research.id}/namespaces`)).length === 0, 'clusters: "Give up" gives the namespace up');
+    await api('DELETE', `/api/v1/clusters/${registered.id}`);
     await api('POST', `/api/v1/requests/${lenderAsk.id}/cancel`);
 
     // Quota over time on the dashboard: 30 days by the hour, then 7.

@@ -31,6 +31,7 @@ on_both_backends!(
     the_smaller_slice_replaces_its_request_once_active,
     a_request_is_replaced_whole_and_by_one_request_at_a_time,
     prices_cost_what_is_held_and_wasted_and_the_history_keeps_each_day,
+    a_clusters_allocations_are_the_active_ones_on_its_nodes,
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
@@ -1233,4 +1234,37 @@ async fn prices_cost_what_is_held_and_wasted_and_the_history_keeps_each_day(db: 
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, _) = app.get("/api/v1/efficiency/history", &alice).await;
     assert_eq!(s, StatusCode::FORBIDDEN);
+}
+
+/// What a cluster's objects are built from: the active allocations on its nodes (with their device), whichever
+/// tenant holds them; none once the node leaves the cluster or the request is released.
+async fn a_clusters_allocations_are_the_active_ones_on_its_nodes(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("team-a", json!({"auto_approve": true, "auto_approve_max_compute_slices": 8}), 8).await;
+    let dev = app.member("ann", &t).await;
+    let (s, c) =
+        app.send(Method::POST, "/api/v1/clusters", &app.admin, Some(json!({"name": "prod", "mode": "dra"}))).await;
+    assert_eq!(s, StatusCode::CREATED, "{c}");
+    let cluster = c["id"].as_str().expect("id").to_string();
+    assert_eq!(app.store.cluster_allocations(&cluster).await.expect("read"), [], "no nodes yet");
+    let (request, active) = app.active(&dev, &t, "1g.10gb", 2).await;
+    assert_eq!(app.store.cluster_allocations(&cluster).await.expect("read"), [], "the node is in no cluster");
+    let path = format!("/api/v1/nodes/{}/cluster", app.node_id);
+    let (s, p) = app.send(Method::PUT, &path, &app.admin, Some(json!({"cluster": "prod"}))).await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{p}");
+    let found = app.store.cluster_allocations(&cluster).await.expect("read");
+    let mut expected: Vec<(String, String, String)> = active
+        .iter()
+        .map(|a| {
+            (a["id"].as_str().unwrap_or("").into(), a["device_uuid"].as_str().unwrap_or("").into(), "1g.10gb".into())
+        })
+        .collect();
+    expected.sort();
+    let got: Vec<(String, String, String)> =
+        found.iter().map(|a| (a.id.clone(), a.device_uuid.clone(), a.profile.clone())).collect();
+    assert_eq!(got, expected);
+    assert!(found.iter().all(|a| a.tenant_id == t && a.request_id == request));
+    let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{request}/release"), &dev, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(app.store.cluster_allocations(&cluster).await.expect("read"), [], "released: nothing to claim");
 }

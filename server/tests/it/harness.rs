@@ -155,9 +155,16 @@ pub(crate) struct AppBuilder {
     strict_webhooks: bool,
     stream_lifetime: Option<std::time::Duration>,
     webhook_allow: Vec<String>,
+    kubernetes: tessera_server::services::state::kubernetes::KubernetesSettings,
 }
 
 impl AppBuilder {
+    /// The server's settings name these kubeconfigs (`[kubernetes.kubeconfigs]`).
+    pub(crate) fn kubeconfigs(mut self, named: &[(&str, &str)]) -> AppBuilder {
+        self.kubernetes.kubeconfigs = named.iter().map(|(n, p)| (n.to_string(), p.into())).collect();
+        self
+    }
+
     /// Tenants' webhooks may not reach internal addresses, as by default in `tessera serve` (the other tests' receivers
     /// listen on 127.0.0.1, which only `TESSERA_WEBHOOK_ALLOW_INTERNAL` allows).
     pub(crate) fn strict_webhooks(mut self) -> AppBuilder {
@@ -243,6 +250,7 @@ impl AppBuilder {
             },
             // One key for every server of a test, as replicas of one deployment share theirs.
             secrets: tessera_server::sealed::SecretsConfig { key: Some(TEST_SECRET_KEY.to_string()), old_keys: vec![] },
+            kubernetes: self.kubernetes,
             ..Settings::default()
         };
         let (state, generated) = prepare(&settings).await.expect("prepare");
@@ -307,6 +315,7 @@ impl TestApp {
             strict_webhooks: false,
             stream_lifetime: None,
             webhook_allow: Vec::new(),
+            kubernetes: Default::default(),
         }
     }
 

@@ -39,6 +39,8 @@ struct World {
     join_token_id: String,
     layout: String,
     cohort: String,
+    /// A cluster in which B has a namespace (so that deleting the cluster is refused).
+    cluster: String,
     _app: TestApp,
 }
 
@@ -194,6 +196,17 @@ async fn world() -> World {
     let r = call(Method::POST, "/api/v1/cohorts", json!({"name": "matrix-cohort"})).await.expect("send");
     assert_eq!(r.status(), StatusCode::CREATED);
     let cohort = r.json::<Value>().await.expect("json")["id"].as_str().expect("cohort").to_string();
+    let r =
+        call(Method::POST, "/api/v1/clusters", json!({"name": "matrix-cluster", "mode": "dra"})).await.expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let cluster = r.json::<Value>().await.expect("json")["id"].as_str().expect("cluster").to_string();
+    // `b-matrix` is the fixture of the namespace routes (given up, then given again); `b-kept` stays.
+    for ns in ["b-kept", "b-matrix"] {
+        let r = call(Method::PUT, &format!("/api/v1/clusters/{cluster}/namespaces/{ns}"), json!({"tenant": b}))
+            .await
+            .expect("send");
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
     let node = new_node_secret();
     store.create_node_credential(&node_id, &token_hash(&node), "test").await.expect("node credential");
     let join_token_id =
@@ -222,6 +235,7 @@ async fn world() -> World {
         join_token_id,
         layout,
         cohort,
+        cluster,
         _app: app,
     }
 }
@@ -277,6 +291,8 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
             ("join-tokens", "{id}") => w.join_token_id.clone(),
             ("models", "{model}") => "H100-80GB".into(),
             ("cohorts", "{id}") => w.cohort.clone(),
+            ("clusters", "{id}") => w.cluster.clone(),
+            ("namespaces", "{namespace}") => "b-matrix".into(),
             // The delivery belongs to the first endpoint, which is never deleted.
             ("webhooks", "{id}") if template.contains("{delivery}") => w.b_webhooks[0].clone(),
             ("webhooks", "{id}") => w.b_webhooks[1 + round % (w.b_webhooks.len() - 1)].clone(),
@@ -329,6 +345,10 @@ fn concrete(w: &World, method: &str, template: &str, round: usize) -> (String, V
         ("put", "/api/v1/tenants/{id}/policy") => json!({"auto_approve": false}),
         ("post", "/api/v1/cohorts") => json!({"name": format!("c-{}", &unique[20..])}),
         ("patch", "/api/v1/cohorts/{id}") => json!({"grace_s": 60}),
+        ("post", "/api/v1/clusters") => json!({"name": format!("c-{}", &unique[20..]), "mode": "dra"}),
+        ("patch", "/api/v1/clusters/{id}") => json!({"mode": "dra"}),
+        ("put", "/api/v1/clusters/{id}/namespaces/{namespace}") => json!({"tenant": w.b_tenant}),
+        ("put", "/api/v1/nodes/{id}/cluster") => json!({"cluster": w.cluster}),
         ("put", "/api/v1/tenants/{id}/cohort") => json!({"cohort": w.cohort, "weight": 2}),
         ("put", "/api/v1/tenants/{id}/budget") => json!({"limits": {"compute_slice_hours": 100}}),
         ("post", "/api/v1/requests/preview") => {

@@ -4,6 +4,7 @@ mod admin;
 mod agents;
 mod api;
 mod cli_mig;
+mod clusters;
 mod cohorts;
 mod cost;
 mod defrag;

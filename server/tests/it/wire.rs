@@ -44,6 +44,8 @@ fn decode(what: &str, schema: &str, v: &Value) {
         "AuditPage" => audit::AuditPage,
         "AuditView" => audit::AuditView,
         "CohortView" => cohorts::CohortView,
+        "ClusterView" => tessera_api::clusters::ClusterView,
+        "NamespaceView" => tessera_api::clusters::NamespaceView,
         "BudgetView" => tessera_api::budgets::BudgetView,
         "WebhookSecret" => tessera_api::notifications::WebhookSecret,
         "WebhookView" => tessera_api::notifications::WebhookView,
@@ -314,6 +316,18 @@ async fn every_json_answer_decodes_into_the_documented_wire_type_and_back() {
     let ask = json!({"tenant": t, "spec": {"mode": "mig", "profile": "1g.10gb"}, "count": 1});
     let p = w.call(&admin, M::POST, "/api/v1/requests/preview", "/api/v1/requests/preview", Some(ask), S::OK).await;
     assert!(p["outcome"].is_string(), "{p}");
+    // Clusters: registered, listed, read, changed; the tenant is given a namespace (new, then again).
+    let (m, p) = ("/api/v1/clusters", "/api/v1/clusters");
+    let cluster = id(&w.call(&admin, M::POST, m, p, Some(json!({"name": "wire", "mode": "dra"})), S::CREATED).await);
+    w.call(&admin, M::GET, m, p, None, S::OK).await;
+    let (m, p) = ("/api/v1/clusters/{id}", format!("/api/v1/clusters/{cluster}"));
+    w.call(&admin, M::GET, m, &p, None, S::OK).await;
+    w.call(&admin, M::PATCH, m, &p, Some(json!({"mode": "device_plugin"})), S::OK).await;
+    let (m, p) = ("/api/v1/clusters/{id}/namespaces/{namespace}", format!("/api/v1/clusters/{cluster}/namespaces/ml"));
+    w.call(&admin, M::PUT, m, &p, Some(json!({"tenant": t})), S::CREATED).await;
+    w.call(&admin, M::PUT, m, &p, Some(json!({"tenant": t})), S::OK).await;
+    let p = format!("/api/v1/tenants/{t}/namespaces");
+    w.call(&admin, M::GET, "/api/v1/tenants/{id}/namespaces", &p, None, S::OK).await;
     // Cohorts: created, listed, read, changed; the tenant joins one.
     let cohort =
         w.call(&admin, M::POST, "/api/v1/cohorts", "/api/v1/cohorts", Some(json!({"name": "wire"})), S::CREATED).await;

@@ -6,4 +6,5 @@ pub mod budgets;
 pub mod coalesced;
 pub mod delivery;
 pub mod inbox;
+pub mod kubernetes;
 pub mod prepared;
