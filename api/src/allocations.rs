@@ -45,6 +45,29 @@ pub struct AllocationView {
     /// The tenant (name) it is taken back for, when known.
     #[serde(default)]
     pub reclaim_for: Option<String>,
+    /// Its Kubernetes ResourceClaims, one in each of its tenant's namespaces of the cluster its node is in, as the
+    /// cluster last showed them. Empty while its node is in no cluster, on a device-plugin cluster, for a share
+    /// (which no claim can pin), or before the controller has written them.
+    #[serde(default)]
+    pub claims: Vec<ClaimView>,
+}
+
+/// A ResourceClaim of an allocation, as its cluster last showed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClaimView {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The claim's name: a pod in the namespace references it (`resourceClaims[].resourceClaimName`).
+    pub name: String,
+    /// The DRA driver allocated it its device.
+    pub allocated: bool,
+    /// The pods it is reserved for: the pods using the slice.
+    pub pods: Vec<String>,
+    /// When the cluster showed this, UTC milliseconds.
+    pub observed_at_ms: i64,
 }
 
 /// Query.

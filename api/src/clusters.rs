@@ -57,6 +57,22 @@ pub struct ClusterView {
     pub namespaces: Vec<NamespaceView>,
     /// Its nodes, by name.
     pub nodes: Vec<ClusterNode>,
+    /// How the controller's last reconcile of it went.
+    pub sync: ClusterSync,
+}
+
+/// How the controller's last reconcile of a cluster went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterSync {
+    /// When the last reconcile completed (every governed namespace holds what Tessera says), UTC milliseconds;
+    /// null: none has yet.
+    pub synced_at_ms: Option<i64>,
+    /// What went wrong since (the cluster unreachable, a call refused, a governed namespace missing); null when
+    /// nothing did.
+    pub error: Option<String>,
+    /// When it went wrong, UTC milliseconds.
+    pub error_at_ms: Option<i64>,
 }
 
 /// A node of a cluster.

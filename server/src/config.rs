@@ -17,6 +17,8 @@
 //!
 //! [kubernetes.kubeconfigs]                            # TESSERA_KUBECONFIGS="east=/etc/...,west=/etc/..."
 //! east = "/etc/tessera/kube/east.kubeconfig"          # clusters name these; the files are never stored or shown
+//! # [kubernetes] eviction_grace_s = 30                # pods of a claim whose allocation ended get this long
+//! # [kubernetes] controller = true                    # false: this replica never runs the controller
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -202,6 +204,12 @@ pub fn resolve(
             None => file.kubernetes.kubeconfigs,
         },
         in_cluster: env("KUBERNETES_SERVICE_HOST").is_some(),
+        eviction_grace_s: file
+            .kubernetes
+            .eviction_grace_s
+            .unwrap_or(tessera_services::state::kubernetes::DEFAULT_EVICTION_GRACE_S),
+        timing: Default::default(),
+        controller: file.kubernetes.controller.unwrap_or(true),
     };
     let listen = flags.listen.or(file.listen).unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let email = file.email.resolve(env, &listen)?;
@@ -346,6 +354,27 @@ mod tests {
         assert_eq!(s.webhooks.reach.nets, ["192.168.7.7/32".parse::<ip_network::IpNetwork>().expect("net")]);
         assert_eq!(s.webhooks.reach.hosts, ["hooks.lan"]);
         assert_eq!((s.secrets.key.as_deref(), s.secrets.old_keys.len()), (Some("env-key"), 2));
+    }
+
+    #[test]
+    fn kubeconfigs_and_the_controller_come_from_the_file_or_the_environment() {
+        let file: FileConfig = toml::from_str(
+            "[kubernetes]\neviction_grace_s = 90\ncontroller = false\n\
+             [kubernetes.kubeconfigs]\neast = \"/etc/k/east\"\n",
+        )
+        .expect("toml");
+        let s = resolve(Overrides::default(), file.clone(), env_of(&[])).expect("settings");
+        let k = &s.kubernetes;
+        assert_eq!((k.eviction_grace_s, k.controller, k.in_cluster), (90, false, false));
+        assert_eq!(k.kubeconfigs.keys().collect::<Vec<_>>(), ["east"]);
+        let env = env_of(&[("TESSERA_KUBECONFIGS", "west=/etc/k/west"), ("KUBERNETES_SERVICE_HOST", "10.0.0.1")]);
+        let s = resolve(Overrides::default(), file, env).expect("settings");
+        assert_eq!(s.kubernetes.kubeconfigs.keys().collect::<Vec<_>>(), ["west"], "the environment wins");
+        assert!(s.kubernetes.in_cluster);
+        let defaults = resolve(Overrides::default(), FileConfig::default(), env_of(&[])).expect("settings");
+        assert_eq!((defaults.kubernetes.eviction_grace_s, defaults.kubernetes.controller), (30, true));
+        let bad = resolve(Overrides::default(), FileConfig::default(), env_of(&[("TESSERA_KUBECONFIGS", "east")]));
+        assert!(bad.is_err_and(|e| e.contains("name=path")));
     }
 
     #[test]

@@ -268,6 +268,15 @@ pub async fn serve(
         state.secrets.clone(),
         state.email.clone(),
     );
+    let (stop_controller, controller_stopped) = tokio::sync::watch::channel(false);
+    let controller = state.kubernetes.controller.then(|| {
+        tokio::spawn(tessera_controller::run(
+            state.store.clone(),
+            state.catalog,
+            controller_settings(&state.kubernetes),
+            controller_stopped,
+        ))
+    });
     let sweeping = state.clone();
     let sweeper = tokio::spawn(async move {
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
@@ -377,6 +386,13 @@ pub async fn serve(
     let app = tessera_http::router(state, |api| tessera_portal::routes(api, site));
     let served = tessera_http::listen::serve(listener, app, limits, shutdown).await;
     sweeper.abort();
+    // The controller gives its lease up, so that another replica takes over at once.
+    let _ = stop_controller.send(true);
+    if let Some(controller) = controller
+        && tokio::time::timeout(std::time::Duration::from_secs(5), controller).await.is_err()
+    {
+        tracing::warn!("the Kubernetes controller did not stop within 5 s");
+    }
     webhooks.abort();
     agents.abort();
     telemetry.abort();
@@ -387,6 +403,21 @@ pub async fn serve(
     }
     served?;
     Ok(())
+}
+
+/// The controller's settings from the server's: this replica is named after its host (a pod's name) and a random
+/// id.
+fn controller_settings(k: &tessera_services::state::kubernetes::KubernetesSettings) -> tessera_controller::Settings {
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "tessera".to_string());
+    let holder = format!("{host}-{}", uuid::Uuid::new_v4().simple());
+    tessera_controller::Settings {
+        tick: k.timing.tick,
+        resync: k.timing.resync,
+        lease_ttl: k.timing.lease_ttl,
+        max_backoff: k.timing.max_backoff,
+        eviction_grace_s: i64::from(k.eviction_grace_s),
+        ..tessera_controller::Settings::new(k.kubeconfigs.clone(), k.in_cluster, holder)
+    }
 }
 
 #[cfg(test)]

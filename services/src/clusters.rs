@@ -1,7 +1,7 @@
 //! Kubernetes clusters (platform admins register them and say how they are reached), the namespaces in them that
 //! belong to tenants, and the nodes in each. A tenant's members read their tenant's namespaces.
 
-use tessera_api::clusters::{ClusterNode, ClusterUpdate, ClusterView, NamespaceView, NewCluster};
+use tessera_api::clusters::{ClusterNode, ClusterSync, ClusterUpdate, ClusterView, NamespaceView, NewCluster};
 use tessera_core::cluster::{namespace_problem, valid_cluster_name};
 use tessera_store::Principal;
 use tessera_store::clusters::{Cluster, ClusterChange, GovernedNamespace};
@@ -10,8 +10,10 @@ use crate::app::AppState;
 use crate::auth::Permissions;
 use crate::error::ApiError;
 
-fn view(state: &AppState, c: Cluster) -> ClusterView {
-    ClusterView {
+async fn view(state: &AppState, c: Cluster) -> Result<ClusterView, ApiError> {
+    let sync = state.store.cluster_sync(&c.id).await?;
+    Ok(ClusterView {
+        sync: ClusterSync { synced_at_ms: sync.synced_at_ms, error: sync.error, error_at_ms: sync.error_at_ms },
         credentials_problem: state.kubernetes.credentials_problem(c.kubeconfig.as_deref()),
         id: c.id,
         name: c.name,
@@ -20,7 +22,7 @@ fn view(state: &AppState, c: Cluster) -> ClusterView {
         created_at_ms: c.created_at_ms,
         namespaces: c.namespaces.into_iter().map(namespace_view).collect(),
         nodes: c.nodes.into_iter().map(|(id, name)| ClusterNode { id, name }).collect(),
-    }
+    })
 }
 
 fn namespace_view(n: GovernedNamespace) -> NamespaceView {
@@ -62,13 +64,17 @@ pub async fn create(state: &AppState, p: &Principal, body: &NewCluster) -> Resul
     }
     check_kubeconfig(state, body.kubeconfig.as_deref())?;
     let c = state.store.create_cluster(&body.name, body.mode, body.kubeconfig.as_deref(), &p.actor()).await?;
-    Ok(view(state, c))
+    view(state, c).await
 }
 
 /// Every cluster with its namespaces and nodes (platform admins).
 pub async fn list(state: &AppState, p: &Principal) -> Result<Vec<ClusterView>, ApiError> {
     p.require_platform_admin()?;
-    Ok(state.store.clusters().await?.into_iter().map(|c| view(state, c)).collect())
+    let mut out = Vec::new();
+    for c in state.store.clusters().await? {
+        out.push(view(state, c).await?);
+    }
+    Ok(out)
 }
 
 async fn find(state: &AppState, key: &str) -> Result<Cluster, ApiError> {
@@ -84,7 +90,7 @@ async fn find(state: &AppState, key: &str) -> Result<Cluster, ApiError> {
 /// A cluster by id or name (platform admins).
 pub async fn get(state: &AppState, p: &Principal, key: &str) -> Result<ClusterView, ApiError> {
     p.require_platform_admin()?;
-    Ok(view(state, find(state, key).await?))
+    view(state, find(state, key).await?).await
 }
 
 /// Changes a cluster's mode or credentials (platform admins).
@@ -95,7 +101,7 @@ pub async fn update(state: &AppState, p: &Principal, key: &str, body: &ClusterUp
     }
     let c = find(state, key).await?;
     let change = ClusterChange { mode: body.mode, kubeconfig: body.kubeconfig.clone() };
-    Ok(view(state, state.store.update_cluster(&c.id, &change, &p.actor()).await?))
+    view(state, state.store.update_cluster(&c.id, &change, &p.actor()).await?).await
 }
 
 /// Forgets a cluster (platform admins); refused while it governs namespaces.

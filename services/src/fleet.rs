@@ -157,6 +157,13 @@ pub async fn allocations(
     let devices = state.store.allocation_devices(tenant).await?;
     let expiries = state.store.allocation_expiries(tenant).await?;
     let now = tessera_store::now_ms();
+    let ids: Vec<String> = allocations.iter().map(|a| a.id.clone()).collect();
+    let claims = state.store.allocation_claims(&ids).await?;
+    let clusters: Vec<(String, String)> = if claims.is_empty() {
+        vec![]
+    } else {
+        state.store.clusters().await?.into_iter().map(|c| (c.id, c.name)).collect()
+    };
     let views = allocations
         .into_iter()
         .filter_map(|a| {
@@ -169,7 +176,24 @@ pub async fn allocations(
                 Some((_, d, _)) => (Some(d.clone()), false),
                 None => (None, false),
             };
+            let claims = claims
+                .iter()
+                .filter(|c| c.allocation_id == a.id)
+                .map(|c| tessera_api::allocations::ClaimView {
+                    cluster: clusters
+                        .iter()
+                        .find(|(id, _)| *id == c.cluster_id)
+                        .map(|(_, n)| n.clone())
+                        .unwrap_or_default(),
+                    namespace: c.namespace.clone(),
+                    name: c.claim.clone(),
+                    allocated: c.allocated,
+                    pods: c.pod_names(),
+                    observed_at_ms: c.observed_at_ms,
+                })
+                .collect();
             Some(AllocationView {
+                claims,
                 k8s_resource: if whole {
                     "nvidia.com/gpu".to_string()
                 } else {

@@ -19,6 +19,7 @@ pub mod batch;
 pub mod changes;
 pub mod clusters;
 pub mod cohorts;
+pub mod controller;
 pub mod efficiency;
 pub mod fleet;
 pub mod governance;

@@ -24,6 +24,15 @@ pub fn credentials_text(c: &ClusterView) -> String {
     }
 }
 
+/// How the controller's last reconcile went, in words.
+pub fn sync_text(c: &ClusterView) -> String {
+    match (&c.sync.error, c.sync.synced_at_ms) {
+        (Some(e), _) => format!("Not in step: {e}"),
+        (None, Some(at)) => format!("In step with Tessera (last checked {}).", crate::pages::datetime(at)),
+        (None, None) => "Not reconciled yet.".to_string(),
+    }
+}
+
 /// The clusters card.
 #[component]
 pub fn ClustersCard() -> impl IntoView {
@@ -164,6 +173,7 @@ fn cluster_view(c: ClusterView, release: impl Fn(NamespaceView) + Copy + Send + 
         <div class="cluster" data-cluster=c.name.clone()>
             <h3>{c.name.clone()}<span class="muted small">{format!(" · {} · {}", mode_text(c.mode), credentials_text(&c))}</span></h3>
             {problem}
+            <p class="small" class:error=c.sync.error.is_some() data-testid="cluster-sync">{sync_text(&c)}</p>
             <p class="muted small">{nodes}</p>
             {empty}
             {(!c.namespaces.is_empty()).then(|| view! {
@@ -206,9 +216,13 @@ mod tests {
             created_at_ms: 0,
             namespaces: vec![],
             nodes: vec![],
+            sync: Default::default(),
         };
         assert_eq!(credentials_text(&c), "kubeconfig east from the server's settings");
         c.kubeconfig = None;
         assert_eq!(credentials_text(&c), "the server's in-cluster service account");
+        assert_eq!(sync_text(&c), "Not reconciled yet.");
+        c.sync.error = Some("listing Tessera's ResourceClaims: 503".into());
+        assert_eq!(sync_text(&c), "Not in step: listing Tessera's ResourceClaims: 503");
     }
 }

@@ -35,9 +35,9 @@ on_both_backends!(
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
-struct App {
-    app: TestApp,
-    node_id: String,
+pub(crate) struct App {
+    pub(crate) app: TestApp,
+    pub(crate) node_id: String,
     node_secret: String,
     /// `(gpu uuid, instance)` of every instance reported so far (each status report lists them all).
     reported: Mutex<Vec<(String, Value)>>,
@@ -51,7 +51,11 @@ impl std::ops::Deref for App {
 }
 
 async fn spawn(db: &TestDb) -> App {
-    let app = TestApp::on(db).auto_layout().start().await;
+    with_node_credential(TestApp::on(db).auto_layout().start().await).await
+}
+
+/// `app` (started with the demo node, auto-layout on) with the demo node's credential, to report as its agent.
+pub(crate) async fn with_node_credential(app: TestApp) -> App {
     let node = app.store.nodes().await.expect("nodes").into_iter().next().expect("the demo node");
     let node_secret = new_node_secret();
     app.store.create_node_credential(&node.id, &token_hash(&node_secret), "test").await.expect("credential");
@@ -60,7 +64,7 @@ async fn spawn(db: &TestDb) -> App {
 
 impl App {
     /// A tenant (created by the admin, with `extra` fields) with a compute-slice limit.
-    async fn limited_tenant(&self, name: &str, extra: Value, compute_slices: u32) -> String {
+    pub(crate) async fn limited_tenant(&self, name: &str, extra: Value, compute_slices: u32) -> String {
         let id = self.tenant(name, extra).await;
         let r = self.quota(&id, json!({ "compute_slices": compute_slices })).await;
         assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap_or_default());
@@ -76,7 +80,7 @@ impl App {
 
     /// Asks, has the admin approve, and reports the reserved instances as the node's agent would: the request is
     /// active. Returns its id and its allocations (with their `device_uuid`).
-    async fn active(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (String, Vec<Value>) {
+    pub(crate) async fn active(&self, token: &str, tenant: &str, profile: &str, count: u32) -> (String, Vec<Value>) {
         let (s, request) = self.ask(token, tenant, profile, count).await;
         assert_eq!(s, StatusCode::CREATED, "{request}");
         self.activate(tenant, &request, count).await
@@ -84,7 +88,7 @@ impl App {
 
     /// Has the admin approve `request` (as created) if it is pending, and reports its `count` reserved instances as
     /// the node's agent would: it is active. Returns its id and its allocations.
-    async fn activate(&self, tenant: &str, request: &Value, count: u32) -> (String, Vec<Value>) {
+    pub(crate) async fn activate(&self, tenant: &str, request: &Value, count: u32) -> (String, Vec<Value>) {
         let id = request["id"].as_str().expect("id").to_string();
         if request["state"] == "pending" {
             let (s, v) = self.send(Method::POST, &format!("/api/v1/requests/{id}/approve"), &self.admin, None).await;

@@ -159,6 +159,23 @@ pub(crate) struct AppBuilder {
 }
 
 impl AppBuilder {
+    /// The Kubernetes controller reacts this fast: compares every `tick`, a lease of `lease`, backs off up to `backoff`.
+    pub(crate) fn kube_timing(mut self, tick_ms: u64, lease_ms: u64, backoff_ms: u64) -> AppBuilder {
+        self.kubernetes.timing = tessera_server::services::state::kubernetes::ControllerTiming {
+            tick: std::time::Duration::from_millis(tick_ms),
+            resync: std::time::Duration::from_secs(300),
+            lease_ttl: std::time::Duration::from_millis(lease_ms),
+            max_backoff: std::time::Duration::from_millis(backoff_ms),
+        };
+        self
+    }
+
+    /// This server runs no Kubernetes controller (a test runs its own replicas of it).
+    pub(crate) fn without_controller(mut self) -> AppBuilder {
+        self.kubernetes.controller = false;
+        self
+    }
+
     /// The server's settings name these kubeconfigs (`[kubernetes.kubeconfigs]`).
     pub(crate) fn kubeconfigs(mut self, named: &[(&str, &str)]) -> AppBuilder {
         self.kubernetes.kubeconfigs = named.iter().map(|(n, p)| (n.to_string(), p.into())).collect();

@@ -13,15 +13,64 @@ pub struct KubernetesConfig {
     /// separated by commas).
     #[serde(default)]
     pub kubeconfigs: BTreeMap<String, PathBuf>,
+    /// The grace period, in seconds, of the evictions of pods whose claim's allocation ended (default 30).
+    pub eviction_grace_s: Option<u32>,
+    /// Whether this replica takes part in running the controller (default true; one replica at a time runs it).
+    pub controller: Option<bool>,
 }
 
 /// What the server has to reach clusters with.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubernetesSettings {
     /// Kubeconfig files by name.
     pub kubeconfigs: BTreeMap<String, PathBuf>,
     /// The server runs in a Kubernetes pod (`KUBERNETES_SERVICE_HOST` is set), so its service account can be used.
     pub in_cluster: bool,
+    /// The grace period of evictions, in seconds.
+    pub eviction_grace_s: u32,
+    /// How quickly the controller reacts (tests shorten it).
+    pub timing: ControllerTiming,
+    /// This replica takes part in running the controller.
+    pub controller: bool,
+}
+
+/// How quickly the Kubernetes controller reacts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControllerTiming {
+    /// How often Tessera's records are compared with what was last applied.
+    pub tick: std::time::Duration,
+    /// How often every cluster is reconciled whatever happened.
+    pub resync: std::time::Duration,
+    /// How long the leader's lease lasts unless renewed.
+    pub lease_ttl: std::time::Duration,
+    /// The longest wait between two tries after a failure.
+    pub max_backoff: std::time::Duration,
+}
+
+impl Default for ControllerTiming {
+    fn default() -> ControllerTiming {
+        ControllerTiming {
+            tick: std::time::Duration::from_secs(1),
+            resync: std::time::Duration::from_secs(300),
+            lease_ttl: std::time::Duration::from_secs(15),
+            max_backoff: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
+/// The eviction grace when the settings give none: Kubernetes' default termination grace period.
+pub const DEFAULT_EVICTION_GRACE_S: u32 = 30;
+
+impl Default for KubernetesSettings {
+    fn default() -> KubernetesSettings {
+        KubernetesSettings {
+            kubeconfigs: BTreeMap::new(),
+            in_cluster: false,
+            eviction_grace_s: DEFAULT_EVICTION_GRACE_S,
+            timing: ControllerTiming::default(),
+            controller: true,
+        }
+    }
 }
 
 impl KubernetesSettings {
@@ -68,7 +117,7 @@ mod tests {
         assert_eq!(k["east"], PathBuf::from("/etc/k/east"));
         assert!(parse_kubeconfigs("east").is_err());
         assert!(parse_kubeconfigs("=/x").is_err());
-        let s = KubernetesSettings { kubeconfigs: k, in_cluster: false };
+        let s = KubernetesSettings { kubeconfigs: k, ..KubernetesSettings::default() };
         assert_eq!(s.credentials_problem(Some("east")), None);
         assert!(s.credentials_problem(Some("north")).is_some_and(|w| w.contains("north")));
         assert!(s.credentials_problem(None).is_some_and(|w| w.contains("KUBERNETES_SERVICE_HOST")));

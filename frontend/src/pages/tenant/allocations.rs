@@ -30,9 +30,40 @@ pub struct Snippets {
     pub kubernetes_note: String,
 }
 
-/// The snippets of an allocation, once it is active (it has a device).
+/// The snippets of an allocation, once it is active (it has a device). With a ResourceClaim (a DRA cluster), the
+/// pod spec references it, which pins the pod to exactly this device; otherwise it is the device plugin's request,
+/// and the note says plainly what that cannot do.
 pub fn snippets(a: &AllocationView) -> Option<Snippets> {
     let device = a.cuda_visible_devices.as_ref().or(a.device_uuid.as_ref())?;
+    if let Some(claim) = a.claims.first() {
+        let elsewhere: Vec<String> =
+            a.claims.iter().skip(1).map(|c| format!("{} ({})", c.namespace, c.cluster)).collect();
+        let also = if elsewhere.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The same claim is in your namespaces {} too; one of them at a time gets the device.",
+                elsewhere.join(", ")
+            )
+        };
+        let using =
+            if claim.pods.is_empty() { String::new() } else { format!(" In use now by {}.", claim.pods.join(", ")) };
+        return Some(Snippets {
+            env: format!("CUDA_VISIBLE_DEVICES={device}"),
+            docker: format!("docker run --rm --gpus '\"device={device}\"' {CUDA_IMAGE} nvidia-smi -L"),
+            kubernetes: format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: work\n  namespace: {}\nspec:\n  resourceClaims:\n  \
+                 - name: gpu\n    resourceClaimName: {}\n  containers:\n  - name: work\n    image: {CUDA_IMAGE}\n    \
+                 command: [\"nvidia-smi\", \"-L\"]\n    resources:\n      claims:\n      - name: gpu\n  restartPolicy: Never",
+                claim.namespace, claim.name
+            ),
+            kubernetes_note: format!(
+                "The ResourceClaim {} in namespace {} (cluster {}) can be allocated only this device ({device}): a \
+                 pod that references it gets this slice and no other.{using}{also}",
+                claim.name, claim.namespace, claim.cluster
+            ),
+        });
+    }
     Some(Snippets {
         env: format!("CUDA_VISIBLE_DEVICES={device}"),
         docker: format!("docker run --rm --gpus '\"device={device}\"' {CUDA_IMAGE} nvidia-smi -L"),
@@ -48,6 +79,21 @@ pub fn snippets(a: &AllocationView) -> Option<Snippets> {
             a.k8s_resource, a.node
         ),
     })
+}
+
+/// What each Kubernetes claim of an allocation says, one line per claim: where it is, and whether a pod uses it.
+pub fn claim_lines(a: &AllocationView) -> Vec<String> {
+    a.claims
+        .iter()
+        .map(|c| {
+            let state = match (c.allocated, c.pods.as_slice()) {
+                (_, []) if !c.allocated => "no pod uses it yet".to_string(),
+                (_, []) => "allocated, no pod on it".to_string(),
+                (_, pods) => format!("in use by {}", pods.join(", ")),
+            };
+            format!("ResourceClaim {} in {} ({}): {state}", c.name, c.namespace, c.cluster)
+        })
+        .collect()
 }
 
 /// What the state column says.
@@ -136,6 +182,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
     let reclaimed = a.reclaim_at_ms.is_some();
     let request_link = format!("/requests/{}", a.request);
     let snips = snippets(&a);
+    let claims = claim_lines(&a);
     let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
     let (state, profile, alloc_state, request_short) =
         (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", short(&a.request)));
@@ -162,6 +209,11 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
                     {move || if is_open.get() { "Hide" } else { "Use this slice" }}
                 </button>
             </div>
+            {(!claims.is_empty()).then(|| view! {
+                <ul class="claims small" data-testid="claims">
+                    {claims.into_iter().map(|c| view! { <li>{c}</li> }).collect_view()}
+                </ul>
+            })}
             <Show when=move || is_open.get()>
                 {
                     let snips = snips.clone();
@@ -215,6 +267,7 @@ mod tests {
             borrowed: false,
             reclaim_at_ms: None,
             reclaim_for: None,
+            claims: vec![],
         }
     }
 
@@ -233,5 +286,37 @@ mod tests {
         let prepared = AllocationView { state: "prepared".into(), ..allocation(false) };
         assert_eq!(state_text(&prepared), "prepared for its reservation: usable from the window's start");
         assert!(snippets(&prepared).is_none(), "no snippet for a slice not usable yet");
+    }
+
+    #[test]
+    fn with_a_claim_the_pod_spec_references_it_and_says_it_is_pinned() {
+        let claim = |ns: &str, pods: &[&str]| tessera_api::allocations::ClaimView {
+            cluster: "prod".into(),
+            namespace: ns.into(),
+            name: "tessera-a1".into(),
+            allocated: !pods.is_empty(),
+            pods: pods.iter().map(|p| p.to_string()).collect(),
+            observed_at_ms: 0,
+        };
+        let a = AllocationView { claims: vec![claim("ml-a", &["trainer-0"]), claim("ml-a2", &[])], ..allocation(true) };
+        let s = snippets(&a).expect("active");
+        assert!(s.kubernetes.contains("namespace: ml-a\n"), "{}", s.kubernetes);
+        assert!(s.kubernetes.contains("resourceClaimName: tessera-a1"), "{}", s.kubernetes);
+        assert!(s.kubernetes.contains("claims:\n      - name: gpu"), "{}", s.kubernetes);
+        assert!(
+            !s.kubernetes.contains("nvidia.com/mig"),
+            "no device-plugin request beside the claim: {}",
+            s.kubernetes
+        );
+        assert!(s.kubernetes_note.contains("can be allocated only this device (MIG-abc)"), "{}", s.kubernetes_note);
+        assert!(s.kubernetes_note.contains("In use now by trainer-0."), "{}", s.kubernetes_note);
+        assert!(s.kubernetes_note.contains("ml-a2 (prod)"), "{}", s.kubernetes_note);
+        assert_eq!(
+            claim_lines(&a),
+            [
+                "ResourceClaim tessera-a1 in ml-a (prod): in use by trainer-0",
+                "ResourceClaim tessera-a1 in ml-a2 (prod): no pod uses it yet"
+            ]
+        );
     }
 }

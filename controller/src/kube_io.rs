@@ -1,0 +1,194 @@
+//! Talking to one cluster: connecting with its credentials, reading back what Tessera wrote there, and carrying
+//! out a plan (server-side apply, evictions, deletions).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use tessera_kubernetes::desired::{Action, NamespaceObjects, Observed, ObservedClaim};
+use tessera_kubernetes::names;
+use tessera_store::controller::AllocationClaim;
+
+/// A failure reaching or changing the cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// The credentials do not give a client.
+    #[error("cannot reach the cluster with its credentials: {0}")]
+    Config(String),
+    /// The API server refused or did not answer.
+    #[error("{what}: {error}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// The API's answer.
+        error: kube::Error,
+    },
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KubeError {
+    let what = what.into();
+    move |error| KubeError::Api { what, error }
+}
+
+/// The label selector of what Tessera writes.
+pub fn managed_selector() -> String {
+    format!("{}=tessera", names::MANAGED_BY)
+}
+
+/// A client for a cluster reached with the kubeconfig at `kubeconfig`, or with the in-cluster service account.
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, KubeError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| KubeError::Config(e.to_string()))?
+        }
+        None => kube::Config::incluster().map_err(|e| KubeError::Config(e.to_string()))?,
+    };
+    let mut config = config;
+    // The worker retries with its own backoff and records each failure on the cluster; kube-rs's own retries (429,
+    // 503, 504; up to 15 times, waits growing to minutes) would hold one call for as long as an outage lasts, and
+    // nobody would see why.
+    config.default_retry = false;
+    config.connect_timeout = Some(std::time::Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| KubeError::Config(e.to_string()))
+}
+
+/// What the cluster holds of Tessera's in `namespaces`, and which of them do not exist.
+pub async fn observe(client: &kube::Client, namespaces: &[&str]) -> Result<(Observed, Vec<String>), KubeError> {
+    let mut observed = Observed::default();
+    let mut missing = Vec::new();
+    let all: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        match all.get_opt(ns).await.map_err(api_error(format!("reading namespace {ns}")))? {
+            Some(n) => {
+                observed.namespaces.insert((*ns).to_string(), n);
+            }
+            None => missing.push((*ns).to_string()),
+        }
+    }
+    let selector = ListParams::default().labels(&managed_selector());
+    let quotas: Api<ResourceQuota> = Api::all(client.clone());
+    for q in quotas.list(&selector).await.map_err(api_error("listing Tessera's ResourceQuotas"))? {
+        if q.metadata.name.as_deref() == Some(names::QUOTA_NAME)
+            && let Some(ns) = q.metadata.namespace.clone()
+        {
+            observed.quotas.insert(ns, q);
+        }
+    }
+    observed.claims = claims(client).await?;
+    Ok((observed, missing))
+}
+
+/// Tessera's claims in the whole cluster.
+pub async fn claims(client: &kube::Client) -> Result<Vec<ObservedClaim>, KubeError> {
+    let api: Api<ResourceClaim> = Api::all(client.clone());
+    let list = api.list(&ListParams::default().labels(&managed_selector())).await;
+    Ok(list
+        .map_err(api_error("listing Tessera's ResourceClaims"))?
+        .items
+        .into_iter()
+        .map(|claim| ObservedClaim { claim })
+        .collect())
+}
+
+/// Carries out `actions` in order, stopping at the first failure.
+pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s: i64) -> Result<(), KubeError> {
+    let apply = PatchParams::apply(names::FIELD_MANAGER).force();
+    for action in actions {
+        match action {
+            Action::LabelNamespace(n) => {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let api: Api<Namespace> = Api::all(client.clone());
+                api.patch(&name, &apply, &Patch::Apply(n))
+                    .await
+                    .map_err(api_error(format!("labelling namespace {name}")))?;
+            }
+            Action::ApplyQuota(q) => {
+                let ns = q.metadata.namespace.clone().unwrap_or_default();
+                let api: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns);
+                api.patch(names::QUOTA_NAME, &apply, &Patch::Apply(q))
+                    .await
+                    .map_err(api_error(format!("applying the ResourceQuota of {ns}")))?;
+            }
+            Action::ApplyClaim(c) => {
+                let ns = c.metadata.namespace.clone().unwrap_or_default();
+                let name = c.metadata.name.clone().unwrap_or_default();
+                let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+                api.patch(&name, &apply, &Patch::Apply(c.as_ref()))
+                    .await
+                    .map_err(api_error(format!("applying ResourceClaim {ns}/{name}")))?;
+            }
+            Action::DeleteClaim { namespace, name, evict } => {
+                let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                for pod in evict {
+                    // A typed policy/v1 Eviction, posted as it is: kube-rs's `Api::evict` writes its delete options
+                    // as `delete_options`, a field the API server does not know, so the grace period would be lost.
+                    let eviction = Eviction {
+                        metadata: ObjectMeta {
+                            name: Some(pod.clone()),
+                            namespace: Some(namespace.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        delete_options: Some(DeleteOptions {
+                            grace_period_seconds: Some(eviction_grace_s.max(0)),
+                            ..DeleteOptions::default()
+                        }),
+                    };
+                    let sent: Result<kube::core::Status, kube::Error> =
+                        pods.create_subresource("eviction", pod, &PostParams::default(), &eviction).await;
+                    match sent {
+                        Ok(_) => tracing::info!(
+                            namespace,
+                            pod,
+                            claim = name,
+                            "asked the pod to leave: its claim's allocation ended"
+                        ),
+                        // Already gone.
+                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(e) => return Err(api_error(format!("evicting pod {namespace}/{pod}"))(e)),
+                    }
+                }
+                let api: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_error(format!("deleting ResourceClaim {namespace}/{name}"))(e)),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each claim of an allocation that `desired` names, as `claims` show it.
+pub fn claim_status(desired: &[NamespaceObjects], claims: &[ObservedClaim], now_ms: i64) -> Vec<AllocationClaim> {
+    let wanted: BTreeSet<(&str, &str)> =
+        desired.iter().flat_map(|d| d.claims.keys().map(move |k| (d.namespace.as_str(), k.as_str()))).collect();
+    claims
+        .iter()
+        .filter_map(|o| {
+            let meta = &o.claim.metadata;
+            let (ns, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
+            if !wanted.contains(&(ns, name)) {
+                return None;
+            }
+            let allocation = meta.labels.as_ref()?.get(names::ALLOCATION)?.clone();
+            Some(AllocationClaim {
+                allocation_id: allocation,
+                cluster_id: String::new(),
+                namespace: ns.to_string(),
+                claim: name.to_string(),
+                allocated: o.allocated(),
+                pods: serde_json::to_string(&o.pods()).unwrap_or_else(|_| "[]".into()),
+                observed_at_ms: now_ms,
+            })
+        })
+        .collect()
+}
