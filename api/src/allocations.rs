@@ -50,6 +50,9 @@ pub struct AllocationView {
     /// (which no claim can pin), or before the controller has written them.
     #[serde(default)]
     pub claims: Vec<ClaimView>,
+    /// Who runs on it: the processes its node's agent last reported on its device that run under it.
+    #[serde(default)]
+    pub processes: Vec<crate::nodes::ProcessView>,
 }
 
 /// A ResourceClaim of an allocation, as its cluster last showed it.

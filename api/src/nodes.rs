@@ -113,6 +113,9 @@ pub struct GpuView {
     /// waits for it.
     #[serde(default)]
     pub layout_waiting: Option<String>,
+    /// Every compute process its agent last reported on it and its MIG devices, with whose it is.
+    #[serde(default)]
+    pub processes: Vec<ProcessView>,
 }
 
 /// A GPU's latest sample: the whole GPU's utilisation (SM activity) and frame-buffer memory.
@@ -251,4 +254,26 @@ pub struct NodeCredential {
 pub struct Revoked {
     /// Live credentials that were revoked.
     pub revoked: u64,
+}
+
+/// A compute process on a device, as its node's agent last reported it, with whose it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProcessView {
+    /// The device it runs on (MIG device or GPU UUID).
+    pub device: String,
+    /// Process id on the node.
+    pub pid: u32,
+    /// The user it runs as.
+    pub user: Option<String>,
+    /// Its command.
+    pub command: Option<String>,
+    /// Its pod and container, on a Kubernetes node.
+    pub pod: Option<tessera_core::attribution::PodRef>,
+    /// The allocation it runs under; null for unallocated use.
+    pub allocation: Option<String>,
+    /// Why it is unallocated use; null when an allocation covers it.
+    pub unallocated: Option<tessera_core::attribution::Stray>,
+    /// When it was first seen on the device, UTC milliseconds.
+    pub since_ms: i64,
 }

@@ -158,6 +158,10 @@ pub struct GpuStatus {
     /// What the driver says of the GPU's health (absent from agents that do not read it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<crate::health::GpuHealthReport>,
+    /// Every compute process on the GPU and its MIG devices, with who runs it (absent from agents that do not
+    /// read them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<crate::attribution::GpuProcess>,
 }
 
 /// One step of applying a spec that did not succeed.

@@ -56,6 +56,10 @@ pub const TYPES: &[(&str, &str)] = &[
     ("gpu.healthy", "a degraded GPU reports nothing wrong again, or an unhealthy one was returned to service"),
     ("gpu.draining", "a GPU is being drained for maintenance: cordoned, its holders' slices end at a deadline"),
     ("gpu.drained", "a drained GPU holds nothing: it is empty for maintenance"),
+    (
+        "gpu.unallocated_use",
+        "a process runs on a device no allocation covers: one nothing holds, or another tenant's pod on a tenant's slice",
+    ),
     ("webhook.test", "a test event sent on request to one endpoint"),
 ];
 

@@ -5,6 +5,7 @@
 
 pub mod address;
 pub mod api;
+pub mod attribution;
 pub mod budget;
 pub mod catalog;
 pub mod clock;

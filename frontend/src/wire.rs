@@ -86,6 +86,7 @@ pub(crate) mod tests {
             drain: None,
             now: None,
             layout_waiting: None,
+            processes: vec![],
         }
     }
 

@@ -144,11 +144,13 @@ pub async fn get_spec(
     }
 }
 
-/// Report what the node has now. Allocations whose instance it shows turn active. A status older than the
-/// stored one (lower `observed_generation`) is ignored.
+/// Report what the node has now. Allocations whose instance it shows turn active. The processes it lists (per GPU,
+/// on the GPU or its MIG devices) are judged against the devices' allocations: one no allocation covers is
+/// unallocated use (`gpu.unallocated_use`, the first time it is seen). A status older than the stored one (lower
+/// `observed_generation`) is ignored.
 #[utoipa::path(put, path = "/api/v1/agent/status", tag = "agent", security(("node" = [])), request_body = NodeStatus,
     responses((status = 200, body = StatusOutcome), (status = 401, body = Problem), (status = 403, body = Problem),
-        (status = 422, body = Problem)))]
+        (status = 422, body = Problem, description = "too_many_gpus, too_many_instances, invalid_uuid, duplicate_gpu, invalid_health, too_many_processes, invalid_process_device, invalid_process")))]
 pub async fn put_status(
     State(state): State<AppState>,
     NodeAuth(node): NodeAuth,

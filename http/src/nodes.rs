@@ -97,6 +97,7 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
     let live = state.store.live_allocations().await?;
     let drains = state.store.drains().await?;
     let waiting = state.store.proposals(Some("proposed")).await?;
+    let processes = state.store.gpu_processes().await?;
     let now = tessera_store::now_ms();
     // The whole GPU's sample (its device is its own UUID), while at most a minute old.
     let samples: std::collections::HashMap<String, GpuNow> = state
@@ -127,6 +128,7 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
                     .map(|d| tessera_services::fleet::drain_of(d.clone(), &live));
                 gpu.now = samples.get(&gpu.uuid).cloned();
                 gpu.layout_waiting = waiting.iter().find(|w| w.gpu_id == gpu.id).map(|w| w.id.clone());
+                gpu.processes = processes.iter().filter(|p| p.gpu_id == gpu.id).cloned().map(Into::into).collect();
                 gpu.in_use = live
                     .iter()
                     .filter(|a| a.gpu_id == gpu.id)

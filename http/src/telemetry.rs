@@ -526,6 +526,48 @@ async fn fleet_gauges(text: &mut String, state: &AppState, nodes: Vec<Node>) -> 
     for (host, g) in &gpus {
         let _ = writeln!(text, "tessera_gpu_cordoned{{{}}} {}", labels(host, g), u8::from(g.cordoned));
     }
+    // Who runs on each device, named as dcgm-exporter names pods (namespace, pod, container), and which use no
+    // allocation covers.
+    let processes = state.store.gpu_processes().await?;
+    let mut who: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    let mut strays: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    for p in &processes {
+        let Some((host, g)) = gpus.iter().find(|(_, g)| g.id == p.gpu_id) else { continue };
+        let pod = p.pod_ref();
+        let key = format!(
+            "{},device=\"{}\",namespace=\"{}\",pod=\"{}\",container=\"{}\",allocation=\"{}\",unallocated=\"{}\"",
+            labels(host, g),
+            esc(&p.device),
+            esc(pod.as_ref().map_or("", |x| x.namespace.as_str())),
+            esc(pod.as_ref().map_or("", |x| x.pod.as_str())),
+            esc(pod.as_ref().map_or("", |x| x.container.as_str())),
+            esc(p.allocation_id.as_deref().unwrap_or("")),
+            esc(p.stray.as_deref().unwrap_or(""))
+        );
+        *who.entry(key).or_default() += 1;
+        if let Some(reason) = &p.stray {
+            let key = format!("{},device=\"{}\",reason=\"{}\"", labels(host, g), esc(&p.device), esc(reason));
+            *strays.entry(key).or_default() += 1;
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_processes Compute processes on a device as its agent last reported them, by pod (namespace, \
+         pod, container; empty off Kubernetes), the allocation they run under, and why they are unallocated use \
+         (empty when an allocation covers them).\n# TYPE tessera_gpu_processes gauge"
+    );
+    for (key, n) in &who {
+        let _ = writeln!(text, "tessera_gpu_processes{{{key}}} {n}");
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tessera_gpu_unallocated_processes Processes on a device that no allocation covers: no_allocation (the \
+         device holds none), other_tenant (another tenant's pod), ungoverned_pod (a pod of a namespace no tenant \
+         governs).\n# TYPE tessera_gpu_unallocated_processes gauge"
+    );
+    for (key, n) in &strays {
+        let _ = writeln!(text, "tessera_gpu_unallocated_processes{{{key}}} {n}");
+    }
     let (by_model, _) = tessera_services::efficiency::fleet_capacity_of(state, &all_nodes).await?;
     let _ = writeln!(
         text,

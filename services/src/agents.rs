@@ -210,6 +210,94 @@ pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<New
     Ok(out)
 }
 
+/// The most characters of a process's user, command, namespace, pod or container name.
+pub const MAX_PROCESS_FIELD_LEN: usize = 253;
+
+/// Refuses a status whose processes are too many, name a device the GPU does not have, or carry overlong fields.
+fn check_processes(status: &NodeStatus) -> Result<(), ApiError> {
+    use tessera_core::attribution::MAX_PROCESSES_PER_NODE;
+    let count: usize = status.gpus.iter().map(|g| g.processes.len()).sum();
+    if count > MAX_PROCESSES_PER_NODE {
+        return Err(ApiError::invalid(
+            "too_many_processes",
+            format!("a status lists at most {MAX_PROCESSES_PER_NODE} processes; this one lists {count}"),
+        ));
+    }
+    for g in &status.gpus {
+        for p in &g.processes {
+            if p.device != g.uuid && !g.instances.iter().any(|i| i.uuid == p.device) {
+                return Err(ApiError::invalid(
+                    "invalid_process_device",
+                    format!(
+                        "process {} runs on {}, which is neither GPU {} nor one of its MIG devices",
+                        p.pid, p.device, g.uuid
+                    ),
+                ));
+            }
+            let pod = p.pod.iter().flat_map(|x| [&x.namespace, &x.pod, &x.container]);
+            let fields = p.user.iter().chain(&p.command).chain(pod);
+            if let Some(f) = fields
+                .into_iter()
+                .find(|f| f.is_empty() || f.chars().count() > MAX_PROCESS_FIELD_LEN || f.chars().any(char::is_control))
+            {
+                return Err(ApiError::invalid(
+                    "invalid_process",
+                    format!(
+                        "process {}: `{}` is not 1-{MAX_PROCESS_FIELD_LEN} printable characters",
+                        p.pid,
+                        f.escape_debug()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Judges every process the node reports (`tessera_core::attribution`) and keeps them; the first sight of a process
+/// as unallocated use is an event to platform admins and the device's holders.
+async fn attribute(state: &AppState, node: &NodePrincipal, status: &NodeStatus) -> Result<(), ApiError> {
+    use tessera_core::attribution::{Holder, Verdict, judge};
+    use tessera_store::attribution::JudgedProcess;
+    let reported = status.gpus.iter().any(|g| !g.processes.is_empty());
+    if !reported && !state.store.node_has_processes(&node.node_id).await? {
+        return Ok(());
+    }
+    let holders = state.store.node_holders(&node.node_id).await?;
+    let namespaces = state.store.node_namespaces(&node.node_id).await?;
+    let gpu_ids = state.store.node_gpu_ids(&node.node_id).await?;
+    let held: Vec<Holder<'_>> =
+        holders.iter().map(|(device, allocation, tenant)| Holder { device, allocation, tenant }).collect();
+    let tenant_of = |ns: &str| namespaces.iter().find(|(n, _)| n == ns).map(|(_, t)| t.as_str());
+    let mut judged = Vec::new();
+    for g in &status.gpus {
+        // A GPU the node does not have (by UUID) is not judged: the status's other checks say so elsewhere.
+        let Some((gpu_id, _)) = gpu_ids.iter().find(|(_, uuid)| *uuid == g.uuid) else { continue };
+        for p in &g.processes {
+            let (allocation, stray) = match judge(p, &held, tenant_of) {
+                Verdict::Allocated(h) => (Some(h.allocation.to_string()), None),
+                Verdict::Unallocated(why) => (None, Some(why)),
+            };
+            let mut tenants: Vec<String> =
+                held.iter().filter(|h| h.device == p.device).map(|h| h.tenant.to_string()).collect();
+            tenants.sort_unstable();
+            tenants.dedup();
+            judged.push(JudgedProcess {
+                gpu_id: gpu_id.clone(),
+                process: p.clone(),
+                allocation,
+                stray,
+                holders: tenants,
+            });
+        }
+    }
+    for j in state.store.record_processes(&node.node_id, &node.node_name, &judged).await? {
+        tracing::warn!(node = %node.node_name, device = %j.process.device, pid = j.process.pid,
+            reason = j.stray.map(|s| s.code()).unwrap_or_default(), "unallocated GPU use");
+    }
+    Ok(())
+}
+
 /// Stores a node's status and activates the allocations whose instance it shows: a MIG allocation when its GPU
 /// has the instance at its placement, a whole-GPU allocation when the agent has applied the current spec (and so
 /// the GPU's sharing) without an error on that GPU. A request turns active once all its allocations are.
@@ -238,6 +326,7 @@ pub async fn ingest_status(
     if let Some(g) = status.gpus.iter().find(|g| !seen.insert(g.uuid.as_str())) {
         return Err(ApiError::invalid("duplicate_gpu", format!("GPU {} is listed twice", g.uuid)));
     }
+    check_processes(status)?;
     let now = tessera_store::now_ms();
     if let Some((g, e)) =
         status.gpus.iter().find_map(|g| g.health.as_ref().and_then(|h| h.check(now).err()).map(|e| (g, e)))
@@ -260,6 +349,9 @@ pub async fn ingest_status(
                     cordoned = change.newly_cordoned, "GPU health changed");
             }
         }
+    }
+    if stored {
+        attribute(state, node, status).await?;
     }
     let mut outcome = StatusOutcome { stored, ..Default::default() };
     if !stored {

@@ -159,6 +159,7 @@ pub async fn allocations(
     let now = tessera_store::now_ms();
     let ids: Vec<String> = allocations.iter().map(|a| a.id.clone()).collect();
     let claims = state.store.allocation_claims(&ids).await?;
+    let processes = state.store.allocation_processes(&ids).await?;
     let clusters: Vec<(String, String)> = if claims.is_empty() {
         vec![]
     } else {
@@ -192,8 +193,15 @@ pub async fn allocations(
                     observed_at_ms: c.observed_at_ms,
                 })
                 .collect();
+            let processes = processes
+                .iter()
+                .filter(|p| p.allocation_id.as_deref() == Some(a.id.as_str()))
+                .cloned()
+                .map(Into::into)
+                .collect();
             Some(AllocationView {
                 claims,
+                processes,
                 k8s_resource: if whole {
                     "nvidia.com/gpu".to_string()
                 } else {

@@ -776,6 +776,7 @@ mod tests {
                     sharing: None,
                     errors: vec![],
                     health: None,
+                    processes: vec![],
                 },
                 // A GPU that is not registered to the node: its instances are not the node's.
                 GpuStatus {
@@ -785,6 +786,7 @@ mod tests {
                     sharing: None,
                     errors: vec![],
                     health: None,
+                    processes: vec![],
                 },
             ],
             errors: vec![],

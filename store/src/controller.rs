@@ -140,11 +140,10 @@ impl Store {
         if allocation_ids.is_empty() {
             return Ok(vec![]);
         }
-        let marks: Vec<String> = (1..=allocation_ids.len()).map(|i| format!("${i}")).collect();
         let sql = format!(
             "SELECT allocation_id, cluster_id, namespace, claim, allocated, pods, observed_at_ms FROM allocation_claims \
              WHERE allocation_id IN ({}) ORDER BY allocation_id, namespace",
-            marks.join(", ")
+            super::dialect::marks(1, allocation_ids.len())
         );
         Ok(on_pool!(self, pool, _dialect => {
             let mut q = sqlx::query_as(&sql);

@@ -195,3 +195,8 @@ impl<'a> From<&'a mut Transaction<'_, Postgres>> for Conn<'a> {
         Conn::Postgres(tx)
     }
 }
+
+/// `$first, $first+1, ...`: `count` numbered placeholders, for an `IN (...)` list.
+pub(crate) fn marks(first: usize, count: usize) -> String {
+    (first..first + count).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}

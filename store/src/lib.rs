@@ -13,6 +13,7 @@
 mod dialect;
 
 pub mod agents;
+pub mod attribution;
 pub mod audit;
 pub mod auth;
 pub mod batch;

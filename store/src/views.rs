@@ -94,6 +94,22 @@ impl From<Gpu> for GpuView {
             drain: None,
             now: None,
             layout_waiting: None,
+            processes: Vec::new(),
+        }
+    }
+}
+
+impl From<crate::attribution::ProcessRow> for tessera_api::nodes::ProcessView {
+    fn from(p: crate::attribution::ProcessRow) -> Self {
+        tessera_api::nodes::ProcessView {
+            pod: p.pod_ref(),
+            device: p.device,
+            pid: u32::try_from(p.pid).unwrap_or(0),
+            user: p.user_name,
+            command: p.command,
+            allocation: p.allocation_id,
+            unallocated: p.stray.as_deref().and_then(tessera_core::attribution::Stray::parse),
+            since_ms: p.since_ms,
         }
     }
 }

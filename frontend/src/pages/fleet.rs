@@ -267,6 +267,8 @@ fn GpuRow(
     };
     let drain_says =
         format!("Drain {name}? It is cordoned now, its holders are told, and slices still on it in one hour end then.");
+    let stray = unallocated_lines(&gpu);
+    let runs: Vec<String> = gpu.processes.iter().filter(|p| p.unallocated.is_none()).map(process_who).collect();
     view! {
         <tr data-gpu=gpu.uuid.clone() data-cordoned=cordoned.to_string()>
             <td>{gpu.index}</td>
@@ -276,6 +278,15 @@ fn GpuRow(
                 {drain.clone().map(|(kind, text)| view! { <div class="muted" data-testid="drain" data-drain=kind>{text}</div> })}
                 {gpu.layout_waiting.clone().map(|p| view! {
                     <div class="small"><A href="/approvals" attr:data-testid="layout-waiting" attr:data-proposal=p>"layout change waits for approval"</A></div>
+                })}
+                {(!stray.is_empty()).then(|| view! {
+                    <div class="notice error small" role="alert" data-testid="unallocated-marker" data-count=stray.len().to_string()>
+                        <strong>"Unallocated use"</strong>
+                        <ul>{stray.iter().map(|l| view! { <li>{l.clone()}</li> }).collect_view()}</ul>
+                    </div>
+                })}
+                {(!runs.is_empty()).then(|| view! {
+                    <div class="muted small" data-testid="runs">{format!("runs: {}", runs.join("; "))}</div>
                 })}
             </td>
             <td>{held_cell}</td>
@@ -384,6 +395,26 @@ pub fn generation_words(observed: i64, desired: i64) -> String {
 
 /// A GPU's health: its state, the temperature its agent last read, and the findings (an unhealthy GPU is cordoned
 /// until an admin uncordons it, which returns it to service).
+/// Who a process is, in words: its pod, else its user and command.
+pub fn process_who(p: &tessera_api::nodes::ProcessView) -> String {
+    let what = match (&p.pod, &p.user, &p.command) {
+        (Some(pod), _, _) => format!("pod {}/{} (container {})", pod.namespace, pod.pod, pod.container),
+        (None, Some(user), Some(cmd)) => format!("{cmd} of {user}"),
+        (None, Some(user), None) => format!("a process of {user}"),
+        (None, None, Some(cmd)) => cmd.clone(),
+        (None, None, None) => "a process".to_string(),
+    };
+    format!("{what}, pid {}", p.pid)
+}
+
+/// The GPU's unallocated use, one line a process: who, what is wrong, and on which device.
+pub fn unallocated_lines(gpu: &GpuView) -> Vec<String> {
+    gpu.processes
+        .iter()
+        .filter_map(|p| p.unallocated.map(|why| format!("{} {} ({})", process_who(p), why.sentence(), p.device)))
+        .collect()
+}
+
 fn health_cell(h: &tessera_api::nodes::GpuHealth) -> impl IntoView + use<> {
     let state = h.state.as_str();
     let temperature = h.report.as_ref().and_then(|r| r.temperature_c).map(|t| format!(" {t}\u{a0}°C"));
@@ -407,6 +438,38 @@ mod tests {
     use crate::wire::tests::gpu;
     use tessera_api::nodes::InUse;
     use tessera_core::layout::PlacedInstance;
+
+    #[test]
+    fn unallocated_use_says_who_what_and_where() {
+        use tessera_api::nodes::ProcessView;
+        use tessera_core::attribution::{PodRef, Stray};
+        let p = |pid: u32, pod: Option<&str>, unallocated: Option<Stray>| ProcessView {
+            device: "MIG-1".into(),
+            pid,
+            user: Some("mallory".into()),
+            command: Some("miner".into()),
+            pod: pod.map(|n| PodRef { namespace: n.into(), pod: "sneaky-0".into(), container: "main".into() }),
+            allocation: unallocated.is_none().then(|| "a1".into()),
+            unallocated,
+            since_ms: 0,
+        };
+        let g = GpuView {
+            processes: vec![
+                p(1, Some("ml-a"), None),
+                p(2, Some("ml-b"), Some(Stray::OtherTenant)),
+                p(3, None, Some(Stray::NoAllocation)),
+            ],
+            ..gpu("g", 0, "GPU-1")
+        };
+        assert_eq!(
+            unallocated_lines(&g),
+            [
+                "pod ml-b/sneaky-0 (container main), pid 2 is a pod of another tenant than the one the device is allocated to (MIG-1)",
+                "miner of mallory, pid 3 runs on a device no allocation holds (MIG-1)",
+            ]
+        );
+        assert_eq!(process_who(&g.processes[0]), "pod ml-a/sneaky-0 (container main), pid 1");
+    }
 
     fn held(profile: &str, start: u8, tenant: &str) -> InUse {
         InUse { profile: profile.into(), start, request: "r".into(), tenant: tenant.into(), state: "active".into() }

@@ -919,6 +919,7 @@ mod tests {
             drain: None,
             now: None,
             layout_waiting: None,
+            processes: vec![],
         }
     }
 

@@ -483,6 +483,7 @@ mod tests {
             drain: None,
             now: None,
             layout_waiting: None,
+            processes: vec![],
         };
         let node = |state: &str, gpus: Vec<GpuView>| NodeView {
             id: "n".into(),

@@ -1507,6 +1507,32 @@ display_name = "Test IdP"
       && await page.locator(`tr[data-gpu="${second.gpus[2].uuid}"] [data-testid=drain]`).count() === 0,
       `fleet: Drain cordons the GPU and shows it ("${drainText}"); the node's other GPUs are untouched`);
 
+    // Unallocated use, last (it adds a node): a node's agent (a registered node whose credential the test holds,
+    // with no agent of its own to report over it) reports a process on its GPU, which nothing holds. The fleet page
+    // marks it without a reload, saying who runs what, and the admin's inbox has the event.
+    const strayUuid = 'GPU-5eed0000-0000-4000-8000-000000000001';
+    const strayNode = await api('POST', '/api/v1/nodes', { name: 'stray-node', gpus: [{ index: 0, uuid: strayUuid, model: 'H100-80GB', mig_enabled: false }] });
+    const strayCredential = await api('POST', `/api/v1/nodes/${strayNode.id}/credentials`);
+    const strayStatus = { observed_generation: 0, gpus: [{ uuid: strayUuid, mig_enabled: false, instances: [],
+      processes: [{ device: strayUuid, pid: 4242, user: 'mallory', command: 'miner' }] }] };
+    const reported = await fetch(`${base}/api/v1/agent/status`, { method: 'PUT', body: JSON.stringify(strayStatus),
+      headers: { authorization: `Bearer ${strayCredential.secret}`, 'content-type': 'application/json' } });
+    const strayMarker = page.locator(`tr[data-gpu="${strayUuid}"] [data-testid=unallocated-marker]`);
+    await strayMarker.waitFor({ timeout: 20000 });
+    const strayText = (await strayMarker.innerText()).replace(/\s+/g, ' ').trim();
+    const strayApi = (await api('GET', '/api/v1/nodes')).find((n) => n.name === 'stray-node').gpus[0].processes;
+    check(reported.ok && strayApi.length === 1 && strayApi[0].unallocated === 'no_allocation'
+      && strayText.includes('miner of mallory, pid 4242 runs on a device no allocation holds'),
+      `fleet: a stray process is marked as unallocated use, as the API has it ("${strayText}")`);
+    await page.screenshot({ path: path.join(out, 'fleet-unallocated.png'), fullPage: true });
+    await page.goto(`${base}/inbox`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const strayItem = page.locator('[data-testid=inbox-item][data-type="gpu.unallocated_use"]');
+    await strayItem.first().waitFor({ timeout: 15000 });
+    const strayTold = (await api('GET', '/api/v1/inbox?limit=200')).filter((e) => e.type === 'gpu.unallocated_use' && e.data.after.pid === 4242);
+    check(strayTold.length === 1 && await strayItem.count() >= 1,
+      `inbox: gpu.unallocated_use told once and listed ("${(await strayItem.first().innerText()).replace(/\s+/g, ' ').slice(0, 160)}")`);
+
     check(errors.length === 0, `no script errors in the page (${errors.join('; ')})`);
   } finally {
     await browser.close();

@@ -40,7 +40,7 @@ pub(crate) struct App {
     pub(crate) node_id: String,
     node_secret: String,
     /// `(gpu uuid, instance)` of every instance reported so far (each status report lists them all).
-    reported: Mutex<Vec<(String, Value)>>,
+    pub(crate) reported: Mutex<Vec<(String, Value)>>,
 }
 
 impl std::ops::Deref for App {
@@ -127,7 +127,7 @@ impl App {
     }
 
     /// Calls an agent route with the demo node's credential (with a JSON body unless `body` is null).
-    async fn node_call(&self, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn node_call(&self, method: Method, path: &str, body: Value) -> (StatusCode, Value) {
         let mut r = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(&self.node_secret);
         if !body.is_null() {
             r = r.json(&body);

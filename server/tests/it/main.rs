@@ -3,6 +3,7 @@
 mod admin;
 mod agents;
 mod api;
+mod attribution;
 mod cli_mig;
 mod clusters;
 mod cohorts;

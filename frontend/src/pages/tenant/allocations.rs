@@ -268,6 +268,7 @@ mod tests {
             reclaim_at_ms: None,
             reclaim_for: None,
             claims: vec![],
+            processes: vec![],
         }
     }
 
