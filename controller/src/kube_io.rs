@@ -1,7 +1,7 @@
 //! Talking to one cluster: connecting with its credentials, reading back what Tessera wrote there, and carrying
 //! out a plan (server-side apply, evictions, deletions).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
@@ -9,7 +9,7 @@ use k8s_openapi::api::policy::v1::Eviction;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use tessera_kubernetes::desired::{Action, NamespaceObjects, Observed, ObservedClaim};
+use tessera_kubernetes::desired::{self, Action, NamespaceObjects, Observed, ObservedClaim};
 use tessera_kubernetes::names;
 use tessera_store::controller::AllocationClaim;
 
@@ -19,6 +19,9 @@ pub enum KubeError {
     /// The credentials do not give a client.
     #[error("cannot reach the cluster with its credentials: {0}")]
     Config(String),
+    /// Several changes failed.
+    #[error("{0} changes failed: {1}")]
+    Several(usize, String),
     /// The API server refused or did not answer.
     #[error("{what}: {error}")]
     Api {
@@ -34,20 +37,16 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KubeError {
     move |error| KubeError::Api { what, error }
 }
 
-/// The label selector of what Tessera writes.
-pub fn managed_selector() -> String {
-    format!("{}=tessera", names::MANAGED_BY)
-}
-
 /// A client for a cluster reached with the kubeconfig at `kubeconfig`, or with the in-cluster service account.
-pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, KubeError> {
+pub async fn connect(kubeconfig: Option<(&str, &Path)>) -> Result<kube::Client, KubeError> {
     let config = match kubeconfig {
-        Some(path) => {
+        // Errors name the kubeconfig by its name in the settings, never by its path (they reach the API).
+        Some((name, path)) => {
             let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| KubeError::Config(format!("{}: {e}", path.display())))?;
+                .map_err(|_| KubeError::Config(format!("kubeconfig `{name}` cannot be read or parsed")))?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
-                .map_err(|e| KubeError::Config(e.to_string()))?
+                .map_err(|e| KubeError::Config(format!("kubeconfig `{name}`: {e}")))?
         }
         None => kube::Config::incluster().map_err(|e| KubeError::Config(e.to_string()))?,
     };
@@ -61,7 +60,11 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, KubeErro
 }
 
 /// What the cluster holds of Tessera's in `namespaces`, and which of them do not exist.
-pub async fn observe(client: &kube::Client, namespaces: &[&str]) -> Result<(Observed, Vec<String>), KubeError> {
+pub async fn observe(
+    client: &kube::Client,
+    cluster: &str,
+    namespaces: &[&str],
+) -> Result<(Observed, Vec<String>), KubeError> {
     let mut observed = Observed::default();
     let mut missing = Vec::new();
     let all: Api<Namespace> = Api::all(client.clone());
@@ -73,7 +76,13 @@ pub async fn observe(client: &kube::Client, namespaces: &[&str]) -> Result<(Obse
             None => missing.push((*ns).to_string()),
         }
     }
-    let selector = ListParams::default().labels(&managed_selector());
+    let selector = ListParams::default().labels(&desired::selector(cluster));
+    // Namespaces Tessera labelled: those no longer governed lose the labels.
+    for n in all.list(&selector).await.map_err(api_error("listing the namespaces Tessera labelled"))? {
+        if let Some(name) = n.metadata.name.clone() {
+            observed.namespaces.entry(name).or_insert(n);
+        }
+    }
     let quotas: Api<ResourceQuota> = Api::all(client.clone());
     for q in quotas.list(&selector).await.map_err(api_error("listing Tessera's ResourceQuotas"))? {
         if q.metadata.name.as_deref() == Some(names::QUOTA_NAME)
@@ -82,14 +91,14 @@ pub async fn observe(client: &kube::Client, namespaces: &[&str]) -> Result<(Obse
             observed.quotas.insert(ns, q);
         }
     }
-    observed.claims = claims(client).await?;
+    observed.claims = claims(client, cluster).await?;
     Ok((observed, missing))
 }
 
 /// Tessera's claims in the whole cluster.
-pub async fn claims(client: &kube::Client) -> Result<Vec<ObservedClaim>, KubeError> {
+pub async fn claims(client: &kube::Client, cluster: &str) -> Result<Vec<ObservedClaim>, KubeError> {
     let api: Api<ResourceClaim> = Api::all(client.clone());
-    let list = api.list(&ListParams::default().labels(&managed_selector())).await;
+    let list = api.list(&ListParams::default().labels(&desired::selector(cluster))).await;
     Ok(list
         .map_err(api_error("listing Tessera's ResourceClaims"))?
         .items
@@ -98,10 +107,26 @@ pub async fn claims(client: &kube::Client) -> Result<Vec<ObservedClaim>, KubeErr
         .collect())
 }
 
-/// Carries out `actions` in order, stopping at the first failure.
+/// Carries out `actions` in order. One that fails does not stop the others (a pod whose disruption budget refuses
+/// its eviction holds up only its own claim): the failures are answered together, and tried again at the next
+/// reconcile. A claim whose pods cannot all be evicted is not deleted yet.
 pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s: i64) -> Result<(), KubeError> {
-    let apply = PatchParams::apply(names::FIELD_MANAGER).force();
+    let mut failures: Vec<KubeError> = Vec::new();
     for action in actions {
+        if let Err(e) = execute_one(client, action, eviction_grace_s).await {
+            failures.push(e);
+        }
+    }
+    match failures.len() {
+        0 => Ok(()),
+        1 => Err(failures.remove(0)),
+        n => Err(KubeError::Several(n, failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))),
+    }
+}
+
+async fn execute_one(client: &kube::Client, action: &Action, eviction_grace_s: i64) -> Result<(), KubeError> {
+    let apply = PatchParams::apply(names::FIELD_MANAGER).force();
+    {
         match action {
             Action::LabelNamespace(n) => {
                 let name = n.metadata.name.clone().unwrap_or_default();
@@ -124,6 +149,26 @@ pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s
                 api.patch(&name, &apply, &Patch::Apply(c.as_ref()))
                     .await
                     .map_err(api_error(format!("applying ResourceClaim {ns}/{name}")))?;
+            }
+            Action::DeleteQuota { namespace } => {
+                let api: Api<ResourceQuota> = Api::namespaced(client.clone(), namespace);
+                match api.delete(names::QUOTA_NAME, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_error(format!("deleting the ResourceQuota of {namespace}"))(e)),
+                }
+            }
+            Action::UnlabelNamespace(name) => {
+                let api: Api<Namespace> = Api::all(client.clone());
+                let bare = Namespace {
+                    metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+                    ..Namespace::default()
+                };
+                match api.patch(name, &apply, &Patch::Apply(&bare)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_error(format!("taking Tessera's labels off namespace {name}"))(e)),
+                }
             }
             Action::DeleteClaim { namespace, name, evict } => {
                 let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
@@ -169,17 +214,22 @@ pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s
 
 /// Each claim of an allocation that `desired` names, as `claims` show it.
 pub fn claim_status(desired: &[NamespaceObjects], claims: &[ObservedClaim], now_ms: i64) -> Vec<AllocationClaim> {
-    let wanted: BTreeSet<(&str, &str)> =
-        desired.iter().flat_map(|d| d.claims.keys().map(move |k| (d.namespace.as_str(), k.as_str()))).collect();
+    let wanted: BTreeMap<(&str, &str), &str> = desired
+        .iter()
+        .flat_map(|d| {
+            d.claims.iter().filter_map(move |(k, c)| {
+                let allocation = c.metadata.labels.as_ref()?.get(names::ALLOCATION)?;
+                Some(((d.namespace.as_str(), k.as_str()), allocation.as_str()))
+            })
+        })
+        .collect();
     claims
         .iter()
         .filter_map(|o| {
             let meta = &o.claim.metadata;
             let (ns, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
-            if !wanted.contains(&(ns, name)) {
-                return None;
-            }
-            let allocation = meta.labels.as_ref()?.get(names::ALLOCATION)?.clone();
+            // The allocation is the one Tessera wrote the claim for (its own map), not what the cluster's label says.
+            let allocation = wanted.get(&(ns, name))?.to_string();
             Some(AllocationClaim {
                 allocation_id: allocation,
                 cluster_id: String::new(),
@@ -188,6 +238,7 @@ pub fn claim_status(desired: &[NamespaceObjects], claims: &[ObservedClaim], now_
                 allocated: o.allocated(),
                 pods: serde_json::to_string(&o.pods()).unwrap_or_else(|_| "[]".into()),
                 observed_at_ms: now_ms,
+                cluster_name: String::new(),
             })
         })
         .collect()

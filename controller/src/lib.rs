@@ -105,10 +105,17 @@ pub async fn run(
         let leader = if !any && !was_leader {
             false
         } else {
-            match store.hold_lease(LEASE, &settings.holder, ttl_ms).await {
-                Ok(l) => l,
-                Err(e) => {
+            // A renewal that does not answer within a third of the lease stands the workers down: by the time the
+            // lease could have passed to another replica, this one no longer acts on its own.
+            match tokio::time::timeout(settings.lease_ttl / 3, store.hold_lease(LEASE, &settings.holder, ttl_ms)).await
+            {
+                Ok(Ok(l)) => l,
+                Ok(Err(e)) => {
                     tracing::warn!(error = %e, "cannot renew the controller's lease; standing down");
+                    false
+                }
+                Err(_) => {
+                    tracing::warn!("the controller's lease was not renewed in time; standing down");
                     false
                 }
             }

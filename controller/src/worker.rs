@@ -56,7 +56,7 @@ pub async fn desired(
     let profiles: BTreeSet<&str> =
         catalog.models.iter().flat_map(|m| m.profiles.iter().map(|p| p.name.as_str())).collect();
     let profiles: Vec<&str> = profiles.into_iter().collect();
-    Ok(Some(desired::desired(cluster.mode, &governed, &active, &profiles)))
+    Ok(Some(desired::desired(&cluster.id, cluster.mode, &governed, &active, &profiles)))
 }
 
 /// Runs the worker of `cluster_id` until the cluster is gone (or the task is aborted).
@@ -91,11 +91,12 @@ async fn serve(
         Err(e) => return Err(e.into()),
     };
     let path = match &cluster.kubeconfig {
-        Some(name) => {
-            Some(settings.kubeconfigs.get(name).cloned().ok_or_else(|| {
+        Some(name) => Some((
+            name.as_str(),
+            settings.kubeconfigs.get(name).cloned().ok_or_else(|| {
                 KubeError::Config(format!("this server's settings have no kubeconfig named `{name}`"))
-            })?)
-        }
+            })?,
+        )),
         None if !settings.in_cluster => {
             return Err(
                 KubeError::Config("this server runs in no pod: it has no in-cluster service account".into()).into()
@@ -103,10 +104,10 @@ async fn serve(
         }
         None => None,
     };
-    let client = kube_io::connect(path.as_deref()).await?;
+    let client = kube_io::connect(path.as_ref().map(|(name, p)| (*name, p.as_path()))).await?;
     // A change to what Tessera wrote, by anybody, wakes the worker.
     let changed = Arc::new(tokio::sync::Notify::new());
-    let config = watcher::Config::default().labels(&kube_io::managed_selector());
+    let config = watcher::Config::default().labels(&desired::selector(cluster_id));
     let claims = watch_task(Api::<ResourceClaim>::all(client.clone()), config.clone(), changed.clone());
     let quotas = watch_task(Api::<ResourceQuota>::all(client.clone()), config, changed.clone());
     let _stop = AbortOnDrop(vec![claims, quotas]);
@@ -138,14 +139,14 @@ async fn reconcile(
     want: &[NamespaceObjects],
 ) -> Result<(), Failure> {
     let namespaces: Vec<&str> = want.iter().map(|d| d.namespace.as_str()).collect();
-    let (observed, missing) = kube_io::observe(client, &namespaces).await?;
+    let (observed, missing) = kube_io::observe(client, cluster_id, &namespaces).await?;
     let present: Vec<NamespaceObjects> = want.iter().filter(|d| !missing.contains(&d.namespace)).cloned().collect();
     let actions = desired::plan(&present, &observed);
     if !actions.is_empty() {
         tracing::info!(cluster = %cluster_id, changes = actions.len(), "reconciling Kubernetes objects");
     }
     kube_io::execute(client, &actions, settings.eviction_grace_s).await?;
-    let after = if actions.is_empty() { observed.claims } else { kube_io::claims(client).await? };
+    let after = if actions.is_empty() { observed.claims } else { kube_io::claims(client, cluster_id).await? };
     let mut status = kube_io::claim_status(&present, &after, tessera_store::now_ms());
     for s in &mut status {
         s.cluster_id = cluster_id.to_string();

@@ -8,7 +8,8 @@
 //! - on a held device, a process of a pod is the holder's only if the pod's namespace belongs to a tenant holding
 //!   the device; a pod of another tenant, or of a namespace no tenant governs, is unallocated use;
 //! - on a held device, a process of no pod (a bare-metal node, or a process outside Kubernetes) is taken as the
-//!   holder's: nothing on the node says otherwise.
+//!   holder's: nothing on the node says otherwise; on a device several tenants share, it is nobody's (no tenant
+//!   is shown another's process).
 
 use serde::{Deserialize, Serialize};
 
@@ -100,6 +101,8 @@ impl Stray {
 pub enum Verdict<'a> {
     /// It runs under this allocation (the first of the device's holders that the pod's tenant holds).
     Allocated(&'a Holder<'a>),
+    /// It runs on a device several tenants share and nothing says whose it is (no pod): it is shown to no tenant.
+    Shared,
     /// Unallocated use.
     Unallocated(Stray),
 }
@@ -113,7 +116,10 @@ pub fn judge<'a>(
 ) -> Verdict<'a> {
     let mut on_device = holders.iter().filter(|h| h.device == p.device).peekable();
     let Some(first) = on_device.peek().copied() else { return Verdict::Unallocated(Stray::NoAllocation) };
-    let Some(pod) = &p.pod else { return Verdict::Allocated(first) };
+    let Some(pod) = &p.pod else {
+        let shared = holders.iter().any(|h| h.device == p.device && h.tenant != first.tenant);
+        return if shared { Verdict::Shared } else { Verdict::Allocated(first) };
+    };
     match tenant_of(&pod.namespace) {
         None => Verdict::Unallocated(Stray::UngovernedPod),
         Some(t) => {
@@ -155,7 +161,7 @@ mod tests {
         fn allocated(v: Verdict<'static>) -> Option<&'static str> {
             match v {
                 Verdict::Allocated(h) => Some(h.allocation),
-                Verdict::Unallocated(_) => None,
+                Verdict::Shared | Verdict::Unallocated(_) => None,
             }
         }
         assert_eq!(judge(&process("MIG-free", None), &HOLDERS, tenant_of), Verdict::Unallocated(Stray::NoAllocation));
@@ -183,6 +189,7 @@ mod tests {
             "a share: its own tenant's"
         );
         assert_eq!(allocated(judge(&process("GPU-shared", Some("ml-a")), &HOLDERS, tenant_of)), Some("a2"));
+        assert_eq!(judge(&process("GPU-shared", None), &HOLDERS, tenant_of), Verdict::Shared, "whose, nothing says");
         for s in [Stray::NoAllocation, Stray::OtherTenant, Stray::UngovernedPod] {
             assert_eq!(Stray::parse(s.code()), Some(s));
         }

@@ -9,7 +9,8 @@
 //! [`plan`] compares that with what the cluster holds (the objects carrying Tessera's `managed-by` label, as read
 //! back) and says what to apply and what to delete: an object missing or changed by hand is applied again (drift
 //! repaired), a claim of Tessera's that no allocation needs any more is deleted after the pods using it are asked
-//! to leave through the Eviction API with the grace period.
+//! to leave through the Eviction API with the grace period, and a namespace given up loses all of Tessera's objects
+//! and labels (before it can be given to another tenant).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -79,6 +80,7 @@ pub struct NamespaceObjects {
 /// The objects every governed namespace of a cluster in `mode` should hold, by namespace, given the active
 /// allocations on the cluster's nodes; `profiles` are the catalog's MIG profiles (each is named in the quota).
 pub fn desired(
+    cluster: &str,
     mode: Mode,
     governed: &[Governed<'_>],
     active: &[Active<'_>],
@@ -124,18 +126,27 @@ pub fn desired(
                 }
             }
         }
+        let mut labels = names::namespace_patch(g.namespace, g.tenant);
+        let mut quota = quota::resource_quota(g.namespace, g.tenant, mode, &held, profiles);
+        for meta in
+            [&mut labels.metadata, &mut quota.metadata].into_iter().chain(claims.values_mut().map(|c| &mut c.metadata))
+        {
+            meta.labels
+                .get_or_insert_with(Default::default)
+                .insert(names::CLUSTER.to_string(), names::label_value(cluster));
+        }
         by_namespace.insert(
             g.namespace,
-            NamespaceObjects {
-                namespace: g.namespace.to_string(),
-                labels: names::namespace_patch(g.namespace, g.tenant),
-                quota: quota::resource_quota(g.namespace, g.tenant, mode, &held, profiles),
-                claims,
-                unpinned,
-            },
+            NamespaceObjects { namespace: g.namespace.to_string(), labels, quota, claims, unpinned },
         );
     }
     by_namespace.into_values().collect()
+}
+
+/// The label selector of what Tessera wrote in a cluster it registered as `cluster` (an id): another registration
+/// of the same cluster, or another installation, has objects of its own that this one never touches.
+pub fn selector(cluster: &str) -> String {
+    format!("{}=tessera,{}={}", names::MANAGED_BY, names::CLUSTER, names::label_value(cluster))
 }
 
 /// A claim of Tessera's as the cluster holds it.
@@ -187,6 +198,14 @@ pub enum Action {
     ApplyQuota(ResourceQuota),
     /// Apply a claim (missing, or its spec changed by hand).
     ApplyClaim(Box<ResourceClaim>),
+    /// Delete the ResourceQuota of a namespace Tessera no longer governs.
+    DeleteQuota {
+        /// The namespace.
+        namespace: String,
+    },
+    /// Take Tessera's labels and annotation off a namespace it no longer governs (applying none of them: server-side
+    /// apply removes the fields its manager owned).
+    UnlabelNamespace(String),
     /// Ask each pod using the claim to leave through the Eviction API with this grace, then delete the claim.
     DeleteClaim {
         /// The namespace.
@@ -198,9 +217,10 @@ pub enum Action {
     },
 }
 
-/// What to change so that `observed` holds what `desired` says; nothing for what already matches. Deletions come
-/// last, after every apply, so that a quota is raised before a claim needs it and lowered only after the claims it
-/// counted are gone.
+/// What to change so that `observed` holds what `desired` says; nothing for what already matches. A namespace's
+/// quota comes before its claims, so that it is raised before a new claim needs it (lowering it below what exists
+/// refuses only new claims); a claim whose spec differs is deleted and made again (a claim's spec cannot change);
+/// the claims, quotas and labels no governed namespace needs go last.
 pub fn plan(desired: &[NamespaceObjects], observed: &Observed) -> Vec<Action> {
     let mut applies = Vec::new();
     let mut wanted: BTreeSet<(&str, &str)> = BTreeSet::new();
@@ -217,24 +237,49 @@ pub fn plan(desired: &[NamespaceObjects], observed: &Observed) -> Vec<Action> {
         for (name, c) in &d.claims {
             wanted.insert((ns, name.as_str()));
             let found = observed.claims.iter().find(|o| o.namespace() == ns && o.name() == name);
-            let same = found.is_some_and(|o| {
-                o.claim.spec == c.spec && carries_labels(&o.claim.metadata.labels, &c.metadata.labels)
-            });
-            if !same {
-                applies.push(Action::ApplyClaim(Box::new(c.clone())));
+            match found {
+                // A claim's spec cannot change once it exists: one that selects anything else (edited by
+                // recreating it, say) is deleted, its pods evicted, and made again.
+                Some(o) if o.claim.spec != c.spec => {
+                    applies.push(Action::DeleteClaim {
+                        namespace: ns.to_string(),
+                        name: name.clone(),
+                        evict: o.pods(),
+                    });
+                    applies.push(Action::ApplyClaim(Box::new(c.clone())));
+                }
+                Some(o) if carries_labels(&o.claim.metadata.labels, &c.metadata.labels) => {}
+                _ => applies.push(Action::ApplyClaim(Box::new(c.clone()))),
             }
         }
     }
-    let governed: BTreeSet<&str> = desired.iter().map(|d| d.namespace.as_str()).collect();
-    let deletions = observed
-        .claims
-        .iter()
-        .filter(|o| governed.contains(o.namespace()) && !wanted.contains(&(o.namespace(), o.name())));
+    // Every claim of Tessera's for this cluster (the observed ones carry its labels) that no allocation needs goes: in
+    // a governed namespace when its allocation ended, in a namespace given up (which may be given to another tenant
+    // next) with all of Tessera's objects there.
+    let deletions = observed.claims.iter().filter(|o| !wanted.contains(&(o.namespace(), o.name())));
     applies.extend(deletions.map(|o| Action::DeleteClaim {
         namespace: o.namespace().to_string(),
         name: o.name().to_string(),
         evict: o.pods(),
     }));
+    let governed: BTreeSet<&str> = desired.iter().map(|d| d.namespace.as_str()).collect();
+    applies.extend(
+        observed
+            .quotas
+            .keys()
+            .filter(|ns| !governed.contains(ns.as_str()))
+            .map(|ns| Action::DeleteQuota { namespace: ns.clone() }),
+    );
+    let managed = |n: &Namespace| {
+        n.metadata.labels.as_ref().is_some_and(|l| l.get(names::MANAGED_BY).is_some_and(|v| v == "tessera"))
+    };
+    applies.extend(
+        observed
+            .namespaces
+            .iter()
+            .filter(|(ns, n)| !governed.contains(ns.as_str()) && managed(n))
+            .map(|(ns, _)| Action::UnlabelNamespace(ns.clone())),
+    );
     applies
 }
 
@@ -294,7 +339,7 @@ mod tests {
 
     #[test]
     fn each_namespace_gets_its_tenants_claims_and_a_quota_of_what_it_holds() {
-        let d = desired(Mode::Dra, &governed(), &active(), &PROFILES);
+        let d = desired("c1", Mode::Dra, &governed(), &active(), &PROFILES);
         assert_eq!(d.len(), 2);
         let (a, b) = (&d[0], &d[1]);
         assert_eq!(a.namespace, "ml-a");
@@ -320,7 +365,7 @@ mod tests {
 
     #[test]
     fn on_the_device_plugin_nothing_is_claimed_and_the_quota_counts_each_kind() {
-        let d = desired(Mode::DevicePlugin, &governed(), &active(), &PROFILES);
+        let d = desired("c1", Mode::DevicePlugin, &governed(), &active(), &PROFILES);
         assert!(d.iter().all(|n| n.claims.is_empty()));
         assert!(d[0].unpinned["a1"].contains("device plugin"));
         assert_eq!(hard(&d[0].quota, "requests.nvidia.com/mig-1g.10gb"), "1");
@@ -332,7 +377,7 @@ mod tests {
     fn a_tenant_with_two_namespaces_gets_each_claim_in_both() {
         let mut g = governed();
         g.push(Governed { namespace: "ml-a2", tenant_id: "ta", tenant: "team-a" });
-        let d = desired(Mode::Dra, &g, &active(), &PROFILES);
+        let d = desired("c1", Mode::Dra, &g, &active(), &PROFILES);
         let second = d.iter().find(|n| n.namespace == "ml-a2").expect("ml-a2");
         assert_eq!(second.claims.keys().collect::<Vec<_>>(), ["tessera-a1", "tessera-a2"]);
         assert!(second.claims.values().all(|c| c.metadata.namespace.as_deref() == Some("ml-a2")));
@@ -348,7 +393,7 @@ mod tests {
 
     #[test]
     fn the_plan_applies_what_is_missing_or_changed_and_deletes_what_no_allocation_needs() {
-        let d = desired(Mode::Dra, &governed(), &active(), &PROFILES);
+        let d = desired("c1", Mode::Dra, &governed(), &active(), &PROFILES);
         let first = plan(&d, &Observed::default());
         assert_eq!(first.iter().filter(|a| matches!(a, Action::LabelNamespace(_))).count(), 2);
         assert_eq!(first.iter().filter(|a| matches!(a, Action::ApplyQuota(_))).count(), 2);
@@ -370,13 +415,22 @@ mod tests {
         );
         now.namespaces.get_mut("ml-a").and_then(|n| n.metadata.labels.as_mut()).expect("labels").remove(names::TENANT);
         let repaired = plan(&d, &now);
-        assert_eq!(repaired.len(), 3, "{repaired:?}");
+        assert_eq!(repaired.len(), 4, "{repaired:?}");
         assert!(matches!(&repaired[0], Action::LabelNamespace(n) if n.metadata.name.as_deref() == Some("ml-a")));
-        assert!(matches!(&repaired[1], Action::ApplyClaim(c) if c.metadata.name.as_deref() == Some("tessera-a1")));
-        assert!(matches!(&repaired[2], Action::ApplyQuota(q) if q.metadata.namespace.as_deref() == Some("ml-b")));
+        assert_eq!(
+            repaired[1],
+            Action::DeleteClaim { namespace: "ml-a".into(), name: "tessera-a1".into(), evict: vec![] },
+            "a claim's spec cannot change: it is made again"
+        );
+        assert!(matches!(&repaired[2], Action::ApplyClaim(c) if c.metadata.name.as_deref() == Some("tessera-a1")));
+        assert!(matches!(&repaired[3], Action::ApplyQuota(q) if q.metadata.namespace.as_deref() == Some("ml-b")));
+        assert!(
+            d.iter().all(|n| n.quota.metadata.labels.as_ref().is_some_and(|l| l[names::CLUSTER] == "c1")
+                && n.claims.values().all(|c| c.metadata.labels.as_ref().is_some_and(|l| l[names::CLUSTER] == "c1"))),
+            "every object names the registration it was written for"
+        );
 
-        // Released: a1's allocation is gone; its claim, in use by a pod, is deleted after the pod is evicted. A
-        // claim of a namespace Tessera does not govern is not its business.
+        // Released: a1's allocation is gone; its claim, in use by a pod, is deleted after the pod is evicted.
         let now = {
             let mut o = observed_as(&d);
             o.claims[0].claim.status = Some(ResourceClaimStatus {
@@ -388,13 +442,10 @@ mod tests {
                 }]),
                 ..ResourceClaimStatus::default()
             });
-            let mut stray = o.claims[0].claim.clone();
-            stray.metadata.namespace = Some("elsewhere".into());
-            o.claims.push(ObservedClaim { claim: stray });
             o
         };
         let after: Vec<Active<'_>> = active().into_iter().filter(|a| a.allocation != "a1").collect();
-        let d = desired(Mode::Dra, &governed(), &after, &PROFILES);
+        let d = desired("c1", Mode::Dra, &governed(), &after, &PROFILES);
         let released = plan(&d, &now);
         assert!(
             matches!(released.first(), Some(Action::ApplyQuota(q)) if q.metadata.namespace.as_deref() == Some("ml-a")),
@@ -410,5 +461,31 @@ mod tests {
             "deleted last, its pod evicted first: {released:?}"
         );
         assert_eq!(released.len(), 2, "{released:?}");
+
+        // ml-b given up: its claims, its quota and its labels go (it may be given to another tenant next); ml-a's
+        // stay as they are.
+        let d = desired("c1", Mode::Dra, &governed(), &active(), &PROFILES);
+        let mut held = observed_as(&d);
+        held.claims.push(ObservedClaim {
+            claim: ResourceClaim {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: Some("tessera-b9".into()),
+                    namespace: Some("ml-b".into()),
+                    ..Default::default()
+                },
+                ..d[0].claims["tessera-a1"].clone()
+            },
+        });
+        let only_a: Vec<Governed<'_>> = governed().into_iter().filter(|g| g.namespace == "ml-a").collect();
+        let d = desired("c1", Mode::Dra, &only_a, &active(), &PROFILES);
+        let given_up = plan(&d, &held);
+        assert_eq!(
+            given_up,
+            [
+                Action::DeleteClaim { namespace: "ml-b".into(), name: "tessera-b9".into(), evict: vec![] },
+                Action::DeleteQuota { namespace: "ml-b".into() },
+                Action::UnlabelNamespace("ml-b".into()),
+            ]
+        );
     }
 }

@@ -14,6 +14,9 @@ pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// The allocation a claim serves (its id).
 pub const ALLOCATION: &str = "tessera.io/allocation";
 
+/// The registered cluster (its id in Tessera) an object was written for.
+pub const CLUSTER: &str = "tessera.io/cluster";
+
 /// The tenant (by name) a namespace or an object belongs to.
 pub const TENANT: &str = "tessera.io/tenant";
 

@@ -274,8 +274,18 @@ async fn attribute(state: &AppState, node: &NodePrincipal, status: &NodeStatus) 
         // A GPU the node does not have (by UUID) is not judged: the status's other checks say so elsewhere.
         let Some((gpu_id, _)) = gpu_ids.iter().find(|(_, uuid)| *uuid == g.uuid) else { continue };
         for p in &g.processes {
-            let (allocation, stray) = match judge(p, &held, tenant_of) {
+            // A node in no cluster (or a cluster with no governed namespace) cannot tell whose a pod is: its pods
+            // are judged as processes of no pod.
+            let bare;
+            let judged_as = if namespaces.is_empty() && p.pod.is_some() {
+                bare = tessera_core::attribution::GpuProcess { pod: None, ..p.clone() };
+                &bare
+            } else {
+                p
+            };
+            let (allocation, stray) = match judge(judged_as, &held, tenant_of) {
                 Verdict::Allocated(h) => (Some(h.allocation.to_string()), None),
+                Verdict::Shared => (None, None),
                 Verdict::Unallocated(why) => (None, Some(why)),
             };
             let mut tenants: Vec<String> =
@@ -306,6 +316,15 @@ pub async fn ingest_status(
     node: &NodePrincipal,
     status: &NodeStatus,
 ) -> Result<StatusOutcome, ApiError> {
+    let outcome = store_status(state, node, status).await?;
+    // After the activations: a process on a device this very status activated runs under its allocation.
+    if outcome.stored {
+        attribute(state, node, status).await?;
+    }
+    Ok(outcome)
+}
+
+async fn store_status(state: &AppState, node: &NodePrincipal, status: &NodeStatus) -> Result<StatusOutcome, ApiError> {
     if status.gpus.len() > crate::fleet::MAX_GPUS_PER_NODE {
         return Err(ApiError::invalid("too_many_gpus", "a status lists at most 64 GPUs"));
     }
@@ -349,9 +368,6 @@ pub async fn ingest_status(
                     cordoned = change.newly_cordoned, "GPU health changed");
             }
         }
-    }
-    if stored {
-        attribute(state, node, status).await?;
     }
     let mut outcome = StatusOutcome { stored, ..Default::default() };
     if !stored {

@@ -160,11 +160,6 @@ pub async fn allocations(
     let ids: Vec<String> = allocations.iter().map(|a| a.id.clone()).collect();
     let claims = state.store.allocation_claims(&ids).await?;
     let processes = state.store.allocation_processes(&ids).await?;
-    let clusters: Vec<(String, String)> = if claims.is_empty() {
-        vec![]
-    } else {
-        state.store.clusters().await?.into_iter().map(|c| (c.id, c.name)).collect()
-    };
     let views = allocations
         .into_iter()
         .filter_map(|a| {
@@ -181,11 +176,7 @@ pub async fn allocations(
                 .iter()
                 .filter(|c| c.allocation_id == a.id)
                 .map(|c| tessera_api::allocations::ClaimView {
-                    cluster: clusters
-                        .iter()
-                        .find(|(id, _)| *id == c.cluster_id)
-                        .map(|(_, n)| n.clone())
-                        .unwrap_or_default(),
+                    cluster: c.cluster_name.clone(),
                     namespace: c.namespace.clone(),
                     name: c.claim.clone(),
                     allocated: c.allocated,

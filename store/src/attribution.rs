@@ -111,9 +111,9 @@ impl Store {
         }))
     }
 
-    /// Replaces the node's processes with `judged`, in one transaction; each process seen as unallocated use for
-    /// the first time (on its device, with its pid and reason) is a `gpu.unallocated_use` event, to platform admins
-    /// and to the tenants holding the device. Answers those new ones.
+    /// Replaces the node's processes with `judged`, in one transaction. Unallocated use of a kind (device and
+    /// reason) not seen in the previous report is a `gpu.unallocated_use` event, to platform admins (who, in full)
+    /// and to the tenants holding the device (what, without another tenant's names). Answers the processes told.
     pub async fn record_processes(
         &self,
         node_id: &str,
@@ -125,6 +125,13 @@ impl Store {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Vec<ProcessRow> = sqlx::query_as(&select).bind(node_id).fetch_all(&mut *tx).await?;
+            let before_by: std::collections::HashMap<(&str, i64), &ProcessRow> =
+                before.iter().map(|b| ((b.device.as_str(), b.pid), b)).collect();
+            // Unallocated use told already, per device and reason: a new pid of the same kind on the same device
+            // (a restarted process, a busy loop of short ones) is not told again while it lasts.
+            let told: HashSet<(&str, &str)> =
+                before.iter().filter_map(|b| b.stray.as_deref().map(|r| (b.device.as_str(), r))).collect();
+            let mut telling: HashSet<(String, &'static str)> = HashSet::new();
             sqlx::query("DELETE FROM gpu_processes WHERE node_id = $1").bind(node_id).execute(&mut *tx).await?;
             let mut new_strays = Vec::new();
             let mut written: HashSet<(&str, u32)> = HashSet::new();
@@ -133,7 +140,7 @@ impl Store {
                 if !written.insert((p.device.as_str(), p.pid)) {
                     continue;
                 }
-                let was = before.iter().find(|b| b.device == p.device && b.pid == i64::from(p.pid));
+                let was = before_by.get(&(p.device.as_str(), i64::from(p.pid))).copied();
                 let since = was.map_or(now, |b| b.since_ms);
                 let stray = j.stray.map(Stray::code);
                 let pod = p.pod.as_ref();
@@ -155,7 +162,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
                 let Some(reason) = j.stray else { continue };
-                if was.is_some_and(|b| b.stray.as_deref() == Some(reason.code())) {
+                if told.contains(&(p.device.as_str(), reason.code())) || !telling.insert((p.device.clone(), reason.code())) {
                     continue;
                 }
                 let subject = format!("gpu/{}", j.gpu_id);
@@ -170,9 +177,15 @@ impl Store {
                     "sentence": format!("{who} (pid {}) {} ({} on {node_name})", p.pid, reason.sentence(), p.device),
                     "holders": j.holders,
                 });
-                system_event(&mut tx, "gpu.unallocated_use", None, &subject, ATTRIBUTION_ACTOR, after.clone()).await?;
+                system_event(&mut tx, "gpu.unallocated_use", None, &subject, ATTRIBUTION_ACTOR, after).await?;
+                // The holders' copy says what happens on their slice, not who (another tenant's namespace, pod,
+                // user or command are not theirs to read).
+                let redacted = serde_json::json!({
+                    "node": node_name, "gpu_id": j.gpu_id, "device": p.device, "pid": p.pid, "reason": reason.code(),
+                    "sentence": format!("A process (pid {}) {} ({} on {node_name})", p.pid, reason.sentence(), p.device),
+                });
                 for tenant in &j.holders {
-                    system_event(&mut tx, "gpu.unallocated_use", Some(tenant), &subject, ATTRIBUTION_ACTOR, after.clone())
+                    system_event(&mut tx, "gpu.unallocated_use", Some(tenant), &subject, ATTRIBUTION_ACTOR, redacted.clone())
                         .await?;
                 }
                 new_strays.push(j.clone());

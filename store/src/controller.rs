@@ -31,6 +31,9 @@ pub struct AllocationClaim {
     pub pods: String,
     /// When it was read, UTC ms.
     pub observed_at_ms: i64,
+    /// The cluster's name (read with the claim; empty when recording).
+    #[sqlx(default)]
+    pub cluster_name: String,
 }
 
 impl AllocationClaim {
@@ -141,8 +144,9 @@ impl Store {
             return Ok(vec![]);
         }
         let sql = format!(
-            "SELECT allocation_id, cluster_id, namespace, claim, allocated, pods, observed_at_ms FROM allocation_claims \
-             WHERE allocation_id IN ({}) ORDER BY allocation_id, namespace",
+            "SELECT a.allocation_id, a.cluster_id, a.namespace, a.claim, a.allocated, a.pods, a.observed_at_ms, \
+             c.name AS cluster_name FROM allocation_claims a JOIN clusters c ON c.id = a.cluster_id \
+             WHERE a.allocation_id IN ({}) ORDER BY a.allocation_id, a.namespace",
             super::dialect::marks(1, allocation_ids.len())
         );
         Ok(on_pool!(self, pool, _dialect => {

@@ -134,12 +134,21 @@ async fn stray_processes_are_unallocated_use_and_known_ones_are_their_holders(db
         ["other_tenant", "ungoverned_pod"],
         "team-a is told of use of its slice, not of the A30: {to_a:#?}"
     );
-    let sentence = to_a.iter().find(|e| e["data"]["after"]["reason"] == "other_tenant").expect("told")["data"]["after"]
-        ["sentence"]
-        .clone();
+    let told_a =
+        to_a.iter().find(|e| e["data"]["after"]["reason"] == "other_tenant").expect("told")["data"]["after"].clone();
+    let sentence = told_a["sentence"].as_str().unwrap_or("");
+    assert!(sentence.contains("pid 102") && sentence.contains("another tenant"), "{told_a}");
     assert!(
-        sentence.as_str().is_some_and(|s| s.contains("pod ml-b/sneaky-0") && s.contains("another tenant")),
-        "{sentence}"
+        !told_a.to_string().contains("ml-b") && !told_a.to_string().contains("sneaky") && told_a["pod"].is_null(),
+        "the holder is told what happens on its slice, not another tenant's names: {told_a}"
+    );
+    let told_admin = admin_events
+        .iter()
+        .find(|e| e["tenant"].is_null() && e["data"]["after"]["reason"] == "other_tenant")
+        .expect("told");
+    assert!(
+        told_admin["data"]["after"]["sentence"].as_str().is_some_and(|s| s.contains("pod ml-b/sneaky-0")),
+        "admins see who"
     );
     assert!(inbox(&app, &bob).await.is_empty(), "team-b holds nothing there");
 

@@ -188,6 +188,22 @@ async fn claims_and_quotas_follow_allocations_and_hand_edits_are_put_back() {
         cluster["sync"]["synced_at_ms"].as_i64().is_some_and(|t| t > 0) && cluster["sync"]["error"].is_null(),
         "{cluster}"
     );
+
+    // Given up: a namespace loses every object of Tessera's and its labels (another tenant may get it next), its
+    // own labels stay.
+    let (_, again) = app.active(&dev, &t, "1g.10gb", 1).await;
+    let claim = format!("tessera-{}", again[0]["id"].as_str().expect("id"));
+    within(&kube, Duration::from_secs(2), "the new claim", |c| c.get(Kind::Claim, "ml-a", &claim).is_some()).await;
+    let (s, _) = app.send(Method::DELETE, "/api/v1/clusters/prod/namespaces/ml-a", &app.admin, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let took = within(&kube, Duration::from_secs(2), "the given-up namespace cleared", |c| {
+        let labels = c.get(Kind::Namespace, "", "ml-a").map(|n| n["metadata"]["labels"].clone()).unwrap_or_default();
+        c.all(Kind::Claim, "ml-a").is_empty()
+            && c.get(Kind::Quota, "ml-a", "tessera-gpus").is_none()
+            && labels == json!({"kubernetes.io/metadata.name": "ml-a"})
+    })
+    .await;
+    eprintln!("namespace given up -> claims, quota and labels gone in {took:?}");
     let _ = std::fs::remove_file(kubeconfig);
 }
 

@@ -1,6 +1,7 @@
 //! A Kubernetes API server double for the controller's tests, speaking the API server's JSON wire format for what
 //! the controller uses: namespaces (read, server-side apply), ResourceQuotas and `resource.k8s.io/v1`
-//! ResourceClaims (server-side apply with a field manager, list and watch by label selector, delete), and the
+//! ResourceClaims (server-side apply with a field manager, whose spec cannot change once made; list and watch by
+//! label selector, delete), and the
 //! Eviction subresource of pods. Lists carry a `resourceVersion`; a watch from a version replays what came after
 //! it, then streams events (`{"type":"ADDED"|"MODIFIED"|"DELETED","object":...}` lines) as they happen. Errors
 //! are `Status` objects. The test can edit objects "by hand", play the scheduler (allocate a claim, reserve it for
@@ -60,6 +61,9 @@ pub(crate) struct Cluster {
     pub(crate) down: bool,
     /// Writes wait this long before they are done.
     pub(crate) write_delay: Duration,
+    /// The labels and annotations (`labels/<key>`, `annotations/<key>`) each object's applier set: applying again
+    /// without one removes it, as server-side apply removes the fields a manager stops applying.
+    owned: BTreeMap<(Kind, String, String), std::collections::BTreeSet<String>>,
 }
 
 type Shared = Arc<Mutex<Cluster>>;
@@ -252,18 +256,38 @@ async fn apply(
     if kind == Kind::Namespace && current.is_none() {
         return status(404, "NotFound", format!("namespaces \"{name}\" not found"));
     }
+    if kind == Kind::Claim
+        && let Some(existing) = &current
+        && existing["spec"] != applied["spec"]
+    {
+        return status(
+            422,
+            "Invalid",
+            format!("ResourceClaim.resource.k8s.io \"{name}\" is invalid: spec: Invalid value: field is immutable"),
+        );
+    }
     let mut object = current.unwrap_or_else(|| json!({"metadata": {}}));
+    let key = (kind, namespace.clone(), name.clone());
+    let before = guard.owned.remove(&key).unwrap_or_default();
+    let mut now = std::collections::BTreeSet::new();
     for field in ["labels", "annotations"] {
-        if let Some(m) = applied["metadata"][field].as_object() {
-            let target = &mut object["metadata"][field];
-            if !target.is_object() {
-                *target = json!({});
-            }
-            for (k, v) in m {
-                target[k] = v.clone();
+        let applied_here = applied["metadata"][field].as_object().cloned().unwrap_or_default();
+        let target = &mut object["metadata"][field];
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let map = target.as_object_mut().expect("object");
+        for k in before.iter().filter_map(|o| o.strip_prefix(&format!("{field}/"))) {
+            if !applied_here.contains_key(k) {
+                map.remove(k);
             }
         }
+        for (k, v) in applied_here {
+            now.insert(format!("{field}/{k}"));
+            map.insert(k, v);
+        }
     }
+    guard.owned.insert(key, now);
     if !applied["spec"].is_null() {
         object["spec"] = applied["spec"].clone();
     }
@@ -272,18 +296,19 @@ async fn apply(
     axum::Json(stored).into_response()
 }
 
-async fn delete_claim(c: Shared, namespace: String, name: String, headers: HeaderMap) -> Response {
+async fn delete(c: Shared, kind: Kind, namespace: String, name: String, headers: HeaderMap) -> Response {
     let mut guard = lock(&c);
-    guard.log.push(format!("DELETE Claim {namespace}/{name}"));
+    guard.log.push(format!("DELETE {kind:?} {namespace}/{name}"));
     if guard.down {
         return status(503, "ServiceUnavailable", "the API server is unavailable");
     }
     if !authorised(&headers) {
         return status(401, "Unauthorized", "Unauthorized");
     }
-    match guard.remove(Kind::Claim, &namespace, &name) {
+    guard.owned.remove(&(kind, namespace.clone(), name.clone()));
+    match guard.remove(kind, &namespace, &name) {
         Some(gone) => axum::Json(gone).into_response(),
-        None => status(404, "NotFound", format!("resourceclaims.resource.k8s.io \"{name}\" not found")),
+        None => status(404, "NotFound", format!("{kind:?} \"{name}\" not found")),
     }
 }
 
@@ -359,6 +384,12 @@ impl KubeApi {
                 ),
             )
             .route(
+                "/api/v1/namespaces",
+                get(|State(c): State<Shared>, headers: HeaderMap, Query(q): Q| {
+                    list_or_watch(c, Kind::Namespace, headers, q)
+                }),
+            )
+            .route(
                 "/api/v1/resourcequotas",
                 get(|State(c): State<Shared>, headers: HeaderMap, Query(q): Q| {
                     list_or_watch(c, Kind::Quota, headers, q)
@@ -372,6 +403,11 @@ impl KubeApi {
                      headers: HeaderMap,
                      RawQuery(q): RawQuery,
                      body: Bytes| { apply(c, Kind::Quota, ns, name, headers, q, body) },
+                )
+                .delete(
+                    |State(c): State<Shared>, Path((ns, name)): Path<(String, String)>, headers: HeaderMap| {
+                        delete(c, Kind::Quota, ns, name, headers)
+                    },
                 ),
             )
             .route(
@@ -391,7 +427,7 @@ impl KubeApi {
                 )
                 .delete(
                     |State(c): State<Shared>, Path((ns, name)): Path<(String, String)>, headers: HeaderMap| {
-                        delete_claim(c, ns, name, headers)
+                        delete(c, Kind::Claim, ns, name, headers)
                     },
                 ),
             )
