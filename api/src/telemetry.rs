@@ -78,6 +78,29 @@ pub struct HeatmapRow {
     /// A GPU row: the changes of its health within the heatmap's range, oldest first (at most 50, the newest kept).
     #[serde(default)]
     pub health_marks: Vec<HealthMark>,
+    /// Who runs on the device now under the allocations the caller sees (its agent's last report, at most 20).
+    #[serde(default)]
+    pub processes: Vec<RowProcess>,
+    /// How many processes on the device are unallocated use now (for a tenant member: only on a device it holds
+    /// now; who they are is for platform admins, on the fleet page).
+    #[serde(default)]
+    pub unallocated: u32,
+}
+
+/// A process on a heatmap row's device, under an allocation the caller sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RowProcess {
+    /// Process id on the node.
+    pub pid: u32,
+    /// The user it runs as.
+    pub user: Option<String>,
+    /// Its command.
+    pub command: Option<String>,
+    /// Its pod and container, on a Kubernetes node.
+    pub pod: Option<tessera_core::attribution::PodRef>,
+    /// The allocation it runs under.
+    pub allocation: String,
 }
 
 /// A change of a GPU's health: a marker on its heatmap row.

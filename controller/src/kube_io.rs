@@ -1,8 +1,9 @@
 //! Talking to one cluster: connecting with its credentials, reading back what Tessera wrote there, and carrying
 //! out a plan (server-side apply, evictions, deletions).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ResourceQuota};
 use k8s_openapi::api::policy::v1::Eviction;
@@ -107,13 +108,33 @@ pub async fn claims(client: &kube::Client, cluster: &str) -> Result<Vec<Observed
         .collect())
 }
 
+/// How pods are asked to leave a claim that ends.
+#[derive(Debug, Clone, Copy)]
+pub struct Evictions {
+    /// The grace period, in seconds.
+    pub grace_s: i64,
+    /// How long evictions may be refused before the pod is deleted (with the grace period).
+    pub refused_for: Duration,
+}
+
+/// Since when each pod's eviction has been refused (`namespace`, `pod`).
+#[derive(Debug, Default)]
+pub struct Refusals(HashMap<(String, String), Instant>);
+
 /// Carries out `actions` in order. One that fails does not stop the others (a pod whose disruption budget refuses
 /// its eviction holds up only its own claim): the failures are answered together, and tried again at the next
-/// reconcile. A claim whose pods cannot all be evicted is not deleted yet.
-pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s: i64) -> Result<(), KubeError> {
+/// reconcile. A claim whose pods cannot all be evicted is not deleted yet; a pod whose eviction has been refused
+/// (429, its PodDisruptionBudget) for `evictions.refused_for` is deleted with the grace period, so that a budget
+/// cannot hold an ended allocation's device for ever.
+pub async fn execute(
+    client: &kube::Client,
+    actions: &[Action],
+    evictions: &Evictions,
+    refusals: &mut Refusals,
+) -> Result<(), KubeError> {
     let mut failures: Vec<KubeError> = Vec::new();
     for action in actions {
-        if let Err(e) = execute_one(client, action, eviction_grace_s).await {
+        if let Err(e) = execute_one(client, action, evictions, refusals).await {
             failures.push(e);
         }
     }
@@ -124,7 +145,13 @@ pub async fn execute(client: &kube::Client, actions: &[Action], eviction_grace_s
     }
 }
 
-async fn execute_one(client: &kube::Client, action: &Action, eviction_grace_s: i64) -> Result<(), KubeError> {
+async fn execute_one(
+    client: &kube::Client,
+    action: &Action,
+    evictions: &Evictions,
+    refusals: &mut Refusals,
+) -> Result<(), KubeError> {
+    let eviction_grace_s = evictions.grace_s;
     let apply = PatchParams::apply(names::FIELD_MANAGER).force();
     {
         match action {
@@ -188,15 +215,54 @@ async fn execute_one(client: &kube::Client, action: &Action, eviction_grace_s: i
                     };
                     let sent: Result<kube::core::Status, kube::Error> =
                         pods.create_subresource("eviction", pod, &PostParams::default(), &eviction).await;
+                    let key = (namespace.clone(), pod.clone());
                     match sent {
-                        Ok(_) => tracing::info!(
-                            namespace,
-                            pod,
-                            claim = name,
-                            "asked the pod to leave: its claim's allocation ended"
-                        ),
+                        Ok(_) => {
+                            refusals.0.remove(&key);
+                            tracing::info!(
+                                namespace,
+                                pod,
+                                claim = name,
+                                "asked the pod to leave: its claim's allocation ended"
+                            );
+                        }
                         // Already gone.
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
+                        Err(kube::Error::Api(s)) if s.code == 404 => {
+                            refusals.0.remove(&key);
+                        }
+                        // Refused by its disruption budget: tried again, and after `refused_for` deleted.
+                        Err(kube::Error::Api(s)) if s.code == 429 => {
+                            let since = *refusals.0.entry(key.clone()).or_insert_with(Instant::now);
+                            let waited = since.elapsed();
+                            if waited < evictions.refused_for {
+                                return Err(KubeError::Api {
+                                    what: format!(
+                                        "evicting pod {namespace}/{pod} (refused for {} s; deleted with its grace \
+                                         period after {} s)",
+                                        waited.as_secs(),
+                                        evictions.refused_for.as_secs()
+                                    ),
+                                    error: kube::Error::Api(s),
+                                });
+                            }
+                            let grace = u32::try_from(eviction_grace_s.max(0)).unwrap_or(u32::MAX);
+                            let params = DeleteParams { grace_period_seconds: Some(grace), ..DeleteParams::default() };
+                            match pods.delete(pod, &params).await {
+                                Ok(_) => {}
+                                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                                Err(e) => return Err(api_error(format!("deleting pod {namespace}/{pod}"))(e)),
+                            }
+                            refusals.0.remove(&key);
+                            tracing::warn!(
+                                namespace,
+                                pod,
+                                claim = name,
+                                refused_s = waited.as_secs(),
+                                grace_s = grace,
+                                "deleted the pod: its eviction was refused (PodDisruptionBudget) past the limit, and \
+                                 its claim's allocation ended"
+                            );
+                        }
                         Err(e) => return Err(api_error(format!("evicting pod {namespace}/{pod}"))(e)),
                     }
                 }

@@ -12,7 +12,8 @@
 //!   catches up on everything.
 //! - **Server-side apply** with field manager `tessera` ([`tessera_kubernetes::names::FIELD_MANAGER`]), forced:
 //!   Tessera owns the fields it sets and leaves others' alone. Claims no allocation needs are deleted after the
-//!   pods reserved for them are asked to leave through the Eviction API with `eviction_grace_s`.
+//!   pods reserved for them are asked to leave through the Eviction API with `eviction_grace_s`; a pod whose
+//!   eviction is refused (its PodDisruptionBudget) for `eviction_refused_for` is deleted with that grace period.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -46,11 +47,14 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// The grace period of evictions, in seconds.
     pub eviction_grace_s: i64,
+    /// How long a pod's eviction may be refused (a PodDisruptionBudget) before the pod is deleted, with the grace
+    /// period, so that the device of an ended allocation is not held for ever.
+    pub eviction_refused_for: Duration,
 }
 
 impl Settings {
     /// The defaults: compare every second, resync every 5 minutes, a 15 s lease, back off up to 30 s, evict with 30 s
-    /// (Kubernetes' default termination grace).
+    /// (Kubernetes' default termination grace), delete a pod whose eviction was refused for 5 minutes.
     pub fn new(kubeconfigs: BTreeMap<String, PathBuf>, in_cluster: bool, holder: String) -> Settings {
         Settings {
             kubeconfigs,
@@ -61,6 +65,7 @@ impl Settings {
             lease_ttl: Duration::from_secs(15),
             max_backoff: Duration::from_secs(30),
             eviction_grace_s: 30,
+            eviction_refused_for: Duration::from_secs(300),
         }
     }
 }

@@ -62,8 +62,10 @@ pub async fn desired(
 /// Runs the worker of `cluster_id` until the cluster is gone (or the task is aborted).
 pub async fn run(store: Store, catalog: &'static Catalog, settings: Settings, cluster_id: String) {
     let mut backoff = Duration::from_secs(1);
+    // Kept across reconnects: a refusal's clock does not restart with each failure.
+    let mut refusals = kube_io::Refusals::default();
     loop {
-        match serve(&store, catalog, &settings, &cluster_id, &mut backoff).await {
+        match serve(&store, catalog, &settings, &cluster_id, &mut backoff, &mut refusals).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(cluster = %cluster_id, error = %e, retry_in_s = backoff.as_secs_f64(), "Kubernetes reconcile failed");
@@ -84,6 +86,7 @@ async fn serve(
     settings: &Settings,
     cluster_id: &str,
     backoff: &mut Duration,
+    refusals: &mut kube_io::Refusals,
 ) -> Result<(), Failure> {
     let cluster = match store.cluster(cluster_id).await {
         Ok(c) => c,
@@ -118,7 +121,7 @@ async fn serve(
         let Some(want) = desired(store, catalog, cluster_id).await? else { return Ok(()) };
         let due = woken || last.as_ref() != Some(&want) || synced.elapsed() >= settings.resync;
         if due {
-            reconcile(store, settings, &client, cluster_id, &want).await?;
+            reconcile(store, settings, &client, cluster_id, &want, refusals).await?;
             *backoff = Duration::from_secs(1);
             last = Some(want);
             synced = Instant::now();
@@ -137,6 +140,7 @@ async fn reconcile(
     client: &kube::Client,
     cluster_id: &str,
     want: &[NamespaceObjects],
+    refusals: &mut kube_io::Refusals,
 ) -> Result<(), Failure> {
     let namespaces: Vec<&str> = want.iter().map(|d| d.namespace.as_str()).collect();
     let (observed, missing) = kube_io::observe(client, cluster_id, &namespaces).await?;
@@ -145,7 +149,9 @@ async fn reconcile(
     if !actions.is_empty() {
         tracing::info!(cluster = %cluster_id, changes = actions.len(), "reconciling Kubernetes objects");
     }
-    kube_io::execute(client, &actions, settings.eviction_grace_s).await?;
+    let evictions =
+        kube_io::Evictions { grace_s: settings.eviction_grace_s, refused_for: settings.eviction_refused_for };
+    kube_io::execute(client, &actions, &evictions, refusals).await?;
     let after = if actions.is_empty() { observed.claims } else { kube_io::claims(client, cluster_id).await? };
     let mut status = kube_io::claim_status(&present, &after, tessera_store::now_ms());
     for s in &mut status {

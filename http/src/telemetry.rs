@@ -20,7 +20,7 @@ use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
 use super::auth::{NodeAuth, Right};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::listen::ClientAddr;
-pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation};
+pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation, RowProcess};
 use tessera_services::app::AppState;
 use tessera_services::auth::permissions::Scope;
 use tessera_services::streams::StreamKind;
@@ -209,6 +209,7 @@ pub async fn heatmap(
         return Err(too_large(format!("{} rows of {columns} columns", rows.len())));
     }
     mark_health(&state, &p, &nodes, &holders, &mut rows, from, from + step_ms * columns as i64).await?;
+    mark_processes(&state, &p, &holders, &mut rows).await?;
     rows.sort_by(|a, b| {
         (&a.node, a.gpu_index, &a.gpu_uuid, a.start.is_some(), a.start, &a.device).cmp(&(
             &b.node,
@@ -289,6 +290,52 @@ async fn mark_health(
     Ok(())
 }
 
+/// The most processes listed on one heatmap row.
+const MAX_PROCESSES_PER_ROW: usize = 20;
+
+/// Puts on each row who runs on its device under the allocations the caller sees, and how many processes there
+/// are unallocated use (a tenant member: only on devices it holds now). One read, bounded by the rows.
+async fn mark_processes(
+    state: &AppState,
+    p: &Principal,
+    holders: &HashMap<String, Vec<Metered>>,
+    rows: &mut [HeatmapRow],
+) -> Result<(), ApiError> {
+    let fleet = matches!(p.reading_scope(None)?, Scope::Fleet);
+    let devices: Vec<String> =
+        rows.iter().filter(|r| fleet || holders.contains_key(&r.device)).map(|r| r.device.clone()).collect();
+    if devices.is_empty() {
+        return Ok(());
+    }
+    let mut by_device: HashMap<String, Vec<tessera_store::attribution::ProcessRow>> = HashMap::new();
+    for row in state.store.device_processes(&devices).await? {
+        by_device.entry(row.device.clone()).or_default().push(row);
+    }
+    for r in rows.iter_mut() {
+        let Some(processes) = by_device.get(&r.device) else { continue };
+        if !fleet && !holders.contains_key(&r.device) {
+            continue;
+        }
+        let seen: HashSet<&str> = holders.get(&r.device).into_iter().flatten().map(|a| a.id.as_str()).collect();
+        r.unallocated = u32::try_from(processes.iter().filter(|x| x.stray.is_some()).count()).unwrap_or(u32::MAX);
+        r.processes = processes
+            .iter()
+            .filter_map(|x| {
+                let allocation = x.allocation_id.as_deref().filter(|a| fleet || seen.contains(a))?;
+                Some(RowProcess {
+                    pid: u32::try_from(x.pid).unwrap_or_default(),
+                    user: x.user_name.clone(),
+                    command: x.command.clone(),
+                    pod: x.pod_ref(),
+                    allocation: allocation.to_string(),
+                })
+            })
+            .take(MAX_PROCESSES_PER_ROW)
+            .collect();
+    }
+    Ok(())
+}
+
 /// Live allocations by device UUID (only the caller's tenants', read per tenant, unless a platform admin).
 async fn current_holders(state: &AppState, p: &Principal) -> Result<HashMap<String, Vec<Metered>>, ApiError> {
     let now = now_ms();
@@ -318,6 +365,8 @@ fn row(nodes: &[Node], holders: &HashMap<String, Vec<Metered>>, k: DeviceKey, va
     HeatmapRow {
         health: gpu.filter(|_| k.profile.is_none()).map(|g| g.health.state),
         health_marks: Vec::new(),
+        processes: Vec::new(),
+        unallocated: 0,
         node: node.map_or_else(|| k.node_id.clone(), |n| n.name.clone()),
         node_id: k.node_id,
         gpu_uuid: k.gpu,

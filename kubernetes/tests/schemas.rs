@@ -16,16 +16,8 @@ use tessera_kubernetes::{names, quota, to_yaml};
 /// The Kubernetes versions Tessera writes for.
 const VERSIONS: [&str; 4] = ["1.34.0", "1.35.0", "1.36.0", "1.37.0"];
 
-fn python() -> String {
-    let path = std::env::var("TESSERA_TEST_PYTHON")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../target/webhooks-venv/bin/python").to_string());
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "{path} is missing: `python3 -m venv target/webhooks-venv && target/webhooks-venv/bin/pip install \
-         kubernetes-validate==1.37.0` (scripts/test does it)"
-    );
-    path
-}
+mod support;
+use support::python;
 
 /// Checks that the `objects` objects in `files` are valid, strictly, for every version of [`VERSIONS`].
 fn valid_for_every_version(python: &str, files: &[PathBuf], objects: usize) {

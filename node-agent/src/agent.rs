@@ -54,6 +54,9 @@ pub struct Config {
     pub telemetry: Option<crate::telemetry::TelemetryConfig>,
     /// `--kube` mode: the layout and sharing are put in effect through GPU Operator, the backend is only read.
     pub kube: Option<crate::kube::KubeApplier>,
+    /// Where who runs each process is read, for a backend whose pids are the host's (NVML); `None` reports the
+    /// processes as the backend gives them.
+    pub attribution: Option<crate::attribution::Identifier>,
 }
 
 impl Config {
@@ -70,6 +73,7 @@ impl Config {
             health_every: Duration::from_secs(5),
             telemetry: Some(crate::telemetry::TelemetryConfig::default()),
             kube: None,
+            attribution: None,
         }
     }
 }
@@ -363,24 +367,42 @@ fn health_signature(
     v
 }
 
-/// What a status told the server of the GPUs' health, as [`health_signature`] has it.
-type Reported = Arc<std::sync::Mutex<Option<Vec<(String, Option<i64>, tessera_core::health::HealthState)>>>>;
+/// What a status told the server of the GPUs' health ([`health_signature`]) and processes
+/// ([`process_signature`]).
+type Signature = (Vec<(String, Option<i64>, tessera_core::health::HealthState)>, Vec<(String, u32)>);
 
-/// The health signature of a status as sent.
-fn status_signature(status: &NodeStatus) -> Vec<(String, Option<i64>, tessera_core::health::HealthState)> {
-    let reports: Vec<(String, tessera_core::health::GpuHealthReport)> =
-        status.gpus.iter().filter_map(|g| Some((g.uuid.clone(), g.health.clone()?))).collect();
-    health_signature(&reports)
+/// The signature of the last status sent.
+type Reported = Arc<std::sync::Mutex<Option<Signature>>>;
+
+/// Which processes run on which devices, sorted.
+fn process_signature<'a>(
+    processes: impl Iterator<Item = &'a tessera_core::attribution::GpuProcess>,
+) -> Vec<(String, u32)> {
+    let mut v: Vec<_> = processes.map(|p| (p.device.clone(), p.pid)).collect();
+    v.sort();
+    v
 }
 
-/// Reads the GPUs' health every `every` and wakes the status loop when it differs from what the last status sent
-/// told the server (a new XID, a GPU judged otherwise), so that a fault is reported at once rather than at the next
-/// periodic status. Comparing with what was sent, not with the watch's own last reading, a fault that came before
-/// the watch's first reading is reported at once too.
+/// The signature of a status as sent.
+fn status_signature(status: &NodeStatus) -> Signature {
+    let reports: Vec<(String, tessera_core::health::GpuHealthReport)> =
+        status.gpus.iter().filter_map(|g| Some((g.uuid.clone(), g.health.clone()?))).collect();
+    (health_signature(&reports), process_signature(status.gpus.iter().flat_map(|g| &g.processes)))
+}
+
+/// Reads the GPUs' health and processes every `every` and wakes the status loop when they differ from what the
+/// last status sent told the server (a new XID, a GPU judged otherwise, a process started or ended), so that a
+/// fault or a stray process is reported at once rather than at the next periodic status. Comparing with what was
+/// sent, not with the watch's own last reading, a change that came before the watch's first reading is reported
+/// at once too.
 async fn watch_health(backend: Backend, every: Duration, reported: Reported, changed: Arc<tokio::sync::Notify>) {
     loop {
         tokio::time::sleep(every).await;
-        let now = health_signature(&with_backend(&backend, |b| b.health()).await);
+        let now = with_backend(&backend, |b| {
+            let health = health_signature(&b.health());
+            (health, process_signature(b.processes().iter()))
+        })
+        .await;
         let told = reported.lock().ok().and_then(|r| r.clone());
         if told.is_some_and(|t| t != now) {
             changed.notify_one();
@@ -465,7 +487,10 @@ async fn apply_loop(
             }
             _ => None,
         };
-        if let Some(status) = status {
+        if let Some(mut status) = status {
+            if let Some(identifier) = &config.attribution {
+                identify(identifier, &mut status).await;
+            }
             unsent = Some(status);
         }
         if let Some(status) = &unsent {
@@ -479,6 +504,19 @@ async fn apply_loop(
                 }
                 Err(e) => tracing::warn!(error = %e, "status not delivered; retrying"),
             }
+        }
+    }
+}
+
+/// Fills in who runs each process of `status` (user, command, pod).
+async fn identify(identifier: &crate::attribution::Identifier, status: &mut NodeStatus) {
+    let mut all: Vec<_> = status.gpus.iter_mut().flat_map(|g| std::mem::take(&mut g.processes)).collect();
+    identifier.identify(&mut all).await;
+    for p in all {
+        if let Some(g) =
+            status.gpus.iter_mut().find(|g| g.uuid == p.device || g.instances.iter().any(|i| i.uuid == p.device))
+        {
+            g.processes.push(p);
         }
     }
 }

@@ -6,9 +6,11 @@
 //! - [`reconcile`]: desired spec against observed state: actions, then status; idempotent.
 //! - [`agent`]: joining, the push channel with reconnects, heartbeats and status reports.
 //! - [`kube`]: `--kube` mode: the layout and sharing put in effect by GPU Operator (mig-manager, device plugin).
+//! - [`attribution`]: who runs each process on the GPUs (user, command, and on Kubernetes the pod and container).
 //! - [`telemetry`]: sampling, batching, and the bounded buffer that holds samples while the server is away.
 
 pub mod agent;
+pub mod attribution;
 pub mod backend;
 pub mod kube;
 pub mod reconcile;

@@ -87,6 +87,16 @@ struct Args {
     /// `--kube`: seconds mig-manager may take to apply a config.
     #[arg(long, default_value_t = 900)]
     kube_timeout_s: u64,
+    /// The host's `/proc`, where who runs each GPU process is read (the agent needs the host's process namespace,
+    /// or the host's `/proc` mounted here).
+    #[arg(long, default_value = "/proc")]
+    proc_root: std::path::PathBuf,
+    /// The host's passwd file, for the user names of GPU processes.
+    #[arg(long, default_value = "/etc/passwd")]
+    passwd: std::path::PathBuf,
+    /// The kubelet's pod-resources socket (read where it exists): which container each device was handed to.
+    #[arg(long, default_value = "/var/lib/kubelet/pod-resources/kubelet.sock")]
+    pod_resources_socket: std::path::PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -183,8 +193,16 @@ fn main() -> ExitCode {
             Box::new(sim)
         }
     };
+    let identifier = |kube: Option<KubeApplier>| tessera_agent::attribution::Identifier {
+        proc_root: args.proc_root.clone(),
+        passwd: args.passwd.clone(),
+        pod_resources: args.pod_resources_socket.exists().then(|| args.pod_resources_socket.clone()),
+        kube,
+        timeout: Duration::from_secs(5),
+    };
     if args.inventory {
-        return print_inventory(backend);
+        let identifier = backend.host_pids().then(|| identifier(None));
+        return print_inventory(backend, identifier);
     }
     let mut config = Config::new(&server, args.join_token.clone(), args.state_dir.clone());
     if args.long_poll {
@@ -218,6 +236,9 @@ fn main() -> ExitCode {
             }
         }
     }
+    if backend.host_pids() {
+        config.attribution = Some(identifier(config.kube.clone()));
+    }
     match runtime.block_on(agent::run(config, backend)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(agent::AgentError::Crashed(c)) => {
@@ -233,7 +254,10 @@ fn main() -> ExitCode {
 
 /// `--inventory`: what the backend sees, one sample a second after another (GPM needs two), and each GPU's health
 /// with the judgement the server would make of it.
-fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
+fn print_inventory(
+    mut backend: Box<dyn GpuBackend>,
+    identifier: Option<tessera_agent::attribution::Identifier>,
+) -> ExitCode {
     let inventory = match backend.inventory() {
         Ok(i) => i,
         Err(e) => {
@@ -260,7 +284,18 @@ fn print_inventory(mut backend: Box<dyn GpuBackend>) -> ExitCode {
             serde_json::json!({ "uuid": uuid, "report": report, "state": state, "findings": findings })
         })
         .collect();
-    let out = serde_json::json!({ "inventory": inventory, "telemetry": batch, "health": health });
+    let mut processes = backend.processes();
+    if let Some(identifier) = identifier
+        && let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build()
+    {
+        runtime.block_on(identifier.identify(&mut processes));
+    }
+    let out = serde_json::json!({
+        "inventory": inventory,
+        "telemetry": batch,
+        "health": health,
+        "processes": processes,
+    });
     #[allow(clippy::print_stdout)]
     {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());

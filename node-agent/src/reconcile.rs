@@ -120,6 +120,7 @@ pub fn observe(
 ) -> NodeStatus {
     let sharing = backend.sharing();
     let mut health = backend.health();
+    let mut processes = backend.processes();
     let gpus = match backend.inventory() {
         Ok(inventory) => inventory
             .gpus
@@ -128,12 +129,17 @@ pub fn observe(
                 sharing: sharing.iter().find(|(u, _)| *u == g.uuid).map(|(_, s)| s.clone()),
                 errors: gpu_errors.remove(&g.uuid).unwrap_or_default(),
                 health: health.iter().position(|(u, _)| *u == g.uuid).map(|i| health.swap_remove(i).1),
+                processes: {
+                    let on_gpu = |p: &tessera_core::attribution::GpuProcess| {
+                        p.device == g.uuid || g.instances.iter().any(|i| i.uuid == p.device)
+                    };
+                    let (mine, rest) = std::mem::take(&mut processes).into_iter().partition(on_gpu);
+                    processes = rest;
+                    mine
+                },
                 uuid: g.uuid,
                 mig_enabled: g.mig_enabled,
                 instances: g.instances,
-                // This agent does not read who runs each process (user, pod): it reports none, and the server
-                // judges nothing on its node.
-                processes: Vec::new(),
             })
             .collect(),
         Err(e) => {

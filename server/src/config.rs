@@ -18,6 +18,7 @@
 //! [kubernetes.kubeconfigs]                            # TESSERA_KUBECONFIGS="east=/etc/...,west=/etc/..."
 //! east = "/etc/tessera/kube/east.kubeconfig"          # clusters name these; the files are never stored or shown
 //! # [kubernetes] eviction_grace_s = 30                # pods of a claim whose allocation ended get this long
+//! # [kubernetes] eviction_refused_s = 300             # a pod whose eviction is refused this long is deleted
 //! # [kubernetes] controller = true                    # false: this replica never runs the controller
 //! ```
 
@@ -208,6 +209,10 @@ pub fn resolve(
             .kubernetes
             .eviction_grace_s
             .unwrap_or(tessera_services::state::kubernetes::DEFAULT_EVICTION_GRACE_S),
+        eviction_refused_s: file
+            .kubernetes
+            .eviction_refused_s
+            .unwrap_or(tessera_services::state::kubernetes::DEFAULT_EVICTION_REFUSED_S),
         timing: Default::default(),
         controller: file.kubernetes.controller.unwrap_or(true),
     };
@@ -359,20 +364,27 @@ mod tests {
     #[test]
     fn kubeconfigs_and_the_controller_come_from_the_file_or_the_environment() {
         let file: FileConfig = toml::from_str(
-            "[kubernetes]\neviction_grace_s = 90\ncontroller = false\n\
+            "[kubernetes]\neviction_grace_s = 90\neviction_refused_s = 60\ncontroller = false\n\
              [kubernetes.kubeconfigs]\neast = \"/etc/k/east\"\n",
         )
         .expect("toml");
         let s = resolve(Overrides::default(), file.clone(), env_of(&[])).expect("settings");
         let k = &s.kubernetes;
-        assert_eq!((k.eviction_grace_s, k.controller, k.in_cluster), (90, false, false));
+        assert_eq!((k.eviction_grace_s, k.eviction_refused_s, k.controller, k.in_cluster), (90, 60, false, false));
         assert_eq!(k.kubeconfigs.keys().collect::<Vec<_>>(), ["east"]);
         let env = env_of(&[("TESSERA_KUBECONFIGS", "west=/etc/k/west"), ("KUBERNETES_SERVICE_HOST", "10.0.0.1")]);
         let s = resolve(Overrides::default(), file, env).expect("settings");
         assert_eq!(s.kubernetes.kubeconfigs.keys().collect::<Vec<_>>(), ["west"], "the environment wins");
         assert!(s.kubernetes.in_cluster);
         let defaults = resolve(Overrides::default(), FileConfig::default(), env_of(&[])).expect("settings");
-        assert_eq!((defaults.kubernetes.eviction_grace_s, defaults.kubernetes.controller), (30, true));
+        assert_eq!(
+            (
+                defaults.kubernetes.eviction_grace_s,
+                defaults.kubernetes.eviction_refused_s,
+                defaults.kubernetes.controller
+            ),
+            (30, 300, true)
+        );
         let bad = resolve(Overrides::default(), FileConfig::default(), env_of(&[("TESSERA_KUBECONFIGS", "east")]));
         assert!(bad.is_err_and(|e| e.contains("name=path")));
     }

@@ -416,6 +416,7 @@ fn controller_settings(k: &tessera_services::state::kubernetes::KubernetesSettin
         lease_ttl: k.timing.lease_ttl,
         max_backoff: k.timing.max_backoff,
         eviction_grace_s: i64::from(k.eviction_grace_s),
+        eviction_refused_for: std::time::Duration::from_secs(u64::from(k.eviction_refused_s)),
         ..tessera_controller::Settings::new(k.kubeconfigs.clone(), k.in_cluster, holder)
     }
 }

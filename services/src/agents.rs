@@ -451,7 +451,13 @@ pub async fn tell_readiness(state: &AppState) -> Result<usize, ApiError> {
         if last.is_none() || was == Some(ready) {
             continue;
         }
-        if state.store.tell_readiness(&id, was, ready, last).await? && was.is_some() {
+        let changed = state.store.tell_readiness(&id, was, ready, last).await?;
+        if changed && !ready {
+            // What a silent node last reported running is not running now as far as anyone knows: its next
+            // status says again.
+            state.store.forget_processes(&id).await?;
+        }
+        if changed && was.is_some() {
             told += 1;
         }
     }

@@ -202,6 +202,34 @@ impl Store {
         Ok(on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?))
     }
 
+    /// Forgets what a node reported running (it stopped reporting).
+    pub async fn forget_processes(&self, node_id: &str) -> Result<(), StoreError> {
+        on_pool!(self, pool, _dialect => {
+            sqlx::query("DELETE FROM gpu_processes WHERE node_id = $1").bind(node_id).execute(pool).await?;
+        });
+        Ok(())
+    }
+
+    /// The processes on these devices (a heatmap's rows), by device and pid; read in chunks of 500 devices.
+    pub async fn device_processes(&self, devices: &[String]) -> Result<Vec<ProcessRow>, StoreError> {
+        let mut out = Vec::new();
+        for chunk in devices.chunks(500) {
+            let sql = format!(
+                "SELECT {PROCESS_COLUMNS} FROM gpu_processes WHERE device IN ({}) ORDER BY device, pid",
+                super::dialect::marks(1, chunk.len())
+            );
+            let rows: Vec<ProcessRow> = on_pool!(self, pool, _dialect => {
+                let mut q = sqlx::query_as(&sql);
+                for d in chunk {
+                    q = q.bind(d);
+                }
+                q.fetch_all(pool).await?
+            });
+            out.extend(rows);
+        }
+        Ok(out)
+    }
+
     /// The processes running under these allocations (one read per listing of allocations).
     pub async fn allocation_processes(&self, allocation_ids: &[String]) -> Result<Vec<ProcessRow>, StoreError> {
         if allocation_ids.is_empty() {

@@ -397,14 +397,7 @@ pub fn generation_words(observed: i64, desired: i64) -> String {
 /// until an admin uncordons it, which returns it to service).
 /// Who a process is, in words: its pod, else its user and command.
 pub fn process_who(p: &tessera_api::nodes::ProcessView) -> String {
-    let what = match (&p.pod, &p.user, &p.command) {
-        (Some(pod), _, _) => format!("pod {}/{} (container {})", pod.namespace, pod.pod, pod.container),
-        (None, Some(user), Some(cmd)) => format!("{cmd} of {user}"),
-        (None, Some(user), None) => format!("a process of {user}"),
-        (None, None, Some(cmd)) => cmd.clone(),
-        (None, None, None) => "a process".to_string(),
-    };
-    format!("{what}, pid {}", p.pid)
+    crate::pages::shared::who_runs(p.pid, p.user.as_deref(), p.command.as_deref(), p.pod.as_ref())
 }
 
 /// The GPU's unallocated use, one line a process: who, what is wrong, and on which device.

@@ -55,6 +55,24 @@ pub fn metric_name(metric: Metric) -> String {
 }
 
 /// `demo-node-1 · GPU 0`, or for a MIG instance `demo-node-1 · GPU 0 · 1g.10gb@6`: every row names its node and
+/// Who runs on a row's device, for its label's title: `python3 of ann, pid 7; pod ml-a/train-0 (container
+/// main), pid 9`; empty when nobody the caller may see does.
+pub fn runs_text(row: &HeatmapRow) -> String {
+    row.processes
+        .iter()
+        .map(|p| crate::pages::shared::who_runs(p.pid, p.user.as_deref(), p.command.as_deref(), p.pod.as_ref()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The marker of a row's unallocated use: `2 processes use this device without an allocation`.
+pub fn unallocated_text(row: &HeatmapRow) -> Option<String> {
+    match row.unallocated {
+        0 => None,
+        1 => Some("1 process uses this device without an allocation".to_string()),
+        n => Some(format!("{n} processes use this device without an allocation")),
+    }
+}
 /// GPU (a tenant sees its instances without their GPU's row).
 pub fn label(row: &HeatmapRow) -> String {
     let gpu = format!("{} · GPU {}", row.node, row.gpu_index.map_or_else(|| "?".into(), |i| i.to_string()));
@@ -100,7 +118,11 @@ impl LiveHeatmap for Heatmap {
                 || row.gpu_index != f.gpu_index
                 || row.health != f.health
                 || row.health_marks != f.health_marks
+                || row.processes != f.processes
+                || row.unallocated != f.unallocated
             {
+                row.processes = f.processes.clone();
+                row.unallocated = f.unallocated;
                 row.allocations = f.allocations.clone();
                 row.node = f.node.clone();
                 row.gpu_index = f.gpu_index;
@@ -157,6 +179,8 @@ impl LiveHeatmap for Heatmap {
                         values: vec![None; self.columns],
                         health: None,
                         health_marks: vec![],
+                        processes: vec![],
+                        unallocated: 0,
                     };
                     let at = after.map_or(self.rows.len(), |i| i + 1);
                     self.rows.insert(at, row);
@@ -358,7 +382,11 @@ pub fn HeatmapPage() -> impl IntoView {
                             let has_instances = is_gpu && h.rows.iter().any(|o| o.kind == "mig" && o.gpu_uuid == r.gpu_uuid);
                             let open = !f.contains(&r.gpu_uuid);
                             let tenants = r.allocations.iter().map(|a| a.tenant.clone()).collect::<Vec<_>>().join(", ");
-                            let title = format!("{} · {}{}", label(r), r.device, r.model.as_ref().map(|m| format!(" · {m}")).unwrap_or_default());
+                            let runs = runs_text(r);
+                            let title = format!("{} · {}{}{}", label(r), r.device, r.model.as_ref().map(|m| format!(" · {m}")).unwrap_or_default(),
+                                if runs.is_empty() { String::new() } else { format!(" · runs: {runs}") });
+                            let stray = unallocated_text(r);
+                            let stray_count = r.unallocated;
                             view! {
                                 <li class:gpu=is_gpu class:mig=!is_gpu data-device=r.device.clone() title=title>
                                     {if has_instances {
@@ -367,6 +395,9 @@ pub fn HeatmapPage() -> impl IntoView {
                                     <span class="name">{label(r)}</span>
                                     {r.health.filter(|s| *s != tessera_core::health::HealthState::Healthy).map(|s| view! {
                                         <span class=format!("health-badge {}", s.as_str()) data-testid="health-badge" data-state=s.as_str()>{s.as_str()}</span>
+                                    })}
+                                    {stray.map(|t| view! {
+                                        <span class="hm-stray" data-testid="unallocated-marker" data-count=stray_count.to_string() title=t.clone() aria-label=t>{format!("⚠ {stray_count}")}</span>
                                     })}
                                     {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
                                 </li>
@@ -468,6 +499,8 @@ pub fn synthetic(spec: &str) -> Heatmap {
                 values: (0..columns).map(|_| Some(next())).collect(),
                 health: None,
                 health_marks: vec![],
+                processes: vec![],
+                unallocated: 0,
             })
             .collect(),
     }
@@ -932,6 +965,41 @@ mod tests {
         assert_eq!(h.rows[1].allocations[0].tenant, "vision");
         assert_eq!(h.rows[1].values[3], Some(7.0));
         assert!(!h.adopt(&fresh));
+    }
+
+    #[test]
+    fn a_row_says_who_runs_on_it_and_marks_unallocated_use_and_a_refresh_brings_both() {
+        let mut h = synthetic("2x4");
+        let mut fresh = h.clone();
+        let row = &mut fresh.rows[0];
+        row.processes = vec![
+            tessera_api::telemetry::RowProcess {
+                pid: 7,
+                user: Some("ann".into()),
+                command: Some("python3".into()),
+                pod: None,
+                allocation: "a1".into(),
+            },
+            tessera_api::telemetry::RowProcess {
+                pid: 9,
+                user: None,
+                command: None,
+                pod: Some(tessera_core::attribution::PodRef {
+                    namespace: "ml-a".into(),
+                    pod: "train-0".into(),
+                    container: "main".into(),
+                }),
+                allocation: "a1".into(),
+            },
+        ];
+        row.unallocated = 2;
+        assert_eq!(runs_text(&h.rows[0]), "");
+        assert_eq!(unallocated_text(&h.rows[0]), None);
+        assert!(h.adopt(&fresh), "a refresh brings who runs and the unallocated use");
+        assert_eq!(runs_text(&h.rows[0]), "python3 of ann, pid 7; pod ml-a/train-0 (container main), pid 9");
+        assert_eq!(unallocated_text(&h.rows[0]).as_deref(), Some("2 processes use this device without an allocation"));
+        h.rows[0].unallocated = 1;
+        assert_eq!(unallocated_text(&h.rows[0]).as_deref(), Some("1 process uses this device without an allocation"));
     }
 
     #[test]

@@ -78,6 +78,23 @@ impl Default for AskDraft {
     }
 }
 
+/// Who runs a GPU process, in words: `pod ml-a/train-0 (container main), pid 9`, `python3 of ann, pid 7`.
+pub fn who_runs(
+    pid: u32,
+    user: Option<&str>,
+    command: Option<&str>,
+    pod: Option<&tessera_core::attribution::PodRef>,
+) -> String {
+    let what = match (pod, user, command) {
+        (Some(pod), _, _) => format!("pod {}/{} (container {})", pod.namespace, pod.pod, pod.container),
+        (None, Some(user), Some(cmd)) => format!("{cmd} of {user}"),
+        (None, Some(user), None) => format!("a process of {user}"),
+        (None, None, Some(cmd)) => cmd.to_string(),
+        (None, None, None) => "a process".to_string(),
+    };
+    format!("{what}, pid {pid}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,6 +51,18 @@ pub trait GpuBackend: Send {
     /// simulator drives its synthetic load from the allocations in it).
     fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError>;
 
+    /// Every compute process on the node's GPUs and MIG devices (`device` and `pid`; the simulator also says who
+    /// runs it).
+    fn processes(&mut self) -> Vec<tessera_core::attribution::GpuProcess> {
+        Vec::new()
+    }
+
+    /// Whether the pids of [`GpuBackend::processes`] are the host's, so that `/proc` and the kubelet say who runs
+    /// them (the agent's attribution module); the simulator's are not.
+    fn host_pids(&self) -> bool {
+        false
+    }
+
     /// What the driver says of each GPU's health, per GPU UUID (none where the backend cannot tell).
     fn health(&mut self) -> Vec<(String, tessera_core::health::GpuHealthReport)> {
         Vec::new()

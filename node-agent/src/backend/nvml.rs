@@ -26,6 +26,7 @@ use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
 use nvml_wrapper_sys::bindings as sys;
 use tessera_core::Catalog;
 use tessera_core::api::{GpuInventory, GpuSpec, Inventory, ObservedInstance, Sample};
+use tessera_core::attribution::GpuProcess;
 use tessera_core::catalog::GpuModel;
 use tessera_core::health::{self, GpuHealthReport, RemappedRows, Xid};
 use tessera_core::sharing::GpuSharing;
@@ -527,6 +528,32 @@ impl GpuBackend for NvmlBackend {
 
     fn sharing(&mut self) -> Vec<(String, GpuSharing)> {
         self.read_sharing().into_iter().collect()
+    }
+
+    fn processes(&mut self) -> Vec<GpuProcess> {
+        let Ok(inventory) = self.inventory() else { return Vec::new() };
+        let mut out = Vec::new();
+        let on = |device: &str, pid: u32| GpuProcess {
+            device: device.to_string(),
+            pid,
+            user: None,
+            command: None,
+            pod: None,
+        };
+        for g in &inventory.gpus {
+            if g.mig_enabled {
+                // NVML lists a MIG GPU's processes on the GPU with their GPU instance: `instances` maps them to
+                // the MIG device of that instance.
+                out.extend(g.instances.iter().flat_map(|i| i.processes.iter().map(|&pid| on(&i.uuid, pid))));
+            } else if let Ok(device) = self.nvml.device_by_uuid(g.uuid.as_str()) {
+                out.extend(device.running_compute_processes().unwrap_or_default().iter().map(|p| on(&g.uuid, p.pid)));
+            }
+        }
+        out
+    }
+
+    fn host_pids(&self) -> bool {
+        true
     }
 
     fn health(&mut self) -> Vec<(String, GpuHealthReport)> {

@@ -45,6 +45,10 @@ pub struct SimNode {
     /// Allocations at the steady light load [`LIGHT`] (a demo's oversized allocation for right-sizing to find).
     #[serde(default)]
     pub light_allocations: Vec<String>,
+    /// The compute processes running on the node's devices, with who runs them (the simulator's pids are no
+    /// host's: it says itself what `/proc` and the kubelet would).
+    #[serde(default)]
+    pub processes: Vec<tessera_core::attribution::GpuProcess>,
 }
 
 fn default_idle_percent() -> u8 {
@@ -225,6 +229,7 @@ impl SimNode {
             idle_percent: default_idle_percent(),
             idle_allocations: Vec::new(),
             light_allocations: Vec::new(),
+            processes: Vec::new(),
         }
     }
 
@@ -254,20 +259,44 @@ impl SimNode {
         Ok(())
     }
 
-    /// Starts a (simulated) process in the MIG instance `instance_uuid`; returns its PID.
+    /// Starts a (simulated) process in the MIG instance `instance_uuid`, run by user `sim` outside any pod;
+    /// returns its PID.
     pub fn start_process(&mut self, instance_uuid: &str) -> Option<u32> {
+        self.start_process_as(instance_uuid, "sim", "sim-load", None)
+    }
+
+    /// Starts a (simulated) process on `device` (a MIG instance's UUID, or a GPU's without MIG) as `user`
+    /// running `command`, in `pod` where given; returns its PID.
+    pub fn start_process_as(
+        &mut self,
+        device: &str,
+        user: &str,
+        command: &str,
+        pod: Option<tessera_core::attribution::PodRef>,
+    ) -> Option<u32> {
         let pid = self.next_pid;
-        let inst = self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).find(|i| i.uuid == instance_uuid)?;
-        inst.processes.push(pid);
+        if let Some(inst) = self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).find(|i| i.uuid == device) {
+            inst.processes.push(pid);
+        } else if !self.gpus.iter().any(|g| g.uuid == device && !g.mig_enabled) {
+            return None;
+        }
+        self.processes.push(tessera_core::attribution::GpuProcess {
+            device: device.to_string(),
+            pid,
+            user: Some(user.to_string()),
+            command: Some(command.to_string()),
+            pod,
+        });
         self.next_pid += 1;
         Some(pid)
     }
 
-    /// Ends every process in the instance `instance_uuid`.
-    pub fn stop_processes(&mut self, instance_uuid: &str) {
-        for inst in self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).filter(|i| i.uuid == instance_uuid) {
+    /// Ends every process on `device` (a MIG instance or a GPU).
+    pub fn stop_processes(&mut self, device: &str) {
+        for inst in self.gpus.iter_mut().flat_map(|g| g.instances.iter_mut()).filter(|i| i.uuid == device) {
             inst.processes.clear();
         }
+        self.processes.retain(|p| p.device != device);
     }
 
     fn gpu_mut(&mut self, uuid: &str) -> Result<&mut SimGpu, BackendError> {
@@ -483,6 +512,17 @@ impl GpuBackend for SimBackend {
 
     fn sample(&mut self, t_ms: i64, spec: &[GpuSpec]) -> Result<Vec<Reading>, BackendError> {
         Ok(synthetic(&self.lock(), t_ms, spec))
+    }
+
+    fn processes(&mut self) -> Vec<tessera_core::attribution::GpuProcess> {
+        let node = self.lock();
+        let live = |p: &tessera_core::attribution::GpuProcess| {
+            node.gpus.iter().any(|g| {
+                (g.uuid == p.device && !g.mig_enabled)
+                    || g.instances.iter().any(|i| i.uuid == p.device && i.processes.contains(&p.pid))
+            })
+        };
+        node.processes.iter().filter(|p| live(p)).cloned().collect()
     }
 
     fn health(&mut self) -> Vec<(String, GpuHealthReport)> {

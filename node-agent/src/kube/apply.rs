@@ -66,6 +66,42 @@ impl KubeApplier {
         &self.settings
     }
 
+    /// The pods the API server has on this node (a list with `fieldSelector=spec.nodeName=<node>`, so bounded by
+    /// the node, not the cluster), for naming the pod a process's cgroup places it in.
+    pub async fn pods_on_node(&self) -> Result<Vec<NodePod>, KubeError> {
+        use k8s_openapi::api::core::v1::Pod;
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let params = kube::api::ListParams::default().fields(&format!("spec.nodeName={}", self.settings.node));
+        let list = pods.list(&params).await?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|pod| {
+                let uid = pod.metadata.uid?;
+                let spec = pod.spec.unwrap_or_default();
+                let names = spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                    .map(|c| c.name.clone())
+                    .collect();
+                let status = pod.status.unwrap_or_default();
+                let containers = status
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(status.init_container_statuses.iter().flatten())
+                    .filter_map(|c| {
+                        // `containerd://<id>`, `cri-o://<id>`, `docker://<id>`.
+                        let id = c.container_id.as_deref()?.rsplit("://").next()?.to_string();
+                        Some((id, c.name.clone()))
+                    })
+                    .collect();
+                Some(NodePod { uid, namespace: pod.metadata.namespace?, name: pod.metadata.name?, containers, names })
+            })
+            .collect())
+    }
+
     fn nodes(&self) -> Api<Node> {
         Api::all(self.client.clone())
     }

@@ -43,6 +43,11 @@ impl KubeApplier {
         match *self {}
     }
 
+    /// The node's pods (never called: there is no value to call it on).
+    pub async fn pods_on_node(&self) -> Result<Vec<NodePod>, std::convert::Infallible> {
+        match *self {}
+    }
+
     /// Puts `spec` in effect (never called: there is no value to call it on).
     pub async fn apply(
         &self,
@@ -51,6 +56,21 @@ impl KubeApplier {
     ) -> tessera_core::api::NodeStatus {
         match *self {}
     }
+}
+
+/// A pod on this node, as the API server has it (for naming the pod a GPU process runs in).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePod {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `(container id without the runtime prefix, container name)` from the container statuses.
+    pub containers: Vec<(String, String)>,
+    /// Every container's name (`spec.containers` and init containers).
+    pub names: Vec<String>,
 }
 
 /// Node label that selects the node's mig-parted config.

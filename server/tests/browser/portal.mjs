@@ -1525,6 +1525,21 @@ display_name = "Test IdP"
       && strayText.includes('miner of mallory, pid 4242 runs on a device no allocation holds'),
       `fleet: a stray process is marked as unallocated use, as the API has it ("${strayText}")`);
     await page.screenshot({ path: path.join(out, 'fleet-unallocated.png'), fullPage: true });
+    // The heatmap marks the same device's row once its agent's samples give it one, with the count the API has.
+    const t0 = Date.now();
+    const strayBatch = { dropped: 0, devices: [{ device: strayUuid, gpu: strayUuid, profile: null, start: null,
+      samples: [1, 2, 3].map((k) => ({ t: t0 - k * 1000, util: 97, mem_used_mib: 70000, mem_total_mib: 81920 })) }] };
+    const sampled = await fetch(`${base}/api/v1/agent/telemetry`, { method: 'POST', body: JSON.stringify(strayBatch),
+      headers: { authorization: `Bearer ${strayCredential.secret}`, 'content-type': 'application/json' } });
+    await page.goto(`${base}/heatmap`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    const heatMarker = page.locator(`ol.hm-labels li[data-device="${strayUuid}"] [data-testid=unallocated-marker]`);
+    await heatMarker.waitFor({ timeout: 20000 });
+    const heatRow = (await api('GET', '/api/v1/telemetry/heatmap?metric=util')).rows.find((r) => r.device === strayUuid);
+    const heatTitle = await heatMarker.getAttribute('title');
+    check(sampled.ok && heatRow && heatRow.unallocated === 1 && await heatMarker.getAttribute('data-count') === '1'
+      && heatTitle === '1 process uses this device without an allocation',
+      `heatmap: the stray device's row is marked with the API's count ("${heatTitle}")`);
     await page.goto(`${base}/inbox`);
     await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
     const strayItem = page.locator('[data-testid=inbox-item][data-type="gpu.unallocated_use"]');

@@ -850,6 +850,25 @@ async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
     let event = told("layout.failed").await.expect("layout.failed is told");
     let errors = event["data"]["after"]["errors"].as_array().cloned().unwrap_or_default();
     assert!(errors.iter().any(|e| e["code"] == "instance_busy" && e["gpu"].is_string()), "{event:#}");
+    // The agent reports who runs the process (the simulator's user and command, no pod), and, as no allocation
+    // holds the instance, the server judges it unallocated use and tells platform admins.
+    let shown = wait_for(Duration::from_secs(20), || async {
+        let n = server.node("busy").await?;
+        n["gpus"][0]["processes"].as_array()?.iter().find(|p| p["pid"] == json!(pid)).cloned()
+    })
+    .await
+    .expect("the node's GPU lists the process");
+    assert_eq!(
+        (&shown["device"], &shown["user"], &shown["command"], &shown["pod"], &shown["unallocated"]),
+        (&json!(busy), &json!("sim"), &json!("sim-load"), &Value::Null, &json!("no_allocation")),
+        "{shown}"
+    );
+    let stray = wait_for(Duration::from_secs(20), || async {
+        let (_, inbox) = server.call(Method::GET, "/api/v1/inbox?limit=500", None).await;
+        inbox.as_array()?.iter().find(|e| e["type"] == "gpu.unallocated_use").cloned()
+    })
+    .await;
+    assert!(stray.is_some(), "gpu.unallocated_use is told");
 
     // The process ends: the next retry destroys it and creates what the layout wants.
     a.sim.lock().expect("sim").stop_processes(&busy);
@@ -901,6 +920,22 @@ async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() 
     let r = server.client.get(format!("{}/api/v1/agent/spec", server.base)).bearer_auth(&server.admin).send().await;
     assert_eq!(r.expect("send").status(), StatusCode::FORBIDDEN);
 
+    // A process runs on the node (an instance with nothing allocated): the node's view lists it.
+    let node = server.settled("once").await;
+    server.set_layout(&gpu_id(&node, 0), json!([{"profile": "7g.80gb", "start": 0}])).await;
+    server.settled("once").await;
+    let instance = a.instances(0)[0].2.clone();
+    let pid = a.sim.lock().expect("sim").start_process(&instance).expect("process");
+    let processes = || {
+        let server = &server;
+        async move { server.node("once").await.map(|n| n["gpus"][0]["processes"].clone()).unwrap_or(Value::Null) }
+    };
+    let listed = wait_for(Duration::from_secs(20), || async {
+        processes().await.as_array()?.iter().any(|p| p["pid"] == json!(pid)).then_some(())
+    })
+    .await;
+    assert!(listed.is_some(), "{}", processes().await);
+
     // No heartbeat for 20 s: not ready.
     a.kill();
     let gone = wait_for(Duration::from_secs(30), || async {
@@ -921,12 +956,19 @@ async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() 
         }
     };
     told("node.not_ready").await.expect("node.not_ready is told");
+    // What a silent node last said runs on it is not shown as running now.
+    assert_eq!(processes().await, json!([]), "a node not ready lists no processes");
     // Back: ready again, with the same identity (the credential from the state directory).
     a.token = None;
     a.start();
     server.settled("once").await;
     assert_eq!(server.nodes().await.len(), 1);
     told("node.ready").await.expect("node.ready is told");
+    let again = wait_for(Duration::from_secs(20), || async {
+        processes().await.as_array()?.iter().any(|p| p["pid"] == json!(pid)).then_some(())
+    })
+    .await;
+    assert!(again.is_some(), "its next status lists the process again: {}", processes().await);
     server.stop().await;
 }
 

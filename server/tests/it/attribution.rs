@@ -110,6 +110,45 @@ async fn stray_processes_are_unallocated_use_and_known_ones_are_their_holders(db
         (Some("mallory"), Some("miner"), &Value::Null)
     );
 
+    // The heatmap: who runs on each row's device under the allocations the caller sees, and how much unallocated
+    // use there is (a member: only on a device it holds).
+    let now = tessera_server::store::now_ms();
+    let series = |device: &str, gpu: &str, profile: Value, start: Value| {
+        json!({"device": device, "gpu": gpu, "profile": profile, "start": start,
+            "samples": (1..=3).map(|s| json!({"t": now - s * 1000, "util": 50.0, "mem_used_mib": 1.0,
+                "mem_total_mib": 10.0})).collect::<Vec<_>>()})
+    };
+    let batch = json!({"dropped": 0, "devices": [
+        series(&device, &gpu, json!("1g.10gb"), active[0]["start"].clone()),
+        series(FREE_GPU, FREE_GPU, Value::Null, Value::Null),
+    ]});
+    let (s, accepted) = app.node_call(Method::POST, "/api/v1/agent/telemetry", batch).await;
+    assert_eq!((s, accepted["accepted"].as_u64()), (StatusCode::OK, Some(6)), "{accepted}");
+    let heat = |token: String| {
+        let app = &app;
+        async move {
+            let (s, h) = app.get("/api/v1/telemetry/heatmap?metric=util", &token).await;
+            assert_eq!(s, StatusCode::OK, "{h}");
+            h["rows"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let row_of = |rows: &[Value], d: &str| rows.iter().find(|r| r["device"] == d).cloned();
+    let admin_rows = heat(app.admin.clone()).await;
+    let slice = row_of(&admin_rows, &device).expect("the slice's row");
+    let pids: Vec<&Value> = slice["processes"].as_array().into_iter().flatten().map(|p| &p["pid"]).collect();
+    assert_eq!((pids, slice["unallocated"].as_u64()), (vec![&json!(101)], Some(2)), "{slice}");
+    assert_eq!(slice["processes"][0]["allocation"], json!(allocation));
+    assert_eq!(row_of(&admin_rows, FREE_GPU).expect("the A30's row")["unallocated"].as_u64(), Some(1));
+    let ann_rows = heat(ann.clone()).await;
+    let mine = row_of(&ann_rows, &device).expect("ann sees her slice");
+    assert_eq!((mine["processes"].as_array().map(Vec::len), mine["unallocated"].as_u64()), (Some(1), Some(2)));
+    assert!(row_of(&ann_rows, FREE_GPU).is_none_or(|r| r["unallocated"] == 0), "not her device");
+    let bob_rows = heat(bob.clone()).await;
+    assert!(
+        bob_rows.iter().all(|r| r["processes"] == json!([]) && r["unallocated"] == 0),
+        "team-b holds nothing there: {bob_rows:?}"
+    );
+
     // The allocation shows who runs on it: its holder's pod only.
     let (_, mine) = app.get(&format!("/api/v1/allocations?tenant={a}"), &ann).await;
     let runs = mine.as_array().and_then(|l| l.iter().find(|x| x["id"] == allocation.as_str())).expect("allocation")["processes"].clone();

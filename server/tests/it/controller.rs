@@ -208,6 +208,67 @@ async fn claims_and_quotas_follow_allocations_and_hand_edits_are_put_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pod_whose_eviction_is_refused_is_deleted_with_its_grace_period_after_the_limit() {
+    let kube = KubeApi::start(&["ml-a"]).await;
+    let kubeconfig = kube.kubeconfig();
+    let server = TestApp::sqlite()
+        .auto_layout()
+        .kubeconfigs(&[("double", kubeconfig.to_str().expect("path"))])
+        .kube_timing(100, 2000, 200)
+        .eviction_refused_s(2)
+        .start()
+        .await;
+    let (app, t, dev) = governed(server).await;
+    let (request, active) = app.active(&dev, &t, "1g.10gb", 1).await;
+    let claim = format!("tessera-{}", active[0]["id"].as_str().expect("id"));
+    within(&kube, Duration::from_secs(3), "the claim", |c| c.get(Kind::Claim, "ml-a", &claim).is_some()).await;
+    kube.with(|c| {
+        c.refuse_evictions = true;
+        c.edit(Kind::Claim, "ml-a", &claim, |claim| {
+            claim["status"] = json!({"allocation": {"devices": {"results": []}},
+                "reservedFor": [{"resource": "pods", "name": "trainer-0", "uid": "u-1"}]});
+        });
+    });
+
+    // Released: the pod's disruption budget refuses its eviction; the claim stays (its pod still runs), tried
+    // again, and the cluster says why.
+    let released = Instant::now();
+    let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{request}/release"), &dev, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    within(&kube, Duration::from_secs(2), "the eviction tried", |c| {
+        c.log.iter().any(|l| l == "POST eviction ml-a/trainer-0")
+    })
+    .await;
+    let mut said = Value::Null;
+    for _ in 0..40 {
+        let (_, cluster) = app.get("/api/v1/clusters/prod", &app.admin).await;
+        said = cluster["sync"]["error"].clone();
+        if said.as_str().is_some_and(|e| e.contains("evicting pod ml-a/trainer-0 (refused for")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(said.as_str().is_some_and(|e| e.contains("disruption budget")), "the refusal is shown: {said}");
+    assert!(kube.with(|c| c.get(Kind::Claim, "ml-a", &claim).is_some() && c.pod_deletes.is_empty()));
+
+    // Past the limit (2 s): the pod is deleted with the grace period, then its claim.
+    let took = within(&kube, Duration::from_secs(5), "the pod deleted, then the claim", |c| {
+        !c.pod_deletes.is_empty() && c.get(Kind::Claim, "ml-a", &claim).is_none()
+    })
+    .await;
+    let after = released.elapsed();
+    eprintln!("eviction refused -> pod deleted {after:?} after the release ({took:?} after the refusal was shown)");
+    assert!(after >= Duration::from_secs(2), "not before the limit: {after:?}");
+    let deletes = kube.with(|c| c.pod_deletes.clone());
+    assert_eq!(deletes, [Eviction { namespace: "ml-a".into(), pod: "trainer-0".into(), grace_s: Some(30) }]);
+    let log = kube.with(|c| c.log.clone());
+    let pod_at = log.iter().position(|l| l == "DELETE pod ml-a/trainer-0").expect("pod deleted");
+    let claim_at = log.iter().position(|l| l == &format!("DELETE Claim ml-a/{claim}")).expect("claim deleted");
+    assert!(pod_at < claim_at, "the pod goes before its claim");
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unreachable_cluster_is_reported_and_caught_up_with_after() {
     let kube = KubeApi::start(&["ml-a"]).await;
     let kubeconfig = kube.kubeconfig();

@@ -170,6 +170,12 @@ impl AppBuilder {
         self
     }
 
+    /// A pod whose eviction is refused this long is deleted (with the grace period).
+    pub(crate) fn eviction_refused_s(mut self, seconds: u32) -> AppBuilder {
+        self.kubernetes.eviction_refused_s = seconds;
+        self
+    }
+
     /// This server runs no Kubernetes controller (a test runs its own replicas of it).
     pub(crate) fn without_controller(mut self) -> AppBuilder {
         self.kubernetes.controller = false;

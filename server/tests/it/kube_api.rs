@@ -57,6 +57,10 @@ pub(crate) struct Cluster {
     /// Every call, as `METHOD path?query` with the field manager of applies.
     pub(crate) log: Vec<String>,
     pub(crate) evictions: Vec<Eviction>,
+    /// Evictions are refused with 429, as a PodDisruptionBudget that allows no disruption refuses them.
+    pub(crate) refuse_evictions: bool,
+    /// Pods deleted (`DELETE /api/v1/namespaces/{ns}/pods/{name}`), with the grace period of the delete options.
+    pub(crate) pod_deletes: Vec<Eviction>,
     /// Every call answers 503.
     pub(crate) down: bool,
     /// Writes wait this long before they are done.
@@ -341,8 +345,44 @@ async fn evict(c: Shared, namespace: String, pod: String, headers: HeaderMap, bo
         return status(400, "BadRequest", format!("not an Eviction of {pod}: {eviction}"));
     }
     let grace_s = eviction["deleteOptions"]["gracePeriodSeconds"].as_i64();
+    if guard.refuse_evictions {
+        return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.");
+    }
     guard.evictions.push(Eviction { namespace, pod, grace_s });
     axum::Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+        .into_response()
+}
+
+/// `DELETE` of a pod: the grace period from the body's DeleteOptions (or the query), recorded.
+async fn delete_pod(
+    c: Shared,
+    namespace: String,
+    pod: String,
+    headers: HeaderMap,
+    q: Option<String>,
+    body: Bytes,
+) -> Response {
+    let mut guard = lock(&c);
+    guard.log.push(format!("DELETE pod {namespace}/{pod}"));
+    if guard.down {
+        return status(503, "ServiceUnavailable", "the API server is unavailable");
+    }
+    if !authorised(&headers) {
+        return status(401, "Unauthorized", "Unauthorized");
+    }
+    let options: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => return status(400, "BadRequest", "the delete options are not JSON"),
+        }
+    };
+    let from_query =
+        q.as_deref().unwrap_or("").split('&').find_map(|kv| kv.strip_prefix("gracePeriodSeconds=")?.parse().ok());
+    let grace_s = options["gracePeriodSeconds"].as_i64().or(from_query);
+    guard.pod_deletes.push(Eviction { namespace: namespace.clone(), pod: pod.clone(), grace_s });
+    axum::Json(json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": pod, "namespace": namespace}}))
         .into_response()
 }
 
@@ -429,6 +469,16 @@ impl KubeApi {
                     |State(c): State<Shared>, Path((ns, name)): Path<(String, String)>, headers: HeaderMap| {
                         delete(c, Kind::Claim, ns, name, headers)
                     },
+                ),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                axum::routing::delete(
+                    |State(c): State<Shared>,
+                     Path((ns, name)): Path<(String, String)>,
+                     headers: HeaderMap,
+                     RawQuery(q): RawQuery,
+                     body: Bytes| delete_pod(c, ns, name, headers, q, body),
                 ),
             )
             .route(

@@ -15,6 +15,9 @@ pub struct KubernetesConfig {
     pub kubeconfigs: BTreeMap<String, PathBuf>,
     /// The grace period, in seconds, of the evictions of pods whose claim's allocation ended (default 30).
     pub eviction_grace_s: Option<u32>,
+    /// Seconds a pod's eviction may be refused (its PodDisruptionBudget) before the pod is deleted with the grace
+    /// period (default 300).
+    pub eviction_refused_s: Option<u32>,
     /// Whether this replica takes part in running the controller (default true; one replica at a time runs it).
     pub controller: Option<bool>,
 }
@@ -28,6 +31,8 @@ pub struct KubernetesSettings {
     pub in_cluster: bool,
     /// The grace period of evictions, in seconds.
     pub eviction_grace_s: u32,
+    /// Seconds an eviction may be refused before the pod is deleted with the grace period.
+    pub eviction_refused_s: u32,
     /// How quickly the controller reacts (tests shorten it).
     pub timing: ControllerTiming,
     /// This replica takes part in running the controller.
@@ -61,12 +66,16 @@ impl Default for ControllerTiming {
 /// The eviction grace when the settings give none: Kubernetes' default termination grace period.
 pub const DEFAULT_EVICTION_GRACE_S: u32 = 30;
 
+/// How long evictions may be refused when the settings do not say.
+pub const DEFAULT_EVICTION_REFUSED_S: u32 = 300;
+
 impl Default for KubernetesSettings {
     fn default() -> KubernetesSettings {
         KubernetesSettings {
             kubeconfigs: BTreeMap::new(),
             in_cluster: false,
             eviction_grace_s: DEFAULT_EVICTION_GRACE_S,
+            eviction_refused_s: DEFAULT_EVICTION_REFUSED_S,
             timing: ControllerTiming::default(),
             controller: true,
         }
