@@ -117,9 +117,13 @@ pub struct Evictions {
     pub refused_for: Duration,
 }
 
-/// Since when each pod's eviction has been refused (`namespace`, `pod`).
+/// Since when each pod's eviction has been refused (`namespace`, `pod`). A pod not refused again in a pass is
+/// forgotten (it left, or its claim is no longer deleted), so a later pod of the same name starts afresh.
 #[derive(Debug, Default)]
-pub struct Refusals(HashMap<(String, String), Instant>);
+pub struct Refusals {
+    since: HashMap<(String, String), Instant>,
+    refused_now: std::collections::HashSet<(String, String)>,
+}
 
 /// Carries out `actions` in order. One that fails does not stop the others (a pod whose disruption budget refuses
 /// its eviction holds up only its own claim): the failures are answered together, and tried again at the next
@@ -133,11 +137,14 @@ pub async fn execute(
     refusals: &mut Refusals,
 ) -> Result<(), KubeError> {
     let mut failures: Vec<KubeError> = Vec::new();
+    refusals.refused_now.clear();
     for action in actions {
         if let Err(e) = execute_one(client, action, evictions, refusals).await {
             failures.push(e);
         }
     }
+    let Refusals { since, refused_now } = refusals;
+    since.retain(|k, _| refused_now.contains(k));
     match failures.len() {
         0 => Ok(()),
         1 => Err(failures.remove(0)),
@@ -199,6 +206,8 @@ async fn execute_one(
             }
             Action::DeleteClaim { namespace, name, evict } => {
                 let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                // Every pod is asked, whatever another answers; the claim goes only once none is left refusing.
+                let mut refused: Vec<KubeError> = Vec::new();
                 for pod in evict {
                     // A typed policy/v1 Eviction, posted as it is: kube-rs's `Api::evict` writes its delete options
                     // as `delete_options`, a field the API server does not know, so the grace period would be lost.
@@ -218,7 +227,7 @@ async fn execute_one(
                     let key = (namespace.clone(), pod.clone());
                     match sent {
                         Ok(_) => {
-                            refusals.0.remove(&key);
+                            refusals.since.remove(&key);
                             tracing::info!(
                                 namespace,
                                 pod,
@@ -228,14 +237,15 @@ async fn execute_one(
                         }
                         // Already gone.
                         Err(kube::Error::Api(s)) if s.code == 404 => {
-                            refusals.0.remove(&key);
+                            refusals.since.remove(&key);
                         }
                         // Refused by its disruption budget: tried again, and after `refused_for` deleted.
                         Err(kube::Error::Api(s)) if s.code == 429 => {
-                            let since = *refusals.0.entry(key.clone()).or_insert_with(Instant::now);
+                            let since = *refusals.since.entry(key.clone()).or_insert_with(Instant::now);
                             let waited = since.elapsed();
                             if waited < evictions.refused_for {
-                                return Err(KubeError::Api {
+                                refusals.refused_now.insert(key);
+                                refused.push(KubeError::Api {
                                     what: format!(
                                         "evicting pod {namespace}/{pod} (refused for {} s; deleted with its grace \
                                          period after {} s)",
@@ -244,15 +254,20 @@ async fn execute_one(
                                     ),
                                     error: kube::Error::Api(s),
                                 });
+                                continue;
                             }
                             let grace = u32::try_from(eviction_grace_s.max(0)).unwrap_or(u32::MAX);
                             let params = DeleteParams { grace_period_seconds: Some(grace), ..DeleteParams::default() };
                             match pods.delete(pod, &params).await {
                                 Ok(_) => {}
                                 Err(kube::Error::Api(s)) if s.code == 404 => {}
-                                Err(e) => return Err(api_error(format!("deleting pod {namespace}/{pod}"))(e)),
+                                Err(e) => {
+                                    refusals.refused_now.insert(key);
+                                    refused.push(api_error(format!("deleting pod {namespace}/{pod}"))(e));
+                                    continue;
+                                }
                             }
-                            refusals.0.remove(&key);
+                            refusals.since.remove(&key);
                             tracing::warn!(
                                 namespace,
                                 pod,
@@ -263,7 +278,19 @@ async fn execute_one(
                                  its claim's allocation ended"
                             );
                         }
-                        Err(e) => return Err(api_error(format!("evicting pod {namespace}/{pod}"))(e)),
+                        Err(e) => {
+                            // Keeps a refusal's clock running through a passing error.
+                            refusals.refused_now.insert(key);
+                            refused.push(api_error(format!("evicting pod {namespace}/{pod}"))(e));
+                        }
+                    }
+                }
+                match refused.len() {
+                    0 => {}
+                    1 => return Err(refused.remove(0)),
+                    n => {
+                        let all = refused.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+                        return Err(KubeError::Several(n, all));
                     }
                 }
                 let api: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);

@@ -16,6 +16,22 @@ use serde::{Deserialize, Serialize};
 /// The most processes one status reports (per node): a report with more is refused.
 pub const MAX_PROCESSES_PER_NODE: usize = 4_096;
 
+/// The longest user, command, namespace, pod or container name a status may carry (a DNS subdomain's length).
+pub const MAX_PROCESS_FIELD_LEN: usize = 253;
+
+/// Whether a process's field is as a status may carry it: 1 to [`MAX_PROCESS_FIELD_LEN`] characters, none a
+/// control character.
+pub fn valid_field(f: &str) -> bool {
+    !f.is_empty() && f.chars().count() <= MAX_PROCESS_FIELD_LEN && !f.chars().any(char::is_control)
+}
+
+/// `s` made a field a status may carry (control characters dropped, cut to [`MAX_PROCESS_FIELD_LEN`]); `None`
+/// when nothing is left.
+pub fn field(s: &str) -> Option<String> {
+    let f: String = s.chars().filter(|c| !c.is_control()).take(MAX_PROCESS_FIELD_LEN).collect();
+    (!f.is_empty()).then_some(f)
+}
+
 /// A compute process on a device, as the node's agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,7 +1,7 @@
 //! The shipped ValidatingAdmissionPolicy (`deploy/kubernetes/tessera-gpu-policy.yaml`) evaluated on admission
 //! requests as the API server would (its CEL by cel-python, `tests/admission_policy.py`), with the very claims and
-//! quotas Tessera writes: in a governed namespace only Tessera's service account creates, changes or deletes GPU
-//! claims and quotas; other device classes, other namespaces and Tessera itself pass.
+//! quota Tessera writes: in a governed namespace only Tessera creates or deletes GPU claims and changes its quota;
+//! Kubernetes' own components, other device classes, other quotas, other namespaces and Tessera itself pass.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -22,7 +22,7 @@ fn request(user: &str, operation: &str, resource: &str, group: &str) -> Value {
 }
 
 #[test]
-fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
+fn only_tessera_makes_or_deletes_gpu_claims_and_changes_its_quota_in_the_namespaces_it_governs() {
     let slice = Slice {
         allocation: "0193a2b4-7c1d-7e2f-9a00-000000000001",
         request: "0193a2b4-0000-7000-8000-000000000002",
@@ -48,14 +48,21 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
     let held = quota::Held { mig: BTreeMap::from([("1g.10gb".to_string(), 1)]), gpus: 0, shares: 0 };
     let rq = serde_json::to_value(quota::resource_quota("vision-ml", "vision", quota::Mode::Dra, &held, &["1g.10gb"]))
         .expect("quota");
+    let compute = json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "compute", "namespace": "vision-ml"}, "spec": {"hard": {"requests.cpu": "64"}}});
     let governed: Value = serde_json::to_value(names::labels("vision")).expect("labels");
     let ann = "ann@example.com";
+    let claims = "resourceclaims";
+    let group = "resource.k8s.io";
     let claim_controller = "system:serviceaccount:kube-system:resource-claim-controller";
+    let namespace_controller = "system:serviceaccount:kube-system:namespace-controller";
+    let mut finalized = ours.clone();
+    finalized["metadata"]["finalizers"] = json!(["resource.kubernetes.io/delete-protection"]);
     // (name, request, object, old object, namespace labels, allowed)
     let cases = [
         (
             "tessera creates its claim",
-            request(TESSERA, "CREATE", "resourceclaims", "resource.k8s.io"),
+            request(TESSERA, "CREATE", claims, group),
             ours.clone(),
             Value::Null,
             &governed,
@@ -63,7 +70,7 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
         ),
         (
             "tessera deletes its claim",
-            request(TESSERA, "DELETE", "resourceclaims", "resource.k8s.io"),
+            request(TESSERA, "DELETE", claims, group),
             Value::Null,
             ours.clone(),
             &governed,
@@ -71,7 +78,7 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
         ),
         (
             "a member deletes tessera's claim",
-            request(ann, "DELETE", "resourceclaims", "resource.k8s.io"),
+            request(ann, "DELETE", claims, group),
             Value::Null,
             ours.clone(),
             &governed,
@@ -79,30 +86,56 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
         ),
         (
             "a member makes a claim on another device",
-            request(ann, "CREATE", "resourceclaims", "resource.k8s.io"),
+            request(ann, "CREATE", claims, group),
             theirs.clone(),
             Value::Null,
             &governed,
             false,
         ),
         (
-            "a template's GPU claim by first available",
-            request(claim_controller, "CREATE", "resourceclaims", "resource.k8s.io"),
-            first_available,
+            "a member's GPU claim by first available",
+            request(ann, "CREATE", claims, group),
+            first_available.clone(),
             Value::Null,
             &governed,
             false,
         ),
         (
             "a member's claim of another class",
-            request(ann, "CREATE", "resourceclaims", "resource.k8s.io"),
+            request(ann, "CREATE", claims, group),
             fpga,
             Value::Null,
             &governed,
             true,
         ),
+        // Kubernetes' own work on claims passes: the scheduler's finalizer (an update), a template's claim by the
+        // resource-claim controller (bounded by the quota), a namespace being emptied.
         (
-            "a member changes the quota",
+            "the scheduler adds its finalizer",
+            request("system:kube-scheduler", "UPDATE", claims, group),
+            finalized,
+            ours.clone(),
+            &governed,
+            true,
+        ),
+        (
+            "a template's claim by the claim controller",
+            request(claim_controller, "CREATE", claims, group),
+            first_available,
+            Value::Null,
+            &governed,
+            true,
+        ),
+        (
+            "the namespace controller empties the namespace",
+            request(namespace_controller, "DELETE", claims, group),
+            Value::Null,
+            ours.clone(),
+            &governed,
+            true,
+        ),
+        (
+            "a member changes tessera's quota",
             request(ann, "UPDATE", "resourcequotas", ""),
             rq.clone(),
             rq.clone(),
@@ -110,7 +143,15 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
             false,
         ),
         (
-            "tessera applies the quota",
+            "a member deletes tessera's quota",
+            request(ann, "DELETE", "resourcequotas", ""),
+            Value::Null,
+            rq.clone(),
+            &governed,
+            false,
+        ),
+        (
+            "tessera applies its quota",
             request(TESSERA, "UPDATE", "resourcequotas", ""),
             rq.clone(),
             rq,
@@ -118,8 +159,16 @@ fn only_tessera_changes_gpu_claims_and_quotas_in_the_namespaces_it_governs() {
             true,
         ),
         (
+            "an admin's compute quota",
+            request(ann, "UPDATE", "resourcequotas", ""),
+            compute.clone(),
+            compute,
+            &governed,
+            true,
+        ),
+        (
             "a namespace tessera does not govern",
-            request(ann, "CREATE", "resourceclaims", "resource.k8s.io"),
+            request(ann, "CREATE", claims, group),
             theirs,
             Value::Null,
             &json!({}),

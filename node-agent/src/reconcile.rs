@@ -121,6 +121,15 @@ pub fn observe(
     let sharing = backend.sharing();
     let mut health = backend.health();
     let mut processes = backend.processes();
+    if processes.len() > tessera_core::attribution::MAX_PROCESSES_PER_NODE {
+        // The server refuses a status with more (and all of it with them): the first ones are reported.
+        tracing::warn!(
+            processes = processes.len(),
+            reported = tessera_core::attribution::MAX_PROCESSES_PER_NODE,
+            "more GPU processes than a status carries"
+        );
+        processes.truncate(tessera_core::attribution::MAX_PROCESSES_PER_NODE);
+    }
     let gpus = match backend.inventory() {
         Ok(inventory) => inventory
             .gpus

@@ -226,7 +226,7 @@ async fn every_process_is_named_by_its_cgroup_the_nodes_pods_and_the_kubelet() {
 }
 
 #[tokio::test]
-async fn without_the_api_server_the_kubelets_assignment_names_pods_and_without_the_kubelet_unknown() {
+async fn without_the_api_server_only_unread_processes_are_named_by_the_kubelet_and_pods_are_unknown() {
     let dir = scratch("plain");
     let (proc_root, passwd) = node(&dir);
     let kubelet = Kubelet::start(&dir, &kubelet_answer());
@@ -237,24 +237,34 @@ async fn without_the_api_server_the_kubelets_assignment_names_pods_and_without_t
         kube: None,
         timeout: Duration::from_secs(10),
     };
-    let mut processes = vec![process("MIG-aaaa", 101), process("MIG-bbbb", 102), process("MIG-dddd", 104)];
+    let mut processes =
+        vec![process("MIG-aaaa", 101), process("MIG-bbbb", 102), process("MIG-dddd", 104), process("GPU-cccc", 103)];
     identifier.identify(&mut processes).await;
-    // Without the pod list, the device's one holder names the pod of a process in a pod's cgroup.
-    assert_eq!(who(&processes[0]), Some(("team-a", "train-0", "main")));
+    // In a pod's cgroup, without the node's pods: unknown, even on the device the kubelet handed team-a's
+    // container (another tenant's pod may reach it: the assignment would file that under the holder).
+    assert_eq!(processes[0].pod.as_ref().map(|p| p.namespace.as_str()), Some(UNKNOWN));
+    assert_eq!(processes[0].user.as_deref(), Some("ann"));
     assert_eq!(who(&processes[1]), None, "a host process stays nobody's pod");
-    // In a pod, on a device the kubelet handed no container: unknown, never nobody's.
     assert_eq!(processes[2].pod.as_ref().map(|p| p.namespace.as_str()), Some(UNKNOWN));
+    // Nothing read of it: the kubelet's one holder of the device names it.
+    assert_eq!(who(&processes[3]), Some(("team-b", "infer-0", "server")));
     assert_eq!(kubelet.calls(), 1);
 
-    // The kubelet gone (restarting): the processes still carry user and command, and pods are unknown.
+    // The kubelet gone (restarting, its socket left behind): not waited for; a process nothing was read of is a pod
+    // nobody can name, never nobody's.
     drop(kubelet);
     identifier.timeout = Duration::from_secs(2);
     let mut processes = vec![process("MIG-aaaa", 101), process("GPU-cccc", 103)];
     let started = std::time::Instant::now();
     identifier.identify(&mut processes).await;
     assert!(started.elapsed() < Duration::from_secs(5), "a missing kubelet is not waited for");
-    assert_eq!(processes[0].pod.as_ref().map(|p| p.namespace.as_str()), Some(UNKNOWN));
     assert_eq!(processes[0].user.as_deref(), Some("ann"));
-    assert_eq!(who(&processes[1]), None, "no /proc entry and no assignment: nothing to say");
+    assert_eq!(processes[1].pod.as_ref().map(|p| p.namespace.as_str()), Some(UNKNOWN));
+
+    // A bare-metal node (no kubelet socket, no API server): a process nothing was read of is nobody's pod.
+    let bare = Identifier { pod_resources: Some(dir.join("no-such.sock")), ..identifier };
+    let mut processes = vec![process("GPU-cccc", 103)];
+    bare.identify(&mut processes).await;
+    assert_eq!(who(&processes[0]), None);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -210,8 +210,7 @@ pub fn inventory_gpus(state: &AppState, inventory: &Inventory) -> Result<Vec<New
     Ok(out)
 }
 
-/// The most characters of a process's user, command, namespace, pod or container name.
-pub const MAX_PROCESS_FIELD_LEN: usize = 253;
+pub use tessera_core::attribution::MAX_PROCESS_FIELD_LEN;
 
 /// Refuses a status whose processes are too many, name a device the GPU does not have, or carry overlong fields.
 fn check_processes(status: &NodeStatus) -> Result<(), ApiError> {
@@ -236,10 +235,7 @@ fn check_processes(status: &NodeStatus) -> Result<(), ApiError> {
             }
             let pod = p.pod.iter().flat_map(|x| [&x.namespace, &x.pod, &x.container]);
             let fields = p.user.iter().chain(&p.command).chain(pod);
-            if let Some(f) = fields
-                .into_iter()
-                .find(|f| f.is_empty() || f.chars().count() > MAX_PROCESS_FIELD_LEN || f.chars().any(char::is_control))
-            {
+            if let Some(f) = fields.into_iter().find(|f| !tessera_core::attribution::valid_field(f)) {
                 return Err(ApiError::invalid(
                     "invalid_process",
                     format!(

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tessera_core::attribution::{GpuProcess, PodRef};
+use tessera_core::attribution::{GpuProcess, PodRef, field};
 
 pub use crate::kube::NodePod;
 use podresources::Assignments;
@@ -39,7 +39,7 @@ pub struct Identifier {
     pub proc_root: PathBuf,
     /// The host's passwd file, for user names.
     pub passwd: PathBuf,
-    /// The kubelet's pod-resources socket, where there is one.
+    /// The kubelet's pod-resources socket (used while it exists).
     pub pod_resources: Option<PathBuf>,
     /// `--kube`: the client that lists the node's pods.
     pub kube: Option<crate::kube::KubeApplier>,
@@ -50,11 +50,10 @@ pub struct Identifier {
 impl Identifier {
     /// Reads from the host's usual places; the pod-resources socket where it exists.
     pub fn host(kube: Option<crate::kube::KubeApplier>) -> Identifier {
-        let socket = PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock");
         Identifier {
             proc_root: PathBuf::from("/proc"),
             passwd: PathBuf::from("/etc/passwd"),
-            pod_resources: socket.exists().then_some(socket),
+            pod_resources: Some(PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")),
             kube,
             timeout: Duration::from_secs(5),
         }
@@ -65,6 +64,7 @@ impl Identifier {
         if processes.is_empty() {
             return;
         }
+        let kubernetes = self.kube.is_some() || self.pod_resources.as_ref().is_some_and(|s| s.exists());
         let root = self.proc_root.clone();
         let passwd = self.passwd.clone();
         let pids: Vec<u32> = processes.iter().map(|p| p.pid).collect();
@@ -89,13 +89,10 @@ impl Identifier {
             },
             _ => None,
         };
-        let need_assignments = infos.iter().any(|i| match i {
-            None => true,
-            Some(ProcInfo { placement: Placement::Pod(_), .. }) => pods.is_none(),
-            Some(_) => false,
-        });
+        let need_assignments = infos.iter().any(Option::is_none);
         let assignments = match (&self.pod_resources, need_assignments) {
-            (Some(socket), true) => match podresources::list(socket, self.timeout).await {
+            // Looked for at each call: the kubelet may start after the agent, or make a new socket when it restarts.
+            (Some(socket), true) if socket.exists() => match podresources::list(socket, self.timeout).await {
                 Ok(r) => Assignments::from_response(&r),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the kubelet's device assignments");
@@ -107,7 +104,7 @@ impl Identifier {
         let by_uid: Option<HashMap<&str, &NodePod>> =
             pods.as_ref().map(|pods| pods.iter().map(|p| (p.uid.as_str(), p)).collect());
         for (p, info) in processes.iter_mut().zip(infos) {
-            resolve(p, info, &users, by_uid.as_ref(), &assignments);
+            resolve(p, info, &users, by_uid.as_ref(), &assignments, kubernetes);
         }
     }
 }
@@ -119,26 +116,33 @@ pub fn resolve(
     users: &HashMap<u32, String>,
     pods: Option<&HashMap<&str, &NodePod>>,
     assignments: &Assignments,
+    kubernetes: bool,
 ) {
     let Some(info) = info else {
-        p.pod = assignments.only_holder(&p.device).cloned();
+        // Nothing read of the process: on a Kubernetes node, the one container the device was handed to, else a
+        // pod nobody can name (never nobody's: that would let any process pass as the holder's).
+        p.pod = match assignments.only_holder(&p.device) {
+            Some(holder) => Some(bounded_pod(holder.clone())),
+            None if kubernetes => Some(unknown("not readable")),
+            None => None,
+        };
         return;
     };
-    p.command = info.command.map(|c| bounded(&c));
-    p.user = info.uid.map(|uid| users.get(&uid).cloned().unwrap_or_else(|| uid.to_string()));
+    p.command = info.command.as_deref().and_then(field);
+    p.user = info.uid.and_then(|uid| field(&users.get(&uid).cloned().unwrap_or_else(|| uid.to_string())));
     p.pod = match info.placement {
         Placement::Host => None,
-        Placement::Pod(cg) => match pods {
-            Some(pods) => Some(match pods.get(cg.pod_uid.as_str()) {
-                Some(pod) => PodRef {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: container_of(pod, cg.container_id.as_deref()),
-                },
-                None => unknown(&cg.pod_uid),
+        // Named only through the API server's pods, which know the pod's UID: the kubelet's assignment says which
+        // container was handed the device, not that this process is that container's (another tenant's pod may
+        // reach the device), so it never names a process whose cgroup names a pod.
+        Placement::Pod(cg) => Some(match pods.and_then(|pods| pods.get(cg.pod_uid.as_str())) {
+            Some(pod) => bounded_pod(PodRef {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                container: container_of(pod, cg.container_id.as_deref()),
             }),
-            None => Some(assignments.only_holder(&p.device).cloned().unwrap_or_else(|| unknown(&cg.pod_uid))),
-        },
+            None => unknown(&cg.pod_uid),
+        }),
     };
 }
 
@@ -156,9 +160,10 @@ fn unknown(uid: &str) -> PodRef {
     PodRef { namespace: UNKNOWN.to_string(), pod: format!("uid {uid}"), container: UNKNOWN.to_string() }
 }
 
-/// A field as the server takes it: printable, at most 256 characters.
-fn bounded(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(256).collect()
+/// A pod's names as a status may carry them (an empty one is unknown).
+fn bounded_pod(p: PodRef) -> PodRef {
+    let f = |s: &str| field(s).unwrap_or_else(|| UNKNOWN.to_string());
+    PodRef { namespace: f(&p.namespace), pod: f(&p.pod), container: f(&p.container) }
 }
 
 #[cfg(test)]
@@ -203,7 +208,7 @@ mod tests {
         let pods = [pod()];
         let by_uid: HashMap<&str, &NodePod> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let mut p = process("MIG-1");
-        resolve(&mut p, Some(in_pod("u-1", Some("c2"))), &users, Some(&by_uid), &assigned("MIG-1", "other"));
+        resolve(&mut p, Some(in_pod("u-1", Some("c2"))), &users, Some(&by_uid), &assigned("MIG-1", "other"), true);
         assert_eq!(p.user.as_deref(), Some("ann"));
         assert_eq!(p.command.as_deref(), Some("python"));
         let who = p.pod.expect("pod");
@@ -215,37 +220,50 @@ mod tests {
 
         // A pod the API server does not list: unknown, which no tenant governs.
         let mut p = process("MIG-1");
-        resolve(&mut p, Some(in_pod("u-9", None)), &users, Some(&by_uid), &Assignments::default());
+        resolve(&mut p, Some(in_pod("u-9", None)), &users, Some(&by_uid), &Assignments::default(), true);
         assert_eq!(p.pod.as_ref().map(|x| x.namespace.as_str()), Some(UNKNOWN));
         // A container id the statuses do not have, in a pod of two containers: the container is unknown.
         let mut p = process("MIG-1");
-        resolve(&mut p, Some(in_pod("u-1", Some("c9"))), &users, Some(&by_uid), &Assignments::default());
+        resolve(&mut p, Some(in_pod("u-1", Some("c9"))), &users, Some(&by_uid), &Assignments::default(), true);
         assert_eq!(p.pod.as_ref().map(|x| x.container.as_str()), Some(UNKNOWN));
         // A uid the passwd file does not name is reported as the number.
         let mut p = process("MIG-1");
-        resolve(
-            &mut p,
-            Some(ProcInfo { placement: Placement::Host, ..in_pod("x", None) }),
-            &HashMap::new(),
-            None,
-            &Assignments::default(),
-        );
+        let host = ProcInfo { placement: Placement::Host, ..in_pod("x", None) };
+        resolve(&mut p, Some(host), &HashMap::new(), None, &Assignments::default(), false);
         assert_eq!((p.user.as_deref(), p.pod.is_none()), (Some("1001"), true));
     }
 
     #[test]
-    fn without_the_pods_or_proc_the_kubelets_assignment_names_the_pod() {
+    fn the_kubelets_assignment_names_only_a_process_nothing_was_read_of() {
         let users = HashMap::new();
+        // In a pod's cgroup, without the node's pods: unknown, even where the kubelet handed the device to a
+        // container (another tenant's pod may reach the device: the assignment would file it under the holder).
         let mut p = process("MIG-1");
-        resolve(&mut p, Some(in_pod("u-1", None)), &users, None, &assigned("MIG-1", "b-0"));
-        assert_eq!(p.pod.as_ref().map(|x| x.pod.as_str()), Some("b-0"));
+        resolve(&mut p, Some(in_pod("u-1", None)), &users, None, &assigned("MIG-1", "b-0"), true);
+        assert_eq!(p.pod.as_ref().map(|x| x.namespace.as_str()), Some(UNKNOWN));
+        // Nothing read of it: the device's one holder.
         let mut p = process("MIG-1");
-        resolve(&mut p, None, &users, None, &assigned("MIG-1", "b-0"));
+        resolve(&mut p, None, &users, None, &assigned("MIG-1", "b-0"), true);
         assert_eq!(p.pod.as_ref().map(|x| x.pod.as_str()), Some("b-0"));
         assert_eq!((p.user, p.command), (None, None), "nothing read from /proc");
-        // In a pod, nothing names it: unknown rather than nobody's.
+        // Nothing read, no holder: on a Kubernetes node unknown rather than nobody's; on a bare node nobody's pod.
         let mut p = process("MIG-2");
-        resolve(&mut p, Some(in_pod("u-1", None)), &users, None, &assigned("MIG-1", "b-0"));
+        resolve(&mut p, None, &users, None, &assigned("MIG-1", "b-0"), true);
         assert_eq!(p.pod.as_ref().map(|x| x.namespace.as_str()), Some(UNKNOWN));
+        let mut p = process("MIG-2");
+        resolve(&mut p, None, &users, None, &Assignments::default(), false);
+        assert_eq!(p.pod, None);
+    }
+
+    #[test]
+    fn fields_a_status_would_refuse_are_dropped_not_sent() {
+        // A process may name itself with control characters only (prctl PR_SET_NAME): no command rather than an
+        // empty one, which the server would refuse with the whole status.
+        let mut p = process("MIG-1");
+        let info = ProcInfo { command: Some("\u{1}\u{2}".into()), uid: Some(5), placement: Placement::Host };
+        resolve(&mut p, Some(info), &HashMap::from([(5, "x".repeat(400))]), None, &Assignments::default(), false);
+        assert_eq!(p.command, None);
+        assert_eq!(p.user.as_ref().map(|u| u.chars().count()), Some(tessera_core::attribution::MAX_PROCESS_FIELD_LEN));
+        assert!(p.user.iter().chain(&p.command).all(|f| tessera_core::attribution::valid_field(f)));
     }
 }

@@ -44,7 +44,10 @@ fn pod_of_path(path: &str) -> Option<CgroupPod> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let at = parts.iter().position(|p| pod_uid_of(p).is_some())?;
     let pod_uid = pod_uid_of(parts[at])?;
-    if !parts[..at].iter().any(|p| p.starts_with("kubepods")) && !parts[at].starts_with("kubepods") {
+    // A path relative to the reader's own cgroup namespace (`/../../pod<uid>/<id>`, as a containerised agent on
+    // cgroup v2 sees other pods) has no `kubepods` left above the pod: its `..` say it is outside the reader's.
+    let relative = parts[..at].contains(&"..");
+    if !relative && !parts[..at].iter().any(|p| p.starts_with("kubepods")) && !parts[at].starts_with("kubepods") {
         return None;
     }
     let container_id = parts.get(at + 1).and_then(|c| container_id_of(c));
@@ -131,6 +134,12 @@ mod tests {
         assert_eq!(parse_cgroup(&systemd_v2), want);
         assert_eq!(parse_cgroup(&cgroupfs_v1), want);
         assert_eq!(parse_cgroup(&guaranteed), want);
+        // Relative to a containerised reader's cgroup namespace (cgroup v2): both drivers.
+        let relative_cgroupfs = format!("0::/../../pod{UID}/{CID}\n");
+        let relative_systemd =
+            format!("0::/../../kubepods-besteffort-pod{}.slice/cri-containerd-{CID}.scope\n", UID.replace('-', "_"));
+        assert_eq!(parse_cgroup(&relative_cgroupfs), want);
+        assert_eq!(parse_cgroup(&relative_systemd), want);
         // The pod's own cgroup (a process the runtime put in no container's): the pod, no container.
         let pod_only = format!("0::/kubepods/pod{UID}\n");
         assert_eq!(parse_cgroup(&pod_only), Placement::Pod(CgroupPod { pod_uid: UID.into(), container_id: None }));
