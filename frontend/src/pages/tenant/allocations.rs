@@ -96,6 +96,17 @@ pub fn claim_lines(a: &AllocationView) -> Vec<String> {
         .collect()
 }
 
+/// Who runs on an allocation now, as its node's agent last reported: `Runs now: python3 of ann, pid 7; pod
+/// ml-a/train-0 (container main), pid 9`; `None` when nothing does.
+pub fn runs_line(a: &AllocationView) -> Option<String> {
+    let who: Vec<String> = a
+        .processes
+        .iter()
+        .map(|p| crate::pages::shared::who_runs(p.pid, p.user.as_deref(), p.command.as_deref(), p.pod.as_ref()))
+        .collect();
+    (!who.is_empty()).then(|| format!("Runs now: {}", who.join("; ")))
+}
+
 /// What the state column says.
 pub fn state_text(a: &AllocationView) -> String {
     match (a.state.as_str(), a.waiting_for_layout) {
@@ -183,6 +194,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
     let request_link = format!("/requests/{}", a.request);
     let snips = snippets(&a);
     let claims = claim_lines(&a);
+    let runs = runs_line(&a);
     let where_ = format!("{} · GPU {} · {}", a.node, a.gpu_index, a.model);
     let (state, profile, alloc_state, request_short) =
         (state_text(&a), a.profile.clone(), a.state.clone(), format!("request {}", short(&a.request)));
@@ -209,6 +221,7 @@ fn allocation_item(a: AllocationView, open: RwSignal<HashSet<String>>, now: RwSi
                     {move || if is_open.get() { "Hide" } else { "Use this slice" }}
                 </button>
             </div>
+            {runs.map(|r| view! { <p class="runs small" data-testid="runs">{r}</p> })}
             {(!claims.is_empty()).then(|| view! {
                 <ul class="claims small" data-testid="claims">
                     {claims.into_iter().map(|c| view! { <li>{c}</li> }).collect_view()}
@@ -287,6 +300,30 @@ mod tests {
         let prepared = AllocationView { state: "prepared".into(), ..allocation(false) };
         assert_eq!(state_text(&prepared), "prepared for its reservation: usable from the window's start");
         assert!(snippets(&prepared).is_none(), "no snippet for a slice not usable yet");
+    }
+
+    #[test]
+    fn who_runs_on_a_slice_is_one_line() {
+        assert_eq!(runs_line(&allocation(true)), None, "nothing runs");
+        let p = |pid: u32, pod: Option<&str>| tessera_api::nodes::ProcessView {
+            device: "MIG-abc".into(),
+            pid,
+            user: Some("ann".into()),
+            command: Some("python3".into()),
+            pod: pod.map(|name| tessera_core::attribution::PodRef {
+                namespace: "ml-a".into(),
+                pod: name.into(),
+                container: "main".into(),
+            }),
+            allocation: Some("a1".into()),
+            unallocated: None,
+            since_ms: 0,
+        };
+        let a = AllocationView { processes: vec![p(7, None), p(9, Some("train-0"))], ..allocation(true) };
+        assert_eq!(
+            runs_line(&a).as_deref(),
+            Some("Runs now: python3 of ann, pid 7; pod ml-a/train-0 (container main), pid 9")
+        );
     }
 
     #[test]
