@@ -45,24 +45,35 @@ impl AllocationClaim {
 
 impl Store {
     /// Takes or renews the lease `name` for `holder` until `now + ttl_ms`: granted when nobody holds it, its holder
-    /// is `holder`, or its holder let it expire. Answers whether `holder` holds it now.
+    /// is `holder`, or its holder let it expire. Answers whether `holder` holds it now. "Now" is the database's
+    /// clock, so that replicas whose clocks drift apart never both hold it.
     pub async fn hold_lease(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<bool, StoreError> {
-        let now = now_ms();
-        let held: Option<(String,)> = on_pool!(self, pool, _dialect => {
-            sqlx::query(
-                "INSERT INTO leases (name, holder, expires_at_ms) VALUES ($1, $2, $3) \
+        let held: Option<(String,)> = on_pool!(self, pool, dialect => {
+            let now = dialect.now_ms_sql();
+            let sql = format!(
+                "INSERT INTO leases (name, holder, expires_at_ms) VALUES ($1, $2, {now} + $3) \
                  ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
-                 WHERE leases.holder = excluded.holder OR leases.expires_at_ms < $4",
-            )
+                 WHERE leases.holder = excluded.holder OR leases.expires_at_ms < {now}"
+            );
+            sqlx::query(&sql)
             .bind(name)
             .bind(holder)
-            .bind(now + ttl_ms)
-            .bind(now)
+            .bind(ttl_ms)
             .execute(pool)
             .await?;
             sqlx::query_as("SELECT holder FROM leases WHERE name = $1").bind(name).fetch_optional(pool).await?
         });
         Ok(held.is_some_and(|(h,)| h == holder))
+    }
+
+    /// The lease `name`: its holder and until when (UTC ms by the database's clock), if anybody holds it.
+    pub async fn lease(&self, name: &str) -> Result<Option<(String, i64)>, StoreError> {
+        Ok(on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT holder, expires_at_ms FROM leases WHERE name = $1")
+                .bind(name)
+                .fetch_optional(pool)
+                .await?
+        }))
     }
 
     /// Gives the lease up, if `holder` holds it (a replica stopping hands over at once).

@@ -94,6 +94,15 @@ pub(super) enum Dialect {
 }
 
 impl Dialect {
+    /// The database's own clock, in UTC milliseconds, as an SQL expression: what replicas agree on when their own
+    /// clocks drift apart (PostgreSQL's `clock_timestamp()`; SQLite's clock is this process's machine's anyway).
+    pub(crate) fn now_ms_sql(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
     /// How a writing transaction begins: SQLite takes the write lock up front, so that a transaction that reads
     /// before it writes never fails to upgrade its lock (and two such writers never interleave).
     pub(super) fn begin(self) -> &'static str {

@@ -33,6 +33,7 @@ on_both_backends!(
     sessions_and_login_attempts_live_in_the_database,
     node_credentials_identify_one_node_until_revoked,
     telemetry_minutes_are_merged_queried_and_pruned,
+    leases_run_on_the_databases_clock,
     people_tokens_and_policies_are_listed_and_changed_with_an_audit_trail,
     the_audit_log_filters_by_exact_prefixes_and_pages_by_id,
     utilisation_sums_are_sample_weighted_per_device_within_the_range,
@@ -1208,4 +1209,20 @@ async fn spans_and_budgets_are_read_back_as_written(store: &Store) {
 /// An approval checked against an empty reservation calendar.
 fn unguarded() -> tessera_server::store::Guard {
     tessera_server::store::Guard { bookings_version: 0, ends_by_ms: None }
+}
+
+async fn leases_run_on_the_databases_clock(store: &Store) {
+    let now = tessera_server::store::now_ms();
+    assert!(store.hold_lease("test-lease", "a", 60_000).await.expect("hold"));
+    assert!(!store.hold_lease("test-lease", "b", 60_000).await.expect("hold"), "held by a");
+    // Until now + ttl by the database's clock, in UTC milliseconds (this machine's clock is the database's here).
+    let (holder, expires) = store.lease("test-lease").await.expect("read").expect("lease");
+    assert_eq!(holder, "a");
+    assert!((expires - (now + 60_000)).abs() < 5_000, "expires {expires}, now {now}");
+    // Renewed by its holder; lapsed, taken by another.
+    assert!(store.hold_lease("test-lease", "a", -1_000).await.expect("renew"));
+    assert!(store.hold_lease("test-lease", "b", 60_000).await.expect("take"), "a lapsed lease is taken");
+    assert_eq!(store.lease("test-lease").await.expect("read").map(|l| l.0).as_deref(), Some("b"));
+    store.drop_lease("test-lease", "b").await.expect("drop");
+    assert_eq!(store.lease("test-lease").await.expect("read"), None);
 }
