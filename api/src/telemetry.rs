@@ -17,7 +17,8 @@ pub struct HeatmapQuery {
     #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 253_402_300_799_999_i64))]
     pub to: Option<i64>,
     /// Column width in seconds (at most a year). Within the live window (the last 15 minutes) any whole number of
-    /// seconds; before it, whole minutes (rounded up). Default: the range in at most 900 columns.
+    /// seconds; before it, whole buckets of the stored series read (`source`: a minute, 10 minutes or an hour;
+    /// rounded up, and `from` down to a bucket's start). Default: the range in at most 900 columns.
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 31_536_000))]
     pub step: Option<i64>,
     /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
@@ -40,7 +41,9 @@ pub struct Heatmap {
     pub step_ms: i64,
     /// Number of columns.
     pub columns: usize,
-    /// `live` (the in-memory window, 1 s resolution) or `minutes` (the persisted one-minute series).
+    /// Where the cells come from: `live` (the in-memory window, 1 s resolution), or a stored series: `minutes`
+    /// (kept 48 hours), `ten_minutes` (35 days) or `hours` (400 days); before the live window the heatmap reads the
+    /// coarsest series its step allows that still reaches back to its start.
     pub source: String,
     /// Rows: by node name, GPU index, then the GPU's instances by start unit.
     pub rows: Vec<HeatmapRow>,

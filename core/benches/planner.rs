@@ -140,17 +140,27 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn timing(catalog: &Catalog, reps: usize) {
-    println!("\n## Planning time, 1,000 GPUs x 5,000 requests (60% of GPUs busy), median of {reps} runs");
+    timing_at(catalog, 1_000, 5_000, reps, 50.0);
+    timing_at(catalog, 10_000, 50_000, reps, 1_000.0);
+}
+
+/// Times the input check, the planner and first-fit on a fleet of `gpus` (60% busy) and `requests` requests.
+fn timing_at(catalog: &Catalog, gpus: usize, requests: usize, reps: usize, target_ms: f64) {
+    println!(
+        "\n## Planning time, {} GPUs x {} requests (60% of GPUs busy), median of {reps} runs",
+        thousands(gpus),
+        thousands(requests)
+    );
     let mut rng = Rng::new(42);
-    let fleet = FleetSpec { gpus: 1000, models: models(), busy: 0.6, in_use: 0.6, cordoned: 0.02 };
+    let fleet = FleetSpec { gpus, models: models(), busy: 0.6, in_use: 0.6, cordoned: 0.02 };
     let gpus = synth::fleet(catalog, &mut rng, &fleet);
-    let demand =
-        synth::demand(catalog, &mut rng, &models(), &DemandSpec { requests: 5000, max_count: 2, constrained: 0.3 });
+    let demand = synth::demand(catalog, &mut rng, &models(), &DemandSpec { requests, max_count: 2, constrained: 0.3 });
     let input = PlanInput { gpus, demand };
     let mut planner_times = Vec::new();
     let mut ff_times = Vec::new();
     let mut check_times = Vec::new();
     let mut summary = None;
+    let mut first_fit = None;
     for _ in 0..reps {
         let t = Instant::now();
         let problem = Problem::new(catalog, &input).unwrap();
@@ -160,11 +170,12 @@ fn timing(catalog: &Catalog, reps: usize) {
         planner_times.push(t.elapsed());
         summary = Some(plan.summary);
         let t = Instant::now();
-        std::hint::black_box(baseline::first_fit(&problem));
+        first_fit = Some(std::hint::black_box(baseline::first_fit(&problem)));
         ff_times.push(t.elapsed());
     }
     let (p, f, c) = (median(planner_times), median(ff_times), median(check_times));
     let s = summary.unwrap();
+    let ff = first_fit.unwrap();
     println!();
     println!("| step | median | ratio to first-fit |");
     println!("|---|---|---|");
@@ -173,14 +184,29 @@ fn timing(catalog: &Catalog, reps: usize) {
     println!("| first-fit baseline | {:.1} ms | 1.00 |", ms(f));
     println!();
     println!(
-        "planner: {} of {} slices placed, {} GPUs touched, {} free instances destroyed, {} stranded compute slices; target < 200 ms: {}",
+        "planner: {} of {} slices placed, {} GPUs touched, {} free instances destroyed, {} stranded compute slices; first-fit: {} placed, {} GPUs touched; target < {target_ms:.0} ms: {}",
         s.placed,
         s.demanded,
         s.gpus_touched,
         s.destroyed,
         s.stranded_compute_slices,
-        if ms(p) + ms(c) < 200.0 { "met" } else { "MISSED" }
+        ff.placed,
+        ff.gpus_touched,
+        if ms(p) + ms(c) < target_ms { "met" } else { "MISSED" }
     );
+}
+
+/// `n` with thousands separated by commas.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (k, ch) in digits.chars().enumerate() {
+        if k > 0 && (digits.len() - k).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 fn ms(d: Duration) -> f64 {

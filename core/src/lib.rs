@@ -23,6 +23,7 @@ pub mod quota_request;
 pub mod request;
 pub mod reservation;
 pub mod rightsize;
+pub mod rollup;
 pub mod sharing;
 pub mod text;
 pub mod timeline;

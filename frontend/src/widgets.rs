@@ -188,3 +188,107 @@ pub fn Glossary() -> impl IntoView {
         </details>
     }
 }
+
+/// The rows of a list to render: the ones a viewport of `viewport` pixels scrolled to `scroll_top` shows, each row
+/// `row_px` pixels high, and `overscan` more on either side, within `0..total`.
+pub fn window_rows(
+    scroll_top: f64,
+    viewport: f64,
+    row_px: f64,
+    total: usize,
+    overscan: usize,
+) -> std::ops::Range<usize> {
+    let row_px = row_px.max(1.0);
+    let first = (scroll_top.max(0.0) / row_px).floor() as usize;
+    let shown = (viewport.max(0.0) / row_px).ceil() as usize + 1;
+    let start = first.saturating_sub(overscan).min(total);
+    let end = first.saturating_add(shown).saturating_add(overscan).min(total);
+    start..end.max(start)
+}
+
+/// Where a scroll container stands: how far it is scrolled and how tall it is, CSS pixels. The browser updates it
+/// at most once an animation frame, however many scroll events arrive; the server renders the first screenful,
+/// with [`ScrollWatch::new`]'s height.
+#[derive(Debug, Clone, Copy)]
+pub struct ScrollWatch {
+    /// `scrollTop`.
+    pub top: RwSignal<f64>,
+    /// `clientHeight`.
+    pub height: RwSignal<f64>,
+}
+
+impl ScrollWatch {
+    /// At the top, `height` pixels tall until the browser says otherwise.
+    pub fn new(height: f64) -> ScrollWatch {
+        ScrollWatch { top: RwSignal::new(0.0), height: RwSignal::new(height) }
+    }
+
+    /// Follows the element `el` once it is drawn: its scroll position is set back to the one kept (an element
+    /// drawn again, on a refresh, keeps its place), then every scroll and window resize is read in the next
+    /// animation frame.
+    pub fn follow(self, el: NodeRef<leptos::html::Div>) {
+        #[cfg(feature = "hydrate")]
+        {
+            use wasm_bindgen::JsCast;
+            use wasm_bindgen::prelude::Closure;
+            let ScrollWatch { top, height } = self;
+            Effect::new(move || {
+                let Some(el) = el.get() else { return };
+                let el: web_sys::Element = el.into();
+                let kept = top.get_untracked();
+                if kept > 0.0 {
+                    el.set_scroll_top(kept as i32);
+                }
+                let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+                let read = {
+                    let el = el.clone();
+                    move || {
+                        if pending.replace(true) {
+                            return;
+                        }
+                        let (el, pending) = (el.clone(), pending.clone());
+                        request_animation_frame(move || {
+                            pending.set(false);
+                            let (t, h) = (f64::from(el.scroll_top()), f64::from(el.client_height()));
+                            if top.try_get_untracked().is_some_and(|v| v != t) {
+                                top.set(t);
+                            }
+                            if h > 0.0 && height.try_get_untracked().is_some_and(|v| v != h) {
+                                height.set(h);
+                            }
+                        });
+                    }
+                };
+                read();
+                let on_scroll = Closure::<dyn FnMut()>::new(read);
+                let _ = el.add_event_listener_with_callback("scroll", on_scroll.as_ref().unchecked_ref());
+                if let Some(w) = web_sys::window() {
+                    let _ = w.add_event_listener_with_callback("resize", on_scroll.as_ref().unchecked_ref());
+                }
+                on_scroll.forget();
+            });
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (self, el);
+    }
+
+    /// The rows to render of `total`, `row_px` high, with `overscan` more on either side.
+    pub fn rows(self, row_px: f64, total: usize, overscan: usize) -> std::ops::Range<usize> {
+        window_rows(self.top.get(), self.height.get(), row_px, total, overscan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window_rows;
+
+    #[test]
+    fn only_the_rows_in_view_and_a_margin_are_rendered() {
+        assert_eq!(window_rows(0.0, 400.0, 20.0, 10_000, 5), 0..26);
+        assert_eq!(window_rows(2000.0, 400.0, 20.0, 10_000, 5), 95..126);
+        assert_eq!(window_rows(199_990.0, 400.0, 20.0, 10_000, 5), 9994..10_000);
+        assert_eq!(window_rows(0.0, 400.0, 20.0, 3, 5), 0..3);
+        assert_eq!(window_rows(500.0, 400.0, 20.0, 0, 5), 0..0);
+        assert_eq!(window_rows(-10.0, 0.0, 0.0, 10, 0), 0..1);
+    }
+}

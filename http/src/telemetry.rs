@@ -21,6 +21,7 @@ use super::auth::{NodeAuth, Right};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::listen::ClientAddr;
 pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation, RowProcess};
+use tessera_core::rollup::Tier;
 use tessera_services::app::AppState;
 use tessera_services::auth::permissions::Scope;
 use tessera_services::streams::StreamKind;
@@ -152,12 +153,15 @@ pub async fn heatmap(
         ));
     }
     let live = from >= now - state.telemetry.window_ms();
-    let unit_ms = if live { 1000 } else { 60_000 };
     let span = to - from;
     let step_ms = match q.step {
         Some(s) => s.saturating_mul(1000),
         None => (span / 900).max(1),
     };
+    // Before the live window, the coarsest stored series the step allows that still reaches back to `from`: whole
+    // buckets of it make each column.
+    let tier = (!live).then(|| Tier::for_read(from, step_ms, now));
+    let unit_ms = tier.map_or(1000, Tier::bucket_ms);
     let step_ms = ((step_ms + unit_ms - 1) / unit_ms).max(1) * unit_ms;
     let from = from - from.rem_euclid(unit_ms);
     let columns = (to - from + step_ms - 1) / step_ms;
@@ -188,6 +192,7 @@ pub async fn heatmap(
         let cells = state
             .store
             .minute_cells(
+                tier.unwrap_or(Tier::Minute),
                 tenants.as_deref(),
                 node_id.as_deref(),
                 metric,
@@ -227,7 +232,7 @@ pub async fn heatmap(
         to_ms: from + step_ms * columns as i64,
         step_ms,
         columns,
-        source: if live { "live" } else { "minutes" }.to_string(),
+        source: tier.map_or("live", Tier::name).to_string(),
         rows,
     }))
 }

@@ -83,8 +83,6 @@ impl std::fmt::Debug for Settings {
 pub struct TelemetrySettings {
     /// Seconds of 1 s samples kept in memory for live views.
     pub window_s: u32,
-    /// Days of one-minute aggregates kept in the store.
-    pub retention_days: u32,
     /// Most device series (GPUs and MIG instances, all nodes together) kept in memory; new series past it are
     /// refused and counted.
     pub max_series: usize,
@@ -92,11 +90,7 @@ pub struct TelemetrySettings {
 
 impl Default for TelemetrySettings {
     fn default() -> Self {
-        TelemetrySettings {
-            window_s: 900,
-            retention_days: 30,
-            max_series: tessera_services::telemetry::DEFAULT_MAX_SERIES,
-        }
+        TelemetrySettings { window_s: 900, max_series: tessera_services::telemetry::DEFAULT_MAX_SERIES }
     }
 }
 
@@ -193,7 +187,6 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             settings.telemetry.window_s,
             settings.telemetry.max_series,
         )),
-        telemetry_retention_ms: i64::from(settings.telemetry.retention_days.max(1)) * 24 * 3600 * 1000,
         node_gpus: Default::default(),
         connections: limits,
         streams: tessera_services::streams::Streams::new(tessera_services::streams::StreamLimits {
@@ -247,21 +240,75 @@ pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15)
 /// How often active slices are checked for idleness (`allocation.idle`).
 pub const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// One pass of the sweep every replica runs each [`EXPIRY_SWEEP`] at `now` (UTC ms): expiries and their reminders,
+/// temporary quotas ending, budgets, cohort reclaim, reservations, queued requests placed, sign-in records purged
+/// (sessions unused for `session_idle`), drain deadlines and node specs. Failures are logged; the next pass tries
+/// again.
+pub async fn sweep(state: &AppState, now: i64, session_idle: std::time::Duration) {
+    match state.store.expire_due(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(expired = n, "requests expired"),
+        Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
+    }
+    match state.store.remind_expiring(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(reminded = n, "requests told their end is near"),
+        Err(e) => tracing::warn!(error = %e, "expiry reminder sweep failed"),
+    }
+    match state.store.end_due_quota_requests(now).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),
+        Err(e) => tracing::warn!(error = %e, "quota end sweep failed"),
+    }
+    if let Err(e) = tessera_services::budgets::refresh(state).await {
+        tracing::warn!(error = %e, "budget sweep failed");
+    }
+    match tessera_services::cohorts::sweep(state).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
+        Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
+    }
+    match tessera_services::reservations::sweep(state).await {
+        Ok(s) if s == Default::default() => {}
+        Ok(s) => tracing::info!(
+            started = s.started,
+            activated = s.activated,
+            ended = s.ended,
+            failed = s.failed,
+            "reservations moved on"
+        ),
+        Err(e) => tracing::warn!(error = %e, "reservation sweep failed"),
+    }
+    match tessera_services::approvals::place_queued(state, None).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(placed = n, "queued requests placed"),
+        Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),
+    }
+    let idle_before = now - session_idle.as_millis() as i64;
+    let attempts_before = now - tessera_services::auth::LOGIN_TTL_MS;
+    if let Err(e) = state.store.purge_sign_in(now, idle_before, attempts_before).await {
+        tracing::warn!(error = %e, "session sweep failed");
+    }
+    match tessera_services::fleet::drain_sweep(state, tessera_store::now_ms()).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(requests = n, "drain deadlines ended requests"),
+        Err(e) => tracing::warn!(error = %e, "drain sweep failed"),
+    }
+    if let Err(e) = tessera_services::agents::refresh(state, None).await {
+        tracing::warn!(error = %e, "node spec sweep failed");
+    }
+}
+
 /// Serves the API on `listener` until `shutdown` completes; meanwhile expires requests whose duration ran out.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let store = state.store.clone();
     let idle = state.auth.session_idle;
     let agents = tessera_services::agents::start_background(&state);
-    let telemetry = tessera_services::telemetry::start_background(
-        state.store.clone(),
-        state.telemetry.clone(),
-        state.telemetry_retention_ms,
-        TELEMETRY_FLUSH,
-    );
+    let telemetry =
+        tessera_services::telemetry::start_background(state.store.clone(), state.telemetry.clone(), TELEMETRY_FLUSH);
     let webhooks = tessera_services::notifications::start_background(
         state.store.clone(),
         state.webhooks.clone(),
@@ -285,58 +332,7 @@ pub async fn serve(
         loop {
             tick.tick().await;
             let now = tessera_store::now_ms();
-            match store.expire_due(now).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(expired = n, "requests expired"),
-                Err(e) => tracing::warn!(error = %e, "expiry sweep failed"),
-            }
-            match store.remind_expiring(now).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(reminded = n, "requests told their end is near"),
-                Err(e) => tracing::warn!(error = %e, "expiry reminder sweep failed"),
-            }
-            match store.end_due_quota_requests(now).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(ended = n, "temporary quota increases ended"),
-                Err(e) => tracing::warn!(error = %e, "quota end sweep failed"),
-            }
-            if let Err(e) = tessera_services::budgets::refresh(&sweeping).await {
-                tracing::warn!(error = %e, "budget sweep failed");
-            }
-            match tessera_services::cohorts::sweep(&sweeping).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(released = n, "borrowed requests reclaimed after their grace period"),
-                Err(e) => tracing::warn!(error = %e, "cohort rebalance sweep failed"),
-            }
-            match tessera_services::reservations::sweep(&sweeping).await {
-                Ok(s) if s == Default::default() => {}
-                Ok(s) => tracing::info!(
-                    started = s.started,
-                    activated = s.activated,
-                    ended = s.ended,
-                    failed = s.failed,
-                    "reservations moved on"
-                ),
-                Err(e) => tracing::warn!(error = %e, "reservation sweep failed"),
-            }
-            match tessera_services::approvals::place_queued(&sweeping, None).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(placed = n, "queued requests placed"),
-                Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),
-            }
-            let idle_before = now - idle.as_millis() as i64;
-            let attempts_before = now - tessera_services::auth::LOGIN_TTL_MS;
-            if let Err(e) = store.purge_sign_in(now, idle_before, attempts_before).await {
-                tracing::warn!(error = %e, "session sweep failed");
-            }
-            match tessera_services::fleet::drain_sweep(&sweeping, tessera_store::now_ms()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(requests = n, "drain deadlines ended requests"),
-                Err(e) => tracing::warn!(error = %e, "drain sweep failed"),
-            }
-            if let Err(e) = tessera_services::agents::refresh(&sweeping, None).await {
-                tracing::warn!(error = %e, "node spec sweep failed");
-            }
+            sweep(&sweeping, now, idle).await;
             if idle_swept.elapsed() >= IDLE_SWEEP {
                 idle_swept = tokio::time::Instant::now();
                 match tessera_services::notifications::warn_idle(&sweeping, now).await {

@@ -35,8 +35,6 @@ pub struct App {
     pub hub: Arc<crate::hub::Hub>,
     /// Agents' telemetry: the live window and minutes not yet written.
     pub telemetry: Arc<crate::telemetry::Telemetry>,
-    /// How long minute telemetry is kept, ms.
-    pub telemetry_retention_ms: i64,
     /// The devices each node owns (its GPUs and the MIG instances its status reports), for checking telemetry.
     pub node_gpus: NodeGpuCache,
     /// Most connections open at once, and per client address.

@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
+use tessera_core::rollup::Tier;
+
 use crate::app::AppState;
 use crate::telemetry::{DeviceKey, Metric};
 use tessera_store::StoreError;
@@ -94,7 +96,11 @@ pub fn util_means(
 pub async fn device_utilisation(state: &AppState, hours: f64, now_ms: i64) -> Result<HashMap<String, f64>, StoreError> {
     let look = Lookback::new(now_ms, hours, state.telemetry.window_ms());
     let stored = if look.from_ms < look.split_ms {
-        state.store.util_sums(look.from_ms, look.split_ms).await?
+        {
+            // The series a mean of the look-back reads (about 144 rows a device); a bucket it starts in counts whole.
+            let tier = Tier::for_mean(look.from_ms, look.split_ms, now_ms);
+            state.store.util_sums(tier, tier.bucket_of(look.from_ms), look.split_ms).await?
+        }
     } else {
         Vec::new()
     };

@@ -687,31 +687,36 @@ pub fn minute_rows(
         .collect()
 }
 
-/// Writes finished minutes every `every` and prunes what is older than the retention once an hour, until the
+/// Writes finished minutes every `every` and keeps each stored series within its retention once an hour
+/// ([`tessera_store::Store::keep_telemetry`]: partitions made ahead and dropped behind on PostgreSQL), until the
 /// store is dropped.
 pub fn start_background(
     store: Store,
     telemetry: Arc<Telemetry>,
-    retention_ms: i64,
     every: std::time::Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_prune = 0i64;
+        let mut last_kept = 0i64;
         loop {
             tick.tick().await;
             let now = tessera_store::now_ms();
+            if now - last_kept > 3_600_000 {
+                last_kept = now;
+                match store.keep_telemetry(now).await {
+                    Ok(k) if k == tessera_store::telemetry::Kept::default() => {}
+                    Ok(k) => tracing::info!(
+                        rows = k.rows_deleted,
+                        partitions_made = k.partitions_made,
+                        partitions_dropped = k.partitions_dropped,
+                        "telemetry kept within its retention"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "cannot keep telemetry within its retention"),
+                }
+            }
             if let Err(e) = flush(&store, &telemetry, now).await {
                 tracing::warn!(error = %e, "cannot write telemetry minutes; kept for the next try");
-            }
-            if now - last_prune > 3_600_000 {
-                last_prune = now;
-                match store.prune_minutes(now - retention_ms).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::info!(rows = n, "pruned telemetry minutes past the retention"),
-                    Err(e) => tracing::warn!(error = %e, "cannot prune telemetry minutes"),
-                }
             }
         }
     })

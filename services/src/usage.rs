@@ -6,32 +6,48 @@
 use std::collections::HashMap;
 
 use tessera_core::Catalog;
+use tessera_core::rollup::{Tier, mean_parts};
 
 use crate::idle::{is_idle, lookback_start};
 pub use tessera_api::usage::{AllocationUsage, ProfileUsage, TenantUsage, UsageReport};
 use tessera_store::telemetry::Metered;
 use tessera_store::{Store, StoreError};
 
-/// Fills the `util_in_period` of each allocation `wanted` from the stored minutes of its device over its use within
-/// the report's period ([`Store::use_means`]: one range scan per allocation with a device, in the database).
+/// The windows of one series a mean reads, and the allocation (its index in the report) each belongs to.
+type Asked = (Vec<usize>, Vec<(String, i64, i64)>);
+
+/// Fills the `util_in_period` of each allocation `wanted` from the stored series of its device over its use within
+/// the report's period: whole buckets of the series a mean of the period reads, minutes (or 10-minute rows) at the
+/// edges of each allocation's use ([`tessera_core::rollup::mean_parts`]); one grouped query per series and 300
+/// allocations ([`Store::window_sums`]).
 pub async fn add_use_means(
     store: &Store,
     report: &mut UsageReport,
     wanted: impl Fn(&AllocationUsage) -> bool,
 ) -> Result<(), StoreError> {
-    let ids: Vec<String> = report
-        .allocations
-        .iter()
-        .filter(|a| a.device_uuid.is_some() && wanted(a))
-        .map(|a| a.allocation.clone())
-        .collect();
-    if ids.is_empty() {
-        return Ok(());
-    }
     let to_ms = report.allocations.iter().map(|a| a.to_ms).max().unwrap_or(report.to_ms);
-    let means: HashMap<String, f64> = store.use_means(&ids, report.from_ms, to_ms).await?.into_iter().collect();
-    for a in &mut report.allocations {
-        a.util_in_period = means.get(&a.allocation).copied();
+    let now = tessera_store::now_ms();
+    let coarse = Tier::for_mean(report.from_ms, to_ms, now);
+    // Per series, the windows to sum and the allocation each belongs to.
+    let mut asked: std::collections::BTreeMap<Tier, Asked> = Default::default();
+    for (i, a) in report.allocations.iter().enumerate() {
+        let Some(device) = a.device_uuid.as_ref().filter(|_| wanted(a)) else { continue };
+        for (tier, lo, hi) in mean_parts(a.from_ms, a.to_ms, coarse, now) {
+            let (owners, windows) = asked.entry(tier).or_default();
+            owners.push(i);
+            windows.push((device.clone(), lo, hi));
+        }
+    }
+    let mut sums: HashMap<usize, (f64, i64)> = HashMap::new();
+    for (tier, (owners, windows)) in asked {
+        for (i, (weighted, samples)) in owners.into_iter().zip(store.window_sums(tier, &windows).await?) {
+            let sum = sums.entry(i).or_default();
+            sum.0 += weighted;
+            sum.1 += samples;
+        }
+    }
+    for (i, a) in report.allocations.iter_mut().enumerate() {
+        a.util_in_period = sums.get(&i).filter(|s| s.1 > 0).map(|&(weighted, samples)| weighted / samples as f64);
     }
     Ok(())
 }

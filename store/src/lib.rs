@@ -286,12 +286,16 @@ pub(crate) struct NodeRow {
     created_at_ms: i64,
 }
 
-/// Groups GPUs under their nodes.
+/// Groups GPUs under their nodes (by node id first, so that the cost grows with the GPUs, not nodes × GPUs).
 pub(crate) fn nodes_from(nodes: Vec<NodeRow>, gpus: Vec<Gpu>) -> Vec<Node> {
+    let mut by_node: std::collections::HashMap<String, Vec<Gpu>> = std::collections::HashMap::new();
+    for g in gpus {
+        by_node.entry(g.node_id.clone()).or_default().push(g);
+    }
     nodes
         .into_iter()
         .map(|NodeRow { id, name, created_at_ms }| {
-            let mut mine: Vec<Gpu> = gpus.iter().filter(|g| g.node_id == id).cloned().collect();
+            let mut mine = by_node.remove(&id).unwrap_or_default();
             mine.sort_by_key(|g| g.index);
             Node { id, name, created_at_ms, gpus: mine }
         })

@@ -2,7 +2,10 @@
 //!
 //! The SQL is the same on both backends; see [`on_pool!`].
 
+use std::collections::HashMap;
+
 use tessera_api::telemetry::Metric;
+use tessera_core::rollup::Tier;
 
 use super::{Store, StoreError};
 
@@ -58,7 +61,7 @@ pub struct MinuteCell {
     pub value: Option<f64>,
 }
 
-/// Rows per statement (14 parameters each, well under SQLite's limit).
+/// Rows per statement (15 parameters each, well under SQLite's limit).
 const CHUNK: usize = 200;
 
 /// A stored minute row.
@@ -99,10 +102,10 @@ fn from_row(r: StoredMinute) -> MinuteRow {
     }
 }
 
-/// An allocation's device utilisation summed over the minutes of its use ([`Store::use_means`]).
+/// A window's utilisation sums ([`Store::window_sums`]).
 #[derive(Debug, sqlx::FromRow)]
-struct UseMean {
-    id: String,
+struct WindowSum {
+    k: i64,
     /// Sum of `util_avg × samples`.
     weighted: f64,
     samples: i64,
@@ -120,6 +123,15 @@ struct UtilSum {
 /// How many of a device's minutes had one mean utilisation (a whole percent), and their highest memory in use.
 #[derive(Debug, sqlx::FromRow)]
 struct UtilBucket {
+    pct: i64,
+    minutes: i64,
+    peak_mem_mib: Option<f64>,
+}
+
+/// [`UtilBucket`] of one window of [`Store::devices_use`].
+#[derive(Debug, sqlx::FromRow)]
+struct WindowBucket {
+    k: i64,
     pct: i64,
     minutes: i64,
     peak_mem_mib: Option<f64>,
@@ -188,65 +200,196 @@ pub struct Metered {
     pub device_uuid: Option<String>,
 }
 
-const MERGE: &str = "ON CONFLICT (device, minute_ms) DO UPDATE SET \
-    util_avg = (telemetry_minutes.util_avg * telemetry_minutes.samples + excluded.util_avg * excluded.samples) \
-        / (telemetry_minutes.samples + excluded.samples), \
-    util_max = CASE WHEN telemetry_minutes.util_max > excluded.util_max \
-        THEN telemetry_minutes.util_max ELSE excluded.util_max END, \
-    mem_used_avg = (telemetry_minutes.mem_used_avg * telemetry_minutes.samples \
-        + excluded.mem_used_avg * excluded.samples) / (telemetry_minutes.samples + excluded.samples), \
+/// The table holding a series.
+pub(crate) const fn table(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Minute => "telemetry_minutes",
+        Tier::TenMinutes => "telemetry_tenminutes",
+        Tier::Hour => "telemetry_hours",
+    }
+}
+
+/// How a row written into a series merges with the one already stored for its device and bucket: means weighted
+/// by samples, maxima kept, minutes with telemetry added up to the bucket's length. The same rule as [`merge`].
+fn merge_sql(tier: Tier) -> String {
+    let t = table(tier);
+    let minutes = tier.minutes();
+    format!(
+        "ON CONFLICT (device, minute_ms) DO UPDATE SET \
+    util_avg = ({t}.util_avg * {t}.samples + excluded.util_avg * excluded.samples) \
+        / ({t}.samples + excluded.samples), \
+    util_max = CASE WHEN {t}.util_max > excluded.util_max THEN {t}.util_max ELSE excluded.util_max END, \
+    mem_used_avg = ({t}.mem_used_avg * {t}.samples + excluded.mem_used_avg * excluded.samples) \
+        / ({t}.samples + excluded.samples), \
     mem_total = excluded.mem_total, \
-    power_avg = CASE WHEN excluded.power_avg IS NULL THEN telemetry_minutes.power_avg \
-        WHEN telemetry_minutes.power_avg IS NULL THEN excluded.power_avg \
-        ELSE (telemetry_minutes.power_avg * telemetry_minutes.samples + excluded.power_avg * excluded.samples) \
-        / (telemetry_minutes.samples + excluded.samples) END, \
-    temp_max = CASE WHEN telemetry_minutes.temp_max > excluded.temp_max \
-        THEN telemetry_minutes.temp_max ELSE COALESCE(excluded.temp_max, telemetry_minutes.temp_max) END, \
-    mem_used_max = CASE WHEN telemetry_minutes.mem_used_max > excluded.mem_used_max \
-        THEN telemetry_minutes.mem_used_max ELSE COALESCE(excluded.mem_used_max, telemetry_minutes.mem_used_max) END, \
-    samples = telemetry_minutes.samples + excluded.samples";
+    power_avg = CASE WHEN excluded.power_avg IS NULL THEN {t}.power_avg \
+        WHEN {t}.power_avg IS NULL THEN excluded.power_avg \
+        ELSE ({t}.power_avg * {t}.samples + excluded.power_avg * excluded.samples) \
+        / ({t}.samples + excluded.samples) END, \
+    temp_max = CASE WHEN {t}.temp_max > excluded.temp_max \
+        THEN {t}.temp_max ELSE COALESCE(excluded.temp_max, {t}.temp_max) END, \
+    mem_used_max = CASE WHEN {t}.mem_used_max > excluded.mem_used_max \
+        THEN {t}.mem_used_max ELSE COALESCE(excluded.mem_used_max, {t}.mem_used_max) END, \
+    minutes = CASE WHEN {t}.minutes + excluded.minutes > {minutes} THEN {minutes} \
+        ELSE {t}.minutes + excluded.minutes END, \
+    samples = {t}.samples + excluded.samples"
+    )
+}
+
+/// A row of one series as it is written: a minute, or minutes folded into a longer bucket.
+#[derive(Debug, Clone)]
+struct Folded {
+    row: MinuteRow,
+    minutes: i64,
+}
+
+/// Folds `b` into `a` (same device and bucket), as [`merge_sql`] does in the database.
+fn merge(a: &mut Folded, b: &MinuteRow, bucket_minutes: i64) {
+    let (wa, wb) = (a.row.samples.max(0) as f64, b.samples.max(0) as f64);
+    let total = wa + wb;
+    let mean = |x: f64, y: f64| if total > 0.0 { (x * wa + y * wb) / total } else { (x + y) / 2.0 };
+    let r = &mut a.row;
+    r.util_avg = mean(r.util_avg, b.util_avg);
+    r.util_max = r.util_max.max(b.util_max);
+    r.mem_used_avg = mean(r.mem_used_avg, b.mem_used_avg);
+    r.mem_total = b.mem_total;
+    r.power_avg = match (r.power_avg, b.power_avg) {
+        (Some(x), Some(y)) => Some(mean(x, y)),
+        (x, y) => x.or(y),
+    };
+    r.temp_max = max_of(r.temp_max, b.temp_max);
+    r.mem_used_max = max_of(r.mem_used_max, b.mem_used_max);
+    r.samples += b.samples;
+    a.minutes = (a.minutes + 1).min(bucket_minutes);
+}
+
+fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// The rows of `tier` that `rows` (minutes) make: one per device and bucket, in a stable order.
+fn fold(rows: &[MinuteRow], tier: Tier) -> Vec<Folded> {
+    let mut out: Vec<Folded> = Vec::new();
+    let mut at: HashMap<(&str, i64), usize> = HashMap::new();
+    for r in rows {
+        let bucket = tier.bucket_of(r.minute_ms);
+        match at.get(&(r.device.as_str(), bucket)) {
+            Some(&i) => merge(&mut out[i], r, tier.minutes()),
+            None => {
+                at.insert((r.device.as_str(), bucket), out.len());
+                out.push(Folded { row: MinuteRow { minute_ms: bucket, ..r.clone() }, minutes: 1 });
+            }
+        }
+    }
+    out
+}
+
+/// What [`Store::keep_telemetry`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Rows deleted past their series' retention.
+    pub rows_deleted: u64,
+    /// Partitions made ahead of time (PostgreSQL).
+    pub partitions_made: u32,
+    /// Whole partitions dropped past the retention (PostgreSQL).
+    pub partitions_dropped: u32,
+}
+
+/// How wide one PostgreSQL partition of a series is: a day of minutes, a week of 10 minutes, 30 days of hours
+/// (a few partitions each within its retention, so that dropping a partition frees most of what is past it).
+pub const fn partition_ms(tier: Tier) -> i64 {
+    match tier {
+        Tier::Minute => 86_400_000,
+        Tier::TenMinutes => 7 * 86_400_000,
+        Tier::Hour => 30 * 86_400_000,
+    }
+}
+
+/// The name of the partition of `tier` that starts at `start_ms` (`telemetry_minutes_20261129`).
+fn partition_name(tier: Tier, start_ms: i64) -> String {
+    let (y, m, d) = tessera_core::clock::civil(start_ms.div_euclid(86_400_000));
+    format!("{}_{y:04}{m:02}{d:02}", table(tier))
+}
+
+/// The start of the partition named `name` of `tier`, if it is one of Tessera's.
+fn partition_start(tier: Tier, name: &str) -> Option<i64> {
+    let date = name.strip_prefix(table(tier))?.strip_prefix('_')?;
+    if date.len() != 8 || !date.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (y, m, d) = (date[..4].parse().ok()?, date[4..6].parse().ok()?, date[6..].parse().ok()?);
+    Some(tessera_core::clock::days_from_civil(y, m, d) * 86_400_000)
+}
+
+/// A partition of a series (PostgreSQL).
+#[derive(Debug, sqlx::FromRow)]
+struct Partition {
+    name: String,
+}
+
+/// Rows and bytes one series holds ([`Store::telemetry_footprint`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// The series.
+    pub tier: Tier,
+    /// Rows stored.
+    pub rows: i64,
+    /// Bytes on disk, table and indexes (PostgreSQL: every partition's; SQLite: their pages, from `dbstat`).
+    pub bytes: i64,
+}
 
 impl Store {
-    /// Writes minute rows in one transaction; a row for a device and minute already stored is merged into it
-    /// (means weighted by sample counts, maxima kept).
+    /// Writes minute rows, and folds them into the 10-minute and hour series, in one transaction; a row for a
+    /// device and bucket already stored is merged into it (means weighted by sample counts, maxima kept), so a
+    /// minute that arrives in parts, or late, is counted once in every series.
     pub async fn write_minutes(&self, rows: &[MinuteRow]) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }
+        let series: Vec<(Tier, Vec<Folded>)> = Tier::ALL.into_iter().map(|t| (t, fold(rows, t))).collect();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            for chunk in rows.chunks(CHUNK) {
-                let values: Vec<String> = (0..chunk.len())
-                    .map(|i| {
-                        let b = i * 14;
-                        let p: Vec<String> = (1..=14).map(|k| format!("${}", b + k)).collect();
-                        format!("({})", p.join(", "))
-                    })
-                    .collect();
-                let sql = format!(
-                    "INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, \
-                     util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max) VALUES {} {MERGE}",
-                    values.join(", ")
-                );
-                let mut q = sqlx::query(&sql);
-                for r in chunk {
-                    q = q
-                        .bind(&r.device)
-                        .bind(r.minute_ms)
-                        .bind(&r.node_id)
-                        .bind(&r.gpu)
-                        .bind(&r.profile)
-                        .bind(r.start.map(i64::from))
-                        .bind(r.samples)
-                        .bind(r.util_avg)
-                        .bind(r.util_max)
-                        .bind(r.mem_used_avg)
-                        .bind(r.mem_total)
-                        .bind(r.power_avg)
-                        .bind(r.temp_max)
-                        .bind(r.mem_used_max);
+            for (tier, folded) in &series {
+                let merge = merge_sql(*tier);
+                for chunk in folded.chunks(CHUNK) {
+                    let values: Vec<String> = (0..chunk.len())
+                        .map(|i| {
+                            let b = i * 15;
+                            let p: Vec<String> = (1..=15).map(|k| format!("${}", b + k)).collect();
+                            format!("({})", p.join(", "))
+                        })
+                        .collect();
+                    let sql = format!(
+                        "INSERT INTO {} (device, minute_ms, node_id, gpu, profile, start, samples, util_avg, \
+                         util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max, minutes) VALUES {} \
+                         {merge}",
+                        table(*tier),
+                        values.join(", ")
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for Folded { row: r, minutes } in chunk {
+                        q = q
+                            .bind(&r.device)
+                            .bind(r.minute_ms)
+                            .bind(&r.node_id)
+                            .bind(&r.gpu)
+                            .bind(&r.profile)
+                            .bind(r.start.map(i64::from))
+                            .bind(r.samples)
+                            .bind(r.util_avg)
+                            .bind(r.util_max)
+                            .bind(r.mem_used_avg)
+                            .bind(r.mem_total)
+                            .bind(r.power_avg)
+                            .bind(r.temp_max)
+                            .bind(r.mem_used_max)
+                            .bind(*minutes);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
-                q.execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -255,31 +398,43 @@ impl Store {
 
     /// Minute rows with `from_ms <= minute_ms < to_ms`, of one node or all, by device then time.
     pub async fn minutes(&self, node_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<MinuteRow>, StoreError> {
+        self.series(Tier::Minute, node_id, from_ms, to_ms).await
+    }
+
+    /// Rows of a series whose bucket starts in `[from_ms, to_ms)` (`minute_ms` is the bucket's start), of one node
+    /// or all, by device then time.
+    pub async fn series(
+        &self,
+        tier: Tier,
+        node_id: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<MinuteRow>, StoreError> {
+        let sql = format!(
+            "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT) AS start, \
+             CAST(samples AS BIGINT) AS samples, \
+             util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max FROM {} \
+             WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 IS NULL OR node_id = $3) \
+             ORDER BY device, minute_ms",
+            table(tier)
+        );
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<StoredMinute> = sqlx::query_as(
-                "SELECT device, minute_ms, node_id, gpu, profile, CAST(start AS BIGINT) AS start, \
-                 CAST(samples AS BIGINT) AS samples, \
-                 util_avg, util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max FROM telemetry_minutes \
-                 WHERE minute_ms >= $1 AND minute_ms < $2 AND ($3 IS NULL OR node_id = $3) \
-                 ORDER BY device, minute_ms",
-            )
-            .bind(from_ms)
-            .bind(to_ms)
-            .bind(node_id)
-            .fetch_all(pool)
-            .await?;
+            let rows: Vec<StoredMinute> =
+                sqlx::query_as(&sql).bind(from_ms).bind(to_ms).bind(node_id).fetch_all(pool).await?;
             Ok(rows.into_iter().map(from_row).collect())
         })
     }
 
-    /// A heatmap of the minute series, grouped in the database: per device and column `(minute_ms - from_ms) /
-    /// step_ms` of `[from_ms, from_ms + step_ms × columns)`, the sample-weighted mean of `metric` (the highest, for
-    /// temperature). Scoped in SQL: with `tenants`, only devices those tenants held an allocation on at some time in
-    /// `[from_ms, held_to_ms)`; `None` is the whole fleet. At most `limit` cells are read, so the cost is bounded by
-    /// the answer: a caller past it gets `limit` cells and is told the answer is too large.
+    /// A heatmap of a series, grouped in the database: per device and column `(minute_ms - from_ms) / step_ms` of
+    /// `[from_ms, from_ms + step_ms × columns)`, the sample-weighted mean of `metric` (the highest, for
+    /// temperature); `from_ms` and `step_ms` are whole buckets of `tier`. Scoped in SQL: with `tenants`, only
+    /// devices those tenants held an allocation on at some time in `[from_ms, held_to_ms)`; `None` is the whole
+    /// fleet. At most `limit` cells are read, so the cost is bounded by the answer: a caller past it gets `limit`
+    /// cells and is told the answer is too large.
     #[allow(clippy::too_many_arguments)]
     pub async fn minute_cells(
         &self,
+        tier: Tier,
         tenants: Option<&[String]>,
         node_id: Option<&str>,
         metric: Metric,
@@ -293,7 +448,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let to_ms = from_ms.saturating_add(step_ms.saturating_mul(i64::try_from(columns).unwrap_or(i64::MAX)));
-        // Each metric's value per minute row; rows without one are left out, as are cells without any.
+        // Each metric's value per row; rows without one are left out, as are cells without any.
         let value = match metric {
             Metric::Util => "util_avg",
             Metric::MemUsed => "mem_used_avg",
@@ -307,13 +462,16 @@ impl Store {
             let w = "CASE WHEN samples > 0 THEN samples ELSE 1 END";
             format!("SUM(({value}) * {w}) / SUM({w})")
         };
+        let from_table = table(tier);
         on_pool!(self, pool, _dialect, Db => {
             let mut q = sqlx::QueryBuilder::<Db>::new(
                 "SELECT device, MAX(node_id) AS node_id, MAX(gpu) AS gpu, MAX(profile) AS profile, \
                  CAST(MAX(start) AS BIGINT) AS start, CAST((minute_ms - ",
             );
             q.push_bind(from_ms).push(") / ").push_bind(step_ms);
-            q.push(format!(" AS BIGINT) AS col, CAST({cell} AS DOUBLE PRECISION) AS value FROM telemetry_minutes WHERE minute_ms >= "));
+            q.push(format!(
+                " AS BIGINT) AS col, CAST({cell} AS DOUBLE PRECISION) AS value FROM {from_table} WHERE minute_ms >= "
+            ));
             q.push_bind(from_ms).push(" AND minute_ms < ").push_bind(to_ms);
             q.push(format!(" AND ({value}) IS NOT NULL"));
             if let Some(node) = node_id {
@@ -338,69 +496,78 @@ impl Store {
         })
     }
 
-    /// Per device, the utilisation of minute rows with `from_ms <= minute_ms < to_ms` as `(device, sum of
+    /// Per device, the utilisation of a series' rows whose bucket starts in `[from_ms, to_ms)` as `(device, sum of
     /// util_avg × samples, samples)`: what a sample-weighted mean needs, without reading every row.
-    pub async fn util_sums(&self, from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64, i64)>, StoreError> {
+    pub async fn util_sums(&self, tier: Tier, from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64, i64)>, StoreError> {
+        let sql = format!(
+            "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION) AS weighted, \
+             CAST(SUM(samples) AS BIGINT) AS samples FROM {} \
+             WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
+            table(tier)
+        );
         let rows: Vec<UtilSum> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(
-                "SELECT device, CAST(SUM(util_avg * samples) AS DOUBLE PRECISION) AS weighted, \
-                 CAST(SUM(samples) AS BIGINT) AS samples FROM telemetry_minutes \
-                 WHERE minute_ms >= $1 AND minute_ms < $2 GROUP BY device ORDER BY device",
-            )
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_all(pool)
-            .await?
+            sqlx::query_as(&sql).bind(from_ms).bind(to_ms).fetch_all(pool).await?
         });
         Ok(rows.into_iter().map(|u| (u.device, u.weighted, u.samples)).collect())
     }
 
-    /// Per allocation of `ids` with a device, the sample-weighted mean utilisation of that device's stored minutes
-    /// overlapping its use within `[from_ms, to_ms)` (from its activation to its release, or to `to_ms`):
-    /// `(allocation id, mean %)`. Allocations without such a minute are left out. Bounded by the answer: one indexed
-    /// range scan of `telemetry_minutes` per allocation asked for, summed in the database, `ids` in chunks of 500.
-    pub async fn use_means(&self, ids: &[String], from_ms: i64, to_ms: i64) -> Result<Vec<(String, f64)>, StoreError> {
-        let mut means = Vec::new();
-        for chunk in ids.chunks(500) {
-            let rows: Vec<UseMean> = on_pool!(self, pool, _dialect, Db => {
-                let mut q = sqlx::QueryBuilder::<Db>::new(
-                    "SELECT a.id, CAST(SUM(m.util_avg * m.samples) AS DOUBLE PRECISION) AS weighted, \
-                     CAST(SUM(m.samples) AS BIGINT) AS samples FROM allocations a \
-                     JOIN telemetry_minutes m ON m.device = a.device_uuid AND m.minute_ms > (CASE WHEN \
-                     a.activated_at_ms > ",
-                );
-                q.push_bind(from_ms).push(" THEN a.activated_at_ms ELSE ").push_bind(from_ms);
-                q.push(" END) - 60000 AND m.minute_ms < (CASE WHEN a.released_at_ms IS NOT NULL AND a.released_at_ms < ");
-                q.push_bind(to_ms).push(" THEN a.released_at_ms ELSE ").push_bind(to_ms);
-                q.push(" END) WHERE a.activated_at_ms IS NOT NULL AND a.id IN (");
-                let mut list = q.separated(", ");
-                for id in chunk {
-                    list.push_bind(id.clone());
+    /// Per window `(device, lo, hi)`, the utilisation of the device's rows of a series whose bucket starts in
+    /// `[lo, hi)`, as `(sum of util_avg × samples, samples)`: what a sample-weighted mean needs, in the order asked
+    /// ([`tessera_core::rollup::mean_parts`] says which rows make a mean). One grouped query per 300 windows, each
+    /// window one indexed range scan.
+    pub async fn window_sums(&self, tier: Tier, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
+        let mut out = vec![(0.0, 0); windows.len()];
+        let from_table = table(tier);
+        for (c, chunk) in windows.chunks(300).enumerate() {
+            let rows: Vec<WindowSum> = on_pool!(self, pool, _dialect, Db => {
+                let mut q = sqlx::QueryBuilder::<Db>::new("WITH w(k, device, lo, hi) AS (VALUES ");
+                for (i, (device, lo, hi)) in chunk.iter().enumerate() {
+                    if i > 0 {
+                        q.push(", ");
+                    }
+                    q.push("(CAST(").push_bind(i64::try_from(c * 300 + i).unwrap_or(i64::MAX));
+                    q.push(" AS BIGINT), CAST(").push_bind(device.clone()).push(" AS TEXT), CAST(");
+                    q.push_bind(*lo).push(" AS BIGINT), CAST(").push_bind(*hi).push(" AS BIGINT))");
                 }
-                q.push(") GROUP BY a.id");
-                q.build_query_as::<UseMean>().fetch_all(pool).await?
+                // Correlated per window, so that each is one range scan of the primary key on both backends (a
+                // join lets PostgreSQL hash the whole series instead).
+                let range = format!("FROM {from_table} m WHERE m.device = w.device AND m.minute_ms >= w.lo \
+                     AND m.minute_ms < w.hi");
+                q.push(format!(
+                    ") SELECT w.k, CAST(COALESCE((SELECT SUM(m.util_avg * m.samples) {range}), 0) AS DOUBLE PRECISION) \
+                     AS weighted, CAST(COALESCE((SELECT SUM(m.samples) {range}), 0) AS BIGINT) AS samples FROM w"
+                ));
+                q.build_query_as::<WindowSum>().fetch_all(pool).await?
             });
-            means.extend(rows.into_iter().filter(|r| r.samples > 0).map(|r| (r.id, r.weighted / r.samples as f64)));
+            for WindowSum { k, weighted, samples } in rows {
+                if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
+                    *slot = (weighted, samples);
+                }
+            }
         }
-        Ok(means)
+        Ok(out)
     }
 
-    /// One device's minutes with `from_ms <= minute_ms < to_ms` as right-sizing reads them: how many, the highest
-    /// memory in use (each minute's peak, or its mean on rows written before peaks were kept), and how many minutes
-    /// had each mean utilisation rounded to a whole percent (`util_minutes[p]`, clamped to 0-100). One indexed range
-    /// scan, grouped in the database.
-    pub async fn device_use(&self, device: &str, from_ms: i64, to_ms: i64) -> Result<DeviceUse, StoreError> {
+    /// One device's rows of a series whose bucket starts in `[from_ms, to_ms)` as right-sizing reads them: how many
+    /// minutes had telemetry, the highest memory in use (each row's peak, or its mean on rows written before peaks
+    /// were kept), and how many minutes had each mean utilisation rounded to a whole percent (`util_minutes[p]`,
+    /// clamped to 0-100; a longer row's minutes all count at its mean). One indexed range scan, grouped in the
+    /// database.
+    pub async fn device_use(
+        &self,
+        tier: Tier,
+        device: &str,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<DeviceUse, StoreError> {
+        let sql = format!(
+            "SELECT CAST(ROUND(util_avg) AS BIGINT) AS pct, CAST(SUM(minutes) AS BIGINT) AS minutes, \
+             MAX(COALESCE(mem_used_max, mem_used_avg)) AS peak_mem_mib FROM {} \
+             WHERE device = $1 AND minute_ms >= $2 AND minute_ms < $3 GROUP BY CAST(ROUND(util_avg) AS BIGINT)",
+            table(tier)
+        );
         let rows: Vec<UtilBucket> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as(
-                "SELECT CAST(ROUND(util_avg) AS BIGINT) AS pct, CAST(COUNT(*) AS BIGINT) AS minutes, \
-                 MAX(COALESCE(mem_used_max, mem_used_avg)) AS peak_mem_mib FROM telemetry_minutes \
-                 WHERE device = $1 AND minute_ms >= $2 AND minute_ms < $3 GROUP BY CAST(ROUND(util_avg) AS BIGINT)",
-            )
-            .bind(device)
-            .bind(from_ms)
-            .bind(to_ms)
-            .fetch_all(pool)
-            .await?
+            sqlx::query_as(&sql).bind(device).bind(from_ms).bind(to_ms).fetch_all(pool).await?
         });
         let mut out = DeviceUse { minutes: 0, peak_mem_mib: None, util_minutes: [0; 101] };
         for UtilBucket { pct, minutes: n, peak_mem_mib: mem } in rows {
@@ -414,12 +581,169 @@ impl Store {
         Ok(out)
     }
 
+    /// [`Store::device_use`] of many windows at once: `windows[k]` is `(device, from_ms)`, each read up to `to_ms`;
+    /// the answer is in the same order. One grouped query per 300 windows, each window one indexed range scan.
+    pub async fn devices_use(
+        &self,
+        tier: Tier,
+        windows: &[(String, i64)],
+        to_ms: i64,
+    ) -> Result<Vec<DeviceUse>, StoreError> {
+        let mut out = vec![DeviceUse { minutes: 0, peak_mem_mib: None, util_minutes: [0; 101] }; windows.len()];
+        let from_table = table(tier);
+        for (c, chunk) in windows.chunks(300).enumerate() {
+            let rows: Vec<WindowBucket> = on_pool!(self, pool, _dialect, Db => {
+                let mut q = sqlx::QueryBuilder::<Db>::new("WITH w(k, device, from_ms) AS (VALUES ");
+                for (i, (device, from)) in chunk.iter().enumerate() {
+                    if i > 0 {
+                        q.push(", ");
+                    }
+                    q.push("(CAST(").push_bind(i64::try_from(c * 300 + i).unwrap_or(i64::MAX));
+                    q.push(" AS BIGINT), CAST(").push_bind(device.clone()).push(" AS TEXT), CAST(");
+                    q.push_bind(*from).push(" AS BIGINT))");
+                }
+                q.push(format!(
+                    ") SELECT w.k, CAST(ROUND(m.util_avg) AS BIGINT) AS pct, CAST(SUM(m.minutes) AS BIGINT) AS minutes, \
+                     MAX(COALESCE(m.mem_used_max, m.mem_used_avg)) AS peak_mem_mib FROM w JOIN {from_table} m \
+                     ON m.device = w.device AND m.minute_ms >= w.from_ms AND m.minute_ms < "
+                ));
+                q.push_bind(to_ms).push(" GROUP BY w.k, CAST(ROUND(m.util_avg) AS BIGINT)");
+                q.build_query_as::<WindowBucket>().fetch_all(pool).await?
+            });
+            for WindowBucket { k, pct, minutes: n, peak_mem_mib: mem } in rows {
+                let Some(u) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) else { continue };
+                let n = u64::try_from(n).unwrap_or(0);
+                u.util_minutes[usize::try_from(pct.clamp(0, 100)).unwrap_or(0)] += n;
+                u.minutes = u.minutes.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+                if let Some(m) = mem {
+                    u.peak_mem_mib = Some(u.peak_mem_mib.map_or(m, |p: f64| p.max(m)));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// How many active allocations hold each of `devices` now (a device time-sliced or under MPS has several);
+    /// devices nobody holds are left out. Read through the index of active allocations by device, 500 at a time.
+    pub async fn device_holders(&self, devices: &[String]) -> Result<HashMap<String, u32>, StoreError> {
+        let mut out = HashMap::new();
+        for chunk in devices.chunks(500) {
+            let rows: Vec<(String, i64)> = on_pool!(self, pool, _dialect, Db => {
+                let mut q = sqlx::QueryBuilder::<Db>::new(
+                    "SELECT device_uuid, CAST(COUNT(*) AS BIGINT) FROM allocations WHERE state = 'active' \
+                     AND device_uuid IN (",
+                );
+                let mut list = q.separated(", ");
+                for d in chunk {
+                    list.push_bind(d.clone());
+                }
+                q.push(") GROUP BY device_uuid");
+                q.build_query_as::<(String, i64)>().fetch_all(pool).await?
+            });
+            out.extend(rows.into_iter().map(|(d, n)| (d, u32::try_from(n).unwrap_or(u32::MAX))));
+        }
+        Ok(out)
+    }
+
     /// Deletes minute rows older than `before_ms`; returns how many.
     pub async fn prune_minutes(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.prune_series(Tier::Minute, before_ms).await
+    }
+
+    /// Deletes a series' rows whose bucket starts before `before_ms`; returns how many.
+    pub async fn prune_series(&self, tier: Tier, before_ms: i64) -> Result<u64, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE minute_ms < $1", table(tier));
         on_pool!(self, pool, _dialect => {
-            let done = sqlx::query("DELETE FROM telemetry_minutes WHERE minute_ms < $1").bind(before_ms).execute(pool).await?;
-            Ok(done.rows_affected())
+            Ok(sqlx::query(&sql).bind(before_ms).execute(pool).await?.rows_affected())
         })
+    }
+
+    /// Keeps each series within its retention at `now_ms` ([`Tier::kept_from`]). On PostgreSQL, first makes the
+    /// partitions from the retention's start to two partitions ahead (rows the default partition holds for one are
+    /// moved into it), then drops every partition wholly past the retention, then deletes what is left past it
+    /// (rows of the partition the retention's edge falls in, and of the default partition). On SQLite, deletes by
+    /// the time index; the freed pages are reused, so the file stays at the size the retention needs.
+    pub async fn keep_telemetry(&self, now_ms: i64) -> Result<Kept, StoreError> {
+        let mut kept = Kept::default();
+        for tier in Tier::ALL {
+            let cutoff = tier.kept_from(now_ms);
+            if let crate::Db::Postgres(pool) = &self.db {
+                let width = partition_ms(tier);
+                let existing: Vec<Partition> = sqlx::query_as(
+                    "SELECT c.relname::TEXT AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+                     JOIN pg_class p ON p.oid = i.inhparent WHERE p.relname = $1",
+                )
+                .bind(table(tier))
+                .fetch_all(pool)
+                .await?;
+                let starts: Vec<(String, i64)> = existing
+                    .into_iter()
+                    .filter_map(|p| Some((p.name.clone(), partition_start(tier, &p.name)?)))
+                    .collect();
+                for (name, start) in &starts {
+                    if start + width <= cutoff {
+                        sqlx::query(&format!("DROP TABLE IF EXISTS {name}")).execute(pool).await?;
+                        kept.partitions_dropped += 1;
+                    }
+                }
+                let mut start = cutoff.div_euclid(width) * width;
+                while start <= now_ms + 2 * width {
+                    if !starts.iter().any(|(_, s)| *s == start) {
+                        make_partition(pool, tier, start, width).await?;
+                        kept.partitions_made += 1;
+                    }
+                    start += width;
+                }
+            }
+            kept.rows_deleted += self.prune_series(tier, cutoff).await?;
+        }
+        Ok(kept)
+    }
+
+    /// Frees the row versions merges left behind in every series (PostgreSQL's `VACUUM`, what its autovacuum does
+    /// in time; nothing on SQLite, which updates rows in place).
+    pub async fn vacuum_telemetry(&self) -> Result<(), StoreError> {
+        if let crate::Db::Postgres(pool) = &self.db {
+            for tier in Tier::ALL {
+                sqlx::query(&format!("VACUUM {}", table(tier))).execute(pool).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows and bytes each series holds now: what the bytes stored per device are measured from.
+    pub async fn telemetry_footprint(&self) -> Result<Vec<Footprint>, StoreError> {
+        let mut out = Vec::new();
+        for tier in Tier::ALL {
+            let t = table(tier);
+            let count = format!("SELECT CAST(COUNT(*) AS BIGINT) FROM {t}");
+            let (rows, bytes): (i64, i64) = match &self.db {
+                crate::Db::Postgres(pool) => {
+                    let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await?;
+                    let bytes: i64 = sqlx::query_scalar(
+                        "SELECT CAST(COALESCE(SUM(pg_total_relation_size(relid)), 0) AS BIGINT) \
+                         FROM pg_partition_tree($1::regclass)",
+                    )
+                    .bind(t)
+                    .fetch_one(pool)
+                    .await?;
+                    (rows, bytes)
+                }
+                crate::Db::Sqlite(pool) => {
+                    let rows: i64 = sqlx::query_scalar(&count).fetch_one(pool).await?;
+                    let bytes: i64 = sqlx::query_scalar(
+                        "SELECT CAST(COALESCE(SUM(pgsize), 0) AS BIGINT) FROM dbstat WHERE name = $1 \
+                         OR name IN (SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = $1)",
+                    )
+                    .bind(t)
+                    .fetch_one(pool)
+                    .await?;
+                    (rows, bytes)
+                }
+            };
+            out.push(Footprint { tier, rows, bytes });
+        }
+        Ok(out)
     }
 
     /// Allocations in use at some time in `[from_ms, to_ms)` (activated before `to_ms`, not released before
@@ -462,4 +786,29 @@ impl Store {
                 .collect())
         })
     }
+}
+
+/// Makes the partition of `tier` for `[start, start + width)` unless it exists, moving into it the rows the default
+/// partition holds for its range; one replica at a time (an advisory lock), in one transaction.
+async fn make_partition(pool: &sqlx::PgPool, tier: Tier, start: i64, width: i64) -> Result<(), StoreError> {
+    let (t, name, end) = (table(tier), partition_name(tier, start), start + width);
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(7310000001)").execute(&mut *tx).await?;
+    let range = format!("minute_ms >= {start} AND minute_ms < {end}");
+    sqlx::query(&format!("CREATE TEMPORARY TABLE moving ON COMMIT DROP AS SELECT * FROM {t}_default WHERE {range}"))
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(&format!("DELETE FROM {t}_default WHERE {range}")).execute(&mut *tx).await?;
+    // A rollup's row is merged into again and again while its bucket runs: room in its page lets each merge be a
+    // heap-only update that the next visit to the page cleans up, so the table stays near twice its live rows.
+    let fill = if tier == Tier::Minute { 90 } else { 50 };
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {t} FOR VALUES FROM ({start}) TO ({end}) \
+         WITH (fillfactor = {fill})"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(&format!("INSERT INTO {t} SELECT * FROM moving")).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
 }

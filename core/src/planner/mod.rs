@@ -23,7 +23,8 @@
 //! 3. **Portfolio.** Steps 1-2 run twice, with demand ordered largest profile first (best at fitting everything:
 //!    wide instances claim aligned blocks before narrow ones scatter) and smallest first (best at maximising the
 //!    count when capacity runs short). The better plan by (placed, GPUs touched, instances destroyed, stranded
-//!    capacity) is returned.
+//!    capacity) is returned. What does not depend on the order (interned states with their best layouts and
+//!    actions, layout frontiers) is shared by the runs, and only the winner's plan is built.
 //!
 //! [`optimum`] computes the exact optimum for small problems by dynamic programming over per-GPU Pareto frontiers;
 //! tests and the benchmark compare the planner with it and with the [`baseline`] strategies.
@@ -39,8 +40,10 @@ mod types;
 pub use problem::Problem;
 pub use types::*;
 
+use rustc_hash::FxHashMap as HashMap;
+
 use crate::catalog::Catalog;
-use crate::layout::{Applied, Fragmentation, Inst, Occupancy, solve, to_placed};
+use crate::layout::{Applied, Fragmentation, Inst, Occupancy, Solution, solve, to_placed};
 use pack::Packer;
 
 /// Demand orders tried by the portfolio.
@@ -60,30 +63,45 @@ pub fn plan(catalog: &Catalog, input: &PlanInput) -> Result<Plan, PlanError> {
 
 /// Plans a checked problem: the better of the portfolio's runs.
 pub fn plan_problem(problem: &Problem<'_>) -> Plan {
-    let mut best: Option<Plan> = None;
-    let mut cache = improve::FrontierCache::default();
+    let mut caches = Caches::default();
+    let mut best: Option<(PlanSummary, pack::Outcome)> = None;
     for order in [Order::LargestFirst, Order::SmallestFirst] {
-        let plan = run(problem, order, &mut cache);
-        let key = |p: &Plan| {
-            let s = p.summary;
-            (std::cmp::Reverse(s.placed), s.gpus_touched, s.destroyed, s.stranded_compute_slices)
-        };
-        if best.as_ref().is_none_or(|b| key(&plan) < key(b)) {
-            best = Some(plan);
+        let outcome = run(problem, order, &mut caches);
+        let summary = summary(problem, &caches.states, &outcome);
+        let key =
+            |s: &PlanSummary| (std::cmp::Reverse(s.placed), s.gpus_touched, s.destroyed, s.stranded_compute_slices);
+        if best.as_ref().is_none_or(|(b, _)| key(&summary) < key(b)) {
+            best = Some((summary, outcome));
         }
-        if best.as_ref().is_some_and(|b| b.summary.placed == b.summary.demanded && b.summary.gpus_touched == 0) {
+        if best.as_ref().is_some_and(|(b, _)| b.placed == b.demanded && b.gpus_touched == 0) {
             break;
         }
     }
-    best.unwrap_or_else(|| plan_with(problem, Order::LargestFirst))
+    let outcome = match best {
+        Some((_, outcome)) => outcome,
+        None => run(problem, Order::LargestFirst, &mut caches),
+    };
+    let plan = finish(problem, &caches.states, &outcome);
+    debug_assert_eq!(plan.summary, summary(problem, &caches.states, &outcome));
+    plan
 }
 
 /// One run of packing and improvement with demand in `order` (one half of the portfolio).
 pub fn plan_with(problem: &Problem<'_>, order: Order) -> Plan {
-    run(problem, order, &mut improve::FrontierCache::default())
+    let mut caches = Caches::default();
+    let outcome = run(problem, order, &mut caches);
+    finish(problem, &caches.states, &outcome)
 }
 
-fn run(problem: &Problem<'_>, order: Order, cache: &mut improve::FrontierCache) -> Plan {
+/// What the runs of one planning call share: facts about GPU states and layout frontiers, which do not depend on
+/// the order demand is placed in.
+#[derive(Debug, Default)]
+struct Caches {
+    states: pack::States,
+    frontiers: improve::FrontierCache,
+}
+
+fn run(problem: &Problem<'_>, order: Order, caches: &mut Caches) -> pack::Outcome {
     let mut classes: Vec<usize> = (0..problem.classes.len()).collect();
     classes.sort_by_key(|&c| {
         let k = &problem.classes[c];
@@ -94,35 +112,58 @@ fn run(problem: &Problem<'_>, order: Order, cache: &mut improve::FrontierCache) 
         };
         (wide, !k.constrained(), c)
     });
-    let mut packer = Packer::new(problem);
-    for &c in &classes {
-        packer.place_class(c, problem.classes[c].count);
+    let mut packer = Packer::new(problem, &mut caches.states);
+    let todo: Vec<(usize, u32)> = classes.iter().map(|&c| (c, problem.classes[c].count)).collect();
+    packer.place_classes(&todo);
+    if packer.unplaced.iter().any(|&u| u > 0) && improve::improve(&mut packer, &mut caches.frontiers) {
+        let todo: Vec<(usize, u32)> = classes.iter().map(|&c| (c, std::mem::take(&mut packer.unplaced[c]))).collect();
+        packer.place_classes(&todo);
     }
-    if packer.unplaced.iter().any(|&u| u > 0) && improve::improve(&mut packer, cache) {
-        for &c in &classes {
-            let n = std::mem::take(&mut packer.unplaced[c]);
-            packer.place_class(c, n);
-        }
-    }
-    finish(problem, &packer)
+    packer.into_outcome()
 }
 
-fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
+/// The summary the plan of `outcome` will have, without building the plan.
+fn summary(problem: &Problem<'_>, states: &pack::States, outcome: &pack::Outcome) -> PlanSummary {
+    let totals = states.totals(outcome);
+    let mut stranded = totals.stranded;
+    for (g, gpu) in problem.gpus.iter().enumerate() {
+        if outcome.gpu_state[g].is_none() && !gpu.cordoned {
+            stranded += u32::from(untouched_stranded(gpu));
+        }
+    }
+    PlanSummary {
+        demanded: problem.demanded(),
+        placed: totals.placed,
+        gpus_touched: totals.touched,
+        destroyed: totals.destroyed,
+        stranded_compute_slices: stranded,
+    }
+}
+
+/// Stranded compute slices of a GPU the plan leaves as it is.
+fn untouched_stranded(gpu: &problem::Gpu<'_>) -> u8 {
+    let all: Vec<Inst> = [gpu.in_use.as_slice(), gpu.free.as_slice()].concat();
+    Fragmentation::of(gpu.model, &Occupancy::of(gpu.model, &all)).stranded
+}
+
+fn finish(problem: &Problem<'_>, states: &pack::States, outcome: &pack::Outcome) -> Plan {
     let mut placed = Vec::new();
     let mut changed_gpus = Vec::new();
     let mut destroyed_all = Vec::new();
     let mut stranded = 0u32;
     let mut lost = vec![0u32; problem.classes.len()];
+    // GPUs in the same state share its best layout.
+    let mut solutions: HashMap<pack::StateId, Option<Solution>> = HashMap::default();
     for (g, gpu) in problem.gpus.iter().enumerate() {
         let model = gpu.model;
-        let Some(key) = packer.key_of(g) else {
+        let Some(state) = outcome.gpu_state[g] else {
             if !gpu.cordoned {
-                let all: Vec<Inst> = [gpu.in_use.as_slice(), gpu.free.as_slice()].concat();
-                stranded += u32::from(Fragmentation::of(model, &Occupancy::of(model, &all)).stranded);
+                stranded += u32::from(untouched_stranded(gpu));
             }
             continue;
         };
-        let plan = &packer.plans[g];
+        let key = states.key(state);
+        let plan = &outcome.plans[g];
         for &(inst, c) in &plan.bound {
             placed.push(PlacedSlice {
                 demand: c,
@@ -132,7 +173,8 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
                 new: false,
             });
         }
-        let Some(solution) = solve(model, &key.fixed, &key.free, &key.new) else {
+        let solution = solutions.entry(state).or_insert_with(|| solve(model, &key.fixed, &key.free, &key.new));
+        let Some(solution) = solution.as_ref() else {
             // Unreachable (packing only moves GPUs to feasible states), but never lose a slice.
             for &(_, c) in &plan.new {
                 lost[c] += 1;
@@ -178,7 +220,7 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
         });
     }
     placed.sort_by(|a, b| (a.demand, &a.gpu, a.start).cmp(&(b.demand, &b.gpu, b.start)));
-    let unplaced = unplaced(problem, packer, &lost);
+    let unplaced = unplaced(problem, outcome, &lost);
     let summary = PlanSummary {
         demanded: problem.demanded(),
         placed: placed.len() as u32,
@@ -189,10 +231,19 @@ fn finish(problem: &Problem<'_>, packer: &Packer<'_, '_>) -> Plan {
     Plan { placed, unplaced, changed_gpus, destroyed: destroyed_all, summary }
 }
 
-fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>, lost: &[u32]) -> Vec<Unplaced> {
+fn unplaced(problem: &Problem<'_>, outcome: &pack::Outcome, lost: &[u32]) -> Vec<Unplaced> {
     let mut out = Vec::new();
+    // Per catalog model: (GPUs, cordoned or pending, pending). Each cause of a GPU taking nothing new is counted
+    // apart: cordoned, or a layout change waiting for approval.
+    let mut per_model = vec![(0usize, 0usize, 0usize); problem.catalog.models.len()];
+    for g in &problem.gpus {
+        let n = &mut per_model[g.model_idx];
+        n.0 += 1;
+        n.1 += usize::from(g.cordoned);
+        n.2 += usize::from(g.layout_pending);
+    }
     for (c, class) in problem.classes.iter().enumerate() {
-        let left = packer.unplaced[c] + lost[c];
+        let left = outcome.unplaced[c] + lost[c];
         if left == 0 {
             continue;
         }
@@ -200,11 +251,14 @@ fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>, lost: &[u32]) -> Vec
             Some(m) => format!("{} on {m}", class.profile),
             None => class.profile.clone(),
         };
-        let matching: Vec<_> = problem.gpus.iter().filter(|g| class.eligible[g.model_idx].is_some()).collect();
-        // Each cause of a GPU taking nothing new counted apart: cordoned, or a layout change waiting for approval.
-        let pending = matching.iter().filter(|g| g.layout_pending).count();
-        let cordoned = matching.iter().filter(|g| g.cordoned).count() - pending;
-        let usable = matching.len() - cordoned - pending;
+        let (matching, blocked, pending) = class
+            .eligible
+            .iter()
+            .zip(&per_model)
+            .filter(|(e, _)| e.is_some())
+            .fold((0, 0, 0), |(a, b, c), (_, n)| (a + n.0, b + n.1, c + n.2));
+        let cordoned = blocked - pending;
+        let usable = matching - cordoned - pending;
         let gpus = |n: usize| if n == 1 { "1 GPU".to_string() } else { format!("{n} GPUs") };
         let held_back = match (cordoned, pending) {
             (0, 0) => String::new(),
@@ -212,9 +266,9 @@ fn unplaced(problem: &Problem<'_>, packer: &Packer<'_, '_>, lost: &[u32]) -> Vec
             (0, p) => format!("{} with a layout change waiting for approval", gpus(p)),
             (c, p) => format!("{} cordoned, {} with a layout change waiting for approval", gpus(c), gpus(p)),
         };
-        let (code, reason) = if matching.is_empty() {
+        let (code, reason) = if matching == 0 {
             ("no_matching_gpu", format!("no GPU in the fleet offers {wanted}"))
-        } else if cordoned == matching.len() {
+        } else if cordoned == matching {
             ("all_matching_gpus_cordoned", format!("every GPU that offers {wanted} is cordoned ({})", gpus(cordoned)))
         } else if usable == 0 {
             ("insufficient_capacity", format!("no GPU that offers {wanted} takes new slices now: {held_back}"))

@@ -4,6 +4,11 @@
 //! admin, its MIG instances, a short UUID to copy, and its actions: cordon or uncordon and drain (each confirmed in
 //! place, with a reason for the audit log), auto-layout (the planner may change its MIG layout without an admin's
 //! approval) and the layout editor. It refreshes itself every 5 s in the browser.
+//!
+//! A large fleet (more than [`CARDS_UP_TO`] GPUs shown) is one table of groups instead, by node or by model: each
+//! group's row says how many GPUs it has, in which states, what they hold and use now, and opens to its GPUs (a
+//! node's card, with its actions, is one click further). The table scrolls inside a box and renders only the rows
+//! in view and a few beyond them, every row [`ROW_PX`] high: 10,000 GPUs draw as fast as 10.
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -12,7 +17,7 @@ use tessera_api::nodes::{GpuView, NodeView};
 
 use crate::api::{self, ProblemExt};
 use crate::pages::{ago, clock, now_ms};
-use crate::widgets::{ConfirmAction, CopyButton, Messages, RefreshHold, TenantsResource, problem_view};
+use crate::widgets::{ConfirmAction, CopyButton, Messages, RefreshHold, ScrollWatch, TenantsResource, problem_view};
 use crate::wire::gpu_state;
 
 /// The fleet page.
@@ -22,12 +27,24 @@ pub fn FleetPage() -> impl IntoView {
     let tenants = expect_context::<TenantsResource>();
     // Rows are drawn again on each refresh: it waits while a cordon or drain is being confirmed.
     let hold = RefreshHold::provide();
+    // The grouped table's choices live here, above the refreshes that draw it again.
+    let grouping = Grouping {
+        by: RwSignal::new(GroupBy::Node),
+        open: RwSignal::new(std::collections::HashSet::new()),
+        scroll: ScrollWatch::new(600.0),
+        only: RwSignal::new(None),
+    };
     #[cfg(not(feature = "hydrate"))]
     let _ = hold;
     #[cfg(feature = "hydrate")]
     {
+        // It waits too while the grouped table is being scrolled: a large fleet's refresh takes frames.
+        let scrolled_to = StoredValue::new(0.0_f64);
         let refresh = move || {
-            if hold.free() {
+            let top = grouping.scroll.top.get_untracked();
+            let still = scrolled_to.get_value() == top;
+            scrolled_to.set_value(top);
+            if hold.free() && still {
                 nodes.refetch()
             }
         };
@@ -71,10 +88,21 @@ pub fn FleetPage() -> impl IntoView {
                                 </p>
                                 {move || {
                                     let needle = filter.get().to_lowercase();
+                                    if let Some(only) = grouping.only.get() {
+                                        return view! {
+                                            <button type="button" class="button small" data-testid="all-nodes" on:click=move |_| grouping.only.set(None)>"← All nodes"</button>
+                                            {list.iter().filter(|n| n.name == only).map(|n| view! { <NodeCard node=n.clone() now names changed /> }).collect_view()}
+                                        }.into_any();
+                                    }
+                                    let shown: usize = list.iter().filter(|n| needle.is_empty() || matches(n, &needle)).map(|n| n.gpus.len()).sum();
+                                    if shown > CARDS_UP_TO {
+                                        return view! { <GroupedFleet list=list.clone() needle grouping names /> }.into_any();
+                                    }
                                     list.iter()
                                         .filter(|n| needle.is_empty() || matches(n, &needle))
                                         .map(|n| view! { <NodeCard node=n.clone() now names changed /> })
                                         .collect_view()
+                                        .into_any()
                                 }}
                             }.into_any()
                         }
@@ -89,6 +117,301 @@ fn matches(node: &NodeView, needle: &str) -> bool {
     node.name.to_lowercase().contains(needle)
         || node.state.contains(needle)
         || node.gpus.iter().any(|g| g.model.to_lowercase().contains(needle))
+}
+
+/// Beyond this many GPUs shown, the page is one grouped table that renders only the rows in view.
+pub const CARDS_UP_TO: usize = 200;
+/// The height of every row of the grouped table, CSS pixels.
+pub const ROW_PX: f64 = 36.0;
+/// Rows rendered beyond the visible ones, above and below.
+const OVERSCAN: usize = 10;
+
+/// What the grouped table groups GPUs by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// One group per node.
+    Node,
+    /// One group per GPU model.
+    Model,
+}
+
+/// The grouped table's state, kept across the page's refreshes.
+#[derive(Debug, Clone, Copy)]
+struct Grouping {
+    /// By node or by model.
+    by: RwSignal<GroupBy>,
+    /// Keys of the groups shown open.
+    open: RwSignal<std::collections::HashSet<String>>,
+    /// The table's scroll position.
+    scroll: ScrollWatch,
+    /// The node whose card is shown alone, when one was opened from the table.
+    only: RwSignal<Option<String>>,
+}
+
+/// A group of GPUs and what they add up to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// The node's name or the model.
+    pub key: String,
+    /// The node's state (groups by node).
+    pub node_state: Option<String>,
+    /// Its GPUs, as (node, GPU) positions in the list.
+    pub gpus: Vec<(usize, usize)>,
+    /// How many nodes its GPUs are on.
+    pub nodes: usize,
+    /// GPUs per state (`ready`, `cordoned`, ...), in the legend's order.
+    pub states: Vec<(&'static str, usize)>,
+    /// GPUs degraded, and unhealthy.
+    pub sick: (usize, usize),
+    /// Compute slices held, and in all.
+    pub held: (f64, f64),
+    /// Mean utilisation of the GPUs with a sample in the last minute, percent.
+    pub util: Option<f32>,
+}
+
+/// The groups of the nodes matching `needle` (lowercase; all when empty), by node or by model, in name order.
+pub fn groups(nodes: &[NodeView], needle: &str, by: GroupBy, catalog: &tessera_core::catalog::Catalog) -> Vec<Group> {
+    let mut keyed: std::collections::BTreeMap<String, Vec<(usize, usize)>> = Default::default();
+    for (ni, n) in nodes.iter().enumerate().filter(|(_, n)| needle.is_empty() || matches(n, needle)) {
+        for (gi, g) in n.gpus.iter().enumerate() {
+            let key = match by {
+                GroupBy::Node => n.name.clone(),
+                GroupBy::Model => g.model.clone(),
+            };
+            keyed.entry(key).or_default().push((ni, gi));
+        }
+    }
+    keyed
+        .into_iter()
+        .map(|(key, gpus)| {
+            let mut states: Vec<(&'static str, usize)> = Vec::new();
+            let (mut sick, mut held, mut util, mut sampled) = ((0, 0), (0.0, 0.0), 0.0_f32, 0_u32);
+            let mut seen_nodes: Vec<usize> = gpus.iter().map(|p| p.0).collect();
+            seen_nodes.dedup();
+            for &(ni, gi) in &gpus {
+                let (n, g) = (&nodes[ni], &nodes[ni].gpus[gi]);
+                let state = gpu_state(g, &n.state);
+                match states.iter_mut().find(|(s, _)| *s == state) {
+                    Some((_, c)) => *c += 1,
+                    None => states.push((state, 1)),
+                }
+                match g.health.state {
+                    tessera_core::health::HealthState::Degraded => sick.0 += 1,
+                    tessera_core::health::HealthState::Unhealthy => sick.1 += 1,
+                    tessera_core::health::HealthState::Healthy => {}
+                }
+                if let Some(o) = Occupancy::of(g, catalog) {
+                    held = (held.0 + o.held, held.1 + o.total);
+                }
+                if let Some(now) = &g.now {
+                    util += now.util_pct;
+                    sampled += 1;
+                }
+            }
+            const ORDER: [&str; 6] = ["ready", "applying", "failed", "unknown", "not-ready", "cordoned"];
+            states.sort_by_key(|(s, _)| ORDER.iter().position(|o| o == s).unwrap_or(ORDER.len()));
+            Group {
+                node_state: (by == GroupBy::Node).then(|| nodes[gpus[0].0].state.clone()),
+                key,
+                nodes: seen_nodes.len(),
+                states,
+                sick,
+                held,
+                util: (sampled > 0).then(|| util / sampled as f32),
+                gpus,
+            }
+        })
+        .collect()
+}
+
+/// A row of the grouped table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Line {
+    /// The group's own row (its position among the groups).
+    Group(usize),
+    /// A GPU of an open group: the group's position, and the GPU's among its GPUs.
+    Gpu(usize, usize),
+}
+
+/// The table's rows: each group, followed by its GPUs when it is open.
+pub fn lines(groups: &[Group], open: &std::collections::HashSet<String>) -> Vec<Line> {
+    let mut out = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        out.push(Line::Group(i));
+        if open.contains(&g.key) {
+            out.extend((0..g.gpus.len()).map(|k| Line::Gpu(i, k)));
+        }
+    }
+    out
+}
+
+/// "6 ready · 1 cordoned · 1 unhealthy": a group's GPUs by state, and those not healthy.
+pub fn state_words(g: &Group) -> String {
+    let mut parts: Vec<String> = g.states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    if g.sick.0 > 0 {
+        parts.push(format!("{} degraded", g.sick.0));
+    }
+    if g.sick.1 > 0 {
+        parts.push(format!("{} unhealthy", g.sick.1));
+    }
+    parts.join(" · ")
+}
+
+/// The grouped table of a large fleet: groups by node or model, opened to their GPUs in place, and a node's card
+/// (its actions) one click further; only the rows in view are in the page.
+#[component]
+fn GroupedFleet(
+    list: Vec<NodeView>,
+    needle: String,
+    grouping: Grouping,
+    names: StoredValue<Vec<tessera_api::tenants::TenantView>>,
+) -> impl IntoView {
+    let catalog = tessera_core::catalog::Catalog::builtin();
+    let list = StoredValue::new(list);
+    let Grouping { by, open, scroll, only } = grouping;
+    let grouped = Memo::new(move |_| list.with_value(|l| groups(l, &needle, by.get(), catalog)));
+    let rows = Memo::new(move |_| grouped.with(|g| open.with(|o| lines(g, o))));
+    let range = Memo::new(move |_| scroll.rows(ROW_PX, rows.with(Vec::len), OVERSCAN));
+    let boxed = NodeRef::<leptos::html::Div>::new();
+    scroll.follow(boxed);
+    let gpu_count = move || grouped.with(|g| g.iter().map(|g| g.gpus.len()).sum::<usize>());
+    // The rows in view, each with what its drawing depends on beyond its data: whether its group is open, and the
+    // grouping.
+    let shown = move || {
+        let r = range.get();
+        let by_model = by.get() == GroupBy::Model;
+        rows.with(|l| {
+            grouped.with(|gs| {
+                open.with(|o| {
+                    (r.start..r.end.min(l.len()))
+                        .map(|i| {
+                            let line = l[i];
+                            let is_open = matches!(line, Line::Group(g) if o.contains(&gs[g].key));
+                            (i, line, is_open, by_model)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+        })
+    };
+    let toggle = move |key: String| {
+        open.update(|o| {
+            if !o.remove(&key) {
+                o.insert(key);
+            }
+        })
+    };
+    let line_view = move |i: usize, line: Line| -> AnyView {
+        let index = (i + 2).to_string();
+        grouped.with_untracked(|gs| match line {
+            Line::Group(gi) => {
+                let g = &gs[gi];
+                let is_open = open.with_untracked(|o| o.contains(&g.key));
+                let key = g.key.clone();
+                let share = if g.held.1 > 0.0 { 100.0 * g.held.0 / g.held.1 } else { 0.0 };
+                let size = match by.get_untracked() {
+                    GroupBy::Node => crate::pages::count(g.gpus.len() as u64, "GPU"),
+                    GroupBy::Model => format!(
+                        "{} on {}",
+                        crate::pages::count(g.gpus.len() as u64, "GPU"),
+                        crate::pages::count(g.nodes as u64, "node")
+                    ),
+                };
+                let node = g.node_state.is_some().then(|| g.key.clone());
+                view! {
+                    <tr class="group" data-testid="fleet-group" data-group=g.key.clone() data-line=i.to_string() aria-rowindex=index>
+                        <th scope="row" class="nowrap">
+                            <button type="button" class="fold" aria-expanded=is_open.to_string()
+                                aria-label=format!("Show or hide the GPUs of {}", g.key) on:click=move |_| toggle(key.clone())>
+                                {if is_open { "▾" } else { "▸" }}
+                            </button>
+                            " "{g.key.clone()}
+                        </th>
+                        <td>{size}</td>
+                        <td>{g.node_state.clone().map(|s| view! { <span class=format!("state {s}")>{s.clone()}</span>" " })}<span class="small">{state_words(g)}</span></td>
+                        <td data-testid="group-held" data-held=g.held.0.to_string() data-total=g.held.1.to_string()>
+                            <span class="small">{format!("{} of {} slices held", fmt_slices(g.held.0), fmt_slices(g.held.1))}</span>
+                            <div class="bar" role="img" aria-label=format!("{share:.0}% held")><span class="used" style=format!("width:{share:.1}%")></span></div>
+                        </td>
+                        <td>{g.util.map_or_else(|| "—".to_string(), |u| format!("{u:.0}\u{a0}% mean"))}</td>
+                        <td class="actions">{node.map(|n| view! {
+                            <button type="button" class="link" data-testid="open-node" on:click=move |_| only.set(Some(n.clone()))>"Details"</button>
+                        })}</td>
+                    </tr>
+                }
+                .into_any()
+            }
+            Line::Gpu(gi, k) => list.with_value(|l| {
+                let (ni, gpu_i) = gs[gi].gpus[k];
+                let (n, g) = (&l[ni], &l[ni].gpus[gpu_i]);
+                let state = gpu_state(g, &n.state);
+                let held = Occupancy::of(g, catalog);
+                let holders = held.as_ref().map(|o| {
+                    o.holder_words(|t| names.with_value(|n| n.iter().find(|x| x.id == t).map(|x| x.name.clone())))
+                });
+                let held_words = held.map(|o| {
+                    let who = holders.clone().filter(|h| !h.is_empty()).map(|h| format!(" · {h}")).unwrap_or_default();
+                    format!("{} of {} held{who}", fmt_slices(o.held), fmt_slices(o.total))
+                });
+                let name = match by.get_untracked() {
+                    GroupBy::Node => format!("GPU {}", g.index),
+                    GroupBy::Model => format!("{} · GPU {}", n.name, g.index),
+                };
+                let node = n.name.clone();
+                view! {
+                    <tr class="member" data-gpu=g.uuid.clone() data-line=i.to_string() aria-rowindex=index>
+                        <th scope="row" class="nowrap indent">{name}</th>
+                        <td>{g.model.clone()}</td>
+                        <td>
+                            <span class=format!("state {state}") data-testid="gpu-state">{state}</span>" "
+                            <span class=format!("state {}", g.health.state.as_str())>{g.health.state.as_str()}</span>
+                        </td>
+                        <td class="small" title=holders.clone().unwrap_or_default()>{held_words}</td>
+                        <td>{g.now.as_ref().map_or_else(|| "—".to_string(), |s| format!("{:.0}\u{a0}%", s.util_pct))}</td>
+                        <td class="nowrap"><code class="uuid" title=g.uuid.clone()>{short_uuid(&g.uuid)}</code>" "
+                            <button type="button" class="link" on:click=move |_| only.set(Some(node.clone()))>"Node"</button></td>
+                    </tr>
+                }
+                .into_any()
+            }),
+        })
+    };
+    view! {
+        <div class="fleet-toolbar">
+            <label>"Group by "
+                <select data-testid="group-by" prop:value=move || if by.get() == GroupBy::Node { "node" } else { "model" }
+                    on:change=move |ev| {
+                        by.set(if event_target_value(&ev) == "model" { GroupBy::Model } else { GroupBy::Node });
+                        open.set(Default::default());
+                    }>
+                    <option value="node">"node"</option>
+                    <option value="model">"model"</option>
+                </select>
+            </label>
+            <span class="muted small" data-testid="fleet-count">
+                {move || format!("{} in {} groups", crate::pages::count(gpu_count() as u64, "GPU"), grouped.with(Vec::len))}
+            </span>
+        </div>
+        <div class="fleet-scroll" node_ref=boxed data-testid="fleet-scroll">
+            <table class="gpus grouped" data-testid="fleet-table" data-lines=move || rows.with(Vec::len).to_string() aria-rowcount=move || (rows.with(Vec::len) + 1).to_string()>
+                <colgroup><col class="c-name" /><col class="c-size" /><col class="c-state" /><col class="c-held" /><col class="c-now" /><col class="c-more" /></colgroup>
+                <thead><tr aria-rowindex="1">
+                    <th scope="col">{move || if by.get() == GroupBy::Node { "Node / GPU" } else { "Model / GPU" }}</th>
+                    <th scope="col">"GPUs / model"</th>
+                    <th scope="col">"State"</th>
+                    <th scope="col" title="Compute slices allocated to tenants">"Held"</th>
+                    <th scope="col" title="Utilisation its agent read in the last minute">"Now"</th>
+                    <th scope="col"><span class="sr-only">"More"</span></th>
+                </tr></thead>
+                <tbody>
+                    <tr class="spacer" aria-hidden="true"><td colspan="6" style=move || format!("height:{}px;padding:0;border:0", range.get().start as f64 * ROW_PX)></td></tr>
+                    // Keyed: as the box scrolls, only the rows coming into view are made.
+                    <For each=shown key=|k| *k children=move |(i, line, _, _)| line_view(i, line) />
+                    <tr class="spacer" aria-hidden="true"><td colspan="6" style=move || format!("height:{}px;padding:0;border:0", (rows.with(Vec::len) - range.get().end.min(rows.with(Vec::len))) as f64 * ROW_PX)></td></tr>
+                </tbody>
+            </table>
+        </div>
+    }
 }
 
 #[component]
@@ -493,6 +816,49 @@ mod tests {
         assert_eq!((o.held, o.free.len()), (1.75, 0));
         assert_eq!(o.holder_words(|_| Some("vision".into())), "vision 1.8");
         assert_eq!(Occupancy::of(&GpuView { model: "nope".into(), ..whole }, catalog), None);
+    }
+
+    #[test]
+    fn a_large_fleet_groups_by_node_or_model_and_opens_a_group_to_its_gpus() {
+        use tessera_api::nodes::GpuNow;
+        let catalog = tessera_core::catalog::Catalog::builtin();
+        let node = |name: &str, models: &[&str]| {
+            let mut n = crate::wire::node_with_gpu(name.into(), gpu("x", 0, "GPU-x"));
+            n.state = "ready".into();
+            n.gpus = models
+                .iter()
+                .enumerate()
+                .map(|(i, m)| GpuView {
+                    model: m.to_string(),
+                    mig_enabled: false,
+                    ..gpu(&format!("{name}-{i}"), i as u32, &format!("GPU-{name}-{i}"))
+                })
+                .collect();
+            n
+        };
+        let mut nodes = vec![node("b", &["H100-80GB", "A100-80GB"]), node("a", &["H100-80GB"])];
+        nodes[0].gpus[0].cordoned = true;
+        nodes[0].gpus[0].in_use = vec![held("timeslice:7", 0, "t")];
+        nodes[0].gpus[1].now = Some(GpuNow { at_ms: 0, util_pct: 40.0, mem_used_mib: 0.0, mem_total_mib: 1.0 });
+        nodes[1].gpus[0].now = Some(GpuNow { at_ms: 0, util_pct: 20.0, mem_used_mib: 0.0, mem_total_mib: 1.0 });
+        let by_node = groups(&nodes, "", GroupBy::Node, catalog);
+        assert_eq!(by_node.iter().map(|g| g.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let b = &by_node[1];
+        assert_eq!((b.gpus.len(), b.nodes, b.node_state.as_deref()), (2, 1, Some("ready")));
+        assert_eq!(state_words(b), "1 ready · 1 cordoned");
+        assert_eq!(b.held.1, 14.0);
+        assert_eq!(b.util, Some(40.0));
+        let by_model = groups(&nodes, "", GroupBy::Model, catalog);
+        assert_eq!(
+            by_model.iter().map(|g| (g.key.as_str(), g.gpus.len(), g.nodes)).collect::<Vec<_>>(),
+            [("A100-80GB", 1, 1), ("H100-80GB", 2, 2)]
+        );
+        assert_eq!(by_model[1].util, Some(20.0));
+        assert_eq!(groups(&nodes, "a100", GroupBy::Node, catalog).len(), 1, "the filter keeps matching nodes");
+        // Closed, a group is one row; open, its GPUs follow it.
+        let open = std::collections::HashSet::from(["H100-80GB".to_string()]);
+        assert_eq!(lines(&by_model, &Default::default()), [Line::Group(0), Line::Group(1)]);
+        assert_eq!(lines(&by_model, &open), [Line::Group(0), Line::Group(1), Line::Gpu(1, 0), Line::Gpu(1, 1)]);
     }
 
     #[test]

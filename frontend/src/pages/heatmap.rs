@@ -14,6 +14,13 @@
 //! Drawing: one RGBA pixel per cell is written into an image of `columns × rows`, which the browser scales onto the
 //! visible canvas in one `drawImage` (no per-cell draw calls), so 1,000 rows × 900 columns stay well inside a frame.
 //! `/heatmap?bench=1000x900` measures that against per-cell `fillRect` drawing in the same page.
+//!
+//! A fleet taller than the window scrolls inside the heatmap's box, and only the rows in view (and a few beyond)
+//! exist: their labels, their markers, and a canvas as tall as they are, placed where they sit; a spacer keeps the
+//! whole height. 10,000 rows cost what 100 do, per frame. `/heatmap?synthetic=10000x900` shows a synthetic fleet
+//! of that size with a new column of samples every second, as the live stream brings them, and the canvas says in
+//! `data-draw-p50`/`data-draw-p95`/`data-draw-max` (ms) how long its last 120 frames took, samples taken in
+//! included.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
@@ -265,6 +272,9 @@ pub fn scale_max(h: &Heatmap, rows: &[&HeatmapRow]) -> f32 {
     }
 }
 
+/// Rows rendered beyond the ones in view, above and below.
+pub const OVERSCAN: usize = 12;
+
 /// The rows shown: every GPU, and the instances of GPUs not folded.
 pub fn visible<'a>(h: &'a Heatmap, folded: &std::collections::HashSet<String>) -> Vec<&'a HeatmapRow> {
     h.rows.iter().filter(|r| r.kind == "gpu" || !folded.contains(&r.gpu_uuid)).collect()
@@ -309,13 +319,18 @@ pub fn pixels_into(out: &mut [u8], rows: &[&HeatmapRow], columns: usize, max: f3
 pub fn HeatmapPage() -> impl IntoView {
     let query = use_query_map();
     let bench = move || query.read().get("bench");
+    let synthetic_spec = move || query.read().get("synthetic");
     let range = RwSignal::new("live".to_string());
     let metric = RwSignal::new("util".to_string());
     let data = Resource::new(
-        move || (range.get(), metric.get(), bench()),
-        |(range, metric, bench)| async move {
+        move || (range.get(), metric.get(), bench(), synthetic_spec().is_some()),
+        |(range, metric, bench, synthetic_fleet)| async move {
             if let Some(spec) = bench {
                 return Ok(synthetic(&spec));
+            }
+            // A synthetic fleet is made in the browser (the effect below): as page data it would not fit the page.
+            if synthetic_fleet {
+                return Ok(synthetic("1x1"));
             }
             let path = if range == "day" {
                 let now = crate::pages::now_ms();
@@ -331,8 +346,19 @@ pub fn HeatmapPage() -> impl IntoView {
     let hover = RwSignal::new(None::<(String, i32, i32)>);
     let row_h = RwSignal::new(ROW_MIN);
     let canvas = NodeRef::<leptos::html::Canvas>::new();
+    // The scrolling box, its height (the space below it in the window) and the rows in view.
+    let boxed = NodeRef::<leptos::html::Div>::new();
+    let box_h = RwSignal::new(600.0_f64);
+    let scroll = crate::widgets::ScrollWatch::new(600.0);
+    scroll.follow(boxed);
+    let shown = Memo::new(move |_| live.with(|h| h.as_ref().map_or(0, |h| folded.with(|f| visible(h, f).len()))));
+    let window = Memo::new(move |_| scroll.rows(f64::from(row_h.get()), shown.get(), OVERSCAN));
     Effect::new(move || {
         if let Some(Ok(h)) = data.get() {
+            let h = match synthetic_spec() {
+                Some(spec) => synthetic(&spec),
+                None => h,
+            };
             // Large fleets start folded to GPUs.
             if h.rows.iter().filter(|r| r.kind == "gpu").count() > 200 {
                 folded.set(h.rows.iter().map(|r| r.gpu_uuid.clone()).collect());
@@ -341,7 +367,20 @@ pub fn HeatmapPage() -> impl IntoView {
         }
     });
     #[cfg(feature = "hydrate")]
-    draw::wire(draw::Wiring { canvas, live, folded, hover, row_h, range, benchmark: bench().is_some() });
+    draw::wire(draw::Wiring {
+        canvas,
+        boxed,
+        box_h,
+        window,
+        live,
+        folded,
+        hover,
+        row_h,
+        range,
+        benchmark: bench().is_some(),
+        synthetic: synthetic_spec().is_some(),
+    });
+
     view! {
         <section class="page wide">
             <div class="title-row">
@@ -372,11 +411,18 @@ pub fn HeatmapPage() -> impl IntoView {
                 })}
             </Transition>
             <div class="heatmap" data-testid="heatmap" style=move || format!("--hm-row:{}px", row_h.get())>
-                <ol class="hm-labels">
+                <div class="hm-scroll" node_ref=boxed data-testid="heatmap-scroll" style=move || format!("max-height:{:.0}px", box_h.get())>
+                <ol class="hm-labels" data-rows=move || shown.get().to_string() style=move || {
+                    let (w, rh) = (window.get(), f64::from(row_h.get()));
+                    format!("height:{}px;padding-top:{}px", shown.get() as f64 * rh, w.start as f64 * rh)
+                }>
                     {move || live.with(|h| {
                         let Some(h) = h else { return Vec::new() };
                         let f = folded.get();
-                        visible(h, &f).into_iter().map(|r| {
+                        let w = window.get();
+                        let rows = visible(h, &f);
+                        let w = w.start.min(rows.len())..w.end.min(rows.len());
+                        rows[w].iter().map(|r| {
                             let gpu = r.gpu_uuid.clone();
                             let is_gpu = r.kind == "gpu";
                             let has_instances = is_gpu && h.rows.iter().any(|o| o.kind == "mig" && o.gpu_uuid == r.gpu_uuid);
@@ -405,20 +451,25 @@ pub fn HeatmapPage() -> impl IntoView {
                         }).collect::<Vec<_>>()
                     })}
                 </ol>
-                <div class="hm-canvas">
+                <div class="hm-canvas" style=move || format!("height:{}px", shown.get() as u32 * row_h.get())>
                     <canvas node_ref=canvas data-testid="heatmap-canvas" aria-label="Heatmap: rows are devices, columns are time"></canvas>
                     <div class="hm-marks" aria-label="Health changes">
                         {move || live.with(|h| h.as_ref().map(|h| {
                             let f = folded.get();
                             let rows = visible(h, &f);
+                            let w = window.get();
+                            let rows = &rows[w.start.min(rows.len())..w.end.min(rows.len())];
                             let row_px = row_h.get();
-                            markers(h, &rows).into_iter().map(|m| view! {
+                            markers(h, rows).into_iter().map(|m| Marker { row: m.row + w.start, ..m }).map(|m| view! {
                                 <span class=format!("hm-mark {}", m.state) data-testid="health-marker" data-state=m.state data-device=m.device data-at=m.at_ms
                                     title=m.title.clone() aria-label=m.title
                                     style=format!("left:{:.3}%;top:{}px;height:{row_px}px", m.x * 100.0, m.row as u32 * row_px)></span>
                             }).collect::<Vec<_>>()
                         }))}
                     </div>
+                </div>
+                </div>
+                <div class="hm-foot">
                     <div class="hm-ticks small muted" data-testid="time-axis" aria-hidden="true">
                         {move || live.with(|h| h.as_ref().map(|h| ticks(h.from_ms, h.to_ms, 8).into_iter().map(|(x, t)| {
                             view! { <span class="tick" style=format!("left:{:.3}%", x * 100.0)>{crate::pages::clock(t)}</span> }
@@ -442,7 +493,12 @@ fn axis_text(h: &Heatmap) -> String {
         if h.step_ms >= 60_000 { format!("{} min", h.step_ms / 60_000) } else { format!("{} s", h.step_ms / 1000) };
     format!(
         "{minutes} min to now · one column per {step} · {}",
-        if h.source == "live" { "live" } else { "stored minutes" }
+        match h.source.as_str() {
+            "live" => "live",
+            "ten_minutes" => "stored 10-minute means",
+            "hours" => "stored hourly means",
+            _ => "stored minutes",
+        }
     )
 }
 
@@ -468,7 +524,7 @@ fn Legend() -> impl IntoView {
 pub fn synthetic(spec: &str) -> Heatmap {
     let (rows, columns) =
         spec.split_once('x').and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?))).unwrap_or((1000, 900));
-    let (rows, columns): (usize, usize) = (rows.clamp(1, 5000), columns.clamp(1, 4000));
+    let (rows, columns): (usize, usize) = (rows.clamp(1, 20_000), columns.clamp(1, 4000));
     let mut seed: u32 = 0x9e37_79b9;
     let mut next = move || {
         seed ^= seed << 13;
@@ -554,29 +610,39 @@ mod draw {
         c.get_context("2d").ok().flatten()?.dyn_into().ok()
     }
 
-    /// The rows' height for the space between the canvas's top and the bottom of the window (the axis below kept
-    /// in view).
-    fn fitted_row_height(canvas: &HtmlCanvasElement, rows: usize) -> u32 {
+    /// The space between the element's top and the bottom of the window (the axis below kept in view), CSS pixels.
+    fn fitted_space(el: &web_sys::Element) -> f64 {
         let top =
-            canvas.get_bounding_client_rect().top() + web_sys::window().and_then(|w| w.scroll_y().ok()).unwrap_or(0.0);
+            el.get_bounding_client_rect().top() + web_sys::window().and_then(|w| w.scroll_y().ok()).unwrap_or(0.0);
         let height = web_sys::window().and_then(|w| w.inner_height().ok()).and_then(|v| v.as_f64()).unwrap_or(800.0);
-        super::row_height(height - top.min(height * 0.6) - 56.0, rows)
+        height - top.min(height * 0.6) - 56.0
     }
 
-    /// Draws `h` on `canvas` with rows `row_h` CSS pixels high: one image of cells, scaled.
-    pub fn render(canvas: &HtmlCanvasElement, h: &Heatmap, folded: &HashSet<String>, row_h: u32) -> Option<()> {
-        let rows = visible(h, folded);
+    /// Draws the rows `window` of `h` (of those shown) on `canvas`, which is placed where they sit, with rows
+    /// `row_h` CSS pixels high: one image of cells, scaled.
+    pub fn render(
+        canvas: &HtmlCanvasElement,
+        h: &Heatmap,
+        folded: &HashSet<String>,
+        row_h: u32,
+        window: std::ops::Range<usize>,
+    ) -> Option<()> {
+        let all = visible(h, folded);
+        let window = window.start.min(all.len())..window.end.min(all.len());
+        let rows = &all[window.clone()];
         let dpr = web_sys::window()?.device_pixel_ratio().max(1.0);
         let css_w = canvas.parent_element()?.client_width().max(200) as f64;
         let css_h = (rows.len() as u32 * row_h).max(1) as f64;
         let (w, hgt) = ((css_w * dpr) as u32, (css_h * dpr) as u32);
+        let style = web_sys::HtmlElement::style(canvas);
         if canvas.width() != w || canvas.height() != hgt {
             canvas.set_width(w);
             canvas.set_height(hgt);
-            let style = web_sys::HtmlElement::style(canvas);
             let _ = style.set_property("width", &format!("{css_w}px"));
             let _ = style.set_property("height", &format!("{css_h}px"));
         }
+        let _ = style.set_property("top", &format!("{}px", window.start as u32 * row_h));
+        let _ = canvas.set_attribute("data-first-row", &window.start.to_string());
         let _ = canvas.set_attribute("data-columns", &h.columns.to_string());
         let ctx = context(canvas)?;
         if rows.is_empty() || h.columns == 0 {
@@ -599,7 +665,7 @@ mod draw {
                 src.set_height(n);
             }
             buf.resize((cols * n * 4) as usize, 0);
-            super::pixels_into(buf, &rows, h.columns, scale_max(h, &rows), empty_colour());
+            super::pixels_into(buf, rows, h.columns, scale_max(h, rows), empty_colour());
             let image = web_sys::ImageData::new_with_u8_clamped_array_and_sh(Clamped(buf), cols, n).ok()?;
             context(src)?.put_image_data(&image, 0.0, 0.0).ok()?;
             Some(src.clone())
@@ -696,7 +762,8 @@ mod draw {
     /// Frames of the live view (shift one column, add one, draw) against the per-cell baseline on the same data.
     fn bench(canvas: &HtmlCanvasElement, mut h: Heatmap) {
         let folded = HashSet::new();
-        render(canvas, &h, &folded, super::ROW_MIN);
+        let all = 0..h.rows.len();
+        render(canvas, &h, &folded, super::ROW_MIN, all.clone());
         let mut times = Vec::new();
         for f in 0..40 {
             let t0 = now();
@@ -722,7 +789,7 @@ mod draw {
                 })
                 .collect();
             h.apply(&samples);
-            render(canvas, &h, &folded, super::ROW_MIN);
+            render(canvas, &h, &folded, super::ROW_MIN, all.clone());
             flush(canvas);
             times.push(now() - t0);
         }
@@ -733,7 +800,7 @@ mod draw {
             flush(canvas);
             base.push(now() - t0);
         }
-        render(canvas, &h, &folded, super::ROW_MIN);
+        render(canvas, &h, &folded, super::ROW_MIN, all);
         let (mean, p50, p95) = stats(times);
         let (bmean, _, _) = stats(base);
         let text = format!(
@@ -756,18 +823,75 @@ mod draw {
     /// What the drawing side works on.
     pub struct Wiring {
         pub canvas: NodeRef<leptos::html::Canvas>,
+        pub boxed: NodeRef<leptos::html::Div>,
+        pub box_h: RwSignal<f64>,
+        pub window: Memo<std::ops::Range<usize>>,
         pub live: RwSignal<Option<Heatmap>>,
         pub folded: RwSignal<HashSet<String>>,
         pub hover: RwSignal<Option<(String, i32, i32)>>,
         pub row_h: RwSignal<u32>,
         pub range: RwSignal<String>,
         pub benchmark: bool,
+        pub synthetic: bool,
+    }
+
+    /// How many frames the canvas's drawing figures cover.
+    const FRAMES_KEPT: usize = 120;
+
+    thread_local! {
+        /// How long the last frames took to draw (samples taken in included), ms.
+        static FRAMES: std::cell::RefCell<std::collections::VecDeque<f64>> = const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+        /// How long taking in the synthetic fleet's samples took since the last frame (counted into the next one).
+        static TAKEN: std::cell::Cell<f64> = const { std::cell::Cell::new(0.0) };
+    }
+
+    /// Counts a frame of `ms` into the canvas's figures.
+    fn record_frame(canvas: &HtmlCanvasElement, ms: f64) {
+        FRAMES.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() >= FRAMES_KEPT {
+                f.pop_front();
+            }
+            f.push_back(ms);
+            let mut sorted: Vec<f64> = f.iter().copied().collect();
+            sorted.sort_by(f64::total_cmp);
+            let p = |q: f64| sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1];
+            let _ = canvas.set_attribute("data-draw-p50", &format!("{:.2}", p(0.5)));
+            let _ = canvas.set_attribute("data-draw-p95", &format!("{:.2}", p(0.95)));
+            let _ = canvas.set_attribute("data-draw-max", &format!("{:.2}", p(1.0)));
+            let _ = canvas.set_attribute("data-draw-n", &sorted.len().to_string());
+        });
+    }
+
+    /// One second of a synthetic fleet's live stream: a sample for every GPU row at the column after the last.
+    fn synthetic_tick(h: &Heatmap, tick: usize) -> Vec<Latest> {
+        let t = h.from_ms + h.step_ms * h.columns as i64;
+        h.rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.kind == "gpu")
+            .map(|(i, r)| Latest {
+                node_id: r.node_id.clone(),
+                device: r.device.clone(),
+                gpu: r.gpu_uuid.clone(),
+                profile: None,
+                start: None,
+                sample: tessera_core::api::Sample {
+                    t,
+                    util: ((i * 7 + tick * 13) % 100) as f32,
+                    mem_used_mib: 0.0,
+                    mem_total_mib: 0.0,
+                    power_w: None,
+                    temp_c: None,
+                },
+            })
+            .collect()
     }
 
     /// Draws whenever the data, folding or window size changes, follows the live stream in the live range, keeps
     /// who holds each row current, and explains the cell under the pointer.
     pub fn wire(w: Wiring) {
-        let Wiring { canvas, live, folded, hover, row_h, range, benchmark } = w;
+        let Wiring { canvas, boxed, box_h, window, live, folded, hover, row_h, range, benchmark, synthetic } = w;
         let benched = StoredValue::new(false);
         let resized = RwSignal::new(0u32);
         if let Some(win) = web_sys::window() {
@@ -779,6 +903,7 @@ mod draw {
             let Some(c) = canvas.get() else { return };
             let f = folded.get();
             resized.track();
+            let t0 = now();
             live.with(|h| {
                 let Some(h) = h else { return };
                 if benchmark && !benched.get_value() {
@@ -786,18 +911,56 @@ mod draw {
                     bench(&c, h.clone());
                     return;
                 }
-                let rh = fitted_row_height(&c, visible(h, &f).len());
+                // Rows fill the space below the box's top when they fit; the box scrolls when they do not.
+                let space = boxed.get_untracked().map_or_else(|| fitted_space(&c), |b| fitted_space(&b));
+                let rh = super::row_height(space, visible(h, &f).len());
                 if row_h.get_untracked() != rh {
                     row_h.set(rh);
                 }
-                render(&c, h, &f, rh);
+                let space = space.max(f64::from(super::ROW_MIN) * 8.0);
+                if (box_h.get_untracked() - space).abs() >= 1.0 {
+                    box_h.set(space);
+                }
+                render(&c, h, &f, rh, window.get());
             });
+            let taken = TAKEN.with(|t| t.replace(0.0));
+            // Measured, the canvas's pending work is finished too (a read-back waits for it); otherwise the browser
+            // does it when it paints.
+            if synthetic {
+                flush(&c);
+            }
+            record_frame(&c, now() - t0 + taken);
         });
+
+        // A synthetic fleet: a column of samples for every GPU every second, as the live stream would bring them.
+        if synthetic {
+            let tick = StoredValue::new(0usize);
+            let handle = leptos::prelude::set_interval_with_handle(
+                move || {
+                    let t0 = now();
+                    let n = tick.get_value();
+                    tick.set_value(n + 1);
+                    live.update(|h| {
+                        if let Some(h) = h.as_mut() {
+                            let samples = synthetic_tick(h, n);
+                            h.apply(&samples);
+                        }
+                    });
+                    TAKEN.with(|t| t.set(t.get() + (now() - t0)));
+                },
+                std::time::Duration::from_secs(1),
+            );
+            on_cleanup(move || {
+                if let Ok(h) = handle {
+                    h.clear();
+                }
+            });
+        }
 
         // The event stream, while the live range is shown.
         let source = StoredValue::new_local(None::<web_sys::EventSource>);
         Effect::new(move || {
-            let want = range.get() == "live" && !benchmark;
+            let want = range.get() == "live" && !benchmark && !synthetic;
             if let Some(s) = source.get_value() {
                 s.close();
                 source.set_value(None);
@@ -837,7 +1000,7 @@ mod draw {
             }
         });
         // Slices granted or released on rows already shown: who holds them, every 15 s.
-        if !benchmark {
+        if !benchmark && !synthetic {
             let handle = leptos::prelude::set_interval_with_handle(
                 move || {
                     if range.get_untracked() == "live" {
@@ -862,7 +1025,8 @@ mod draw {
                     let h = h.as_ref()?;
                     let f = folded.get_untracked();
                     let rows = visible(h, &f);
-                    let row = rows.get((y / f64::from(row_h.get_untracked().max(1))) as usize)?;
+                    let first = window.get_untracked().start;
+                    let row = rows.get(first + (y / f64::from(row_h.get_untracked().max(1))) as usize)?;
                     let width = ev.target()?.dyn_into::<web_sys::Element>().ok()?.client_width().max(1) as f64;
                     let col = ((x / width) * h.columns as f64) as usize;
                     let at = h.from_ms + h.step_ms * col as i64;

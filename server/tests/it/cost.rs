@@ -1,6 +1,6 @@
 //! What a tenant member's reads cost on a large history: the `tessera` binary on a database (SQLite, and
 //! PostgreSQL when `TESSERA_TEST_POSTGRES_URL` is set) seeded with a
-//! million telemetry minutes of devices the member never held and 100,000 slice requests, 100,000 events and
+//! million telemetry minutes (and their rollups) of devices the member never held and 100,000 slice requests, 100,000 events and
 //! 100,000 audit entries across ten tenants. Every GET in the OpenAPI document that a tenant's admin may call is called with its widest parameters;
 //! each answers within [`CALL_BOUND`] and the server's memory peak stays within [`MEMORY_BOUND_KIB`] of where it
 //! started, and 20 seven-day heatmaps at once leave `/healthz` answering within 50 ms at p99. A route added to the
@@ -92,6 +92,21 @@ async fn seed(database_url: &str, tenants: &[String], now: i64) {
                 .execute(&pool)
                 .await
                 .expect("seed telemetry");
+            // The rollups the server writes with each minute, made from the seeded minutes.
+            for (table, ms) in [("telemetry_tenminutes", 600_000), ("telemetry_hours", 3_600_000)] {
+                sqlx::query(&format!(
+                    "INSERT INTO {table} (device, minute_ms, node_id, gpu, profile, start, samples, util_avg, \
+                     util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max, minutes) \
+                     SELECT device, minute_ms - (minute_ms % {ms}), MAX(node_id), MAX(gpu), MAX(profile), \
+                     MAX(start), SUM(samples), SUM(util_avg * samples) / SUM(samples), MAX(util_max), \
+                     SUM(mem_used_avg * samples) / SUM(samples), MAX(mem_total), SUM(power_avg * samples) \
+                     / NULLIF(SUM(samples), 0), MAX(temp_max), MAX(mem_used_max), COUNT(*) FROM telemetry_minutes \
+                     GROUP BY device, minute_ms - (minute_ms % {ms})"
+                ))
+                .execute(&pool)
+                .await
+                .expect("seed rollups");
+            }
             sqlx::query(&statements[1])
                 .bind(HISTORY)
                 .bind(member_tenant)

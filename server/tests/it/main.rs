@@ -22,6 +22,7 @@ mod notifications;
 mod prometheus;
 mod quotas;
 mod reservations;
+mod rollups;
 mod sso;
 mod store;
 mod streams;

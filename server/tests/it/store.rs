@@ -8,6 +8,7 @@ use tessera_core::Catalog;
 use tessera_core::layout::PlacedInstance;
 use tessera_core::quota::{ApprovalPolicy, MILLI, Resource, charge};
 use tessera_core::request::{RequestState, SliceSpec};
+use tessera_core::rollup::Tier;
 use tessera_server::store::auth::{LoginAttempt, SessionRecord, SsoIdentity};
 use tessera_server::store::{LayoutChange, NewGpu, NewRequest, Reservation, Role, Store, StoreError, Transition};
 
@@ -958,7 +959,8 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
     // Grouped in the database, every metric gives what grouping the rows gives, column by column.
     for metric in [Metric::Util, Metric::MemUsed, Metric::MemPct, Metric::Power, Metric::Temp] {
         for (step, columns) in [(60_000, 2), (120_000, 1), (30_000, 4)] {
-            let grouped = store.minute_cells(None, None, metric, m0, step, columns, m0 + 120_000, 100).await;
+            let grouped =
+                store.minute_cells(Tier::Minute, None, None, metric, m0, step, columns, m0 + 120_000, 100).await;
             let mut grouped = cell_rows(grouped.expect("cells"), columns);
             let mut expected = minute_rows(&all, metric, m0, step, columns);
             grouped.sort_by(|a, b| a.0.device.cmp(&b.0.device));
@@ -977,13 +979,38 @@ async fn telemetry_minutes_are_merged_queried_and_pruned(store: &Store) {
     // Scoped to tenants, only devices they held: a tenant that held nothing, or no tenant, reads nothing.
     let t = store.create_tenant("no-holder", POLICY, "test").await.expect("tenant");
     let scoped = store
-        .minute_cells(Some(std::slice::from_ref(&t.id)), None, Metric::Util, m0, 60_000, 2, m0 + 120_000, 100)
+        .minute_cells(
+            Tier::Minute,
+            Some(std::slice::from_ref(&t.id)),
+            None,
+            Metric::Util,
+            m0,
+            60_000,
+            2,
+            m0 + 120_000,
+            100,
+        )
         .await;
     assert!(scoped.expect("cells").is_empty());
-    assert!(store.minute_cells(Some(&[]), None, Metric::Util, m0, 60_000, 2, m0, 100).await.expect("cells").is_empty());
+    assert!(
+        store
+            .minute_cells(Tier::Minute, Some(&[]), None, Metric::Util, m0, 60_000, 2, m0, 100)
+            .await
+            .expect("cells")
+            .is_empty()
+    );
     // At most `limit` cells are read; a node filter keeps to the node.
-    assert_eq!(store.minute_cells(None, None, Metric::Util, m0, 60_000, 2, m0, 3).await.expect("cells").len(), 3);
-    assert!(store.minute_cells(None, Some("n2"), Metric::Util, m0, 60_000, 2, m0, 9).await.expect("cells").is_empty());
+    assert_eq!(
+        store.minute_cells(Tier::Minute, None, None, Metric::Util, m0, 60_000, 2, m0, 3).await.expect("cells").len(),
+        3
+    );
+    assert!(
+        store
+            .minute_cells(Tier::Minute, None, Some("n2"), Metric::Util, m0, 60_000, 2, m0, 9)
+            .await
+            .expect("cells")
+            .is_empty()
+    );
 
     assert_eq!(store.prune_minutes(m0 + 60_000).await.expect("prune"), 2);
     assert_eq!(store.minutes(None, 0, i64::MAX).await.expect("minutes").len(), 2);
@@ -1100,9 +1127,9 @@ async fn utilisation_sums_are_sample_weighted_per_device_within_the_range(store:
         ])
         .await
         .expect("write");
-    let sums = store.util_sums(10 * 60_000, 12 * 60_000).await.expect("sums");
+    let sums = store.util_sums(Tier::Minute, 10 * 60_000, 12 * 60_000).await.expect("sums");
     assert_eq!(sums, [("MIG-a".to_string(), 360.0, 90), ("MIG-b".to_string(), 40.0, 1)]);
-    assert!(store.util_sums(0, 9 * 60_000).await.expect("sums").is_empty());
+    assert!(store.util_sums(Tier::Minute, 0, 9 * 60_000).await.expect("sums").is_empty());
 }
 
 async fn cohorts_rebalance_tells_releases_and_withdraws_under_their_lock(store: &Store) {

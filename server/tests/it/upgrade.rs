@@ -185,3 +185,80 @@ async fn a_sqlite_database_from_the_release_before_keeps_its_times_and_numbers()
     }
     let _ = std::fs::remove_dir_all(old);
 }
+
+/// Telemetry minutes stored before the rollups existed: the upgrade makes the 10-minute and hour series of them
+/// (sample-weighted), and the minutes read as before (PostgreSQL keeps only the last 48 hours of them, in its
+/// partitioned table; what is older lives on in the rollups; SQLite's are deleted by the first retention pass).
+async fn minutes_before_rollups(url: &str, backend: &str, last: u32) {
+    use tessera_core::rollup::Tier;
+    let now = tessera_server::store::now_ms();
+    let recent = (now - 3_600_000) / 3_600_000 * 3_600_000;
+    let old_day = recent - 3 * 86_400_000;
+    let old = migrations_up_to(backend, last);
+    let rows: Vec<String> = [recent, recent + 60_000, old_day, old_day + 60_000]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            format!(
+                "INSERT INTO telemetry_minutes (device, minute_ms, node_id, gpu, profile, start, samples, util_avg, \
+                 util_max, mem_used_avg, mem_total, power_avg, temp_max, mem_used_max) VALUES ('GPU-1', {t}, 'n1', \
+                 'GPU-1', NULL, NULL, {}, {}, 90, 100, 1000, NULL, 50, 200)",
+                20 + 40 * (i % 2),
+                10 + 30 * (i % 2)
+            )
+        })
+        .collect();
+    macro_rules! old_schema {
+        ($pool:expr) => {{
+            let pool = $pool;
+            Migrator::new(old.as_path()).await.expect("old migrations").run(&pool).await.expect("old schema");
+            for sql in &rows {
+                sqlx::query(sql).execute(&pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            pool.close().await;
+        }};
+    }
+    if backend == "sqlite" {
+        old_schema!(sqlx::SqlitePool::connect(url).await.expect("connect"));
+    } else {
+        old_schema!(sqlx::PgPool::connect(url).await.expect("connect"));
+    }
+    let store = Store::connect(url).await.expect("store");
+    store.migrate().await.expect("upgrade");
+    // Each pair of minutes is one 10-minute and one hour row: (20 × 10 + 60 × 40) / 80 = 32.5.
+    for tier in [Tier::TenMinutes, Tier::Hour] {
+        let rows = store.series(tier, None, 0, i64::MAX).await.expect("series");
+        assert_eq!(rows.len(), 2, "{backend} {tier:?}: {rows:?}");
+        for r in &rows {
+            assert_eq!((r.samples, r.util_avg, r.util_max, r.mem_used_max), (80, 32.5, 90.0, Some(200.0)));
+        }
+        assert_eq!(store.device_use(tier, "GPU-1", 0, i64::MAX).await.expect("use").minutes, 4);
+    }
+    let minutes = store.minutes(None, 0, i64::MAX).await.expect("minutes");
+    let kept = if backend == "sqlite" { 4 } else { 2 };
+    assert_eq!(minutes.len(), kept, "{backend}: {minutes:?}");
+    store.keep_telemetry(now).await.expect("keep");
+    assert_eq!(store.minutes(None, 0, i64::MAX).await.expect("minutes").len(), 2);
+    // New minutes merge into the rolled-up rows.
+    let more = tessera_server::store::telemetry::MinuteRow { minute_ms: recent + 120_000, ..minutes[0].clone() };
+    store.write_minutes(&[more]).await.expect("write");
+    assert_eq!(store.series(Tier::Hour, None, recent, recent + 1).await.expect("series")[0].samples, 100);
+    store.close().await;
+    let _ = std::fs::remove_dir_all(old);
+}
+
+#[tokio::test]
+async fn telemetry_minutes_stored_before_the_rollups_are_rolled_up_on_postgres() {
+    let Some(db) = ScratchDb::create("the PostgreSQL telemetry upgrade test").await else { return };
+    minutes_before_rollups(&db.url, "postgres", 30).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn telemetry_minutes_stored_before_the_rollups_are_rolled_up_on_sqlite() {
+    let file = std::env::temp_dir().join(format!("tessera-upgrade-{}.db", uuid::Uuid::now_v7().simple()));
+    minutes_before_rollups(&format!("sqlite://{}?mode=rwc", file.display()), "sqlite", 28).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+}
