@@ -13,8 +13,10 @@ use tessera_store::{Principal, Store};
 /// How long a resolved token is trusted without asking the database again. Revoking a token or changing a
 /// membership clears this replica's cache at once; other replicas see the change within this time.
 pub const PRINCIPAL_TTL: Duration = Duration::from_secs(5);
-/// Most cached principals; past it the cache starts over.
-const PRINCIPAL_CACHE_MAX: usize = 10_000;
+/// Most cached principals (and nodes' device lists): above a fleet's nodes and its people, so that a cache of a
+/// 10,000-node fleet never fills in use; when full, expired entries go first, and the cache starts over only if
+/// that frees nothing.
+const PRINCIPAL_CACHE_MAX: usize = 100_000;
 
 /// Everything a handler may need.
 #[derive(Debug)]
@@ -85,6 +87,9 @@ impl NodeGpuCache {
     pub fn put(&self, node_id: &str, gpus: GpuSet) {
         if let Ok(mut map) = self.0.lock() {
             if map.len() >= PRINCIPAL_CACHE_MAX {
+                map.retain(|_, (at, _)| at.elapsed() < NODE_GPUS_TTL);
+            }
+            if map.len() >= PRINCIPAL_CACHE_MAX {
                 map.clear();
             }
             map.insert(node_id.to_string(), (Instant::now(), gpus));
@@ -132,6 +137,9 @@ impl PrincipalCache {
     /// Remembers a resolution.
     pub fn put(&self, hash: String, resolved: Resolved) {
         if let Ok(mut map) = self.0.lock() {
+            if map.len() >= PRINCIPAL_CACHE_MAX {
+                map.retain(|_, (at, _)| at.elapsed() < PRINCIPAL_TTL);
+            }
             if map.len() >= PRINCIPAL_CACHE_MAX {
                 map.clear();
             }
