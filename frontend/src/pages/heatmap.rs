@@ -767,27 +767,8 @@ mod draw {
         let mut times = Vec::new();
         for f in 0..40 {
             let t0 = now();
-            let t = h.from_ms + h.step_ms * h.columns as i64;
-            let samples: Vec<Latest> = h
-                .rows
-                .iter()
-                .enumerate()
-                .map(|(i, r)| Latest {
-                    node_id: r.node_id.clone(),
-                    device: r.device.clone(),
-                    gpu: r.gpu_uuid.clone(),
-                    profile: None,
-                    start: None,
-                    sample: tessera_core::api::Sample {
-                        t,
-                        util: ((i * 7 + f * 13) % 100) as f32,
-                        mem_used_mib: 0.0,
-                        mem_total_mib: 0.0,
-                        power_w: None,
-                        temp_c: None,
-                    },
-                })
-                .collect();
+            // The benchmark's heatmap is a synthetic fleet: its next second as the live stream would bring it.
+            let samples = synthetic_tick(&h, f);
             h.apply(&samples);
             render(canvas, &h, &folded, super::ROW_MIN, all.clone());
             flush(canvas);
