@@ -210,6 +210,23 @@ pub struct JoinRequest {
     pub token: String,
     /// What the node has.
     pub inventory: Inventory,
+    /// A node credential the agent made for itself (`tsn_` and 64 lowercase hex digits, 256 random bits), kept in
+    /// its state directory before it asks. With it a join is safe to send again: a join whose answer was lost,
+    /// sent again with the same token and credential, is answered as the first one was (the token is not spent
+    /// twice, the node not joined twice). Without it the server makes the credential, and a lost answer spends the
+    /// token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+}
+
+/// Prefix of node credentials.
+pub const NODE_CREDENTIAL_PREFIX: &str = "tsn_";
+
+/// Whether `credential` has the shape of a node credential: the prefix and 64 lowercase hex digits.
+pub fn node_credential_well_formed(credential: &str) -> bool {
+    credential
+        .strip_prefix(NODE_CREDENTIAL_PREFIX)
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// The answer to a join.
@@ -282,4 +299,36 @@ pub struct TelemetryAccepted {
     pub accepted: u64,
     /// Samples refused: a device not on this node, or a time too far from the server's clock.
     pub rejected: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_credential_is_the_prefix_and_64_lowercase_hex_digits() {
+        let good = format!("tsn_{}", "0123456789abcdef".repeat(4));
+        assert!(node_credential_well_formed(&good));
+        for bad in [
+            String::new(),
+            "tsn_".to_string(),
+            format!("tsn_{}", "a".repeat(63)),
+            format!("tsn_{}", "a".repeat(65)),
+            format!("tsn_{}", "A".repeat(64)),
+            format!("tsn_{}", "g".repeat(64)),
+            format!("tsr_{}", "a".repeat(64)),
+            format!(" tsn_{}", "a".repeat(64)),
+            format!("tsn_{}é", "a".repeat(62)),
+        ] {
+            assert!(!node_credential_well_formed(&bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_join_without_a_proposed_credential_reads_and_writes_as_before() {
+        let old = r#"{"token":"tsj_x","inventory":{"hostname":"h","agent_version":"0","backend":"sim","gpus":[]}}"#;
+        let parsed: JoinRequest = serde_json::from_str(old).expect("an older agent's join");
+        assert_eq!(parsed.credential, None);
+        assert!(!serde_json::to_string(&parsed).expect("json").contains("credential"));
+    }
 }

@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
+use tessera_core::api::{
+    AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage, node_credential_well_formed,
+};
 
 use super::auth::{NodeAuth, new_node_secret, token_hash};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
@@ -24,7 +26,8 @@ pub use tessera_services::auth::secrets::JOIN_TOKEN_PREFIX;
 const LONG_POLL_MAX_S: u64 = 20;
 
 /// Join: exchange a join token for a node credential, reporting the node's inventory. The token is good once; a
-/// node whose name exists already takes it over (its old credentials stop working).
+/// node whose name exists already takes it over (its old credentials stop working). An agent that proposes its
+/// own credential may send the same join again (its answer was lost): it gets the same answer.
 #[utoipa::path(post, path = "/api/v1/agent/join", tag = "agent", security(()), request_body = JoinRequest,
     responses((status = 201, body = Joined), (status = 401, body = Problem), (status = 409, body = Problem),
         (status = 422, body = Problem)))]
@@ -41,8 +44,17 @@ pub async fn join(
             "the host name is 1-253 characters of a-z, A-Z, 0-9, '-', '.', '_'",
         ));
     }
+    let credential = match body.credential {
+        Some(proposed) if node_credential_well_formed(&proposed) => proposed,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "invalid_credential",
+                "a proposed node credential is tsn_ and 64 lowercase hex digits",
+            ));
+        }
+        None => new_node_secret(),
+    };
     let gpus = svc::inventory_gpus(&state, &body.inventory)?;
-    let credential = new_node_secret();
     let joined = state
         .store
         .join_node(&token_hash(&body.token), &body.inventory.hostname, &gpus, &token_hash(&credential), &body.inventory)

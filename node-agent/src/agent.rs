@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde::{Deserialize, Serialize};
-use tessera_core::api::{AgentMessage, Inventory, JoinRequest, Joined, NodeSpec, NodeStatus, ServerMessage};
+use tessera_core::api::{
+    AgentMessage, Inventory, JoinRequest, Joined, NODE_CREDENTIAL_PREFIX, NodeSpec, NodeStatus, ServerMessage,
+    node_credential_well_formed,
+};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -212,6 +215,41 @@ fn credential_path(dir: &Path) -> PathBuf {
     dir.join("credential.json")
 }
 
+fn join_credential_path(dir: &Path) -> PathBuf {
+    dir.join("join-credential")
+}
+
+/// The credential this node proposes when it joins: made once and kept in the state directory until a join is
+/// answered, so that a join sent again (its answer lost, or the agent restarted meanwhile) is the same join and
+/// the server answers it as it did the first time.
+fn join_credential(dir: &Path) -> Result<String, AgentError> {
+    let path = join_credential_path(dir);
+    let kept = std::fs::read_to_string(&path).ok().map(|t| t.trim().to_string());
+    if let Some(kept) = kept.filter(|k| node_credential_well_formed(k)) {
+        return Ok(kept);
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| AgentError::State(format!("no randomness: {e}")))?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let credential = format!("{NODE_CREDENTIAL_PREFIX}{hex}");
+    write_secret(dir, &path, &credential)?;
+    Ok(credential)
+}
+
+/// Writes a secret file readable by its owner only, whole or not at all.
+fn write_secret(dir: &Path, path: &Path, text: &str) -> Result<(), AgentError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("secret");
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, text).map_err(|e| AgentError::State(e.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| AgentError::State(e.to_string()))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| AgentError::State(e.to_string()))
+}
+
 fn read_applied(dir: &Path) -> i64 {
     std::fs::read_to_string(dir.join("applied-generation")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
 }
@@ -224,17 +262,8 @@ fn write_applied(dir: &Path, generation: i64) -> Result<(), AgentError> {
 }
 
 fn write_credential(dir: &Path, cred: &Credential) -> Result<(), AgentError> {
-    let path = credential_path(dir);
-    let tmp = dir.join("credential.json.tmp");
     let text = serde_json::to_string_pretty(cred).map_err(|e| AgentError::State(e.to_string()))?;
-    std::fs::write(&tmp, text).map_err(|e| AgentError::State(e.to_string()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| AgentError::State(e.to_string()))?;
-    }
-    std::fs::rename(&tmp, path).map_err(|e| AgentError::State(e.to_string()))
+    write_secret(dir, &credential_path(dir), &text)
 }
 
 /// The delay before reconnect attempt `attempt` (0-based): exponential from 0.5 s up to 30 s, with "equal
@@ -271,6 +300,7 @@ async fn sign_in(config: &Config, http: &reqwest::Client, backend: &Backend) -> 
             Err(Attempt::Refused(detail)) if stored.is_some() && config.join_token.is_some() => {
                 tracing::warn!(%detail, "the node credential was refused; joining again with the join token");
                 let _ = std::fs::remove_file(credential_path(&config.state_dir));
+                let _ = std::fs::remove_file(join_credential_path(&config.state_dir));
             }
             Err(Attempt::Refused(detail)) => return Err(AgentError::Refused(detail)),
             Err(Attempt::Fatal(e)) => return Err(e),
@@ -314,7 +344,8 @@ async fn join(
     token: &str,
     inventory: Inventory,
 ) -> Result<Credential, Attempt> {
-    let body = JoinRequest { token: token.to_string(), inventory };
+    let proposed = join_credential(&config.state_dir).map_err(Attempt::Fatal)?;
+    let body = JoinRequest { token: token.to_string(), inventory, credential: Some(proposed) };
     let response = http
         .post(format!("{}/api/v1/agent/join", config.server))
         .json(&body)
@@ -332,6 +363,7 @@ async fn join(
         credential: joined.credential,
     };
     write_credential(&config.state_dir, &cred).map_err(Attempt::Fatal)?;
+    let _ = std::fs::remove_file(join_credential_path(&config.state_dir));
     // A new identity: what was applied under another one says nothing about this spec's generations.
     write_applied(&config.state_dir, 0).map_err(Attempt::Fatal)?;
     Ok(cred)
@@ -677,5 +709,34 @@ async fn long_poll_session(
             tracing::info!("connected (long-poll)");
         }
         served = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proposed_join_credential_is_kept_until_the_join_is_answered() {
+        let dir = std::env::temp_dir().join(format!("tessera-agent-join-{}-{}", std::process::id(), fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let first = join_credential(&dir).expect("made");
+        assert!(node_credential_well_formed(&first), "{first}");
+        // Sent again, or after a restart: the same one.
+        assert_eq!(join_credential(&dir).expect("kept"), first);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(join_credential_path(&dir)).expect("file").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        // Once answered (or refused for good) it is dropped: the next join proposes a new one.
+        std::fs::remove_file(join_credential_path(&dir)).expect("remove");
+        assert_ne!(join_credential(&dir).expect("new"), first);
+        // A damaged file is replaced, not sent.
+        std::fs::write(join_credential_path(&dir), "tsn_damaged").expect("write");
+        let replaced = join_credential(&dir).expect("replaced");
+        assert!(node_credential_well_formed(&replaced));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -398,7 +398,14 @@ fn retryable(status: StatusCode) -> bool {
 
 /// Joins, retrying as the agent does; the credential, or `None` when refused.
 async fn join(swarm: &Swarm, node: &Node) -> Option<String> {
-    let body = serde_json::to_vec(&JoinRequest { token: node.token.clone(), inventory: node.inventory() }).unwrap();
+    // The credential proposed, as the agent does: a join whose answer is lost is sent again and answered alike.
+    let credential = format!("tsn_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let body = serde_json::to_vec(&JoinRequest {
+        token: node.token.clone(),
+        inventory: node.inventory(),
+        credential: Some(credential),
+    })
+    .unwrap();
     let mut attempt = 0;
     loop {
         let answer = {

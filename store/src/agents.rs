@@ -252,6 +252,8 @@ impl Store {
     /// name: its old credentials are revoked, as when an agent lost its state directory; an unnamed token naming
     /// an existing node by host name is a `nodes.name` conflict), registers GPUs it does not know yet and updates the
     /// index and MIG mode of those it knows, and stores the new node credential. Returns `(node id, node name)`.
+    /// A spent token with the credential its join stored (not revoked) is the same join sent again: it changes
+    /// nothing and returns the same answer.
     pub async fn join_node(
         &self,
         token_sha256: &str,
@@ -272,7 +274,19 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await?;
             let Some((token_id, token_name)) = token else {
-                return Err(StoreError::NotFound { what: "join token".to_string() });
+                // The same join sent again (its answer was lost): the token is spent on this node and the
+                // credential the agent proposed is that node's, so the answer is the first one's.
+                let again: Option<(String, String)> = sqlx::query_as(
+                    "SELECT n.id, n.name FROM join_tokens t JOIN nodes n ON n.id = t.node_id \
+                     JOIN node_credentials c ON c.node_id = n.id \
+                     WHERE t.secret_sha256 = $1 AND t.used_at_ms IS NOT NULL \
+                       AND c.secret_sha256 = $2 AND c.revoked_at_ms IS NULL",
+                )
+                .bind(token_sha256)
+                .bind(credential_sha256)
+                .fetch_optional(&mut *tx)
+                .await?;
+                return again.ok_or_else(|| StoreError::NotFound { what: "join token".to_string() });
             };
             let named = token_name.is_some();
             let name = token_name.unwrap_or_else(|| hostname.to_string());

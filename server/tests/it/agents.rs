@@ -883,6 +883,87 @@ async fn a_busy_instance_is_never_destroyed_and_goes_once_its_processes_end() {
     server.stop().await;
 }
 
+/// A join whose answer was lost is sent again by the agent with the same token and the credential it proposed:
+/// the answer is the first one's, the node is not joined twice, and nobody else can use the token.
+async fn a_join_sent_again_gets_the_same_answer(url: &str) {
+    let mut server = Server::start(url, free_port(), &new_token_secret()).await;
+    let token = server.join_token(None).await;
+    let join = |credential: Value| {
+        let server = &server;
+        let token = token.clone();
+        async move {
+            let inventory = json!({"hostname": "again", "agent_version": "0", "backend": "sim", "gpus": []});
+            let r = server
+                .client
+                .post(format!("{}/api/v1/agent/join", server.base))
+                .json(&json!({"token": token, "inventory": inventory, "credential": credential}))
+                .send()
+                .await
+                .expect("send");
+            let status = r.status();
+            (status, r.json::<Value>().await.expect("json"))
+        }
+    };
+    // A proposal that is not a credential is refused before the token is spent.
+    for bad in [json!("tsn_short"), json!(format!("tsn_{}", "G".repeat(64))), json!(format!("tsr_{}", "a".repeat(64)))]
+    {
+        let (status, body) = join(bad.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+        assert_eq!(body["code"], "invalid_credential");
+    }
+    let proposed = format!("tsn_{}", "0123456789abcdef".repeat(4));
+    let (status, first) = join(json!(proposed)).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert_eq!(first["credential"], json!(proposed));
+    // The same join again (the first answer was lost): the same answer, one node.
+    for _ in 0..2 {
+        let (status, again) = join(json!(proposed)).await;
+        assert_eq!(status, StatusCode::CREATED, "{again}");
+        assert_eq!(again, first);
+    }
+    let joined = server.nodes().await.into_iter().filter(|n| n["name"] == "again").count();
+    assert_eq!(joined, 1);
+    let (_, audit) = server.call(Method::GET, "/api/v1/audit/entries?limit=500", None).await;
+    let joins = audit["entries"].as_array().into_iter().flatten().filter(|e| e["action"] == "node.join").count();
+    assert_eq!(joins, 1, "one join is audited: {audit:#}");
+    // The credential works.
+    let r = server.client.get(format!("{}/api/v1/agent/spec", server.base)).bearer_auth(&proposed).send().await;
+    assert_eq!(r.expect("send").status(), StatusCode::OK);
+    // The spent token with another credential, or with none: refused.
+    let (status, body) = join(json!(format!("tsn_{}", "f".repeat(64)))).await;
+    assert_eq!((status, body["code"].clone()), (StatusCode::UNAUTHORIZED, json!("join_token_invalid")), "{body}");
+    let (status, _) = join(Value::Null).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Once the credential is revoked (the node joined again with a token made for it), the old join is over.
+    let rejoin = server.join_token(Some("again")).await;
+    let inventory = json!({"hostname": "again", "agent_version": "0", "backend": "sim", "gpus": []});
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/join", server.base))
+        .json(&json!({"token": rejoin, "inventory": inventory}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let (status, _) = join(json!(proposed)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a revoked credential does not replay its join");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_sent_again_gets_the_same_answer_on_sqlite() {
+    a_join_sent_again_gets_the_same_answer(&sqlite_url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_sent_again_gets_the_same_answer_on_postgres() {
+    let Some(db) = crate::harness::ScratchDb::create("a_join_sent_again_gets_the_same_answer_on_postgres").await else {
+        return;
+    };
+    a_join_sent_again_gets_the_same_answer(&db.url).await;
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn join_tokens_are_single_use_and_nodes_go_not_ready_without_heartbeats() {
     let mut server = Server::start(&sqlite_url(), free_port(), &new_token_secret()).await;

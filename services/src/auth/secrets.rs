@@ -6,7 +6,7 @@ use sha2::{Digest, Sha256};
 /// Prefix of every Tessera API token, so leaked tokens are easy to recognise.
 pub const TOKEN_PREFIX: &str = "tsr_";
 /// Prefix of node credentials.
-pub const NODE_TOKEN_PREFIX: &str = "tsn_";
+pub use tessera_core::api::NODE_CREDENTIAL_PREFIX as NODE_TOKEN_PREFIX;
 /// Prefix of join-token secrets.
 pub const JOIN_TOKEN_PREFIX: &str = "tsj_";
 
