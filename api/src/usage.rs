@@ -24,6 +24,30 @@ pub struct UsageQuery {
     /// `json` (default) or `csv` (one line per allocation, as a file to download).
     #[cfg_attr(feature = "openapi", param(pattern = "^(json|csv)$"))]
     pub format: Option<String>,
+    /// At most this many allocations in `allocations` (JSON only; the CSV file is always whole): those that need
+    /// attention first (see [`attention_order`]), and only theirs have `util_in_period` read. The sums per tenant
+    /// and per profile, `allocation_count` and `idle_count` still cover every allocation. Default: all of them.
+    #[cfg_attr(feature = "openapi", param(minimum = 0, maximum = 100_000))]
+    pub limit: Option<u32>,
+}
+
+/// The most allocations a `limit` may ask for.
+pub const USAGE_LIMIT_MAX: u32 = 100_000;
+
+/// The order of allocations by the attention they need: the idle ones first, then the other active ones, then the
+/// rest; within each, the most GPU-hours first (then by allocation id, so that the order is total).
+pub fn attention_order(list: &mut [AllocationUsage]) {
+    let rank = |a: &AllocationUsage| match (a.idle, a.state.as_str()) {
+        (true, _) => 0,
+        (false, "active") => 1,
+        _ => 2,
+    };
+    list.sort_by(|a, b| {
+        rank(a)
+            .cmp(&rank(b))
+            .then_with(|| b.gpu_hours.total_cmp(&a.gpu_hours))
+            .then_with(|| a.allocation.cmp(&b.allocation))
+    });
 }
 
 /// One allocation's use in the period.
@@ -121,6 +145,12 @@ pub struct UsageReport {
     pub tenants: Vec<TenantUsage>,
     /// Per model and profile, by model then profile.
     pub profiles: Vec<ProfileUsage>,
-    /// Per allocation, by tenant then allocation.
+    /// Per allocation, by tenant then allocation; with `limit`, the first `limit` in [`attention_order`].
     pub allocations: Vec<AllocationUsage>,
+    /// Allocations in use at some time in the period, all of them (more than `allocations` holds under `limit`).
+    #[serde(default)]
+    pub allocation_count: usize,
+    /// Of those, the ones idle now.
+    #[serde(default)]
+    pub idle_count: usize,
 }

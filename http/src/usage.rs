@@ -14,6 +14,7 @@ pub use tessera_api::efficiency::{
 };
 pub use tessera_api::rightsize::{RightsizeQuery, RightsizeReport};
 pub use tessera_api::usage::UsageQuery;
+use tessera_api::usage::{USAGE_LIMIT_MAX, attention_order};
 use tessera_services::app::AppState;
 use tessera_services::auth::permissions::Scope;
 use tessera_services::idle::{DEFAULT_IDLE_BELOW, DEFAULT_IDLE_HOURS, IDLE_BELOW, IDLE_HOURS, device_utilisation};
@@ -28,13 +29,14 @@ pub const CSV_HEADER: &str = "tenant,allocation,request,node,gpu_uuid,device_uui
 /// Metered usage for chargeback: per allocation, the seconds it was in use within the period times its weight in
 /// compute slices (slice-seconds), with the mean utilisation of its device over its use in the period (from the
 /// stored minutes), over the last `idle_hours`, and whether it is idle; per tenant and per profile the sums. Tenant members see their tenants only. `format=csv` gives the
-/// allocations as a CSV file (`text/csv`, a header line first).
+/// allocations as a CSV file (`text/csv`, a header line first). `limit` bounds the allocations answered (and
+/// measured) to those that need attention first; the sums and counts still cover all.
 #[utoipa::path(get, path = "/api/v1/usage", tag = "usage", security(("token" = ["user"]), ("session" = ["user"])),
     params(UsageQuery),
     responses((status = 200, description = "the report, or with `format=csv` its allocations as CSV",
             content((UsageReport = "application/json"), (String = "text/csv"))),
         (status = 404, body = Problem),
-        (status = 422, body = Problem, description = "usage_range, invalid_time, invalid_idle or invalid_format")))]
+        (status = 422, body = Problem, description = "usage_range, invalid_time, invalid_idle, invalid_format or invalid_limit")))]
 pub async fn usage(
     State(state): State<AppState>,
     Caller(p): Caller,
@@ -48,6 +50,10 @@ pub async fn usage(
     let idle_below = q.idle_below.unwrap_or(DEFAULT_IDLE_BELOW);
     let idle_hours = q.idle_hours.unwrap_or(DEFAULT_IDLE_HOURS);
     check_idle(idle_below, "idle_hours", idle_hours)?;
+    let limit = q.limit;
+    if limit.is_some_and(|l| l > USAGE_LIMIT_MAX) {
+        return Err(ApiError::invalid("invalid_limit", format!("`limit` is 0 to {USAGE_LIMIT_MAX}")));
+    }
     let now = now_ms();
     let to = super::time_param("to", q.to)?.unwrap_or(now);
     let from = super::time_param("from", q.from)?.unwrap_or((to - 30 * 24 * 3600 * 1000).max(0));
@@ -72,6 +78,11 @@ pub async fn usage(
     };
     let idle = IdleRule { below: idle_below, hours: idle_hours, util: &util };
     let mut report = meter(state.catalog, &metered, from, to, now, idle);
+    if let Some(limit) = limit.filter(|_| !csv) {
+        // Only the allocations answered: the means of the rest are not read.
+        attention_order(&mut report.allocations);
+        report.allocations.truncate(limit as usize);
+    }
     add_use_means(&state.store, &mut report, |_| true).await?;
     if !csv {
         return Ok(ApiJson(report).into_response());

@@ -245,6 +245,11 @@ fn gets(document: &Value, scopes: &[&str], seeded: &Seeded) -> Vec<String> {
         }
         out.push(filled);
     }
+    // The portal's own reads where they differ from the defaults: the usage page's first rows (7 days), and the
+    // overview's and tenant page's sums alone.
+    let week_ago = tessera_server::store::now_ms() - 7 * 86_400_000;
+    out.push(format!("/api/v1/usage?from={week_ago}&limit=25"));
+    out.push("/api/v1/usage?limit=0".to_string());
     out
 }
 

@@ -145,7 +145,17 @@ pub fn meter(
         }
     }
     profiles.sort_by(|a, b| (&a.model, &a.profile).cmp(&(&b.model, &b.profile)));
-    UsageReport { from_ms, to_ms, idle_below: idle.below, idle_hours: idle.hours, tenants, profiles, allocations: rows }
+    UsageReport {
+        from_ms,
+        to_ms,
+        idle_below: idle.below,
+        idle_hours: idle.hours,
+        tenants,
+        profiles,
+        allocation_count: rows.len(),
+        idle_count: rows.iter().filter(|a| a.idle).count(),
+        allocations: rows,
+    }
 }
 
 #[cfg(test)]

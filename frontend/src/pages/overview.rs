@@ -293,7 +293,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
     );
     let usage = Resource::new(
         || (),
-        move |_| api::get_json::<UsageReport>(format!("/api/v1/usage?from={}&to={now}", now - 86_400_000)),
+        move |_| api::get_json::<UsageReport>(format!("/api/v1/usage?from={}&to={now}&limit=0", now - 86_400_000)),
     );
     let pending =
         Resource::new(|| (), |_| api::get_json::<RequestPage>("/api/v1/requests?state=pending&limit=500".into()));
@@ -391,7 +391,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
                         let requests = r.map(|p| p.items.len()).unwrap_or(0);
                         let quota = q.map(|p| p.items.len()).unwrap_or(0);
                         let layouts = l.map(|v| v.len()).unwrap_or(0);
-                        let idle = u.map(|u| u.allocations.iter().filter(|a| a.idle).count()).unwrap_or(0);
+                        let idle = u.map(|u| u.idle_count).unwrap_or(0);
                         view! {
                             <dl class="stats">
                                 <div><dt>"Requests to approve"</dt><dd data-testid="waiting-requests">{requests}</dd></div>

@@ -294,7 +294,8 @@ pub fn QuotaApprovals() -> impl IntoView {
                     continue;
                 }
                 let quota = api::get_json::<QuotaView>(format!("/api/v1/tenants/{}/quotas", r.tenant)).await.ok();
-                let usage = api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={}", r.tenant)).await.ok();
+                let usage =
+                    api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={}&limit=0", r.tenant)).await.ok();
                 let gpu_hours = usage.map(|u| u.tenants.iter().map(|t| t.gpu_hours).sum());
                 tenants.insert(r.tenant.clone(), TenantFacts { quota, gpu_hours, timelines: BTreeMap::new() });
             }

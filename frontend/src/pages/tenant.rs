@@ -209,8 +209,10 @@ async fn tenant_key(key: String) -> Result<String, api::Problem> {
 
 #[component]
 fn UsageCard(tenant: String) -> impl IntoView {
-    let usage =
-        Resource::new(move || tenant.clone(), |t| api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={t}")));
+    let usage = Resource::new(
+        move || tenant.clone(),
+        |t| api::get_json::<UsageReport>(format!("/api/v1/usage?tenant={t}&limit=0")),
+    );
     view! {
         <div class="card">
             <h2>"Usage, last 30 days"</h2>

@@ -25,6 +25,11 @@ pub fn usage_query(days: i64, now_ms: i64, idle_below: f64, idle_hours: f64) -> 
     format!("/api/v1/usage?from={from}&to={to}&idle_below={idle_below}&idle_hours={idle_hours}")
 }
 
+/// The page's read of `query`: its first [`PAGE_ROWS`] allocations in the attention order, or all of them.
+pub fn page_query(query: &str, all: bool) -> String {
+    if all { query.to_string() } else { format!("{query}&limit={PAGE_ROWS}") }
+}
+
 /// One bar: label, value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bar {
@@ -78,15 +83,10 @@ pub fn held(seconds: f64) -> String {
 /// Rows shown before "Show all".
 pub const PAGE_ROWS: usize = 25;
 
-/// The order of the allocations table: idle ones first, then the other active ones, then the rest; within each,
-/// the most GPU-hours first.
+/// The order of the allocations table: the API's attention order (idle ones first, then the other active ones,
+/// then the rest; within each, the most GPU-hours first).
 pub fn ordered(mut list: Vec<tessera_api::usage::AllocationUsage>) -> Vec<tessera_api::usage::AllocationUsage> {
-    let rank = |a: &tessera_api::usage::AllocationUsage| match (a.idle, a.state.as_str()) {
-        (true, _) => 0,
-        (false, "active") => 1,
-        _ => 2,
-    };
-    list.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| b.gpu_hours.total_cmp(&a.gpu_hours)));
+    tessera_api::usage::attention_order(&mut list);
     list
 }
 
@@ -128,7 +128,8 @@ pub fn UsagePage() -> impl IntoView {
     let show_all = RwSignal::new(false);
     let reclaimed = RwSignal::new(0u64);
     let path = Memo::new(move |_| usage_query(days.get(), now_ms(), idle_below.get(), idle_hours.get()));
-    let report = Resource::new(move || path.get(), api::get_json::<UsageReport>);
+    // The first rows only until "Show all": a fleet's month is tens of thousands of allocations.
+    let report = Resource::new(move || page_query(&path.get(), show_all.get()), api::get_json::<UsageReport>);
     let reclaim = move |request: String| {
         let why = reason.get_untracked();
         if why.trim().is_empty() {
@@ -183,7 +184,7 @@ pub fn UsagePage() -> impl IntoView {
                     match report.await {
                         Err(p) => problem_view(&p),
                         Ok(r) => {
-                            let idle = r.allocations.iter().filter(|a| a.idle).count();
+                            let idle = r.idle_count;
                             let has_idle = idle != 0;
                             let total: f64 = r.tenants.iter().map(|t| t.gpu_hours).sum();
                             let r2 = r.clone();
@@ -196,7 +197,7 @@ pub fn UsagePage() -> impl IntoView {
                                     <div class="card">
                                         <h2>"Totals"</h2>
                                         <p class="big" data-testid="total-hours">{hours(total)}" GPU-hours"</p>
-                                        <p class="muted">{format!("{} in the period", crate::pages::count(r.allocations.len() as u64, "allocation"))}</p>
+                                        <p class="muted">{format!("{} in the period", crate::pages::count(r.allocation_count as u64, "allocation"))}</p>
                                         <p class:warn-text=has_idle data-testid="idle-count">{format!("{idle} idle now (under {}% for {} h)", r.idle_below, r.idle_hours)}</p>
                                     </div>
                                 </div>
@@ -225,7 +226,7 @@ pub fn UsagePage() -> impl IntoView {
                                 <table data-testid="usage-allocations">
                                     <thead><tr><th scope="col">"Tenant"</th><th scope="col">"Slice"</th><th scope="col">"Node"</th><th scope="col">"State"</th><th scope="col">"Held"</th><th scope="col" title="GPU-hours: hours held times the share of a whole GPU">"GPU-hours"</th><th scope="col" title="Mean utilisation of its device while held in this period, from the stored minutes">"Mean utilisation"</th><th scope="col"><span class="sr-only">"Actions"</span></th></tr></thead>
                                     <tbody>
-                                        {let rows = ordered(r.allocations.clone()); move || rows.iter().take(if show_all.get() { usize::MAX } else { PAGE_ROWS }).map(|a| {
+                                        {let rows = ordered(r.allocations.clone()); move || rows.iter().take(if show_all.get_untracked() { usize::MAX } else { PAGE_ROWS }).map(|a| {
                                             let request = a.request.clone();
                                             let can_reclaim = admin && a.state == "active";
                                             view! {
@@ -246,10 +247,10 @@ pub fn UsagePage() -> impl IntoView {
                                     </tbody>
                                 </table>
                                 </div>
-                                {let n = r.allocations.len(); (n > PAGE_ROWS).then(|| view! {
+                                {let n = r.allocation_count; (n > PAGE_ROWS).then(|| view! {
                                     <p class="more">
-                                        <span class="muted">{move || if show_all.get() { format!("All {n} allocations") } else { format!("The first {PAGE_ROWS} of {n} allocations (idle and active first)") }}</span>" "
-                                        <button class="button small" type="button" data-testid="show-all" on:click=move |_| show_all.update(|v| *v = !*v)>{move || if show_all.get() { "Show fewer" } else { "Show all" }}</button>
+                                        <span class="muted">{move || if show_all.get_untracked() { format!("All {n} allocations") } else { format!("The first {PAGE_ROWS} of {n} allocations (idle and active first)") }}</span>" "
+                                        <button class="button small" type="button" data-testid="show-all" on:click=move |_| show_all.update(|v| *v = !*v)>{move || if show_all.get_untracked() { "Show fewer" } else { "Show all" }}</button>
                                     </p>
                                 })}
                                 <Glossary />
@@ -413,6 +414,8 @@ mod tests {
         assert_eq!(a, usage_query(7, 1_700_000_099_000, 5.0, 2.0));
         assert!(a.contains("idle_below=5&idle_hours=2"), "{a}");
         assert!(a.contains(&format!("from={}", 1_700_000_100_000 - 7 * 24 * HOUR_MS)), "{a}");
+        assert_eq!(page_query(&a, false), format!("{a}&limit={PAGE_ROWS}"));
+        assert_eq!(page_query(&a, true), a);
     }
 
     #[test]
@@ -436,6 +439,8 @@ mod tests {
                 gpu_hours: 4.0,
             }],
             allocations: vec![],
+            allocation_count: 0,
+            idle_count: 0,
             idle_below: 5.0,
             idle_hours: 2.0,
         };

@@ -731,6 +731,16 @@ async fn usage_gives_released_allocations_their_mean_use_from_stored_minutes(db:
     // A period that ends an hour ago: only the 40 % hour.
     let (_, [g, _, _]) = usage(format!("&from={}&to={}", now - 6 * 3_600_000, at(60))).await;
     assert!(within(&g, 40.0), "{g}");
+    // Under a limit the allocations answered keep their means: the two active ones first (the released one is
+    // left out), each with the figure it has in the whole answer.
+    let query = format!("/api/v1/usage?tenant={t}&from={}&to={}&limit=2", now - 6 * 3_600_000, now + 3_600_000);
+    let (s, v) = app.get(&query, &alice).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let rows = v["allocations"].as_array().expect("rows");
+    assert_eq!((rows.len(), v["allocation_count"].as_u64()), (2, Some(3)), "{v:#}");
+    assert!(rows.iter().all(|r| r["state"] == "active"), "{v:#}");
+    let kept_row = rows.iter().find(|r| r["allocation"] == kept["id"]).expect("the kept one");
+    assert!(within(kept_row, 70.0), "{kept_row}");
     // The CSV has the same figure in its last column.
     let csv = format!("{}/api/v1/usage?tenant={t}&format=csv&to={}", app.base, now + 3_600_000);
     let r = app.client.get(csv).bearer_auth(&alice).send().await;
@@ -832,6 +842,33 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
     // JSON stays the default; `format=json` is the same.
     let (s, v) = app.get(&format!("{query}&format=json"), &alice).await;
     assert_eq!((s, v["allocations"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
+    assert_eq!((v["allocation_count"].as_u64(), v["idle_count"].as_u64()), (Some(3), Some(0)));
+
+    // A limit answers that many allocations in the attention order (none idle: the most GPU-hours first, the
+    // 2g.20gb), with the sums and counts of all of them; the CSV file stays whole.
+    for limit in [0, 1, 2, 3, 10] {
+        let (s, v) = app.get(&format!("{query}&limit={limit}"), &alice).await;
+        assert_eq!(s, StatusCode::OK, "{v}");
+        let rows = v["allocations"].as_array().expect("rows");
+        assert_eq!(rows.len(), limit.min(3), "{v:#}");
+        assert_eq!((v["allocation_count"].as_u64(), v["idle_count"].as_u64()), (Some(3), Some(0)));
+        // Sums of all (their seconds grow with the clock between the two reads: the counts are compared).
+        let counts = |r: &Value, key: &str| -> Vec<(String, u64)> {
+            let rows = r[key].as_array().expect("sums");
+            rows.iter()
+                .map(|x| (format!("{}{}", x["tenant"], x["profile"]), x["allocations"].as_u64().expect("a count")))
+                .collect()
+        };
+        assert_eq!(counts(&v, "tenants"), counts(&report, "tenants"));
+        assert_eq!(counts(&v, "profiles"), counts(&report, "profiles"));
+        if let Some(first) = rows.first() {
+            assert_eq!(first["profile"], "2g.20gb", "{v:#}");
+        }
+        let hours: Vec<f64> = rows.iter().filter_map(|r| r["gpu_hours"].as_f64()).collect();
+        assert!(hours.windows(2).all(|w| w[0] >= w[1]), "most GPU-hours first: {hours:?}");
+    }
+    let r = app.client.get(format!("{}{query}&format=csv&limit=1", app.base)).bearer_auth(&alice).send().await;
+    assert_eq!(r.expect("send").text().await.expect("csv").lines().count(), 4, "the CSV file is whole");
 
     for (params, status, expected) in [
         ("format=xml", StatusCode::UNPROCESSABLE_ENTITY, "invalid_format"),
@@ -842,6 +879,8 @@ async fn usage_sums_profiles_and_exports_csv(db: &TestDb) {
         ("idle_hours=NaN", StatusCode::UNPROCESSABLE_ENTITY, "invalid_idle"),
         ("idle_below=lots", StatusCode::BAD_REQUEST, "invalid_query"),
         ("from=10&to=5", StatusCode::UNPROCESSABLE_ENTITY, "usage_range"),
+        ("limit=100001", StatusCode::UNPROCESSABLE_ENTITY, "invalid_limit"),
+        ("limit=-1", StatusCode::BAD_REQUEST, "invalid_query"),
     ] {
         let (s, v) = app.get(&format!("/api/v1/usage?{params}"), &alice).await;
         assert_eq!((s, code(&v)), (status, expected), "{params}: {v}");

@@ -127,6 +127,8 @@ mod usage {
             tenants: Vec::new(),
             profiles: Vec::new(),
             allocations: vec![allocation("ml, vision", Some(2.5)), allocation("plain", None)],
+            allocation_count: 2,
+            idle_count: 0,
         };
         let text = csv_report(&report);
         let lines: Vec<&str> = text.split("\r\n").collect();
