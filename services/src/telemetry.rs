@@ -722,13 +722,26 @@ pub fn start_background(
     })
 }
 
-/// Writes the minutes finished by `now_ms` (a 5 s grace lets late batches in); on failure they are queued again.
+/// Minute rows written in one transaction at most. A fleet's minute is one row per device, each folded into three
+/// series: 80,000 devices in one transaction held SQLite's only writer for seconds, and joins, statuses and
+/// approvals waited behind it.
+pub const FLUSH_ROWS: usize = 2_000;
+
+/// Writes the minutes finished by `now_ms` (a 5 s grace lets late batches in), [`FLUSH_ROWS`] to a transaction so
+/// that other writes go between them; on failure, the rows not written are queued again. The rollups merge
+/// additively, so a device's minutes may land in any transactions, in any order.
 pub async fn flush(store: &Store, telemetry: &Telemetry, now_ms: i64) -> Result<usize, StoreError> {
-    let rows = telemetry.take_finished(now_ms, 5_000);
+    let mut rows = telemetry.take_finished(now_ms, 5_000);
     let n = rows.len();
-    if let Err(e) = store.write_minutes(&rows).await {
-        telemetry.requeue(rows);
-        return Err(e);
+    while !rows.is_empty() {
+        let rest = rows.split_off(rows.len().min(FLUSH_ROWS));
+        if let Err(e) = store.write_minutes(&rows).await {
+            rows.extend(rest);
+            telemetry.requeue(rows);
+            return Err(e);
+        }
+        rows = rest;
+        tokio::task::yield_now().await;
     }
     Ok(n)
 }

@@ -17,6 +17,7 @@ on_both_backends!(
     rollups_are_the_minutes_folded_and_read_as_the_minutes_read,
     each_series_is_kept_within_its_retention,
     a_device_costs_a_bounded_number_of_bytes,
+    a_fleet_minute_is_written_whole_in_several_transactions,
 );
 
 const MINUTE: i64 = 60_000;
@@ -237,4 +238,47 @@ async fn a_device_costs_a_bounded_number_of_bytes(store: &Store) {
         assert!(per_row <= row_bound, "{:?}: {per_row} bytes a row", a.tier);
     }
     assert!(steady <= device_bound * 1_048_576.0, "{steady} bytes a device");
+}
+
+/// A minute of 5,000 devices is written a part at a time (other writes go between the parts), and whole: every
+/// device's minute and its rollups, once.
+async fn a_fleet_minute_is_written_whole_in_several_transactions(store: &Store) {
+    use tessera_core::api::{DeviceSeries, Sample, TelemetryBatch};
+    use tessera_server::services::telemetry::{FLUSH_ROWS, Owned, Telemetry, flush};
+    const NODES: usize = 5;
+    const GPUS: usize = 1000;
+    const { assert!(NODES * GPUS > 2 * FLUSH_ROWS, "more than two transactions' worth") };
+    let now = tessera_server::store::now_ms();
+    let m = now / MINUTE * MINUTE - 3 * MINUTE;
+    let telemetry = Telemetry::new(900, 100_000);
+    for n in 0..NODES {
+        let gpus: Vec<String> = (0..GPUS).map(|g| format!("GPU-{n:02}-{g:05}")).collect();
+        let owned = Owned::of(gpus.iter().map(String::as_str), None);
+        let sample =
+            |t: i64, util: f32| Sample { t, util, mem_used_mib: 1.0, mem_total_mib: 10.0, power_w: None, temp_c: None };
+        let devices = gpus
+            .iter()
+            .enumerate()
+            .map(|(g, uuid)| DeviceSeries {
+                device: uuid.clone(),
+                gpu: uuid.clone(),
+                profile: None,
+                start: None,
+                samples: vec![sample(m + 1_000, (g % 100) as f32), sample(m + 31_000, 50.0)],
+            })
+            .collect();
+        let taken = telemetry.ingest(&format!("node-{n}"), &owned, TelemetryBatch { dropped: 0, devices }, m + 40_000);
+        assert_eq!(taken.accepted, 2 * GPUS as u64);
+    }
+    let written = flush(store, &telemetry, m + 2 * MINUTE).await.expect("flush");
+    assert_eq!(written, NODES * GPUS);
+    assert_eq!(flush(store, &telemetry, m + 3 * MINUTE).await.expect("again"), 0, "nothing is written twice");
+    for tier in Tier::ALL {
+        let rows = store.series(tier, None, m - DAY, m + MINUTE).await.expect("series");
+        let devices: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.device.as_str()).collect();
+        assert_eq!((rows.len(), devices.len()), (NODES * GPUS, NODES * GPUS), "{tier:?}");
+        assert!(rows.iter().all(|r| r.samples == 2), "{tier:?}: each device's two samples, once");
+        let g7 = rows.iter().find(|r| r.device == "GPU-03-00007").expect("a device");
+        assert!((g7.util_avg - (7.0 + 50.0) / 2.0).abs() < 1e-6, "{tier:?}: {g7:?}");
+    }
 }
