@@ -108,16 +108,22 @@ pub async fn current_spec(state: &AppState, node_id: &str) -> Result<NodeSpec, S
 /// generation, telling its connections. Refreshes on this replica run one at a time.
 pub async fn refresh(state: &AppState, nodes: Option<&[String]>) -> Result<(), StoreError> {
     let _one = state.hub.refresh.lock().await;
-    let ids: Vec<String> = match nodes {
-        Some(ids) => ids.to_vec(),
-        None => state.store.spec_heads().await?.into_iter().map(|(id, _, _)| id).collect(),
+    let read: Vec<(String, SpecInputs)> = match nodes {
+        // Every node: the fleet read at once, not node by node.
+        None => state.store.all_spec_inputs().await?,
+        Some(ids) => {
+            let mut read = Vec::with_capacity(ids.len());
+            for id in ids {
+                match state.store.spec_inputs(id).await {
+                    Ok(inputs) => read.push((id.clone(), inputs)),
+                    Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            read
+        }
     };
-    for id in ids {
-        let inputs = match state.store.spec_inputs(&id).await {
-            Ok(i) => i,
-            Err(StoreError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
+    for (id, inputs) in read {
         let hash = spec_hash(&desired(&inputs.gpus, &inputs.live));
         if hash != inputs.spec_hash
             && let Some(generation) = state.store.bump_spec(&id, &hash).await?

@@ -112,7 +112,7 @@ pub struct AgentRecord {
 }
 
 /// What a node's spec is computed from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecInputs {
     /// The stored generation.
     pub generation: i64,
@@ -432,6 +432,46 @@ impl Store {
             let live = rows.into_iter().map(super::allocation_from).collect();
             Ok(SpecInputs { generation, spec_hash, gpus, live })
         })
+    }
+
+    /// Every node's [`SpecInputs`], by node id, in three reads of the fleet (the sweep's refresh of every spec:
+    /// three reads a node held the refresh lock for seconds at 10,000 nodes).
+    pub async fn all_spec_inputs(&self) -> Result<Vec<(String, SpecInputs)>, StoreError> {
+        let (heads, gpus, live) = on_pool!(self, pool, _dialect => {
+            let heads: Vec<SpecHead> =
+                sqlx::query_as("SELECT id, generation, spec_hash FROM nodes ORDER BY id").fetch_all(pool).await?;
+            let gpus: Vec<super::GpuRow> =
+                sqlx::query_as(&format!("SELECT {GPU_FIELDS} FROM gpus ORDER BY node_id, idx")).fetch_all(pool).await?;
+            let live: Vec<super::AllocationRow> = sqlx::query_as(&format!(
+                "SELECT {ALLOCATION_FIELDS} FROM allocations a WHERE a.state IN ('reserved', 'active')"
+            ))
+            .fetch_all(pool)
+            .await?;
+            (heads, gpus, live)
+        });
+        let mut by_node: std::collections::HashMap<String, SpecInputs> = heads
+            .into_iter()
+            .map(|h| {
+                (h.id, SpecInputs { generation: h.generation, spec_hash: h.spec_hash, gpus: vec![], live: vec![] })
+            })
+            .collect();
+        let mut node_of_gpu: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+        for row in gpus {
+            let gpu = super::gpu_from(row)?;
+            if let Some(inputs) = by_node.get_mut(&gpu.node_id) {
+                node_of_gpu.insert(gpu.id.clone(), gpu.node_id.clone());
+                inputs.gpus.push(gpu);
+            }
+        }
+        for row in live {
+            let a: super::Allocation = super::allocation_from(row);
+            if let Some(inputs) = node_of_gpu.get(&a.gpu_id).and_then(|n| by_node.get_mut(n)) {
+                inputs.live.push(a);
+            }
+        }
+        let mut out: Vec<(String, SpecInputs)> = by_node.into_iter().collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
     }
 
     /// Every node's spec generation and hash, by node id.

@@ -389,6 +389,22 @@ async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
     }
     assert_eq!(store.live_allocations().await.expect("live").len(), 2);
 
+    // The sweep reads every node's spec inputs at once: what each node's own read gives (another node holds
+    // nothing).
+    let other = one_h100(store, "node-y").await;
+    let every = store.all_spec_inputs().await.expect("every node");
+    assert_eq!(every.len(), 2);
+    for (node_id, inputs) in &every {
+        let mut one = store.spec_inputs(node_id).await.expect("one node");
+        let mut all = inputs.clone();
+        for x in [&mut one, &mut all] {
+            x.live.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        assert_eq!(all, one, "{node_id}");
+    }
+    let held = |node: &str| every.iter().find(|(id, _)| id == node).map(|(_, i)| (i.gpus.len(), i.live.len()));
+    assert_eq!((held(&gpu.node_id), held(&other.node_id)), (Some((1, 2)), Some((1, 0))));
+
     let decided = store.decide_proposal(&proposals[0].id, true, "", "admin:ann").await.expect("approve layout");
     assert_eq!((decided.state.as_str(), decided.decided_by.as_deref()), ("approved", Some("admin:ann")));
     let gpu_now = store.nodes().await.expect("nodes").remove(0).gpus.remove(0);
