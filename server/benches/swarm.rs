@@ -97,6 +97,9 @@ impl Server {
     /// Starts the server on the database in `dir` (made there at its first start), the bootstrap admin's token
     /// `admin`; the folder is removed with the last server started with `last`.
     fn start(binary: &str, dir: &std::path::Path, admin: &str, max_connections: usize, last: bool) -> Server {
+        // Every device of the swarm is a series the server keeps in memory: its cap (16,384 by default) raised
+        // to the swarm's, as an operator of such a fleet sets it.
+        let max_series = max_connections * GPUS + 1024;
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let log = std::fs::File::create(dir.join("server.log")).unwrap();
         let spawned = Instant::now();
@@ -108,6 +111,7 @@ impl Server {
             // Every simulated agent connects from this host's one address; a fleet's come from their own.
             .env("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")
             .env("TESSERA_MAX_CONNECTIONS", max_connections.to_string())
+            .env("TESSERA_TELEMETRY_MAX_SERIES", max_series.to_string())
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
             .stdout(log.try_clone().unwrap())
