@@ -22,10 +22,12 @@
 //!    the window), batch round trips, errors, and the swarm's own CPU.
 //!
 //! `cargo bench -p tessera-server --bench swarm [-- --agents N] [--seconds S] [--approvals M] [--in-flight K]
-//! [--status-s S] [--server PATH] [--quick]` (`--server`: another `tessera` binary, e.g. a release build, than the
-//! one built with the benchmark). Default 10,000 agents (80,000 devices) for 600 s; `--quick`: 300 agents for 20 s,
-//! asserting that every node joined, every approval was applied and every sample was accepted (no timings
-//! asserted).
+//! [--status-s S] [--join-limit-s S] [--batch-s S] [--server PATH] [--quick]` (`--server`: another `tessera`
+//! binary, e.g. a release build, than the one built with the benchmark; `--join-limit-s`: how long to wait for
+//! every node to be ready before the window starts anyway, default 600; `--batch-s`: seconds of samples a batch
+//! carries, as the agent's `--telemetry-batch-ms`, default 1). Default 10,000 agents (80,000 devices) for 600 s;
+//! `--quick`: 300 agents for 20 s, asserting that every node joined, every approval was applied and every sample
+//! was accepted (no timings asserted).
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -58,6 +60,10 @@ struct Args {
     approvals: usize,
     in_flight: usize,
     status_s: u64,
+    /// How long the swarm waits for every node to be ready before its window starts anyway.
+    join_limit_s: Option<u64>,
+    /// Seconds of samples in one telemetry batch (the agent's `--telemetry-batch-ms` / 1000).
+    batch_s: u64,
     quick: bool,
     server: Option<String>,
 }
@@ -73,6 +79,8 @@ impl Args {
             approvals: value("--approvals").map_or(if quick { 10 } else { 100 }, |v: u64| v as usize),
             in_flight: value("--in-flight").map_or(1000, |v: u64| v as usize),
             status_s: value("--status-s").unwrap_or(30),
+            join_limit_s: value("--join-limit-s"),
+            batch_s: value("--batch-s").unwrap_or(1).max(1),
             quick,
             server: args.iter().position(|a| a == "--server").and_then(|i| args.get(i + 1)).cloned(),
         }
@@ -329,6 +337,8 @@ struct Swarm {
     /// Per GPU UUID, when a spec with a new allocation on it arrived, and when the status reporting it applied was
     /// answered with an allocation activated.
     arrivals: Mutex<HashMap<String, Instant>>,
+    /// Seconds of samples a telemetry batch carries.
+    batch_s: u64,
     applied: Mutex<Vec<(String, String, Instant)>>,
     /// Batch round trips in the sustained window, µs (from waiting for a slot to the answer).
     rtts: Mutex<Vec<u32>>,
@@ -614,6 +624,7 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
     let mut pending: Vec<Vec<Sample>> = vec![Vec::new(); node.gpus.len()];
     let url = format!("{}/api/v1/agent/telemetry", swarm.base);
     let mut dropped = 0u64;
+    let mut tick = 0u64;
     while !swarm.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(tessera_agent::telemetry::until_next(now_ms(), 1000, offset)).await;
         if swarm.stop.load(Ordering::Relaxed) {
@@ -637,6 +648,11 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
             });
         }
         add(&swarm.stats.taken, node.gpus.len() as u64);
+        // A batch every `--batch-s` seconds (the agent's `--telemetry-batch-ms`), each node at its own second.
+        tick += 1;
+        if !(tick + node.index as u64).is_multiple_of(swarm.batch_s) {
+            continue;
+        }
         let batch = TelemetryBatch {
             dropped,
             devices: node
@@ -851,13 +867,16 @@ async fn run(args: Args) {
         spawned: server.spawned,
         heartbeat,
         status_every: (args.status_s > 0).then(|| Duration::from_secs(args.status_s)),
+        batch_s: args.batch_s,
     });
     println!(
         "swarm: {n} simulated agents x {GPUS} whole H100s = {} devices; one server process (SQLite), \
-         {} cores here, shared by server and swarm; at most {} swarm requests in flight",
+         {} cores here, shared by server and swarm; at most {} swarm requests in flight; a telemetry batch \
+         every {} s",
         n * GPUS,
         std::thread::available_parallelism().map_or(0, |p| p.get()),
-        args.in_flight
+        args.in_flight,
+        args.batch_s
     );
     println!(
         "  {n} join tokens made by an admin in a first run of the server ({:.1} s); the server started again on \
@@ -878,7 +897,7 @@ async fn run(args: Args) {
         };
         tasks.push(tokio::spawn(run_node(swarm.clone(), node)));
     }
-    let join_limit = Duration::from_secs(if args.quick { 120 } else { 600 });
+    let join_limit = Duration::from_secs(args.join_limit_s.unwrap_or(if args.quick { 120 } else { 600 }));
     let join_started = Instant::now();
     let mut last_print = Instant::now();
     loop {
