@@ -60,21 +60,23 @@ pub async fn usage(
     if from >= to {
         return Err(ApiError::invalid("usage_range", "`from` must be before `to`"));
     }
-    let metered = match p.reading_scope(q.tenant.as_deref())? {
-        Scope::Fleet => state.store.metered(None, from, to).await?,
+    let (metered, fleet) = match p.reading_scope(q.tenant.as_deref())? {
+        Scope::Fleet => (state.store.metered(None, from, to).await?, true),
         Scope::Tenants(tenants) => {
             let mut all = Vec::new();
             for t in &tenants {
                 all.extend(state.store.metered(Some(t), from, to).await?);
             }
-            all
+            (all, false)
         }
     };
-    let watched = |a: &Metered| a.released_at_ms.is_none() && a.device_uuid.is_some();
-    let util = if metered.iter().any(watched) {
-        device_utilisation(&state, idle_hours, now).await?
-    } else {
+    let watched: std::collections::BTreeSet<String> =
+        metered.iter().filter(|a| a.released_at_ms.is_none()).filter_map(|a: &Metered| a.device_uuid.clone()).collect();
+    let util = if watched.is_empty() {
         Default::default()
+    } else {
+        // The fleet's in one grouped read; a member's, of their devices only.
+        device_utilisation(&state, idle_hours, now, (!fleet).then_some(&watched)).await?
     };
     let idle = IdleRule { below: idle_below, hours: idle_hours, util: &util };
     let mut report = meter(state.catalog, &metered, from, to, now, idle);

@@ -121,7 +121,7 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
     let from = lookback_start(now, hours).max(0);
     let metered = state.store.metered(None, from, now).await?;
     let util = if metered.iter().any(|a| a.released_at_ms.is_none() && a.device_uuid.is_some()) {
-        device_utilisation(state, hours, now).await?
+        device_utilisation(state, hours, now, None).await?
     } else {
         Default::default()
     };
@@ -541,7 +541,7 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
     }
     let hours = (to_ms - from_ms).max(1) as f64 / 3_600_000.0;
     let util = if metered.iter().any(|a| a.released_at_ms.is_none() && a.device_uuid.is_some()) {
-        device_utilisation(state, hours, to_ms).await?
+        device_utilisation(state, hours, to_ms, None).await?
     } else {
         Default::default()
     };

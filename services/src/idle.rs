@@ -92,21 +92,41 @@ pub fn util_means(
     sums.into_iter().filter_map(|(device, sum)| Some((device, sum.mean()?))).collect()
 }
 
-/// Mean utilisation per device over the last `hours` before `now_ms`.
-pub async fn device_utilisation(state: &AppState, hours: f64, now_ms: i64) -> Result<HashMap<String, f64>, StoreError> {
+/// Mean utilisation per device over the last `hours` before `now_ms`: of every device (`None`, one grouped read of
+/// the fleet) or of the devices named (one range scan each: a member's usage costs what their allocations hold, not
+/// what the fleet holds).
+pub async fn device_utilisation(
+    state: &AppState,
+    hours: f64,
+    now_ms: i64,
+    devices: Option<&std::collections::BTreeSet<String>>,
+) -> Result<HashMap<String, f64>, StoreError> {
     let look = Lookback::new(now_ms, hours, state.telemetry.window_ms());
     let stored = if look.from_ms < look.split_ms {
-        {
-            // The series a mean of the look-back reads (about 144 rows a device); a bucket it starts in counts whole.
-            let tier = Tier::for_mean(look.from_ms, look.split_ms, now_ms);
-            state.store.util_sums(tier, tier.bucket_of(look.from_ms), look.split_ms).await?
+        // The series a mean of the look-back reads (about 144 rows a device); a bucket it starts in counts whole.
+        let tier = Tier::for_mean(look.from_ms, look.split_ms, now_ms);
+        let from = tier.bucket_of(look.from_ms);
+        match devices {
+            None => state.store.util_sums(tier, from, look.split_ms).await?,
+            Some(devices) => {
+                let windows: Vec<(String, i64, i64)> =
+                    devices.iter().map(|d| (d.clone(), from, look.split_ms)).collect();
+                let sums = state.store.window_sums(tier, &windows).await?;
+                windows
+                    .into_iter()
+                    .zip(sums)
+                    .filter(|(_, (_, samples))| *samples > 0)
+                    .map(|((device, _, _), (weighted, samples))| (device, weighted, samples))
+                    .collect()
+            }
         }
     } else {
         Vec::new()
     };
     let stored =
         stored.into_iter().map(|(device, total, samples)| (device, UtilSum { total, samples: samples as f64 }));
-    let window = state.telemetry.window_rows(None, |_| true, Metric::Util, look.split_ms, 1000, look.window_columns());
+    let wanted = |d: &str| devices.is_none_or(|set| set.contains(d));
+    let window = state.telemetry.window_rows(None, wanted, Metric::Util, look.split_ms, 1000, look.window_columns());
     Ok(util_means(stored, &window))
 }
 

@@ -449,7 +449,7 @@ pub async fn warn_idle(state: &AppState, now: i64) -> Result<usize, ApiError> {
     if active.is_empty() {
         return Ok(0);
     }
-    let util = device_utilisation(state, DEFAULT_IDLE_HOURS, now).await?;
+    let util = device_utilisation(state, DEFAULT_IDLE_HOURS, now, None).await?;
     let from = lookback_start(now, DEFAULT_IDLE_HOURS);
     let mut told = 0;
     let mut busy = Vec::new();

@@ -110,6 +110,28 @@ mod usage {
     }
 
     #[test]
+    fn idle_ones_come_first_then_active_ones_then_the_rest_each_by_gpu_hours() {
+        let row = |id: &str, state: &str, idle: bool, gpu_hours: f64| AllocationUsage {
+            allocation: id.into(),
+            state: state.into(),
+            idle,
+            gpu_hours,
+            ..allocation("t", None)
+        };
+        let mut list = vec![
+            row("a", "released", false, 9.0),
+            row("b", "active", false, 1.0),
+            row("c", "active", true, 0.5),
+            row("d", "active", false, 3.0),
+            row("e", "active", true, 2.0),
+            row("f", "released", false, 9.0),
+        ];
+        tessera_api::usage::attention_order(&mut list);
+        let ids: Vec<&str> = list.iter().map(|a| a.allocation.as_str()).collect();
+        assert_eq!(ids, ["e", "c", "d", "b", "a", "f"]);
+    }
+
+    #[test]
     fn fields_with_commas_quotes_or_line_breaks_are_quoted() {
         assert_eq!(field("plain"), "plain");
         assert_eq!(field("a,b"), "\"a,b\"");
