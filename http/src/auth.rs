@@ -297,15 +297,16 @@ impl FromRequestParts<AppState> for NodeAuth {
             None => Err(ApiError::Unauthenticated("send `Authorization: Bearer tsn_...` (a node credential)".into())),
             Some(Credential::Node(token)) => {
                 let hash = format!("node:{}", token_hash(&token));
-                if let Some(Resolved::Node(n)) = state.principals.get(&hash) {
+                if let Some(n) = state.principals.get_node(&hash, state.store.sees_every_change()) {
                     return Ok(NodeAuth(n));
                 }
+                let epoch = state.principals.epoch();
                 let node = state
                     .store
                     .node_by_credential(&hash["node:".len()..])
                     .await?
                     .ok_or_else(|| ApiError::unauthorized("invalid_token", "unknown or revoked node credential"))?;
-                state.principals.put(hash, Resolved::Node(node.clone()));
+                state.principals.put_node(hash, node.clone(), epoch);
                 Ok(NodeAuth(node))
             }
             Some(_) => Err(ApiError::forbidden("user_credential", "agent routes take a node credential (`tsn_...`)")),

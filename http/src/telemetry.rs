@@ -89,17 +89,18 @@ pub async fn ingest(
     Ok(ApiJson(state.telemetry.ingest(&node.node_id, &owned, batch, now_ms())))
 }
 
-/// The devices the node owns (cached for a few seconds): its registered GPUs, and the MIG instances its last
-/// stored status reports on them.
+/// The devices the node owns (cached until they change, see [`tessera_services::app::NodeGpuCache`]): its
+/// registered GPUs, and the MIG instances its last stored status reports on them.
 async fn owned_devices(state: &AppState, node_id: &str) -> Result<tessera_services::app::GpuSet, ApiError> {
-    if let Some(owned) = state.node_gpus.get(node_id) {
+    if let Some(owned) = state.node_gpus.get(node_id, state.store.sees_every_change()) {
         return Ok(owned);
     }
+    let epoch = state.node_gpus.epoch();
     let inputs = state.store.spec_inputs(node_id).await?;
     let record = state.store.agent_record(node_id).await?;
     let status = record.status.as_deref().and_then(|s| serde_json::from_str::<tessera_core::api::NodeStatus>(s).ok());
     let owned = std::sync::Arc::new(Owned::of(inputs.gpus.iter().map(|g| g.uuid.as_str()), status.as_ref()));
-    state.node_gpus.put(node_id, owned.clone());
+    state.node_gpus.put(node_id, owned.clone(), epoch);
     Ok(owned)
 }
 

@@ -21,16 +21,24 @@ use tessera_store::{Allocation, Gpu, NewGpu, StoreError, Transition};
 
 pub use super::hub::{HEARTBEAT, Hub, MAX_SOCKETS_PER_NODE, NOT_READY_AFTER_MS, SocketSlot};
 
-/// Forwards node spec changes from the store (this process's and other replicas') to the hub's connections, and
-/// writes heartbeats to the store every `HEARTBEAT`, until the store is dropped.
+/// Forwards node spec changes from the store (this process's and other replicas') to the hub's connections, forgets
+/// cached node credentials and device lists when they change, and writes heartbeats to the store every
+/// `HEARTBEAT`, until the store is dropped.
 pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
     let state = state.clone();
     tokio::spawn(async move {
         let mut changes = state.store.node_spec_changes();
         let mut revoked = state.store.node_credential_revocations();
+        let mut devices = state.store.node_device_changes();
         let mut flush = tokio::time::interval(HEARTBEAT);
         loop {
             tokio::select! {
+                // What a node may send telemetry for changed (on this replica or another).
+                got = devices.recv() => match got {
+                    Ok(node) if node != tessera_store::changes::EVERY_NODE => state.node_gpus.forget(&node),
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => state.node_gpus.clear(),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
                 // A revoked node credential must stop working at once: forget every resolved credential (the
                 // node's sockets close by themselves, see `http::agents`).
                 got = revoked.recv() => match got {
@@ -357,8 +365,9 @@ async fn store_status(state: &AppState, node: &NodePrincipal, status: &NodeStatu
     state.hub.seen(&node.node_id);
     let stored = state.store.record_status(&node.node_id, status).await?;
     if stored {
-        // The instances it reports are the MIG devices it may send telemetry for from now on.
-        state.node_gpus.forget(&node.node_id);
+        // The instances it reports are the MIG devices it may send telemetry for from now on (other replicas hear
+        // of it from the store when they changed).
+        state.node_gpus.observe_status(&node.node_id, status);
         // Health: judged per GPU of this node (the store looks each UUID up under the node: a node cannot judge
         // another node's GPU).
         let reports: Vec<(String, tessera_core::health::GpuHealthReport)> =

@@ -66,40 +66,87 @@ pub struct App {
     pub kubernetes: crate::state::kubernetes::KubernetesSettings,
 }
 
-/// How long a node's device list is trusted for telemetry checks (a new status or inventory forgets it at once).
-const NODE_GPUS_TTL: Duration = Duration::from_secs(10);
+/// How long a node's device list is trusted for telemetry checks while the store sees every change as it
+/// commits ([`Store::sees_every_change`]): a join, an inventory or a status with other MIG instances, on any
+/// replica, forgets or replaces it at once (see `agents::start_background`), so this only bounds what a lost
+/// notification could leave stale. At 10,000 nodes a shorter life read every node's devices back from the store
+/// every few seconds (four queries a node).
+pub const NODE_GPUS_TTL: Duration = Duration::from_secs(300);
+/// How long it is trusted while changes may go unseen (a PostgreSQL replica whose listener is reconnecting).
+pub const NODE_GPUS_TTL_UNSURE: Duration = Duration::from_secs(10);
 
-/// A short-lived cache of the devices each node owns.
+/// A cache of the devices each node owns.
 #[derive(Debug, Default)]
-pub struct NodeGpuCache(Mutex<HashMap<String, (Instant, GpuSet)>>);
+pub struct NodeGpuCache(Mutex<NodeGpus>);
+
+#[derive(Debug, Default)]
+struct NodeGpus {
+    entries: HashMap<String, (Instant, GpuSet)>,
+    /// Moves with every forget: a list read before it moved may predate the change and is not kept.
+    epoch: u64,
+}
 
 /// The devices a node owns.
 pub type GpuSet = Arc<crate::telemetry::Owned>;
 
 impl NodeGpuCache {
-    /// The node's devices, if read recently.
-    pub fn get(&self, node_id: &str) -> Option<GpuSet> {
+    /// The node's devices, if read within [`NODE_GPUS_TTL`] (`sure`: the store sees every change) or
+    /// [`NODE_GPUS_TTL_UNSURE`].
+    pub fn get(&self, node_id: &str, sure: bool) -> Option<GpuSet> {
+        let ttl = if sure { NODE_GPUS_TTL } else { NODE_GPUS_TTL_UNSURE };
         let map = self.0.lock().ok()?;
-        map.get(node_id).filter(|(at, _)| at.elapsed() < NODE_GPUS_TTL).map(|(_, g)| g.clone())
+        map.entries.get(node_id).filter(|(at, _)| at.elapsed() < ttl).map(|(_, g)| g.clone())
     }
 
-    /// Remembers a node's devices.
-    pub fn put(&self, node_id: &str, gpus: GpuSet) {
+    /// What to pass to [`NodeGpuCache::put`]: take it before reading the node's devices from the store.
+    pub fn epoch(&self) -> u64 {
+        self.0.lock().map(|m| m.epoch).unwrap_or(u64::MAX)
+    }
+
+    /// Remembers a node's devices, read from the store after [`NodeGpuCache::epoch`] returned `epoch`; nothing if
+    /// some node's devices changed since (the read may predate the change).
+    pub fn put(&self, node_id: &str, gpus: GpuSet, epoch: u64) {
         if let Ok(mut map) = self.0.lock() {
-            if map.len() >= PRINCIPAL_CACHE_MAX {
-                map.retain(|_, (at, _)| at.elapsed() < NODE_GPUS_TTL);
+            if map.epoch != epoch {
+                return;
             }
-            if map.len() >= PRINCIPAL_CACHE_MAX {
-                map.clear();
+            if map.entries.len() >= PRINCIPAL_CACHE_MAX {
+                map.entries.retain(|_, (at, _)| at.elapsed() < NODE_GPUS_TTL);
             }
-            map.insert(node_id.to_string(), (Instant::now(), gpus));
+            if map.entries.len() >= PRINCIPAL_CACHE_MAX {
+                map.entries.clear();
+            }
+            map.entries.insert(node_id.to_string(), (Instant::now(), gpus));
         }
     }
 
-    /// Forgets a node's devices (its status or inventory changed).
+    /// A status this process stored for the node: its MIG instances replace the cached ones (the GPUs stay);
+    /// nothing is read back from the store.
+    pub fn observe_status(&self, node_id: &str, status: &tessera_core::api::NodeStatus) {
+        if let Ok(mut map) = self.0.lock() {
+            map.epoch += 1;
+            if let Some((_, owned)) = map.entries.get_mut(node_id) {
+                let now = crate::telemetry::Owned::of(owned.gpus.iter().map(String::as_str), Some(status));
+                if now != **owned {
+                    *owned = Arc::new(now);
+                }
+            }
+        }
+    }
+
+    /// Forgets a node's devices (its GPUs or its MIG instances changed).
     pub fn forget(&self, node_id: &str) {
         if let Ok(mut map) = self.0.lock() {
-            map.remove(node_id);
+            map.epoch += 1;
+            map.entries.remove(node_id);
+        }
+    }
+
+    /// Forgets every node's devices (changes were missed).
+    pub fn clear(&self) {
+        if let Ok(mut map) = self.0.lock() {
+            map.epoch += 1;
+            map.entries.clear();
         }
     }
 }
@@ -115,50 +162,105 @@ pub enum Resolved {
     Node(NodePrincipal),
 }
 
+/// How long a resolved node credential is trusted while the store sees every change as it commits: a revocation,
+/// on any replica, forgets every resolved credential at once (see `agents::start_background`). Nodes call several
+/// times a minute each; at 10,000 nodes the user lifetime ([`PRINCIPAL_TTL`]) cost a query for almost every
+/// telemetry batch.
+pub const NODE_PRINCIPAL_TTL: Duration = Duration::from_secs(300);
+
 /// A short-lived cache of resolved credentials (keyed by a hash of the credential), so that a busy client does not
 /// cost queries on every call.
 #[derive(Debug, Default)]
-pub struct PrincipalCache(Mutex<HashMap<String, (Instant, Resolved)>>);
+pub struct PrincipalCache(Mutex<Principals>);
+
+#[derive(Debug, Default)]
+struct Principals {
+    entries: HashMap<String, (Instant, Resolved)>,
+    /// Moves with every clear: a node read before it moved may have been revoked since and is not kept.
+    epoch: u64,
+}
+
+/// How long an entry is good for.
+fn lifetime(resolved: &Resolved, sure: bool) -> Duration {
+    match resolved {
+        Resolved::Node(_) if sure => NODE_PRINCIPAL_TTL,
+        _ => PRINCIPAL_TTL,
+    }
+}
 
 impl PrincipalCache {
     /// The cached resolution of a credential hash, if fresh.
     pub fn get(&self, hash: &str) -> Option<Resolved> {
         let map = self.0.lock().ok()?;
-        map.get(hash).filter(|(at, _)| at.elapsed() < PRINCIPAL_TTL).map(|(_, p)| p.clone())
+        map.entries.get(hash).filter(|(at, _)| at.elapsed() < PRINCIPAL_TTL).map(|(_, p)| p.clone())
+    }
+
+    /// The cached node a node credential's hash resolved to, if read within [`NODE_PRINCIPAL_TTL`] (`sure`: the
+    /// store sees every revocation) or [`PRINCIPAL_TTL`].
+    pub fn get_node(&self, hash: &str, sure: bool) -> Option<NodePrincipal> {
+        let ttl = if sure { NODE_PRINCIPAL_TTL } else { PRINCIPAL_TTL };
+        let map = self.0.lock().ok()?;
+        match map.entries.get(hash) {
+            Some((at, Resolved::Node(n))) if at.elapsed() < ttl => Some(n.clone()),
+            _ => None,
+        }
     }
 
     /// The cached resolution of a credential hash, if read within `max_age` (streams checking their right read
     /// the database more often than the cache's own lifetime).
     pub fn get_within(&self, hash: &str, max_age: Duration) -> Option<Resolved> {
         let map = self.0.lock().ok()?;
-        map.get(hash).filter(|(at, _)| at.elapsed() < max_age.min(PRINCIPAL_TTL)).map(|(_, p)| p.clone())
+        map.entries.get(hash).filter(|(at, _)| at.elapsed() < max_age.min(PRINCIPAL_TTL)).map(|(_, p)| p.clone())
+    }
+
+    /// What to pass to [`PrincipalCache::put_node`]: take it before reading the node from the store.
+    pub fn epoch(&self) -> u64 {
+        self.0.lock().map(|m| m.epoch).unwrap_or(u64::MAX)
     }
 
     /// Remembers a resolution.
     pub fn put(&self, hash: String, resolved: Resolved) {
         if let Ok(mut map) = self.0.lock() {
-            if map.len() >= PRINCIPAL_CACHE_MAX {
-                map.retain(|_, (at, _)| at.elapsed() < PRINCIPAL_TTL);
-            }
-            if map.len() >= PRINCIPAL_CACHE_MAX {
-                map.clear();
-            }
-            map.insert(hash, (Instant::now(), resolved));
+            map.insert(hash, resolved);
+        }
+    }
+
+    /// Remembers a node credential's node, read from the store after [`PrincipalCache::epoch`] returned `epoch`;
+    /// nothing if the cache was cleared since (a revocation may have committed after the read).
+    pub fn put_node(&self, hash: String, node: NodePrincipal, epoch: u64) {
+        if let Ok(mut map) = self.0.lock()
+            && map.epoch == epoch
+        {
+            map.insert(hash, Resolved::Node(node));
         }
     }
 
     /// Forgets one credential (a session ended).
     pub fn remove(&self, hash: &str) {
         if let Ok(mut map) = self.0.lock() {
-            map.remove(hash);
+            map.entries.remove(hash);
         }
     }
 
     /// Forgets everything (a token was revoked or a membership changed).
     pub fn clear(&self) {
         if let Ok(mut map) = self.0.lock() {
-            map.clear();
+            map.epoch += 1;
+            map.entries.clear();
         }
+    }
+}
+
+impl Principals {
+    fn insert(&mut self, hash: String, resolved: Resolved) {
+        if self.entries.len() >= PRINCIPAL_CACHE_MAX {
+            // Node entries may be kept longer than user ones; none outlives NODE_PRINCIPAL_TTL.
+            self.entries.retain(|_, (at, r)| at.elapsed() < lifetime(r, true));
+        }
+        if self.entries.len() >= PRINCIPAL_CACHE_MAX {
+            self.entries.clear();
+        }
+        self.entries.insert(hash, (Instant::now(), resolved));
     }
 }
 
@@ -230,7 +332,75 @@ impl std::ops::Deref for AppState {
 mod tests {
     use axum::body::Bytes;
 
-    use super::{READ_CACHE_LARGEST, ReadCache};
+    use std::sync::Arc;
+
+    use tessera_store::auth::NodePrincipal;
+
+    use super::{NodeGpuCache, PrincipalCache, READ_CACHE_LARGEST, ReadCache};
+    use crate::telemetry::Owned;
+
+    fn status(instances: &[&str]) -> tessera_core::api::NodeStatus {
+        let instances: Vec<serde_json::Value> = instances
+            .iter()
+            .map(|u| {
+                serde_json::json!({"profile": "1g.10gb", "start": 0, "uuid": u, "gi_id": 1, "ci_id": 0,
+                    "device_name": "MIG 1g.10gb Device 0"})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"observed_generation": 1,
+            "gpus": [{"uuid": "GPU-0", "mig_enabled": true, "instances": instances}]}))
+        .expect("status")
+    }
+
+    #[test]
+    fn a_node_device_list_read_before_a_change_is_not_kept_and_a_stored_status_replaces_the_instances() {
+        let cache = NodeGpuCache::default();
+        let read = |instances: &[&str]| Arc::new(Owned::of(["GPU-0"], Some(&status(instances))));
+        let epoch = cache.epoch();
+        cache.put("n1", read(&[]), epoch);
+        assert_eq!(cache.get("n1", true).map(|o| o.len()), Some(1), "the GPU alone");
+        // A status this process stored: the cached list takes its instances without a read.
+        cache.observe_status("n1", &status(&["MIG-a", "MIG-b"]));
+        let now = cache.get("n1", true).expect("kept");
+        assert!(
+            now.owns("MIG-a", "GPU-0", true) && now.owns("MIG-b", "GPU-0", true) && now.owns("GPU-0", "GPU-0", false)
+        );
+        assert!(!now.owns("MIG-c", "GPU-0", true));
+        // A read that started before another node changed is not kept (it may predate its own node's change too).
+        let epoch = cache.epoch();
+        cache.forget("n2");
+        cache.put("n3", read(&[]), epoch);
+        assert!(cache.get("n3", true).is_none(), "read before a change: not kept");
+        let epoch = cache.epoch();
+        cache.observe_status("n9", &status(&[]));
+        cache.put("n3", read(&[]), epoch);
+        assert!(cache.get("n3", true).is_none(), "read before a status was stored: not kept");
+        cache.put("n3", read(&[]), cache.epoch());
+        assert!(cache.get("n3", true).is_some() && cache.get("n3", false).is_some(), "fresh either way");
+        cache.forget("n1");
+        assert!(cache.get("n1", true).is_none());
+        cache.clear();
+        assert!(cache.get("n3", true).is_none());
+    }
+
+    #[test]
+    fn a_node_read_before_a_revocation_is_not_kept() {
+        let cache = PrincipalCache::default();
+        let node = || NodePrincipal { node_id: "n1".into(), node_name: "gpu-01".into() };
+        let epoch = cache.epoch();
+        cache.put_node("node:h1".into(), node(), epoch);
+        assert_eq!(cache.get_node("node:h1", true), Some(node()));
+        assert_eq!(cache.get_node("node:h1", false), Some(node()), "fresh either way");
+        assert!(cache.get_node("node:h2", true).is_none());
+        // A revocation clears the cache; a read that started before it is not kept.
+        let epoch = cache.epoch();
+        cache.clear();
+        assert!(cache.get_node("node:h1", true).is_none());
+        cache.put_node("node:h1".into(), node(), epoch);
+        assert!(cache.get_node("node:h1", true).is_none(), "read before the revocation: not kept");
+        cache.put_node("node:h1".into(), node(), cache.epoch());
+        assert!(cache.get_node("node:h1", true).is_some());
+    }
 
     #[test]
     fn cached_reads_are_served_only_at_the_generation_they_were_read_at() {

@@ -347,6 +347,7 @@ impl Store {
             if action == "node.rejoin" {
                 // The node's previous credentials are revoked: its open sockets close (every replica).
                 self.changes.node_credentials_revoked(&node_id);
+                self.changes.node_devices_changed(&node_id);
             }
             Ok((node_id, name))
         })
@@ -382,6 +383,7 @@ impl Store {
                 audit_insert(&mut tx, actor, "node.inventory", &format!("node/{node_id}"), before, Some(after)).await?;
             }
             tx.commit().await?;
+            self.changes.node_devices_changed(node_id);
             Ok(())
         })
     }
@@ -716,6 +718,19 @@ impl Store {
     /// PostgreSQL every replica's.
     pub fn node_credential_revocations(&self) -> tokio::sync::broadcast::Receiver<String> {
         self.changes.node_credential_revocations()
+    }
+
+    /// Nodes whose devices (the GPUs registered to them, the MIG instances of their stored status) change from now
+    /// on: this process's joins and inventories, and with PostgreSQL every writer's, statuses included (a status
+    /// stored by this process is not announced here: its caller knows it).
+    pub fn node_device_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.changes.node_device_changes()
+    }
+
+    /// Whether every change other writers make is seen as it commits (always with SQLite; with PostgreSQL while
+    /// the change listener is connected): what is cached may then live until a change says otherwise.
+    pub fn sees_every_change(&self) -> bool {
+        self.changes.current().is_some()
     }
 
     /// Node spec changes `(node id, generation)` from now on: this process's, and with PostgreSQL every

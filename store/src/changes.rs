@@ -27,6 +27,14 @@ pub const NODE_SPEC_CHANNEL: &str = "tessera_node_spec";
 /// The channel revoked node credentials are notified on, with the node's id (migration
 /// `0013_node_credential_notify.sql`).
 pub const NODE_CREDENTIALS_CHANNEL: &str = "tessera_node_credentials";
+/// The channel a change of the devices a node may send telemetry for is notified on, with the node's id: a GPU
+/// registered to it, or another set of MIG instances in its stored status (migration
+/// `0032_node_devices_notify.sql`).
+pub const NODE_DEVICES_CHANNEL: &str = "tessera_node_devices";
+
+/// The node id announced on the node credential and device channels when announcements may have been missed (the
+/// PostgreSQL listener lost or regained its connection): every node, as if each had changed.
+pub const EVERY_NODE: &str = "";
 
 /// The change counter (see the module docs).
 #[derive(Debug)]
@@ -39,6 +47,9 @@ pub struct Changes {
     node_specs: tokio::sync::broadcast::Sender<(String, i64)>,
     /// Nodes whose credentials were revoked, from this process and (PostgreSQL) from every other writer.
     node_credentials: tokio::sync::broadcast::Sender<String>,
+    /// Nodes whose devices changed (see [`NODE_DEVICES_CHANNEL`]): from this process for GPUs registered by a join
+    /// or an inventory, and (PostgreSQL) from every writer for those and for statuses.
+    node_devices: tokio::sync::broadcast::Sender<String>,
 }
 
 impl Changes {
@@ -49,6 +60,7 @@ impl Changes {
             complete: AtomicBool::new(true),
             node_specs: tokio::sync::broadcast::channel(4096).0,
             node_credentials: tokio::sync::broadcast::channel(1024).0,
+            node_devices: tokio::sync::broadcast::channel(4096).0,
         }
     }
 
@@ -59,6 +71,7 @@ impl Changes {
             complete: AtomicBool::new(false),
             node_specs: tokio::sync::broadcast::channel(4096).0,
             node_credentials: tokio::sync::broadcast::channel(1024).0,
+            node_devices: tokio::sync::broadcast::channel(4096).0,
         }
     }
 
@@ -93,11 +106,24 @@ impl Changes {
         self.node_credentials.subscribe()
     }
 
+    /// Announces that the devices a node may send telemetry for changed.
+    pub(super) fn node_devices_changed(&self, node_id: &str) {
+        let _ = self.node_devices.send(node_id.to_string());
+    }
+
+    /// Nodes whose devices change from now on.
+    pub fn node_device_changes(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.node_devices.subscribe()
+    }
+
     fn set_complete(&self, complete: bool) {
         // Bumped either way: what was read before the listener (re)connected may have missed a change.
         self.bump();
         self.complete.store(complete, Ordering::SeqCst);
         self.bump();
+        // Likewise for what is cached of nodes: every node, as if each had changed.
+        self.node_credentials_revoked(EVERY_NODE);
+        self.node_devices_changed(EVERY_NODE);
     }
 }
 
@@ -138,6 +164,9 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
                         Ok(Some(n)) if n.channel() == NODE_CREDENTIALS_CHANNEL => {
                             c.node_credentials_revoked(n.payload());
                         }
+                        Ok(Some(n)) if n.channel() == NODE_DEVICES_CHANNEL => {
+                            c.node_devices_changed(n.payload());
+                        }
                         Ok(Some(_)) => c.bump(),
                         // Lost the connection (`None`), or the pool is closing: notifications may be missed.
                         Ok(None) | Err(_) => {
@@ -158,6 +187,6 @@ pub(super) async fn follow(pool: PgPool, changes: Weak<Changes>) {
 
 async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen_all([CHANNEL, NODE_SPEC_CHANNEL, NODE_CREDENTIALS_CHANNEL]).await?;
+    listener.listen_all([CHANNEL, NODE_SPEC_CHANNEL, NODE_CREDENTIALS_CHANNEL, NODE_DEVICES_CHANNEL]).await?;
     Ok(listener)
 }

@@ -1065,6 +1065,25 @@ async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the
     let mut agent = SimAgent::new(&one.base, "replicated", "H100-80GB:1", one.join_token(None).await);
     agent.start();
     let node = one.settled("replicated").await;
+    let gpu = node["gpus"][0]["uuid"].as_str().expect("uuid").to_string();
+    let cred = std::fs::read_to_string(agent.dir.join("credential.json")).expect("credential");
+    let cred: Value = serde_json::from_str(&cred).expect("credential json");
+    let credential = cred["credential"].as_str().expect("credential").to_string();
+    // Replica two takes the node's telemetry too (behind a load balancer any replica may): it now holds the node's
+    // credential and devices, the GPU alone.
+    let sample = |device: &str| {
+        json!({"devices": [{"device": device, "gpu": gpu, "samples": [
+            {"t": tessera_server::store::now_ms(), "util": 50.0, "mem_used_mib": 1.0, "mem_total_mib": 81_559.0}]}]})
+    };
+    let telemetry = |server: &Server, batch: Value| {
+        let request = server.client.post(format!("{}/api/v1/agent/telemetry", server.base)).bearer_auth(&credential);
+        async move {
+            let r = request.json(&batch).send().await.expect("send");
+            (r.status(), r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (s, took) = telemetry(&two, sample(&gpu)).await;
+    assert_eq!((s, took["accepted"].as_u64()), (StatusCode::OK, Some(1)), "{took}");
     let (_, tenant) = two.call(Method::POST, "/api/v1/tenants", Some(json!({"name": "pg"}))).await;
     let tenant = tenant["id"].as_str().expect("tenant").to_string();
     two.call(Method::PUT, &format!("/api/v1/tenants/{tenant}/quotas"), Some(json!({"limits": {"compute_slices": 7}})))
@@ -1111,6 +1130,32 @@ async fn with_postgres_a_change_made_on_one_replica_is_pushed_by_the_replica_the
     assert_eq!(agent.instances(0).len(), 1);
     eprintln!("layout approved on replica two -> active through replica one: {took:?}");
     assert_eq!(node["gpus"][0]["uuid"], after["gpus"][0]["uuid"]);
+
+    // The status reporting the new instance was stored through replica one; replica two, which cached the node's
+    // devices without it (and keeps them for minutes), hears of it from the database and takes its samples.
+    let mig = agent.instances(0)[0].2.clone();
+    let batch = |mig: &str| {
+        let mut b = sample(mig);
+        b["devices"][0]["profile"] = json!("2g.20gb");
+        b["devices"][0]["start"] = json!(agent.instances(0)[0].1);
+        b
+    };
+    let taken = wait_for(Duration::from_secs(2), || async {
+        let (s, r) = telemetry(&two, batch(&mig)).await;
+        (s == StatusCode::OK && r["accepted"] == 1).then_some(())
+    })
+    .await;
+    assert!(taken.is_some(), "replica two takes the new instance's samples: {:?}", telemetry(&two, batch(&mig)).await);
+
+    // Revoked through replica one, the credential replica two cached (for minutes) stops working there at once.
+    let node_id = node["id"].as_str().expect("node id");
+    let (s, r) = one.call(Method::DELETE, &format!("/api/v1/nodes/{node_id}/credentials"), None).await;
+    assert_eq!(s, StatusCode::OK, "{r}");
+    let refused = wait_for(Duration::from_secs(2), || async {
+        (telemetry(&two, sample(&gpu)).await.0 == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    assert!(refused.is_some(), "a revoked credential is refused by the other replica within 2 s");
 
     agent.kill();
     one.stop().await;

@@ -747,6 +747,56 @@ async fn postgres_replicas_see_each_others_changes_to_requests() {
     db.close().await;
 }
 
+/// Two replicas on one PostgreSQL database: a GPU registered to a node, or a status whose MIG instances differ from
+/// the stored one's, is announced to the other replica (which forgets the node's devices it cached for telemetry);
+/// a status that repeats the instances (every 30 s per node, with other processes in them) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_replicas_hear_when_a_nodes_devices_change_and_only_then() {
+    use std::time::Duration;
+    let Some(db) = crate::harness::postgres().await else { return };
+    let other = Store::connect(&db.url).await.expect("second replica");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while other.generation().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the second replica never started following changes");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut heard = other.node_device_changes();
+    async fn next(heard: &mut tokio::sync::broadcast::Receiver<String>) -> String {
+        tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.expect("heard within 5 s").expect("heard")
+    }
+    let gpu =
+        NewGpu { index: 0, uuid: "GPU-devices-0".into(), model: "H100-80GB".into(), mig_enabled: true, layout: vec![] };
+    let node = db.store.register_node("devices", &[gpu], "admin").await.expect("node");
+    assert_eq!(next(&mut heard).await, node.id, "a GPU registered to the node");
+    let status = |uuids: &[&str], pids: &[u32]| -> tessera_core::api::NodeStatus {
+        let instances: Vec<serde_json::Value> = uuids
+            .iter()
+            .enumerate()
+            .map(|(k, u)| {
+                serde_json::json!({"profile": "1g.10gb", "start": k, "uuid": u, "gi_id": k, "ci_id": 0,
+                    "device_name": "MIG 1g.10gb Device 0", "processes": pids})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({"observed_generation": 1,
+            "gpus": [{"uuid": "GPU-devices-0", "mig_enabled": true, "instances": instances}]}))
+        .expect("status")
+    };
+    assert!(db.store.record_status(&node.id, &status(&["MIG-a"], &[])).await.expect("status"));
+    assert_eq!(next(&mut heard).await, node.id, "the first status");
+    // The same instances with other processes in them, then the same status again: nothing is announced; the
+    // next announcement is the instance that came.
+    assert!(db.store.record_status(&node.id, &status(&["MIG-a"], &[4242])).await.expect("status"));
+    assert!(db.store.record_status(&node.id, &status(&["MIG-a"], &[4242])).await.expect("status"));
+    let other_node = db.store.register_node("elsewhere", &[], "admin").await.expect("node");
+    assert!(db.store.record_status(&node.id, &status(&["MIG-a", "MIG-b"], &[4242])).await.expect("status"));
+    assert_eq!(next(&mut heard).await, node.id, "an instance more; nothing before it for the repeated instances");
+    assert!(db.store.record_status(&node.id, &status(&["MIG-b"], &[])).await.expect("status"));
+    assert_eq!(next(&mut heard).await, node.id, "an instance less");
+    assert!(heard.try_recv().is_err(), "nothing else (a node registered without GPUs: {})", other_node.id);
+    other.close().await;
+    db.close().await;
+}
+
 async fn single_sign_on_creates_users_and_re_maps_their_memberships_at_each_sign_in(store: &Store) {
     let ml = store.create_tenant("ml", POLICY, "admin").await.expect("tenant");
     let cv = store.create_tenant("cv", POLICY, "admin").await.expect("tenant");
