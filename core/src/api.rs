@@ -299,6 +299,11 @@ pub struct TelemetryAccepted {
     pub accepted: u64,
     /// Samples refused: a device not on this node, or a time too far from the server's clock.
     pub rejected: u64,
+    /// The interval, in milliseconds, the server asks the agent to send its batches at (never sooner than the
+    /// agent's own `--telemetry-batch-ms`): longer while the server runs late, back to its floor once it has room.
+    /// Absent from servers that do not pace their agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_batch_ms: Option<u64>,
 }
 
 #[cfg(test)]

@@ -8,10 +8,12 @@ use tessera_services::auth::Permissions;
 
 use super::auth::{NodeAuth, new_node_secret, token_hash};
 use super::error::{ApiError, ApiJson, ApiPath, Problem};
+use std::collections::HashMap;
 use tessera_services::app::AppState;
 use tessera_services::auth::secrets::JOIN_TOKEN_PREFIX;
 use tessera_services::fleet::valid_node_name;
 use tessera_services::fleet::{self, GpuReport};
+
 use tessera_store::Node;
 use tessera_store::agents::AgentRecord;
 
@@ -113,25 +115,45 @@ pub async fn list_nodes(State(state): State<AppState>, Caller(p): Caller) -> Res
             )
         })
         .collect();
+    // Everything per node or GPU looked up by id: 10,000 nodes and 80,000 GPUs cost lookups, not a scan of every
+    // list per GPU.
+    let records: HashMap<&str, &AgentRecord> = records.iter().map(|r| (r.node_id.as_str(), r)).collect();
+    // The first of each per GPU, as the lists come.
+    let mut drains_on: HashMap<&str, &tessera_store::DrainRecord> = HashMap::new();
+    for d in &drains {
+        drains_on.entry(d.gpu_id.as_str()).or_insert(d);
+    }
+    let mut waiting_on: HashMap<&str, &str> = HashMap::new();
+    for w in &waiting {
+        waiting_on.entry(w.gpu_id.as_str()).or_insert(w.id.as_str());
+    }
+    let mut processes_on: HashMap<&str, Vec<&tessera_store::attribution::ProcessRow>> = HashMap::new();
+    for p in &processes {
+        processes_on.entry(p.gpu_id.as_str()).or_default().push(p);
+    }
+    let mut live_on: HashMap<&str, Vec<&tessera_store::Allocation>> = HashMap::new();
+    for a in &live {
+        live_on.entry(a.gpu_id.as_str()).or_default().push(a);
+    }
     let views = state
         .store
         .nodes()
         .await?
         .into_iter()
         .map(|n| {
-            let record = records.iter().find(|r| r.node_id == n.id);
+            let record = records.get(n.id.as_str()).copied();
             let mut view = node_view(n, record, &state, now);
             for gpu in &mut view.gpus {
-                gpu.drain = drains
-                    .iter()
-                    .find(|d| d.gpu_id == gpu.id)
-                    .map(|d| tessera_services::fleet::drain_of(d.clone(), &live));
+                gpu.drain =
+                    drains_on.get(gpu.id.as_str()).map(|d| tessera_services::fleet::drain_of((*d).clone(), &live));
                 gpu.now = samples.get(&gpu.uuid).cloned();
-                gpu.layout_waiting = waiting.iter().find(|w| w.gpu_id == gpu.id).map(|w| w.id.clone());
-                gpu.processes = processes.iter().filter(|p| p.gpu_id == gpu.id).cloned().map(Into::into).collect();
-                gpu.in_use = live
-                    .iter()
-                    .filter(|a| a.gpu_id == gpu.id)
+                gpu.layout_waiting = waiting_on.get(gpu.id.as_str()).map(|w| (*w).to_string());
+                gpu.processes =
+                    processes_on.get(gpu.id.as_str()).into_iter().flatten().map(|p| (*p).clone().into()).collect();
+                gpu.in_use = live_on
+                    .get(gpu.id.as_str())
+                    .into_iter()
+                    .flatten()
                     .map(|a| InUse {
                         profile: a.profile.clone(),
                         start: a.start,

@@ -135,8 +135,9 @@ pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), Age
 }
 
 /// Samples every device each `every`, at this agent's offset into the period of the wall clock, and sends what the
-/// buffer holds right after the sample that makes a batch due (at most every `batch_every`; a backlog goes in
-/// several batches, oldest first). Samples that cannot be delivered stay in the bounded buffer.
+/// buffer holds right after the sample that makes a batch due (at most every `batch_every`, or the longer interval
+/// the server's last answer asked for; a backlog goes in several batches, oldest first). Samples that cannot be
+/// delivered stay in the bounded buffer.
 async fn telemetry_loop(
     config: Config,
     http: reqwest::Client,
@@ -148,6 +149,8 @@ async fn telemetry_loop(
     let mut buffer = crate::telemetry::Buffer::new(tc.buffer);
     let (every_ms, offset_ms) = tc.schedule_ms();
     let mut sent_at: Option<tokio::time::Instant> = None;
+    // What the server asked for last (never shorter than this agent's own interval).
+    let mut batch_every = tc.batch_every;
     let mut warned = false;
     loop {
         tokio::time::sleep(crate::telemetry::until_next(now_ms(), every_ms, offset_ms)).await;
@@ -158,7 +161,7 @@ async fn telemetry_loop(
             Err(e) => tracing::warn!(error = %e, "cannot sample the GPUs"),
         }
         // Due when the last batch went at least `batch_every` ago, give or take half a sampling period.
-        if sent_at.is_some_and(|at| at.elapsed() + tc.every / 2 < tc.batch_every) {
+        if sent_at.is_some_and(|at| at.elapsed() + tc.every / 2 < batch_every) {
             continue;
         }
         sent_at = Some(tokio::time::Instant::now());
@@ -166,7 +169,10 @@ async fn telemetry_loop(
             let readings = buffer.take(tc.max_batch);
             let body = crate::telemetry::encode(&crate::telemetry::batch(&readings, buffer.dropped()));
             match send_telemetry(&config, &http, &cred, body).await {
-                Ok(()) => warned = false,
+                Ok(asked) => {
+                    warned = false;
+                    batch_every = paced(tc.batch_every, asked);
+                }
                 Err((false, e)) => {
                     tracing::warn!(error = %e, samples = readings.len(), "telemetry batch refused; dropped");
                     buffer.discard(readings.len());
@@ -187,13 +193,23 @@ async fn telemetry_loop(
 /// Now, in ms since the Unix epoch.
 pub use tessera_core::clock::now_ms;
 
-/// Sends one batch; an error says whether sending it again may succeed.
+/// The interval to send batches at: the agent's own, or the longer one the server asked for (at most
+/// [`MAX_PACED`]).
+pub fn paced(own: Duration, asked_ms: Option<u64>) -> Duration {
+    asked_ms.map_or(own, |ms| own.max(Duration::from_millis(ms).min(MAX_PACED)))
+}
+
+/// The longest interval a server's answer may set (a server asks for 30 s at most).
+pub const MAX_PACED: Duration = Duration::from_secs(60);
+
+/// Sends one batch; the interval the server asks for next, or an error that says whether sending it again may
+/// succeed.
 async fn send_telemetry(
     config: &Config,
     http: &reqwest::Client,
     cred: &Credential,
     body: Vec<u8>,
-) -> Result<(), (bool, String)> {
+) -> Result<Option<u64>, (bool, String)> {
     let response = http
         .post(format!("{}/api/v1/agent/telemetry", config.server))
         .bearer_auth(&cred.credential)
@@ -205,7 +221,8 @@ async fn send_telemetry(
         .map_err(|e| (true, e.to_string()))?;
     let status = response.status();
     if status.is_success() {
-        return Ok(());
+        let answer = response.json::<tessera_core::api::TelemetryAccepted>().await.ok();
+        return Ok(answer.and_then(|a| a.next_batch_ms));
     }
     let again = status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429);
     Err((again, format!("HTTP {status}")))
@@ -715,6 +732,15 @@ async fn long_poll_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_may_ask_for_longer_batch_intervals_but_never_shorter_ones() {
+        let own = Duration::from_secs(1);
+        assert_eq!(paced(own, None), own, "a server that does not pace");
+        assert_eq!(paced(own, Some(4_500)), Duration::from_millis(4_500));
+        assert_eq!(paced(Duration::from_secs(5), Some(1_000)), Duration::from_secs(5), "never sooner than its own");
+        assert_eq!(paced(own, Some(u64::MAX)), MAX_PACED);
+    }
 
     #[test]
     fn the_proposed_join_credential_is_kept_until_the_join_is_answered() {

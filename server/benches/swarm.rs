@@ -313,6 +313,8 @@ struct Stats {
     rejected: AtomicU64,
     dropped: AtomicU64,
     pending: AtomicU64,
+    /// The longest batch interval the server asked for (`next_batch_ms`) since it was last read.
+    asked_max_ms: AtomicU64,
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -625,6 +627,9 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
     let url = format!("{}/api/v1/agent/telemetry", swarm.base);
     let mut dropped = 0u64;
     let mut tick = 0u64;
+    // The first batch at this node's own second of the `--batch-s` period.
+    let mut due = (swarm.batch_s - node.index as u64 % swarm.batch_s) % swarm.batch_s;
+    let mut every = swarm.batch_s;
     while !swarm.stop.load(Ordering::Relaxed) {
         tokio::time::sleep(tessera_agent::telemetry::until_next(now_ms(), 1000, offset)).await;
         if swarm.stop.load(Ordering::Relaxed) {
@@ -648,9 +653,10 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
             });
         }
         add(&swarm.stats.taken, node.gpus.len() as u64);
-        // A batch every `--batch-s` seconds (the agent's `--telemetry-batch-ms`), each node at its own second.
+        // A batch every `--batch-s` seconds (the agent's `--telemetry-batch-ms`), each node at its own second, or
+        // less often when the server's last answer asked for it (`next_batch_ms`), as the agent does.
         tick += 1;
-        if !(tick + node.index as u64).is_multiple_of(swarm.batch_s) {
+        if tick < due {
             continue;
         }
         let batch = TelemetryBatch {
@@ -697,6 +703,9 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
             Ok(a) => {
                 add(&swarm.stats.accepted, a.accepted);
                 add(&swarm.stats.rejected, a.rejected);
+                swarm.stats.asked_max_ms.fetch_max(a.next_batch_ms.unwrap_or(0), Ordering::Relaxed);
+                let asked = tessera_agent::agent::paced(Duration::from_secs(swarm.batch_s), a.next_batch_ms);
+                every = asked.as_secs_f64().round().max(1.0) as u64;
                 pending.iter_mut().for_each(Vec::clear);
             }
             Err(again) => {
@@ -708,6 +717,7 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
                 }
             }
         }
+        due = tick + every;
     }
     add(&swarm.stats.pending, pending.iter().map(|s| s.len() as u64).sum());
 }
@@ -718,6 +728,8 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
 struct Approvals {
     applied_ms: Vec<f64>,
     arrived_ms: Vec<f64>,
+    /// From sending the approval to its answer.
+    answered_ms: Vec<f64>,
     not_applied: usize,
     not_active: usize,
     /// Creations or approvals that failed (not answered within 120 s, or refused).
@@ -731,6 +743,7 @@ async fn approvals(server: &Server, swarm: &Swarm, m: usize) -> Approvals {
     let mut out = Approvals {
         applied_ms: Vec::new(),
         arrived_ms: Vec::new(),
+        answered_ms: Vec::new(),
         not_applied: 0,
         not_active: 0,
         failed: 0,
@@ -765,6 +778,7 @@ async fn approvals(server: &Server, swarm: &Swarm, m: usize) -> Approvals {
         let seen = swarm.applied.lock().unwrap().len();
         let t0 = Instant::now();
         let (s, approval) = server.call(reqwest::Method::POST, &format!("/api/v1/requests/{id}/approve"), None).await;
+        out.answered_ms.push(t0.elapsed().as_secs_f64() * 1000.0);
         if s != StatusCode::OK {
             println!("  request not approved: {s} {approval}");
             out.failed += 1;
@@ -951,8 +965,13 @@ async fn run(args: Args) {
             peak_rss = peak_rss.max(rss);
             let (cpu, acc) = (cpu_ticks(&pid), get(&stats.accepted));
             let secs = last_t.elapsed().as_secs_f64();
+            // The longest batch interval the server asked of its agents meanwhile.
+            let pace = match stats.asked_max_ms.swap(0, Ordering::Relaxed) {
+                0 => String::new(),
+                ms => format!("  asked a batch every {:.1} s at most", ms as f64 / 1000.0),
+            };
             rows.push(format!(
-                "  {:>5.0} s  server {:.2} cores  RSS {rss:.0} MiB  accepted {:.0} samples/s  batch errors {}",
+                "  {:>5.0} s  server {:.2} cores  RSS {rss:.0} MiB  accepted {:.0} samples/s  batch errors {}{pace}",
                 started.elapsed().as_secs_f64(),
                 (cpu - last_cpu) as f64 / ticks / secs,
                 (acc - last_acc) as f64 / secs,
@@ -987,6 +1006,7 @@ async fn run(args: Args) {
             break;
         }
     }
+    let asked = Instant::now();
     let metrics = server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await;
     let metrics = match metrics {
         Ok(r) => r.text().await.unwrap_or_default(),
@@ -995,6 +1015,13 @@ async fn run(args: Args) {
             String::new()
         }
     };
+    println!(
+        "  /metrics (every series of the fleet) answered in {:.0} ms, {:.1} MB; the server ran {} ms late at most in \
+         the last second",
+        asked.elapsed().as_secs_f64() * 1000.0,
+        metrics.len() as f64 / 1e6,
+        metric(&metrics, "tessera_runtime_lateness_seconds").map_or("?".to_string(), |s| format!("{:.0}", s * 1e3))
+    );
     let server_accepted = metric(&metrics, "tessera_telemetry_samples_total");
     let server_rejected = metric(&metrics, "tessera_telemetry_rejected_samples_total");
     let series_limit = metric(&metrics, "tessera_telemetry_refused_series_total{reason=\"series_limit\"}");
@@ -1010,6 +1037,7 @@ async fn run(args: Args) {
     let q = |v: &[f64], p: f64| quantile(v, p);
     let applied_ms = sorted(approved.applied_ms.clone());
     let arrived_ms = sorted(approved.arrived_ms.clone());
+    let answered_ms = sorted(approved.answered_ms.clone());
     let rtts = sorted(swarm.rtts.lock().unwrap().iter().map(|&us| f64::from(us) / 1000.0).collect());
     let window_taken = after.0 - before.0;
     let window_accepted = after.1 - before.1;
@@ -1038,13 +1066,16 @@ async fn run(args: Args) {
     );
     println!(
         "| approval -> applied p95 < 1 s | {} whole-GPU approvals one after another on {} nodes: p50 {:.0} ms, \
-         p95 {:.0} ms, max {:.0} ms (approval -> spec on the node's socket p50 {:.0} ms, p95 {:.0} ms); {} not \
-         applied within 30 s, {} not `active` when read back, {} creations or approvals failed |",
+         p95 {:.0} ms, max {:.0} ms (the approval answered p50 {:.0} ms, p95 {:.0} ms; the spec on the node's \
+         socket p50 {:.0} ms, p95 {:.0} ms); {} not applied within 30 s, {} not `active` when read back, {} \
+         creations or approvals failed |",
         args.approvals,
         approved.nodes,
         q(&applied_ms, 0.5),
         q(&applied_ms, 0.95),
         q(&applied_ms, 1.0),
+        q(&answered_ms, 0.5),
+        q(&answered_ms, 0.95),
         q(&arrived_ms, 0.5),
         q(&arrived_ms, 0.95),
         approved.not_applied,

@@ -127,7 +127,7 @@ pub fn default_data_dir() -> PathBuf {
 /// The settings `tessera serve` runs with: flags (and their `TESSERA_*` variables) over the file over the
 /// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
 /// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`,
-/// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, `TESSERA_TELEMETRY_MAX_SERIES`, and the
+/// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, `TESSERA_TELEMETRY_MAX_SERIES`, `TESSERA_TELEMETRY_BATCH_FLOOR_MS`, and the
 /// sign-in variables of [`with_auth_env`]) read through `env`. `TESSERA_WEBHOOK_ALLOW_INTERNAL`,
 /// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY`, `TESSERA_SECRET_OLD_KEYS` (comma-separated) and
 /// `TESSERA_KUBECONFIGS` (`name=path`, comma-separated) win over the file's `[webhooks]`, `[secrets]` and
@@ -161,6 +161,14 @@ pub fn resolve(
             .ok()
             .filter(|n| (1..=10_000_000).contains(n))
             .ok_or("TESSERA_TELEMETRY_MAX_SERIES must be a whole number from 1 to 10000000")?;
+    }
+    if let Some(v) = env("TESSERA_TELEMETRY_BATCH_FLOOR_MS") {
+        telemetry.batch_floor_ms = v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (100..=tessera_services::state::pace::MAX_INTERVAL_MS).contains(n))
+            .ok_or("TESSERA_TELEMETRY_BATCH_FLOOR_MS must be a whole number from 100 to 30000")?;
     }
     let max_connections_per_address = match env("TESSERA_MAX_CONNECTIONS_PER_ADDRESS") {
         Some(v) => Some(
@@ -315,6 +323,7 @@ mod tests {
             ("TESSERA_BOOTSTRAP_TOKEN", "  "),
             ("TESSERA_MAX_CONNECTIONS", "64"),
             ("TESSERA_TELEMETRY_MAX_SERIES", "90000"),
+            ("TESSERA_TELEMETRY_BATCH_FLOOR_MS", "5000"),
         ]);
         let s = resolve(flags, file, env).expect("settings");
         assert_eq!((s.listen.as_str(), s.demo), ("127.0.0.1:1", true));
@@ -324,6 +333,7 @@ mod tests {
         assert_eq!(s.bootstrap_join_tokens, ["tsj_a", "tsj_b"]);
         assert_eq!(s.max_connections, Some(64));
         assert_eq!(s.telemetry.max_series, 90_000);
+        assert_eq!(s.telemetry.batch_floor_ms, 5_000);
         assert!(!s.webhooks.reach.allow_internal, "tenants' webhooks stay outside the network by default");
         assert!(s.webhooks.reach.nets.is_empty() && s.webhooks.reach.hosts.is_empty());
         let debug = format!("{s:?}");
@@ -338,6 +348,8 @@ mod tests {
             &[("TESSERA_MAX_CONNECTIONS", "0")][..],
             &[("TESSERA_MAX_CONNECTIONS", "many")][..],
             &[("TESSERA_TELEMETRY_MAX_SERIES", "0")][..],
+            &[("TESSERA_TELEMETRY_BATCH_FLOOR_MS", "50")][..],
+            &[("TESSERA_TELEMETRY_BATCH_FLOOR_MS", "60000")][..],
             &[("TESSERA_WEBHOOK_ALLOW_INTERNAL", "maybe")][..],
             &[("TESSERA_WEBHOOK_ALLOW", "10.1.2.3/8")][..],
             &[("TESSERA_WEBHOOK_ALLOW", "http://x/")][..],

@@ -86,11 +86,18 @@ pub struct TelemetrySettings {
     /// Most device series (GPUs and MIG instances, all nodes together) kept in memory; new series past it are
     /// refused and counted.
     pub max_series: usize,
+    /// The shortest interval agents are asked to send their telemetry batches at, in milliseconds (longer while
+    /// the server runs late: `tessera_services::state::pace`).
+    pub batch_floor_ms: u64,
 }
 
 impl Default for TelemetrySettings {
     fn default() -> Self {
-        TelemetrySettings { window_s: 900, max_series: tessera_services::telemetry::DEFAULT_MAX_SERIES }
+        TelemetrySettings {
+            window_s: 900,
+            max_series: tessera_services::telemetry::DEFAULT_MAX_SERIES,
+            batch_floor_ms: tessera_services::state::pace::DEFAULT_FLOOR_MS,
+        }
     }
 }
 
@@ -188,6 +195,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             settings.telemetry.max_series,
         )),
         node_gpus: Default::default(),
+        pace: Arc::new(tessera_services::state::pace::Pace::new(settings.telemetry.batch_floor_ms)),
         connections: limits,
         streams: tessera_services::streams::Streams::new(tessera_services::streams::StreamLimits {
             lifetime: settings.stream_lifetime.unwrap_or(tessera_services::streams::STREAM_LIFETIME),
@@ -309,6 +317,7 @@ pub async fn serve(
     let agents = tessera_services::agents::start_background(&state);
     let telemetry =
         tessera_services::telemetry::start_background(state.store.clone(), state.telemetry.clone(), TELEMETRY_FLUSH);
+    let pace = tessera_services::state::pace::start_background(state.pace.clone());
     let webhooks = tessera_services::notifications::start_background(
         state.store.clone(),
         state.webhooks.clone(),
@@ -392,6 +401,7 @@ pub async fn serve(
     webhooks.abort();
     agents.abort();
     telemetry.abort();
+    pace.abort();
     if let Err(e) =
         tessera_services::telemetry::flush(&state_for_flush.store, &state_for_flush.telemetry, i64::MAX / 2).await
     {

@@ -144,15 +144,13 @@ pub async fn refresh(state: &AppState, nodes: Option<&[String]>) -> Result<(), S
 
 /// Refreshes the specs of the nodes holding `gpu_ids`, logging (not failing) when it cannot: the sweeper retries.
 pub async fn refresh_gpus(state: &AppState, gpu_ids: &[String]) {
-    let nodes = match state.store.nodes().await {
-        Ok(nodes) => nodes,
+    let ids = match state.store.nodes_of_gpus(gpu_ids).await {
+        Ok(ids) => ids,
         Err(e) => {
             tracing::warn!(error = %e, "cannot refresh node specs");
             return;
         }
     };
-    let ids: Vec<String> =
-        nodes.into_iter().filter(|n| n.gpus.iter().any(|g| gpu_ids.contains(&g.id))).map(|n| n.id).collect();
     if let Err(e) = refresh(state, Some(&ids)).await {
         tracing::warn!(error = %e, "cannot refresh node specs");
     }

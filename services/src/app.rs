@@ -39,6 +39,8 @@ pub struct App {
     pub telemetry: Arc<crate::telemetry::Telemetry>,
     /// The devices each node owns (its GPUs and the MIG instances its status reports), for checking telemetry.
     pub node_gpus: NodeGpuCache,
+    /// How often agents are asked to send their telemetry batches.
+    pub pace: Arc<crate::state::pace::Pace>,
     /// Most connections open at once, and per client address.
     pub connections: crate::connections::Limits,
     /// The long-lived streams open on this replica, under their caps.

@@ -1,6 +1,8 @@
 //! The fleet: registering nodes and their GPUs (checked against the catalog and the MIG rules), cordoning, and
 //! asking the planner where a request would go.
 
+use std::collections::HashMap;
+
 use crate::auth::Permissions;
 use tessera_core::layout::{InstanceSpec, PlacedInstance, validate};
 use tessera_core::planner::{DemandInput, GpuInput, InstanceInput, Plan, PlanInput, plan};
@@ -160,21 +162,39 @@ pub async fn allocations(
     let ids: Vec<String> = allocations.iter().map(|a| a.id.clone()).collect();
     let claims = state.store.allocation_claims(&ids).await?;
     let processes = state.store.allocation_processes(&ids).await?;
+    // Each looked up by id: a tenant holding thousands of allocations on a fleet of 10,000 GPUs costs lookups, not
+    // a scan of the fleet and of every list per allocation.
+    let gpus: HashMap<&str, (&Node, &tessera_store::Gpu)> =
+        nodes.iter().flat_map(|n| n.gpus.iter().map(move |g| (g.id.as_str(), (n, g)))).collect();
+    let expiries: HashMap<&str, _> = expiries.iter().map(|t| (t.0.as_str(), t)).collect();
+    let devices: HashMap<&str, (&String, i64)> =
+        devices.iter().map(|(id, d, from)| (id.as_str(), (d, *from))).collect();
+    let mut claims_of: HashMap<&str, Vec<_>> = HashMap::new();
+    for c in &claims {
+        claims_of.entry(c.allocation_id.as_str()).or_default().push(c);
+    }
+    let mut processes_of: HashMap<&str, Vec<&tessera_store::attribution::ProcessRow>> = HashMap::new();
+    for p in &processes {
+        if let Some(a) = p.allocation_id.as_deref() {
+            processes_of.entry(a).or_default().push(p);
+        }
+    }
     let views = allocations
         .into_iter()
         .filter_map(|a| {
-            let (node, gpu) = nodes.iter().find_map(|n| n.gpus.iter().find(|g| g.id == a.gpu_id).map(|g| (n, g)))?;
+            let (node, gpu) = gpus.get(a.gpu_id.as_str()).copied()?;
             let whole = !gpu.mig_enabled;
-            let terms = expiries.iter().find(|t| t.0 == a.id);
+            let terms = expiries.get(a.id.as_str()).copied();
             // A reservation's slice made before its window is prepared: no device to use until the start.
-            let (device, prepared) = match devices.iter().find(|(id, _, _)| *id == a.id) {
-                Some((_, _, from)) if *from > now => (None, true),
-                Some((_, d, _)) => (Some(d.clone()), false),
+            let (device, prepared) = match devices.get(a.id.as_str()) {
+                Some((_, from)) if *from > now => (None, true),
+                Some((d, _)) => (Some((*d).clone()), false),
                 None => (None, false),
             };
-            let claims = claims
-                .iter()
-                .filter(|c| c.allocation_id == a.id)
+            let claims = claims_of
+                .get(a.id.as_str())
+                .into_iter()
+                .flatten()
                 .map(|c| tessera_api::allocations::ClaimView {
                     cluster: c.cluster_name.clone(),
                     namespace: c.namespace.clone(),
@@ -184,12 +204,8 @@ pub async fn allocations(
                     observed_at_ms: c.observed_at_ms,
                 })
                 .collect();
-            let processes = processes
-                .iter()
-                .filter(|p| p.allocation_id.as_deref() == Some(a.id.as_str()))
-                .cloned()
-                .map(Into::into)
-                .collect();
+            let processes =
+                processes_of.get(a.id.as_str()).into_iter().flatten().map(|p| (*p).clone().into()).collect();
             Some(AllocationView {
                 claims,
                 processes,

@@ -427,7 +427,7 @@ impl Telemetry {
         if accepted > 0 {
             self.changed.send_modify(|n| *n = n.wrapping_add(1));
         }
-        TelemetryAccepted { accepted, rejected }
+        TelemetryAccepted { accepted, rejected, next_batch_ms: None }
     }
 
     /// Finishes the minutes that ended more than `grace_ms` before `now_ms`, forgets devices not heard from for a

@@ -436,6 +436,25 @@ impl Store {
         })
     }
 
+    /// The nodes holding any of `gpu_ids` (GPU ids), each once, by id: the nodes whose specs a change to those GPUs
+    /// moves (an approval reads these two or three, not the fleet).
+    pub async fn nodes_of_gpus(&self, gpu_ids: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut out = std::collections::BTreeSet::new();
+        for chunk in gpu_ids.chunks(500) {
+            let sql =
+                format!("SELECT DISTINCT node_id FROM gpus WHERE id IN ({})", super::dialect::marks(1, chunk.len()));
+            let rows: Vec<(String,)> = on_pool!(self, pool, _dialect => {
+                let mut q = sqlx::query_as(&sql);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                q.fetch_all(pool).await?
+            });
+            out.extend(rows.into_iter().map(|(id,)| id));
+        }
+        Ok(out.into_iter().collect())
+    }
+
     /// Every node's [`SpecInputs`], by node id, in three reads of the fleet (the sweep's refresh of every spec:
     /// three reads a node held the refresh lock for seconds at 10,000 nodes).
     pub async fn all_spec_inputs(&self) -> Result<Vec<(String, SpecInputs)>, StoreError> {

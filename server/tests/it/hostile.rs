@@ -52,14 +52,14 @@ fn sample(now: i64) -> Value {
     json!({"t": now, "util": 99.0, "mem_used_mib": 1.0, "mem_total_mib": 10.0})
 }
 
-async fn metrics(server: &Server) -> String {
+pub(crate) async fn metrics(server: &Server) -> String {
     let r =
         server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await.expect("send");
     assert_eq!(r.status(), StatusCode::OK);
     r.text().await.expect("text")
 }
 
-fn metric(text: &str, line_start: &str) -> f64 {
+pub(crate) fn metric(text: &str, line_start: &str) -> f64 {
     text.lines()
         .find(|l| l.starts_with(line_start))
         .and_then(|l| l.rsplit(' ').next())

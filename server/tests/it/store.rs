@@ -394,6 +394,14 @@ async fn approvals_reserve_exact_instances_and_propose_layouts(store: &Store) {
     let other = one_h100(store, "node-y").await;
     let every = store.all_spec_inputs().await.expect("every node");
     assert_eq!(every.len(), 2);
+    // The nodes an approval on some GPUs refreshes: each holder once, nothing for an unknown GPU.
+    let ids = |g: &[&str]| g.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let holders = store.nodes_of_gpus(&ids(&[&gpu.id, &other.id, &gpu.id, "no-such-gpu"])).await.expect("holders");
+    let mut both = vec![gpu.node_id.clone(), other.node_id.clone()];
+    both.sort();
+    assert_eq!(holders, both);
+    assert_eq!(store.nodes_of_gpus(&ids(&[&other.id])).await.expect("holder"), std::slice::from_ref(&other.node_id));
+    assert!(store.nodes_of_gpus(&[]).await.expect("none").is_empty());
     for (node_id, inputs) in &every {
         let mut one = store.spec_inputs(node_id).await.expect("one node");
         let mut all = inputs.clone();

@@ -306,3 +306,54 @@ async fn an_agent_cut_off_buffers_drops_the_oldest_past_its_bound_and_delivers_t
     assert!(text.is_some(), "the agent reports what it dropped");
     server.stop().await;
 }
+
+/// A server whose floor is 2 s asks for it in every answer, and an agent that would batch every 500 ms sends a batch
+/// about every 2 s instead, its samples still taken every 250 ms and all delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_sends_its_batches_no_more_often_than_the_server_asks() {
+    use crate::hostile::{metric, metrics};
+    let mut server = Server::start_with(
+        &sqlite_url(),
+        free_port(),
+        &new_token_secret(),
+        &[("TESSERA_TELEMETRY_BATCH_FLOOR_MS", "2000")],
+    )
+    .await;
+    let mut agent = SimAgent::new(&server.base, "paced", "A100-40GB:1", server.join_token(None).await);
+    agent.telemetry = fast(10_000);
+    agent.start();
+    server.settled("paced").await;
+    let counts = |text: String| {
+        (metric(&text, "tessera_telemetry_batches_total"), metric(&text, "tessera_telemetry_samples_total"))
+    };
+    wait_for(Duration::from_secs(10), || async { (counts(metrics(&server).await).0 >= 1.0).then_some(()) })
+        .await
+        .expect("a first batch");
+    let text = metrics(&server).await;
+    assert_eq!(metric(&text, "tessera_telemetry_batch_interval_seconds"), 2.0, "the floor, on time");
+    let (b0, s0) = counts(text);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (b1, s1) = counts(metrics(&server).await);
+    let (batches, samples) = (b1 - b0, s1 - s0);
+    // 8 s at one batch every 2 s: 4 (give or take one at each end); at its own 500 ms it would have sent 16.
+    assert!((3.0..=5.0).contains(&batches), "{batches} batches in 8 s");
+    // 4 samples a second of one GPU, all delivered: 32, give or take a batch (8) at each end.
+    assert!((24.0..=40.0).contains(&samples), "{samples} samples in 8 s");
+
+    // The answer says so.
+    let cred = std::fs::read_to_string(agent.dir.join("credential.json")).expect("credential");
+    let cred: Value = serde_json::from_str(&cred).expect("json");
+    let r = server
+        .client
+        .post(format!("{}/api/v1/agent/telemetry", server.base))
+        .bearer_auth(cred["credential"].as_str().expect("credential"))
+        .json(&json!({"devices": []}))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), StatusCode::OK);
+    let answer: Value = r.json().await.expect("json");
+    assert_eq!(answer, json!({"accepted": 0, "rejected": 0, "next_batch_ms": 2000}));
+    agent.kill();
+    server.stop().await;
+}

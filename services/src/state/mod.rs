@@ -7,4 +7,5 @@ pub mod coalesced;
 pub mod delivery;
 pub mod inbox;
 pub mod kubernetes;
+pub mod pace;
 pub mod prepared;
