@@ -116,6 +116,8 @@ pub enum StoreError {
 pub struct Store {
     db: Db,
     changes: std::sync::Arc<changes::Changes>,
+    /// The fleet as last read, under the `fleet_version` it was read at (see [`Store::nodes`]).
+    fleet: fleet::FleetCache,
 }
 
 /// The database behind a [`Store`].
@@ -368,12 +370,12 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
             let db = Db::Sqlite(sqlite::connect(url).await?);
-            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()) })
+            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()), fleet: Default::default() })
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = postgres::connect(url).await?;
             let changes = std::sync::Arc::new(changes::Changes::shared());
             tokio::spawn(changes::follow(pool.clone(), std::sync::Arc::downgrade(&changes)));
-            Ok(Store { db: Db::Postgres(pool), changes })
+            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default() })
         } else {
             Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
         }

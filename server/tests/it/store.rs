@@ -1327,3 +1327,44 @@ async fn leases_run_on_the_databases_clock(store: &Store) {
     store.drop_lease("test-lease", "b").await.expect("drop");
     assert_eq!(store.lease("test-lease").await.expect("read"), None);
 }
+
+/// The fleet read is kept while nothing changed, and read again after any change to a node or a GPU, made through
+/// this store or another connection to the database (another replica, or the same server's next start).
+mod fleet_read {
+    use tessera_server::store::{NewGpu, Store};
+
+    use crate::harness::{TestDb, on_both_backends};
+
+    on_both_backends!(|db| &db; the_fleet_read_is_kept_until_a_node_or_a_gpu_changes_on_any_connection);
+
+    async fn the_fleet_read_is_kept_until_a_node_or_a_gpu_changes_on_any_connection(db: &TestDb) {
+        let store = &db.store;
+        let other = Store::connect(&db.url).await.expect("another connection");
+        let gpu = |uuid: &str| NewGpu {
+            index: 0,
+            uuid: uuid.to_string(),
+            model: "H100-80GB".into(),
+            mig_enabled: false,
+            layout: vec![],
+        };
+        let first = store.register_node("fleet-a", &[gpu("GPU-fleet-a")], "admin").await.expect("node");
+        let read = store.nodes().await.expect("nodes");
+        assert_eq!(read.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["fleet-a"]);
+        assert_eq!(store.nodes().await.expect("again"), read, "nothing changed: the same fleet");
+
+        // A GPU cordoned through the other connection.
+        other.set_cordoned(&first.gpus[0].id, true, "admin", None).await.expect("cordon");
+        let read = store.nodes().await.expect("nodes");
+        assert!(read[0].gpus[0].cordoned, "a GPU changed elsewhere is read again");
+
+        // A node registered through the other connection, then one joining through this store.
+        other.register_node("fleet-b", &[gpu("GPU-fleet-b")], "admin").await.expect("node");
+        let names = |nodes: Vec<tessera_server::store::Node>| nodes.into_iter().map(|n| n.name).collect::<Vec<_>>();
+        assert_eq!(names(store.nodes().await.expect("nodes")), ["fleet-a", "fleet-b"]);
+        store.register_node("fleet-c", &[], "admin").await.expect("node");
+        assert_eq!(names(other.nodes().await.expect("nodes")), ["fleet-a", "fleet-b", "fleet-c"]);
+        store.set_cordoned(&first.gpus[0].id, false, "admin", None).await.expect("uncordon");
+        assert!(!other.nodes().await.expect("nodes")[0].gpus[0].cordoned);
+        other.close().await;
+    }
+}
