@@ -1335,7 +1335,29 @@ mod fleet_read {
 
     use crate::harness::{TestDb, on_both_backends};
 
-    on_both_backends!(|db| &db; the_fleet_read_is_kept_until_a_node_or_a_gpu_changes_on_any_connection);
+    on_both_backends!(|db| &db;
+        the_fleet_read_is_kept_until_a_node_or_a_gpu_changes_on_any_connection,
+        a_status_equal_to_the_stored_one_counts_as_stored_without_a_write,
+    );
+
+    async fn a_status_equal_to_the_stored_one_counts_as_stored_without_a_write(db: &TestDb) {
+        let store = &db.store;
+        let node = store.register_node("repeats", &[], "admin").await.expect("node");
+        let status = |generation: i64, applying: bool| -> tessera_core::api::NodeStatus {
+            serde_json::from_value(serde_json::json!({"observed_generation": generation, "applying": applying,
+                "gpus": []}))
+            .expect("status")
+        };
+        let at = || async { store.agent_record(&node.id).await.expect("record").status_at_ms.expect("a status") };
+        assert!(store.record_status(&node.id, &status(2, false)).await.expect("first"));
+        let first = at().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        assert!(store.record_status(&node.id, &status(2, false)).await.expect("again"), "counts as stored");
+        assert_eq!(at().await, first, "not written again");
+        assert!(!store.record_status(&node.id, &status(1, false)).await.expect("older"), "an older one is not stored");
+        assert!(store.record_status(&node.id, &status(2, true)).await.expect("other"));
+        assert!(at().await > first, "another status is written");
+    }
 
     async fn the_fleet_read_is_kept_until_a_node_or_a_gpu_changes_on_any_connection(db: &TestDb) {
         let store = &db.store;
