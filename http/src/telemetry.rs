@@ -98,7 +98,7 @@ async fn owned_devices(state: &AppState, node_id: &str) -> Result<tessera_servic
     if let Some(owned) = state.node_gpus.get(node_id, state.store.sees_every_change()) {
         return Ok(owned);
     }
-    let epoch = state.node_gpus.epoch();
+    let epoch = state.node_gpus.epoch(node_id);
     let inputs = state.store.spec_inputs(node_id).await?;
     let record = state.store.agent_record(node_id).await?;
     let status = record.status.as_deref().and_then(|s| serde_json::from_str::<tessera_core::api::NodeStatus>(s).ok());

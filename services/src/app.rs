@@ -84,12 +84,31 @@ pub struct NodeGpuCache(Mutex<NodeGpus>);
 #[derive(Debug, Default)]
 struct NodeGpus {
     entries: HashMap<String, (Instant, GpuSet)>,
-    /// Moves with every forget: a list read before it moved may predate the change and is not kept.
+    /// Moves when every node is forgotten: a list read before it moved is not kept.
     epoch: u64,
+    /// Per node, moves with each change of that node (a forget, a stored status): a list of the node read before
+    /// it moved may predate the change and is not kept. Per node, so that 10,000 nodes' statuses (a third of them
+    /// each 10 s) do not keep every other node's read from being kept.
+    node_epochs: HashMap<String, u64>,
 }
+
+/// What [`NodeGpuCache::put`] checks a read against: taken by [`NodeGpuCache::epoch`] before the read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpusEpoch(u64, u64);
 
 /// The devices a node owns.
 pub type GpuSet = Arc<crate::telemetry::Owned>;
+
+impl NodeGpus {
+    fn moved(&mut self, node_id: &str) {
+        if self.node_epochs.len() >= PRINCIPAL_CACHE_MAX && !self.node_epochs.contains_key(node_id) {
+            // Starting the per-node counters over: every read under way is dropped.
+            self.node_epochs.clear();
+            self.epoch += 1;
+        }
+        *self.node_epochs.entry(node_id.to_string()).or_default() += 1;
+    }
+}
 
 impl NodeGpuCache {
     /// The node's devices, if read within [`NODE_GPUS_TTL`] (`sure`: the store sees every change) or
@@ -101,15 +120,18 @@ impl NodeGpuCache {
     }
 
     /// What to pass to [`NodeGpuCache::put`]: take it before reading the node's devices from the store.
-    pub fn epoch(&self) -> u64 {
-        self.0.lock().map(|m| m.epoch).unwrap_or(u64::MAX)
+    pub fn epoch(&self, node_id: &str) -> GpusEpoch {
+        self.0
+            .lock()
+            .map(|m| GpusEpoch(m.epoch, m.node_epochs.get(node_id).copied().unwrap_or(0)))
+            .unwrap_or(GpusEpoch(u64::MAX, u64::MAX))
     }
 
     /// Remembers a node's devices, read from the store after [`NodeGpuCache::epoch`] returned `epoch`; nothing if
-    /// some node's devices changed since (the read may predate the change).
-    pub fn put(&self, node_id: &str, gpus: GpuSet, epoch: u64) {
+    /// the node's devices changed since (the read may predate the change).
+    pub fn put(&self, node_id: &str, gpus: GpuSet, epoch: GpusEpoch) {
         if let Ok(mut map) = self.0.lock() {
-            if map.epoch != epoch {
+            if GpusEpoch(map.epoch, map.node_epochs.get(node_id).copied().unwrap_or(0)) != epoch {
                 return;
             }
             if map.entries.len() >= PRINCIPAL_CACHE_MAX {
@@ -126,7 +148,7 @@ impl NodeGpuCache {
     /// nothing is read back from the store.
     pub fn observe_status(&self, node_id: &str, status: &tessera_core::api::NodeStatus) {
         if let Ok(mut map) = self.0.lock() {
-            map.epoch += 1;
+            map.moved(node_id);
             if let Some((_, owned)) = map.entries.get_mut(node_id) {
                 let now = crate::telemetry::Owned::of(owned.gpus.iter().map(String::as_str), Some(status));
                 if now != **owned {
@@ -139,7 +161,7 @@ impl NodeGpuCache {
     /// Forgets a node's devices (its GPUs or its MIG instances changed).
     pub fn forget(&self, node_id: &str) {
         if let Ok(mut map) = self.0.lock() {
-            map.epoch += 1;
+            map.moved(node_id);
             map.entries.remove(node_id);
         }
     }
@@ -358,7 +380,7 @@ mod tests {
     fn a_node_device_list_read_before_a_change_is_not_kept_and_a_stored_status_replaces_the_instances() {
         let cache = NodeGpuCache::default();
         let read = |instances: &[&str]| Arc::new(Owned::of(["GPU-0"], Some(&status(instances))));
-        let epoch = cache.epoch();
+        let epoch = cache.epoch("n1");
         cache.put("n1", read(&[]), epoch);
         assert_eq!(cache.get("n1", true).map(|o| o.len()), Some(1), "the GPU alone");
         // A status this process stored: the cached list takes its instances without a read.
@@ -368,17 +390,25 @@ mod tests {
             now.owns("MIG-a", "GPU-0", true) && now.owns("MIG-b", "GPU-0", true) && now.owns("GPU-0", "GPU-0", false)
         );
         assert!(!now.owns("MIG-c", "GPU-0", true));
-        // A read that started before another node changed is not kept (it may predate its own node's change too).
-        let epoch = cache.epoch();
-        cache.forget("n2");
+        // A read that started before its node changed is not kept; another node's change does not matter.
+        let epoch = cache.epoch("n3");
+        cache.forget("n3");
         cache.put("n3", read(&[]), epoch);
         assert!(cache.get("n3", true).is_none(), "read before a change: not kept");
-        let epoch = cache.epoch();
-        cache.observe_status("n9", &status(&[]));
+        let epoch = cache.epoch("n3");
+        cache.observe_status("n3", &status(&[]));
         cache.put("n3", read(&[]), epoch);
         assert!(cache.get("n3", true).is_none(), "read before a status was stored: not kept");
-        cache.put("n3", read(&[]), cache.epoch());
-        assert!(cache.get("n3", true).is_some() && cache.get("n3", false).is_some(), "fresh either way");
+        let epoch = cache.epoch("n3");
+        cache.observe_status("n9", &status(&[]));
+        cache.forget("n2");
+        cache.put("n3", read(&[]), epoch);
+        assert!(cache.get("n3", true).is_some() && cache.get("n3", false).is_some(), "other nodes' changes: kept");
+        let epoch = cache.epoch("n4");
+        cache.clear();
+        cache.put("n4", read(&[]), epoch);
+        assert!(cache.get("n4", true).is_none(), "read before everything was forgotten: not kept");
+        cache.put("n3", read(&[]), cache.epoch("n3"));
         cache.forget("n1");
         assert!(cache.get("n1", true).is_none());
         cache.clear();
