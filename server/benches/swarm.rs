@@ -306,6 +306,8 @@ struct Stats {
     specs: AtomicU64,
     statuses: AtomicU64,
     status_errors: AtomicU64,
+    /// Failed batches and statuses by what failed them (an HTTP status, or the kind of network error).
+    failures: Mutex<std::collections::BTreeMap<String, u64>>,
     batches: AtomicU64,
     batch_errors: AtomicU64,
     taken: AtomicU64,
@@ -315,6 +317,20 @@ struct Stats {
     pending: AtomicU64,
     /// The longest batch interval the server asked for (`next_batch_ms`) since it was last read.
     asked_max_ms: AtomicU64,
+}
+
+impl Stats {
+    /// Counts a failed batch or status (`what`) by its HTTP status or the kind of network error.
+    fn failed(&self, what: &str, answer: &Result<reqwest::Response, reqwest::Error>) {
+        let why = match answer {
+            Ok(r) => format!("HTTP {}", r.status().as_u16()),
+            Err(e) if e.is_timeout() => "timed out".to_string(),
+            Err(e) if e.is_connect() => "connect failed".to_string(),
+            Err(e) if e.is_request() => "request failed (connection closed or reset)".to_string(),
+            Err(_) => "other network error".to_string(),
+        };
+        *self.failures.lock().unwrap().entry(format!("{what}: {why}")).or_default() += 1;
+    }
 }
 
 fn get(c: &AtomicU64) -> u64 {
@@ -476,8 +492,9 @@ async fn send_status(swarm: &Swarm, credential: &str, status: &NodeStatus) -> Op
     add(&swarm.stats.statuses, 1);
     match answer {
         Ok(r) if r.status().is_success() => r.json().await.ok(),
-        _ => {
+        other => {
             add(&swarm.stats.status_errors, 1);
+            swarm.stats.failed("status", &other);
             None
         }
     }
@@ -690,6 +707,9 @@ async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
                 .await
         };
         add(&swarm.stats.batches, 1);
+        if !answer.as_ref().is_ok_and(|r| r.status().is_success()) {
+            swarm.stats.failed("batch", &answer);
+        }
         let outcome = match answer {
             Ok(r) if r.status().is_success() => r.json::<TelemetryAccepted>().await.map_err(|_| true),
             Ok(r) => Err(retryable(r.status())),
@@ -899,6 +919,25 @@ async fn run(args: Args) {
         server.listening.as_secs_f64()
     );
 
+    // The server's resident memory every 250 ms, for the peak and when it came (the minute samples and VmHWM tell
+    // neither).
+    let rss_peak = Arc::new(Mutex::new((0.0f64, 0.0f64)));
+    let rss_sampler = {
+        let (pid, peak, spawned) = (pid.clone(), rss_peak.clone(), server.spawned);
+        tokio::spawn(async move {
+            loop {
+                let (rss, _) = rss_mib(&pid);
+                {
+                    let mut p = peak.lock().unwrap();
+                    if rss > p.0 {
+                        *p = (rss, spawned.elapsed().as_secs_f64());
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
     // 1. Join from a cold start: every agent at once, as a fleet that waited for its server.
     let cpu0 = cpu_ticks(&pid);
     let mut tasks = Vec::with_capacity(n);
@@ -935,6 +974,7 @@ async fn run(args: Args) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let join_cpu = (cpu_ticks(&pid) - cpu0) as f64 / ticks;
+    let join_ended_s = server.spawned.elapsed().as_secs_f64();
     let join_wall = join_started.elapsed().as_secs_f64();
     let joined_ms = sorted(swarm.joined_ms.lock().unwrap().iter().map(|&v| v as f64 / 1000.0).collect());
     let ready_ms = sorted(swarm.ready_ms.lock().unwrap().iter().map(|&v| v as f64 / 1000.0).collect());
@@ -990,6 +1030,7 @@ async fn run(args: Args) {
     let after = (get(&stats.taken), get(&stats.accepted), get(&stats.rejected), get(&stats.batch_errors));
     let (rss, hwm) = rss_mib(&pid);
     let (my_rss, _) = rss_mib(&me);
+    let window_from = server.spawned.elapsed().as_secs_f64() - secs;
     let heartbeats = get(&stats.heartbeats) - hb0;
     let statuses = get(&stats.statuses) - st0;
     let status_errors = get(&stats.status_errors) - ste0;
@@ -1006,6 +1047,8 @@ async fn run(args: Args) {
             break;
         }
     }
+    rss_sampler.abort();
+    let (peak_at_mib, peak_at_s) = *rss_peak.lock().unwrap();
     let asked = Instant::now();
     let metrics = server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await;
     let metrics = match metrics {
@@ -1095,7 +1138,11 @@ async fn run(args: Args) {
     );
     println!(
         "| server RSS < 2 GB | {rss:.0} MiB at the window's end, {peak_rss:.0} MiB the most sampled in it, \
-         peak {hwm:.0} MiB (VmHWM, the join included) |"
+         peak {hwm:.0} MiB (VmHWM, the join included); sampled every 250 ms from the spawn to the stop: \
+         {peak_at_mib:.0} MiB at most, {peak_at_s:.1} s after the spawn (the join ended at {:.1} s, the window ran \
+         from {window_from:.1} s to {:.1} s) |",
+        join_ended_s,
+        window_from + secs
     );
     println!(
         "| no sample lost while the server is up | in the window {window_taken} taken, {window_accepted} accepted \
@@ -1123,6 +1170,11 @@ async fn run(args: Args) {
         "server log: {log_lines} warnings and errors{}",
         if log_first.is_empty() { String::new() } else { format!(", first kinds:\n  {}", log_first.join("\n  ")) }
     );
+    let failures = stats.failures.lock().unwrap().clone();
+    if !failures.is_empty() {
+        let list: Vec<String> = failures.iter().map(|(why, n)| format!("{n} {why}")).collect();
+        println!("failed batches and statuses, whole run: {}", list.join(", "));
+    }
     let total = std::thread::available_parallelism().map_or(2.0, |p| p.get() as f64);
     if server_cores + my_cores > total * 0.9 {
         println!(
