@@ -21,8 +21,14 @@
 //!    samples taken, accepted, refused and not delivered, the server's own counters (`/metrics`, read once after
 //!    the window), batch round trips, errors, and the swarm's own CPU.
 //!
+//! Replicas: with `--postgres URL` (a PostgreSQL server's URL; a fresh database is made there and dropped after)
+//! the server runs on PostgreSQL, and with `--replicas N` as N processes on that database, node `i` speaking to
+//! replica `i % N` as a load balancer spreading agents would; CPU and memory are then the replicas' together, and
+//! PostgreSQL's own processes are measured beside them.
+//!
 //! `cargo bench -p tessera-server --bench swarm [-- --agents N] [--seconds S] [--approvals M] [--in-flight K]
-//! [--status-s S] [--join-limit-s S] [--batch-s S] [--server PATH] [--quick]` (`--server`: another `tessera`
+//! [--status-s S] [--join-limit-s S] [--batch-s S] [--server PATH] [--postgres URL [--replicas N]] [--quick]`
+//! (`--server`: another `tessera`
 //! binary, e.g. a release build, than the one built with the benchmark; `--join-limit-s`: how long to wait for
 //! every node to be ready before the window starts anyway, default 600; `--batch-s`: seconds of samples a batch
 //! carries, as the agent's `--telemetry-batch-ms`, default 1). Default 10,000 agents (80,000 devices) for 600 s;
@@ -66,6 +72,10 @@ struct Args {
     batch_s: u64,
     quick: bool,
     server: Option<String>,
+    /// A PostgreSQL server to run on (its URL; a database of the run's own is made there).
+    postgres: Option<String>,
+    /// Server processes on that database.
+    replicas: usize,
 }
 
 impl Args {
@@ -83,6 +93,8 @@ impl Args {
             batch_s: value("--batch-s").unwrap_or(1).max(1),
             quick,
             server: args.iter().position(|a| a == "--server").and_then(|i| args.get(i + 1)).cloned(),
+            postgres: args.iter().position(|a| a == "--postgres").and_then(|i| args.get(i + 1)).cloned(),
+            replicas: value("--replicas").map_or(1, |v: u64| v.max(1) as usize),
         }
     }
 }
@@ -96,25 +108,34 @@ struct Server {
     admin: String,
     client: Client,
     dir: std::path::PathBuf,
+    log: String,
     last: bool,
     spawned: Instant,
     listening: Duration,
 }
 
 impl Server {
-    /// Starts the server on the database in `dir` (made there at its first start), the bootstrap admin's token
-    /// `admin`; the folder is removed with the last server started with `last`.
-    fn start(binary: &str, dir: &std::path::Path, admin: &str, max_connections: usize, last: bool) -> Server {
+    /// Starts the server on `database` (made at its first start), logging to `log` in `dir`, the bootstrap admin's
+    /// token `admin`; the folder is removed with the last server started with `last`.
+    fn start(
+        binary: &str,
+        dir: &std::path::Path,
+        database: &str,
+        log: &str,
+        admin: &str,
+        max_connections: usize,
+        last: bool,
+    ) -> Server {
         // Every device of the swarm is a series the server keeps in memory: its cap (16,384 by default) raised
         // to the swarm's, as an operator of such a fleet sets it.
         let max_series = max_connections * GPUS + 1024;
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::fs::File::create(dir.join("server.log")).unwrap();
+        let log_file = std::fs::File::create(dir.join(log)).unwrap();
         let spawned = Instant::now();
         let child = std::process::Command::new(binary)
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--database-url")
-            .arg(format!("sqlite://{}", dir.join("bench.db").display()))
+            .arg(database)
             .env("TESSERA_BOOTSTRAP_TOKEN", admin)
             // Every simulated agent connects from this host's one address; a fleet's come from their own.
             .env("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")
@@ -122,8 +143,8 @@ impl Server {
             .env("TESSERA_TELEMETRY_MAX_SERIES", max_series.to_string())
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
             .spawn()
             .expect("start tessera serve");
         let until = Instant::now() + Duration::from_secs(120);
@@ -141,6 +162,7 @@ impl Server {
             admin: admin.to_string(),
             client: Client::builder().timeout(Duration::from_secs(120)).build().unwrap(),
             dir: dir.to_path_buf(),
+            log: log.to_string(),
             last,
             spawned,
             listening,
@@ -183,7 +205,7 @@ impl Server {
 
     /// The server's warnings and errors: how many, and the first few different ones.
     fn log_summary(&self) -> (usize, Vec<String>) {
-        let text = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.join(&self.log)).unwrap_or_default();
         let mut count = 0;
         let mut first: Vec<String> = Vec::new();
         for line in text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")) {
@@ -221,7 +243,12 @@ fn clock_ticks() -> f64 {
 }
 
 /// CPU time (user + system) a process has used, in clock ticks.
-fn cpu_ticks(pid: &str) -> u64 {
+fn cpu_ticks(pids: &str) -> u64 {
+    pids.split(',').map(cpu_ticks_of).sum()
+}
+
+/// CPU ticks of one process (utime + stime).
+fn cpu_ticks_of(pid: &str) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the command name (which may hold spaces) in parentheses; utime and stime are the 14th and
     // 15th fields, so the 12th and 13th after it.
@@ -231,8 +258,27 @@ fn cpu_ticks(pid: &str) -> u64 {
     field(11) + field(12)
 }
 
-/// Resident memory of a process, MiB (current, peak).
-fn rss_mib(pid: &str) -> (f64, f64) {
+/// Resident memory of processes (comma-separated pids) together, MiB (current, peak).
+fn rss_mib(pids: &str) -> (f64, f64) {
+    pids.split(',').map(rss_mib_of).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+}
+
+/// PostgreSQL's processes on this machine, comma-separated (empty when none).
+fn postgres_pids() -> String {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.chars().all(|c| c.is_ascii_digit())
+            && std::fs::read_to_string(entry.path().join("comm")).is_ok_and(|c| c.trim() == "postgres")
+        {
+            out.push(name);
+        }
+    }
+    out.join(",")
+}
+
+/// Resident memory of one process, MiB (current, peak).
+fn rss_mib_of(pid: &str) -> (f64, f64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
@@ -285,6 +331,37 @@ fn spread(seed: u64, n: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (z ^ (z >> 31)) % n.max(1)
+}
+
+/// A PostgreSQL database of the run's own, made on the server at `--postgres` and dropped after the run.
+struct ScratchDb {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchDb {
+    async fn create(admin: &str) -> ScratchDb {
+        let pool = sqlx::PgPool::connect(admin).await.expect("--postgres: cannot connect");
+        let name = format!("tessera_swarm_{}", uuid::Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create the run's database");
+        pool.close().await;
+        // The admin URL with the database's name in place of its own.
+        let (base, query) = admin.split_once('?').map_or((admin, None), |(b, q)| (b, Some(q)));
+        let scheme_end = base.find("://").map_or(0, |i| i + 3);
+        let base = base[scheme_end..].find('/').map_or(base, |slash| &base[..scheme_end + slash]);
+        let url = match query {
+            Some(q) => format!("{base}/{name}?{q}"),
+            None => format!("{base}/{name}"),
+        };
+        ScratchDb { admin: admin.to_string(), name, url }
+    }
+
+    async fn drop(self) {
+        if let Ok(pool) = sqlx::PgPool::connect(&self.admin).await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&pool).await;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -343,7 +420,6 @@ fn add(c: &AtomicU64, n: u64) {
 
 /// What the swarm's nodes share.
 struct Swarm {
-    base: String,
     http: Client,
     slots: Semaphore,
     stats: Stats,
@@ -368,6 +444,8 @@ struct Swarm {
 
 struct Node {
     index: usize,
+    /// The replica it speaks to.
+    base: String,
     name: String,
     token: String,
     gpus: Vec<String>,
@@ -444,7 +522,7 @@ async fn join(swarm: &Swarm, node: &Node) -> Option<String> {
             let _slot = swarm.slots.acquire().await.unwrap();
             swarm
                 .http
-                .post(format!("{}/api/v1/agent/join", swarm.base))
+                .post(format!("{}/api/v1/agent/join", node.base))
                 .header("content-type", "application/json")
                 .body(body.clone())
                 .send()
@@ -484,10 +562,10 @@ async fn join(swarm: &Swarm, node: &Node) -> Option<String> {
 }
 
 /// Sends a status; the server's answer.
-async fn send_status(swarm: &Swarm, credential: &str, status: &NodeStatus) -> Option<StatusOutcome> {
+async fn send_status(swarm: &Swarm, base: &str, credential: &str, status: &NodeStatus) -> Option<StatusOutcome> {
     let answer = {
         let _slot = swarm.slots.acquire().await.unwrap();
-        swarm.http.put(format!("{}/api/v1/agent/status", swarm.base)).bearer_auth(credential).json(status).send().await
+        swarm.http.put(format!("{base}/api/v1/agent/status")).bearer_auth(credential).json(status).send().await
     };
     add(&swarm.stats.statuses, 1);
     match answer {
@@ -529,7 +607,7 @@ async fn push_channel(
     applied: &mut Option<NodeSpec>,
     ready: &mut bool,
 ) -> bool {
-    let url = format!("{}/api/v1/agent/ws", swarm.base.replacen("http", "ws", 1));
+    let url = format!("{}/api/v1/agent/ws", node.base.replacen("http", "ws", 1));
     let mut request = url.as_str().into_client_request().unwrap();
     request.headers_mut().insert("authorization", format!("Bearer {credential}").parse().unwrap());
     // Small buffers (they grow for a larger message): ten thousand sockets stay cheap.
@@ -572,7 +650,7 @@ async fn push_channel(
             }
             _ = report.tick(), if swarm.status_every.is_some() => {
                 let generation = applied.as_ref().map_or(0, |s| s.generation);
-                send_status(swarm, credential, &node.status(generation, applied.as_ref())).await;
+                send_status(swarm, &node.base, credential, &node.status(generation, applied.as_ref())).await;
             }
             _ = stop_check.tick() => {
                 if swarm.stop.load(Ordering::Relaxed) {
@@ -609,7 +687,7 @@ async fn push_channel(
                             arrivals.entry(uuid.clone()).or_insert(arrived);
                         }
                     }
-                    let outcome = send_status(swarm, credential, &node.status(spec.generation, Some(&spec))).await;
+                    let outcome = send_status(swarm, &node.base, credential, &node.status(spec.generation, Some(&spec))).await;
                     *applied = Some(spec);
                     if let Some(outcome) = outcome {
                         if outcome.stored && !*ready {
@@ -641,7 +719,7 @@ async fn push_channel(
 async fn telemetry(swarm: Arc<Swarm>, node: Arc<Node>, credential: String) {
     let offset = 100 + spread(node.index as u64, 800) as i64;
     let mut pending: Vec<Vec<Sample>> = vec![Vec::new(); node.gpus.len()];
-    let url = format!("{}/api/v1/agent/telemetry", swarm.base);
+    let url = format!("{}/api/v1/agent/telemetry", node.base);
     let mut dropped = 0u64;
     let mut tick = 0u64;
     // The first batch at this node's own second of the `--batch-s` period.
@@ -870,13 +948,26 @@ async fn run(args: Args) {
     // The join tokens are made through the API by a first run of the server on the same database (ten thousand do
     // not fit in `TESSERA_BOOTSTRAP_JOIN_TOKENS`: one environment variable holds at most 128 KiB); the measured
     // start is the server's next, with an empty fleet.
+    let scratch = match &args.postgres {
+        Some(url) => Some(ScratchDb::create(url).await),
+        None => None,
+    };
+    let database =
+        scratch.as_ref().map_or_else(|| format!("sqlite://{}", dir.join("bench.db").display()), |s| s.url.clone());
     let made = Instant::now();
-    let first = Server::start(&binary, &dir, &admin, max_connections, false);
+    let first = Server::start(&binary, &dir, &database, "first.log", &admin, max_connections, false);
     let tokens = join_tokens(&first, n).await;
     first.stop();
     let made = made.elapsed();
-    let server = Server::start(&binary, &dir, &admin, max_connections, true);
-    let pid = server.pid().to_string();
+    let replicas: Vec<Server> = (0..args.replicas)
+        .map(|r| {
+            let log = format!("server-{r}.log");
+            Server::start(&binary, &dir, &database, &log, &admin, max_connections, r == 0)
+        })
+        .collect();
+    let server = &replicas[0];
+    let pid = replicas.iter().map(|s| s.pid().to_string()).collect::<Vec<_>>().join(",");
+    let postgres = if scratch.is_some() { postgres_pids() } else { String::new() };
     let me = std::process::id().to_string();
     let http = Client::builder()
         .timeout(Duration::from_secs(40))
@@ -887,7 +978,6 @@ async fn run(args: Args) {
         .unwrap();
     let heartbeat = tungstenite::Message::Text(serde_json::to_string(&AgentMessage::Heartbeat).unwrap().into());
     let swarm = Arc::new(Swarm {
-        base: server.base.clone(),
         http,
         slots: Semaphore::new(args.in_flight),
         stats: Stats::default(),
@@ -904,10 +994,15 @@ async fn run(args: Args) {
         batch_s: args.batch_s,
     });
     println!(
-        "swarm: {n} simulated agents x {GPUS} whole H100s = {} devices; one server process (SQLite), \
-         {} cores here, shared by server and swarm; at most {} swarm requests in flight; a telemetry batch \
-         every {} s",
+        "swarm: {n} simulated agents x {GPUS} whole H100s = {} devices; {}, {} cores here, shared by server and \
+         swarm; at most {} swarm requests in flight; a telemetry batch every {} s",
         n * GPUS,
+        match (&args.postgres, args.replicas) {
+            (None, _) => "one server process (SQLite)".to_string(),
+            (Some(_), 1) => "one server process (PostgreSQL on this machine)".to_string(),
+            (Some(_), r) =>
+                format!("{r} server processes on one PostgreSQL database (on this machine), node i on replica i % {r}"),
+        },
         std::thread::available_parallelism().map_or(0, |p| p.get()),
         args.in_flight,
         args.batch_s
@@ -946,6 +1041,7 @@ async fn run(args: Args) {
             index: i,
             name: format!("swarm-{i:05}"),
             token,
+            base: replicas[i % replicas.len()].base.clone(),
             gpus: (0..GPUS).map(|_| format!("GPU-{}", uuid::Uuid::new_v4())).collect(),
         };
         tasks.push(tokio::spawn(run_node(swarm.clone(), node)));
@@ -991,9 +1087,11 @@ async fn run(args: Args) {
         (get(&stats.heartbeats), get(&stats.statuses), get(&stats.status_errors), get(&stats.batches));
     let (ws_closed0, ws_failed0) = (get(&stats.ws_closed), get(&stats.ws_failed));
     let (server_cpu0, my_cpu0) = (cpu_ticks(&pid), cpu_ticks(&me));
+    // PostgreSQL's processes as they are at the window's start (a backend started later is not counted).
+    let postgres_cpu0 = if postgres.is_empty() { 0 } else { cpu_ticks(&postgres) };
     let started = Instant::now();
     swarm.record_rtts.store(true, Ordering::Relaxed);
-    let approving = approvals(&server, &swarm, args.approvals);
+    let approving = approvals(server, &swarm, args.approvals);
     let sampling = async {
         let mut peak_rss: f64 = 0.0;
         let mut rows = Vec::new();
@@ -1026,6 +1124,11 @@ async fn run(args: Args) {
     let secs = started.elapsed().as_secs_f64();
     swarm.record_rtts.store(false, Ordering::Relaxed);
     let server_cores = (cpu_ticks(&pid) - server_cpu0) as f64 / ticks / secs;
+    let postgres_cores = if postgres.is_empty() {
+        None
+    } else {
+        Some(cpu_ticks(&postgres).saturating_sub(postgres_cpu0) as f64 / ticks / secs)
+    };
     let my_cores = (cpu_ticks(&me) - my_cpu0) as f64 / ticks / secs;
     let after = (get(&stats.taken), get(&stats.accepted), get(&stats.rejected), get(&stats.batch_errors));
     let (rss, hwm) = rss_mib(&pid);
@@ -1049,31 +1152,44 @@ async fn run(args: Args) {
     }
     rss_sampler.abort();
     let (peak_at_mib, peak_at_s) = *rss_peak.lock().unwrap();
-    let asked = Instant::now();
-    let metrics = server.client.get(format!("{}/metrics", server.base)).bearer_auth(&server.admin).send().await;
-    let metrics = match metrics {
-        Ok(r) => r.text().await.unwrap_or_default(),
-        Err(e) => {
-            println!("  /metrics: {e}");
-            String::new()
-        }
+    // Each replica's own counters, summed.
+    let mut texts = Vec::new();
+    for (r, replica) in replicas.iter().enumerate() {
+        let asked = Instant::now();
+        let metrics = replica.client.get(format!("{}/metrics", replica.base)).bearer_auth(&replica.admin).send().await;
+        let metrics = match metrics {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(e) => {
+                println!("  /metrics: {e}");
+                String::new()
+            }
+        };
+        println!(
+            "  /metrics of replica {r} (every series of the fleet) answered in {:.0} ms, {:.1} MB; it ran {} ms late \
+             at most in the last second",
+            asked.elapsed().as_secs_f64() * 1000.0,
+            metrics.len() as f64 / 1e6,
+            metric(&metrics, "tessera_runtime_lateness_seconds").map_or("?".to_string(), |s| format!("{:.0}", s * 1e3))
+        );
+        texts.push(metrics);
+    }
+    let summed = |name: &str| {
+        texts.iter().filter_map(|t| metric(t, name)).fold(None, |sum: Option<f64>, v| Some(sum.unwrap_or(0.0) + v))
     };
-    println!(
-        "  /metrics (every series of the fleet) answered in {:.0} ms, {:.1} MB; the server ran {} ms late at most in \
-         the last second",
-        asked.elapsed().as_secs_f64() * 1000.0,
-        metrics.len() as f64 / 1e6,
-        metric(&metrics, "tessera_runtime_lateness_seconds").map_or("?".to_string(), |s| format!("{:.0}", s * 1e3))
-    );
-    let server_accepted = metric(&metrics, "tessera_telemetry_samples_total");
-    let server_rejected = metric(&metrics, "tessera_telemetry_rejected_samples_total");
-    let series_limit = metric(&metrics, "tessera_telemetry_refused_series_total{reason=\"series_limit\"}");
-    let not_owned = metric(&metrics, "tessera_telemetry_refused_series_total{reason=\"not_owned\"}");
-    let series = metric(&metrics, "tessera_telemetry_series");
-    let lost_rows = metric(&metrics, "tessera_telemetry_lost_minute_rows_total");
+    let server_accepted = summed("tessera_telemetry_samples_total");
+    let server_rejected = summed("tessera_telemetry_rejected_samples_total");
+    let series_limit = summed("tessera_telemetry_refused_series_total{reason=\"series_limit\"}");
+    let not_owned = summed("tessera_telemetry_refused_series_total{reason=\"not_owned\"}");
+    let series = summed("tessera_telemetry_series");
+    let lost_rows = summed("tessera_telemetry_lost_minute_rows_total");
     let (taken, accepted, rejected) = (get(&stats.taken), get(&stats.accepted), get(&stats.rejected));
     let (pending, dropped) = (get(&stats.pending), get(&stats.dropped));
-    let (log_lines, log_first) = server.log_summary();
+    let (mut log_lines, mut log_first) = (0, Vec::new());
+    for replica in &replicas {
+        let (lines, first) = replica.log_summary();
+        log_lines += lines;
+        log_first.extend(first.into_iter().take(6usize.saturating_sub(log_first.len())));
+    }
 
     // The report.
     let fmt = |v: Option<f64>| v.map_or("?".to_string(), |v| format!("{v:.0}"));
@@ -1127,10 +1243,11 @@ async fn run(args: Args) {
     );
     println!(
         "| {} devices' heartbeats and 1 Hz telemetry for 10 min, server < 1.5 cores | {:.0} s window: server \
-         {server_cores:.2} cores (utime + stime); {batches} batches ({:.0}/s), {heartbeats} heartbeats, {statuses} \
+         {server_cores:.2} cores (utime + stime){}; {batches} batches ({:.0}/s), {heartbeats} heartbeats, {statuses} \
          status reports ({status_errors} failed); batch round trip p50 {:.1} ms, p95 {:.1} ms, max {:.0} ms |",
         n * GPUS,
         secs,
+        postgres_cores.map_or(String::new(), |c| format!(", PostgreSQL {c:.2} cores beside it")),
         batches as f64 / secs,
         q(&rtts, 0.5),
         q(&rtts, 0.95),
@@ -1196,6 +1313,10 @@ async fn run(args: Args) {
         assert_eq!(pending, 0, "every sample delivered");
         assert_eq!(accepted, taken, "every sample taken was accepted");
         assert_eq!(server_accepted, Some(accepted as f64), "the server counted what it answered");
+    }
+    drop(replicas);
+    if let Some(db) = scratch {
+        db.drop().await;
     }
 }
 

@@ -114,38 +114,29 @@ pub async fn current_spec(state: &AppState, node_id: &str) -> Result<NodeSpec, S
 
 /// Recomputes the specs of `nodes` (every node when `None`) and moves each whose content changed to a new
 /// generation, telling its connections. Refreshes on this replica run one at a time.
-///
-/// Every node: the fleet is read at once and before the turn is taken (80,000 GPUs took seconds to read, and an
-/// approval's refresh waited behind it); only the nodes whose spec that read finds changed are read again, each
-/// under the turn, and moved by what that read says. So no spec is ever moved by a read older than another
-/// refresh's: a node changed after the fleet read is moved by its own change's refresh.
 pub async fn refresh(state: &AppState, nodes: Option<&[String]>) -> Result<(), StoreError> {
-    let ids: Vec<String> = match nodes {
-        None => state
-            .store
-            .all_spec_inputs()
-            .await?
-            .into_iter()
-            .filter(|(_, inputs)| spec_hash(&desired(&inputs.gpus, &inputs.live)) != inputs.spec_hash)
-            .map(|(id, _)| id)
-            .collect(),
-        Some(ids) => ids.to_vec(),
-    };
-    if ids.is_empty() {
-        return Ok(());
-    }
     let _one = state.hub.refresh.lock().await;
-    for id in &ids {
-        let inputs = match state.store.spec_inputs(id).await {
-            Ok(inputs) => inputs,
-            Err(StoreError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
-        };
+    let read: Vec<(String, SpecInputs)> = match nodes {
+        // Every node: the fleet read at once, not node by node.
+        None => state.store.all_spec_inputs().await?,
+        Some(ids) => {
+            let mut read = Vec::with_capacity(ids.len());
+            for id in ids {
+                match state.store.spec_inputs(id).await {
+                    Ok(inputs) => read.push((id.clone(), inputs)),
+                    Err(StoreError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            read
+        }
+    };
+    for (id, inputs) in read {
         let hash = spec_hash(&desired(&inputs.gpus, &inputs.live));
         if hash != inputs.spec_hash
-            && let Some(generation) = state.store.bump_spec(id, &hash).await?
+            && let Some(generation) = state.store.bump_spec(&id, &hash).await?
         {
-            state.hub.notify(id, generation);
+            state.hub.notify(&id, generation);
         }
     }
     Ok(())

@@ -203,7 +203,6 @@ impl Store {
             node_id: None,
         };
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO join_tokens (id, secret_sha256, node_name, created_by, created_at_ms, expires_at_ms) \
@@ -237,7 +236,6 @@ impl Store {
     /// Deletes an unused join token.
     pub async fn delete_join_token(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("DELETE FROM join_tokens WHERE id = $1").bind(id).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
@@ -266,7 +264,6 @@ impl Store {
     ) -> Result<(String, String), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let token: Option<(String, Option<String>)> = sqlx::query_as(
                 "UPDATE join_tokens SET used_at_ms = $1 \
@@ -366,7 +363,6 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Option<(Option<String>,)> = sqlx::query_as("SELECT inventory FROM nodes WHERE id = $1")
                 .bind(node_id)
@@ -510,8 +506,7 @@ impl Store {
     /// Moves a node's spec to a new generation when its content (`spec_hash`) changed; returns the new generation,
     /// or `None` when the spec was already that.
     pub async fn bump_spec(&self, node_id: &str, spec_hash: &str) -> Result<Option<i64>, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let row: Option<(i64,)> = sqlx::query_as(
                 "UPDATE nodes SET generation = generation + 1, spec_hash = $1 \
                  WHERE id = $2 AND spec_hash <> $1 RETURNING generation",
@@ -562,7 +557,6 @@ impl Store {
             .collect();
         let ok = errors.is_empty();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(
                 "UPDATE nodes SET status = $1, observed_generation = $2, status_at_ms = $3, last_seen_ms = $3 \
@@ -622,7 +616,6 @@ impl Store {
         last_seen_ms: Option<i64>,
     ) -> Result<bool, StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = match was {
                 Some(was) => sqlx::query("UPDATE nodes SET told_ready = $2 WHERE id = $1 AND told_ready = $3")
@@ -653,31 +646,25 @@ impl Store {
         })
     }
 
-    /// Writes heartbeats: the last time each node was heard from (never moving backwards), 500 nodes a transaction.
+    /// Writes heartbeats: the last time each node was heard from (never moving backwards), in one transaction.
     pub async fn touch_nodes(&self, seen: &[(String, i64)]) -> Result<(), StoreError> {
         if seen.is_empty() {
             return Ok(());
         }
-        // A few hundred nodes a transaction, so that other writers (an approval) take their turn between them
-        // instead of waiting for 10,000 nodes' updates.
-        for chunk in seen.chunks(500) {
-            on_pool!(self, pool, dialect => {
-                let _turn = self.write_gate(dialect).await;
-                let mut tx = pool.begin_with(dialect.begin()).await?;
-                for (node_id, at) in chunk {
-                    sqlx::query(
-                        "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2 \
-                         AND (last_seen_ms IS NULL OR last_seen_ms < $1)",
-                    )
-                    .bind(at)
-                    .bind(node_id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                tx.commit().await?;
-            });
-        }
-        Ok(())
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for (node_id, at) in seen {
+                sqlx::query(
+                    "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2 AND (last_seen_ms IS NULL OR last_seen_ms < $1)",
+                )
+                .bind(at)
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// Live allocations on `node_id`'s GPUs whose request is approved or provisioning (not active yet).
@@ -716,7 +703,6 @@ impl Store {
     pub async fn activate_allocations(&self, found: &[(String, String)], actor: &str) -> Result<usize, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let mut changed = 0;
             for (id, device) in found {

@@ -143,7 +143,6 @@ impl Store {
             }
         }
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<UserRow> = sqlx::query_as(&format!(
                 "SELECT id, name, platform_admin, {} FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2",
@@ -296,7 +295,6 @@ impl Store {
     /// Sets (or, with `None`, removes) a user's local password hash.
     pub async fn set_password_hash(&self, user_id: &str, hash: Option<&str>, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
                 .bind(hash)
@@ -338,8 +336,7 @@ impl Store {
 
     /// Ends every session of a user; returns how many.
     pub async fn delete_user_sessions(&self, user_id: &str) -> Result<u64, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1").bind(user_id).execute(pool).await?;
             Ok(done.rows_affected())
         })
@@ -347,8 +344,7 @@ impl Store {
 
     /// Records a new session.
     pub async fn create_session(&self, id_sha256: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(&format!(
                 "INSERT INTO sessions (id_sha256, {SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
             ))
@@ -378,8 +374,7 @@ impl Store {
 
     /// Notes that a session was used at `at_ms`.
     pub async fn touch_session(&self, id_sha256: &str, at_ms: i64) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query("UPDATE sessions SET last_seen_at_ms = $1 WHERE id_sha256 = $2 AND last_seen_at_ms < $1")
                 .bind(at_ms)
                 .bind(id_sha256)
@@ -391,8 +386,7 @@ impl Store {
 
     /// Ends a session; returns it if it existed.
     pub async fn delete_session(&self, id_sha256: &str) -> Result<Option<SessionRecord>, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(&format!("DELETE FROM sessions WHERE id_sha256 = $1 RETURNING {SESSION_COLUMNS}"))
                 .bind(id_sha256)
                 .fetch_optional(pool)
@@ -410,7 +404,6 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let user: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE id = $1")
                 .bind(user_id)
@@ -439,8 +432,7 @@ impl Store {
     /// Takes a sign-in link: the user it signs in, if it exists and has not expired at `now_ms`. A link is taken
     /// once (deleted as it is read, so two racing uses get one user between them).
     pub async fn take_sign_in_link(&self, secret_sha256: &str, now_ms: i64) -> Result<Option<String>, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let row: Option<(String, i64)> = sqlx::query_as(
                 "DELETE FROM sign_in_links WHERE secret_sha256 = $1 RETURNING user_id, expires_at_ms",
             )
@@ -459,8 +451,7 @@ impl Store {
         idle_before_ms: i64,
         attempts_before_ms: i64,
     ) -> Result<u64, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let gone = sqlx::query("DELETE FROM sessions WHERE expires_at_ms <= $1 OR last_seen_at_ms < $2")
                 .bind(now_ms)
                 .bind(idle_before_ms)
@@ -478,8 +469,7 @@ impl Store {
 
     /// Records a login on its way to the provider.
     pub async fn create_login_attempt(&self, attempt: &LoginAttempt) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO login_attempts (state_sha256, browser_sha256, nonce, pkce_verifier, return_to, \
                  created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -504,8 +494,7 @@ impl Store {
         state_sha256: &str,
         browser_sha256: &str,
     ) -> Result<Option<LoginAttempt>, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query_as(
                 "DELETE FROM login_attempts WHERE state_sha256 = $1 AND browser_sha256 = $2 \
                  RETURNING state_sha256, browser_sha256, nonce, pkce_verifier, return_to, created_at_ms",
@@ -526,7 +515,6 @@ impl Store {
     ) -> Result<String, StoreError> {
         let id = new_id();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let node: Option<(String,)> = sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
                 .bind(node_id)
@@ -555,7 +543,6 @@ impl Store {
     /// Revokes every credential of a node; returns how many were live.
     pub async fn revoke_node_credentials(&self, node_id: &str, actor: &str) -> Result<u64, StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let n = sqlx::query(
                 "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",

@@ -123,7 +123,6 @@ impl Store {
             nodes: vec![],
         };
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("INSERT INTO clusters (id, name, mode, kubeconfig, created_at_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(&c.id)
@@ -209,7 +208,6 @@ impl Store {
             ..before.clone()
         };
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE clusters SET mode = $1, kubeconfig = $2 WHERE id = $3")
                 .bind(after.mode.as_str())
@@ -233,7 +231,6 @@ impl Store {
     pub async fn delete_cluster(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         let before = self.cluster(id).await?;
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let locked: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM clusters WHERE id = $1{}", dialect.lock()))
@@ -277,7 +274,6 @@ impl Store {
         actor: &str,
     ) -> Result<(GovernedNamespace, bool), StoreError> {
         let created = on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let cluster: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM clusters WHERE id = $1{}", dialect.lock()))
@@ -381,7 +377,6 @@ impl Store {
             .await?
             .ok_or_else(|| StoreError::NotFound { what: format!("namespace {namespace} of cluster {cluster_id}") })?;
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("DELETE FROM cluster_namespaces WHERE cluster_id = $1 AND namespace = $2")
                 .bind(cluster_id)
@@ -406,7 +401,6 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Option<(Option<String>,)> =
                 sqlx::query_as(&format!("SELECT cluster_id FROM nodes WHERE id = $1{}", dialect.lock()))

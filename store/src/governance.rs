@@ -236,7 +236,6 @@ impl Store {
     ) -> Result<Budgets, StoreError> {
         let before = self.budgets(tenant_id).await?;
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))

@@ -118,8 +118,6 @@ pub struct Store {
     changes: std::sync::Arc<changes::Changes>,
     /// The fleet as last read, under the `fleet_version` it was read at (see [`Store::nodes`]).
     fleet: fleet::FleetCache,
-    /// SQLite's writers, first come first served (see [`Store::write_gate`]).
-    writers: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The database behind a [`Store`].
@@ -372,39 +370,14 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
             let db = Db::Sqlite(sqlite::connect(url).await?);
-            Ok(Store {
-                db,
-                changes: std::sync::Arc::new(changes::Changes::local()),
-                fleet: Default::default(),
-                writers: Default::default(),
-            })
+            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()), fleet: Default::default() })
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = postgres::connect(url).await?;
             let changes = std::sync::Arc::new(changes::Changes::shared());
             tokio::spawn(changes::follow(pool.clone(), std::sync::Arc::downgrade(&changes)));
-            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default(), writers: Default::default() })
+            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default() })
         } else {
             Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
-        }
-    }
-
-    /// Waits for this store's turn to write, on SQLite: its writers queue here, first come first served, and hold
-    /// the turn until their transaction ends. SQLite has one writer at a time and a waiting connection polls for
-    /// the lock with sleeps up to 100 ms, so a writer that just finished (a telemetry flush writing its next
-    /// chunk, a heartbeat flush) took it again before one that had waited: an approval's transaction waited
-    /// seconds behind 10,000 agents' writes. PostgreSQL locks rows, not the database: no turn is taken there.
-    pub(crate) async fn write_gate(&self, dialect: dialect::Dialect) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        match dialect {
-            // A turn not given within the busy timeout is not waited for longer: the writer goes on to SQLite's
-            // own lock, as every writer did without the queue.
-            dialect::Dialect::Sqlite => {
-                let turn = tokio::time::timeout(sqlite::BUSY_TIMEOUT, self.writers.lock()).await;
-                if turn.is_err() {
-                    tracing::warn!("a database writer waited its turn for the whole busy timeout; writing without it");
-                }
-                turn.ok()
-            }
-            dialect::Dialect::Postgres => None,
         }
     }
 

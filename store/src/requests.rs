@@ -97,7 +97,6 @@ impl Store {
             weight: 1,
         };
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms) \
@@ -175,7 +174,6 @@ impl Store {
     pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let before = request_in(&mut tx, t.id, true).await?;
             if t.expected_version.is_some_and(|v| v != before.version) {

@@ -223,7 +223,6 @@ impl Store {
         max_open: u32,
     ) -> Result<ReservationRecord, StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let _: Option<(String,)> = sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
                 .bind(new.tenant_id)
@@ -378,7 +377,6 @@ impl Store {
         actor: &str,
     ) -> Result<ReservationRecord, StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let row: Option<ReservationRow> =
                 sqlx::query_as(&format!("SELECT {COLUMNS} WHERE id = $1{}", dialect.lock()))
@@ -441,7 +439,6 @@ impl Store {
     pub async fn start_reservation(&self, id: &str, actor: &str) -> Result<(ReservationRecord, String), StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let row: Option<ReservationRow> =
                 sqlx::query_as(&format!("SELECT {COLUMNS} WHERE id = $1{}", dialect.lock()))
@@ -557,7 +554,6 @@ impl Store {
             return Ok(());
         }
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for (id, slices) in placed {
                 sqlx::query(
@@ -595,7 +591,6 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("DELETE FROM reservation_policies WHERE scope = $1").bind(scope).execute(&mut *tx).await?;
             if let Some(p) = policy {

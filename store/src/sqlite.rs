@@ -12,9 +12,6 @@ use super::StoreError;
 
 pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
-/// How long a writer waits for SQLite's write lock (and for its turn, [`super::Store::write_gate`]).
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
     let options = SqliteConnectOptions::from_str(url)?;
     private_file(options.get_filename());
@@ -23,7 +20,7 @@ pub(super) async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .foreign_keys(true)
-        .busy_timeout(BUSY_TIMEOUT);
+        .busy_timeout(Duration::from_secs(30));
     Ok(SqlitePoolOptions::new().max_connections(8).connect_with(options).await?)
 }
 

@@ -18,7 +18,6 @@ on_both_backends!(
     each_series_is_kept_within_its_retention,
     a_device_costs_a_bounded_number_of_bytes,
     a_fleet_minute_is_written_whole_in_several_transactions,
-    writers_take_their_turns_first_come_first_served,
 );
 
 const MINUTE: i64 = 60_000;
@@ -282,43 +281,4 @@ async fn a_fleet_minute_is_written_whole_in_several_transactions(store: &Store) 
         let g7 = rows.iter().find(|r| r.device == "GPU-03-00007").expect("a device");
         assert!((g7.util_avg - (7.0 + 50.0) / 2.0).abs() < 1e-6, "{tier:?}: {g7:?}");
     }
-}
-
-/// Writers queue for their turn: with eight writing back to back (telemetry chunks, heartbeats, approvals at
-/// once), none waits much longer than the others' transactions take. On SQLite, without the queue, a writer polled
-/// for the lock with sleeps up to 100 ms and lost it to whoever had just finished: some waited seconds while
-/// others wrote again and again.
-async fn writers_take_their_turns_first_come_first_served(store: &Store) {
-    const WRITERS: usize = 8;
-    const WRITES: usize = 25;
-    let t = tessera_server::store::now_ms() / MINUTE * MINUTE - 30 * DAY;
-    let tasks: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                let rows: Vec<MinuteRow> =
-                    (0..200).map(|k| minute(&format!("GPU-turn-{w}-{k}"), "turns-node", t, 1, k)).collect();
-                let mut waits = Vec::new();
-                for _ in 0..WRITES {
-                    let began = std::time::Instant::now();
-                    store.write_minutes(&rows).await.expect("minutes");
-                    waits.push(began.elapsed());
-                }
-                waits
-            })
-        })
-        .collect();
-    let mut waits = Vec::new();
-    for task in tasks {
-        waits.extend(task.await.expect("writer"));
-    }
-    waits.sort();
-    let median = waits[waits.len() / 2];
-    let worst = waits[waits.len() - 1];
-    // First come first served: a write waits for the other seven's at most (each about the median, which includes
-    // the queue), and a second for a slow start. Without the queue: a median of 20 ms, the worst 2.5-3.8 s.
-    assert!(
-        worst < median * 8 + std::time::Duration::from_secs(1),
-        "a writer waited {worst:?} while the median write took {median:?}"
-    );
 }

@@ -71,7 +71,6 @@ impl Store {
     /// Sets the event types `user_id` is mailed, from now on (empty: none).
     pub async fn set_email_prefs(&self, user_id: &str, types: &[String]) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             sqlx::query(&format!(
                 "INSERT INTO email_prefs (user_id, types, since_ms) VALUES ($1, {}, $3) ON CONFLICT (user_id) \
                  DO UPDATE SET types = excluded.types, since_ms = excluded.since_ms",
@@ -114,7 +113,6 @@ impl Store {
     pub async fn claim_emails(&self, limit: u32, lease_ms: i64) -> Result<Vec<ClaimedEmail>, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let rows: Vec<ClaimedEmail> = EMAIL_QUEUE
                 .claim(
@@ -143,7 +141,6 @@ impl Store {
         }
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
                 let (state, next, delivered, attempts) =

@@ -18,7 +18,6 @@ impl Store {
             REQUEST_COLUMNS
         );
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_gate(dialect).await;
             let mut tx = pool.begin_with(dialect.begin()).await?;
             let rows: Vec<RequestRow> =
                 sqlx::query_as(&sql).bind(now_ms).bind(horizon).fetch_all(&mut *tx).await?;
