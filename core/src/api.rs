@@ -219,6 +219,19 @@ pub struct JoinRequest {
     pub credential: Option<String>,
 }
 
+/// The server closes a connection whose next request's headers have not arrived this long after it connected or
+/// answered the previous request: an idle keep-alive connection is closed after this.
+pub const SERVER_IDLE_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The longest a client (the agent, the CLI) keeps an idle connection for its next request: well under
+/// [`SERVER_IDLE_CLOSE`], so that a request is never written on a connection the server is closing at that moment
+/// (the request and the close would cross, and the request fail with "connection closed" while the server is up).
+/// An agent that sends a batch every 5 s opens a connection for each.
+pub const CLIENT_IDLE_KEEP: std::time::Duration = std::time::Duration::from_secs(3);
+
+// At least a second between the two, for a client's delay between taking a pooled connection and writing on it.
+const _: () = assert!(CLIENT_IDLE_KEEP.as_millis() + 1_000 <= SERVER_IDLE_CLOSE.as_millis());
+
 /// Prefix of node credentials.
 pub const NODE_CREDENTIAL_PREFIX: &str = "tsn_";
 

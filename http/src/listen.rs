@@ -15,8 +15,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 /// How long a client has to send a request's headers once it connected or finished the previous request (an idle
-/// keep-alive connection is closed after this too).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// keep-alive connection is closed after this too): the contract its clients keep their idle connections under.
+pub const HEADER_READ_TIMEOUT: Duration = tessera_core::api::SERVER_IDLE_CLOSE;
 pub use tessera_services::connections::{
     DEFAULT_MAX_CONNECTIONS, FD_HEADROOM, Limits, PENDING_PER_ADDRESS, default_max_connections, default_per_address,
     open_files_limit,

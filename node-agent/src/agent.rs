@@ -117,6 +117,7 @@ pub async fn run(config: Config, backend: Box<dyn GpuBackend>) -> Result<(), Age
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(40))
         .connect_timeout(Duration::from_secs(5))
+        .pool_idle_timeout(tessera_core::api::CLIENT_IDLE_KEEP)
         .build()
         .map_err(|e| AgentError::State(e.to_string()))?;
     let cred = sign_in(&config, &http, &backend).await?;

@@ -11,7 +11,8 @@
 //!
 //! `cargo bench -p tessera-server --bench scale` (`-- --quick` for 96 GPUs, 1,000 requests and 2 days: the check
 //! CI runs on the unoptimised test build, that every route answers without a server error; `--gpus N`,
-//! `--requests N`, `--days N`, `--active N`, `--calls N` to choose the size; `--keep` leaves the databases).
+//! `--requests N`, `--days N`, `--active N`, `--calls N` to choose the size; `--keep` leaves the databases;
+//! `--only A,B` times only the GETs whose path contains one of them).
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
@@ -250,6 +251,10 @@ fn gets(document: &Value, scopes: &[&str], seeded: &Seeded) -> Vec<String> {
     let week_ago = tessera_server::store::now_ms() - 7 * 86_400_000;
     out.push(format!("/api/v1/usage?from={week_ago}&limit=25"));
     out.push("/api/v1/usage?limit=0".to_string());
+    // `--only A,B`: the calls whose path contains one of them (to measure a few routes again at size).
+    if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
+        out.retain(|c| only.split(',').any(|o| c.contains(o)));
+    }
     out
 }
 

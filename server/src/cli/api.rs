@@ -83,7 +83,11 @@ impl Api {
     /// The client for `conn`; a token is required.
     pub(super) fn connect(conn: Connection) -> Result<Api, CliError> {
         let token = conn.token.ok_or_else(|| CliError::BadInput("give --token or set TESSERA_TOKEN".to_string()))?;
-        Ok(Api { client: reqwest::Client::new(), base: conn.server.trim_end_matches('/').to_string(), token })
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(tessera_core::api::CLIENT_IDLE_KEEP)
+            .build()
+            .map_err(|e| CliError::BadInput(format!("cannot make an HTTP client: {e}")))?;
+        Ok(Api { client, base: conn.server.trim_end_matches('/').to_string(), token })
     }
 
     pub(super) async fn call<B: Serialize, T: DeserializeOwned>(
