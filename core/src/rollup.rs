@@ -20,9 +20,6 @@ pub enum Tier {
     Hour,
 }
 
-/// About the most rows of one device a mean reads ([`Tier::for_mean`]).
-pub const MEAN_ROWS: i64 = 144;
-
 const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
@@ -87,56 +84,60 @@ impl Tier {
     pub fn for_span(from_ms: i64, now_ms: i64) -> Tier {
         Tier::for_read(from_ms, MINUTE_MS, now_ms)
     }
-
-    /// The series a mean over `[from_ms, to_ms)` reads at `now_ms`: as a read with [`MEAN_ROWS`] columns, so that a
-    /// device's mean sums at most about that many rows (a bucket the span starts or ends in counts whole: the
-    /// error is at most one bucket at each end, under 1/[`MEAN_ROWS`] of the span once it is past a minute's
-    /// resolution).
-    pub fn for_mean(from_ms: i64, to_ms: i64, now_ms: i64) -> Tier {
-        Tier::for_read(from_ms, (to_ms - from_ms) / MEAN_ROWS, now_ms)
-    }
 }
 
-/// The rows whose sum is a device's mean over `[s, e)`, in a read whose whole buckets come from `coarse` at
-/// `now_ms`: per series, the bucket starts `[lo, hi)` to sum. Whole buckets of `coarse` inside the window make its
-/// middle; its edges come from the minutes where they are still kept (a minute the window starts in counts whole,
-/// as a minute is the finest there is), and from the 10-minute series before that (a 10-minute bucket an edge falls
-/// in counts whole). So a long window sums few rows and its edges take in at most a minute (10 minutes, past 48
-/// hours) of another holder's use of the device; an edge older than the 10-minute series' retention is left out.
-pub fn mean_parts(s: i64, e: i64, coarse: Tier, now_ms: i64) -> Vec<(Tier, i64, i64)> {
-    if e <= s {
-        return Vec::new();
-    }
-    if coarse == Tier::Minute {
-        return vec![(Tier::Minute, Tier::Minute.bucket_of(s), e)];
-    }
-    let c = coarse.bucket_ms();
-    let (a, b) = (coarse.bucket_of(s + c - 1), coarse.bucket_of(e));
+/// The rows whose sum is a device's mean over `[s, e)` at `now_ms`: per series, the bucket starts `[lo, hi)` to
+/// sum, every minute of the window in exactly one of them. Whole hours inside the window make its middle, whole
+/// 10-minute buckets the rest of it, and the minutes its edges, where they are still kept (a minute the window
+/// starts in counts whole, as a minute is the finest there is); before the oldest kept minute a 10-minute bucket an
+/// edge falls in counts whole, and an edge older than the 10-minute series' retention is left out. So a mean sums at
+/// most the window's whole hours and 30 rows more (at each end at most 6 10-minute rows and 10 minutes: a day is at
+/// most 54 rows, where the minutes alone were 1,440), its edges exact to the minute within the minutes' retention.
+pub fn mean_parts(s: i64, e: i64, now_ms: i64) -> Vec<(Tier, i64, i64)> {
     let mut parts = Vec::new();
-    let (x, y) = if a < b {
-        parts.push((coarse, a, b));
-        (a, b)
+    if e <= s {
+        return parts;
+    }
+    let hour = Tier::Hour.bucket_ms();
+    let (a, b) = (Tier::Hour.bucket_of(s + hour - 1), Tier::Hour.bucket_of(e));
+    if a < b {
+        parts.push((Tier::Hour, a, b));
+        tens_and_minutes(s, a, now_ms, &mut parts);
+        tens_and_minutes(b, e, now_ms, &mut parts);
     } else {
-        (e, e)
-    };
-    // Minutes are read from the first 10-minute boundary at or after the oldest kept minute, 10-minute rows before
-    // it: no stretch is read from both.
-    let ten = Tier::TenMinutes;
-    let split = ten.bucket_of(Tier::Minute.kept_from(now_ms) + ten.bucket_ms() - 1);
-    for (lo, hi) in [(s, x), (y, e)] {
-        if lo >= hi {
-            continue;
-        }
-        let minutes_from = lo.max(split);
-        if minutes_from < hi {
-            parts.push((Tier::Minute, Tier::Minute.bucket_of(minutes_from).max(split), hi));
-        }
-        let tens_to = hi.min(split);
-        if lo < tens_to {
-            parts.push((ten, ten.bucket_of(lo), tens_to));
-        }
+        tens_and_minutes(s, e, now_ms, &mut parts);
     }
     parts
+}
+
+/// [`mean_parts`] of `[s, e)` from the 10-minute series and the minutes: whole 10-minute buckets inside it, minutes
+/// at its edges from the first 10-minute boundary at or after the oldest kept minute (no stretch is read from
+/// both), and before that boundary the 10-minute buckets the window falls in, whole.
+fn tens_and_minutes(s: i64, e: i64, now_ms: i64, parts: &mut Vec<(Tier, i64, i64)>) {
+    if e <= s {
+        return;
+    }
+    let ten = Tier::TenMinutes;
+    let split = ten.bucket_of(Tier::Minute.kept_from(now_ms) + ten.bucket_ms() - 1);
+    let old_to = e.min(split);
+    if s < old_to {
+        parts.push((ten, ten.bucket_of(s), old_to));
+    }
+    let s = s.max(split);
+    if e <= s {
+        return;
+    }
+    let (a, b) = (ten.bucket_of(s + ten.bucket_ms() - 1), ten.bucket_of(e));
+    if a < b {
+        parts.push((ten, a, b));
+        for (lo, hi) in [(s, a), (b, e)] {
+            if lo < hi {
+                parts.push((Tier::Minute, Tier::Minute.bucket_of(lo), hi));
+            }
+        }
+    } else {
+        parts.push((Tier::Minute, Tier::Minute.bucket_of(s), e));
+    }
 }
 
 #[cfg(test)]
@@ -175,10 +176,6 @@ mod tests {
         assert_eq!(Tier::for_read(NOW - 900 * DAY_MS, MINUTE_MS, NOW), Tier::Hour);
         assert_eq!(Tier::for_span(NOW - 2 * HOUR_MS, NOW), Tier::Minute);
         assert_eq!(Tier::for_span(NOW - 7 * DAY_MS, NOW), Tier::TenMinutes);
-        // Means: two hours of minutes, a day of 10 minutes, a week of hours.
-        assert_eq!(Tier::for_mean(NOW - 2 * HOUR_MS, NOW, NOW), Tier::Minute);
-        assert_eq!(Tier::for_mean(NOW - DAY_MS, NOW, NOW), Tier::TenMinutes);
-        assert_eq!(Tier::for_mean(NOW - 7 * DAY_MS, NOW, NOW), Tier::Hour);
     }
 
     #[test]
@@ -192,53 +189,70 @@ mod tests {
     }
 
     #[test]
-    fn a_mean_sums_whole_coarse_buckets_inside_and_fine_rows_at_its_edges() {
+    fn a_mean_sums_whole_hours_inside_whole_ten_minutes_beside_them_and_minutes_at_its_edges() {
         let now = NOW - NOW.rem_euclid(DAY_MS) + 12 * HOUR_MS;
-        // A recent window of 3 h 25 min, read at hours: hours inside, minutes at both edges.
+        // A recent window of 3 h 25 min: two hours inside, then 10-minute rows, then minutes at both edges.
         let s = now - 5 * HOUR_MS + 20 * MINUTE_MS + 30_000;
         let e = now - 2 * HOUR_MS + 45 * MINUTE_MS;
-        let parts = mean_parts(s, e, Tier::Hour, now);
         assert_eq!(
-            parts,
+            mean_parts(s, e, now),
             vec![
                 (Tier::Hour, now - 4 * HOUR_MS, now - 2 * HOUR_MS),
-                (Tier::Minute, s - 30_000, now - 4 * HOUR_MS),
-                (Tier::Minute, now - 2 * HOUR_MS, e),
+                (Tier::TenMinutes, now - 5 * HOUR_MS + 30 * MINUTE_MS, now - 4 * HOUR_MS),
+                (Tier::Minute, s - 30_000, now - 5 * HOUR_MS + 30 * MINUTE_MS),
+                (Tier::TenMinutes, now - 2 * HOUR_MS, now - 2 * HOUR_MS + 40 * MINUTE_MS),
+                (Tier::Minute, now - 2 * HOUR_MS + 40 * MINUTE_MS, e),
             ]
         );
-        // Every minute of the window is in exactly one part (the one it starts in counts whole).
-        let mut m = Tier::Minute.bucket_of(s);
-        while m < e {
-            let covering = parts.iter().filter(|(t, lo, hi)| {
-                let b = t.bucket_of(m);
-                *lo <= b && b < *hi
-            });
-            assert_eq!(covering.count(), 1, "minute {m}");
-            m += MINUTE_MS;
-        }
-        // Within one hour: no middle, the minutes only.
-        let short = mean_parts(now - 50 * MINUTE_MS, now - 10 * MINUTE_MS, Tier::Hour, now);
-        assert_eq!(short, vec![(Tier::Minute, now - 50 * MINUTE_MS, now - 10 * MINUTE_MS)]);
+        // Within one 10-minute bucket: the minutes only.
+        let short = mean_parts(now - 9 * MINUTE_MS, now - 2 * MINUTE_MS, now);
+        assert_eq!(short, vec![(Tier::Minute, now - 9 * MINUTE_MS, now - 2 * MINUTE_MS)]);
         // Older than the minutes: the edges from 10-minute rows, the bucket an edge falls in whole.
         let s = now - 10 * DAY_MS + 5 * MINUTE_MS;
         let e = now - 9 * DAY_MS + 15 * MINUTE_MS;
-        let parts = mean_parts(s, e, Tier::Hour, now);
         assert_eq!(
-            parts,
+            mean_parts(s, e, now),
             vec![
                 (Tier::Hour, now - 10 * DAY_MS + HOUR_MS, now - 9 * DAY_MS),
                 (Tier::TenMinutes, now - 10 * DAY_MS, now - 10 * DAY_MS + HOUR_MS),
                 (Tier::TenMinutes, now - 9 * DAY_MS, e),
             ]
         );
-        // A window across the oldest kept minute: 10-minute rows before the split, minutes after it.
-        let split = Tier::Minute.kept_from(now);
-        let parts = mean_parts(split - 25 * MINUTE_MS, split + 25 * MINUTE_MS, Tier::TenMinutes, now);
-        let tens: i64 = parts.iter().filter(|p| p.0 == Tier::TenMinutes).map(|p| (p.2 - p.1) / (10 * MINUTE_MS)).sum();
-        assert!(parts.iter().all(|p| p.0 != Tier::Minute || p.1 >= split), "{parts:?}");
-        assert!(tens >= 2, "{parts:?}");
-        // Minute reads sum the minutes of the window.
-        assert_eq!(mean_parts(s, e, Tier::Minute, now), vec![(Tier::Minute, s, e)]);
-        assert!(mean_parts(e, s, Tier::Hour, now).is_empty());
+        assert!(mean_parts(e, s, now).is_empty());
+    }
+
+    #[test]
+    fn every_minute_of_a_window_is_summed_once_from_few_rows() {
+        let now = NOW - NOW.rem_euclid(DAY_MS) + 12 * HOUR_MS + 17 * MINUTE_MS + 4_000;
+        let split = Tier::TenMinutes.bucket_of(Tier::Minute.kept_from(now) + 10 * MINUTE_MS - 1);
+        let mut x: u64 = 3;
+        let mut next = |n: i64| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            i64::try_from((x >> 33) % u64::try_from(n).unwrap_or(1)).unwrap_or(0)
+        };
+        for _ in 0..400 {
+            // Windows from seconds to ten days long, ending anywhere in the last forty days.
+            let e = now - next(40 * DAY_MS);
+            let longest = [10 * MINUTE_MS, 3 * HOUR_MS, 10 * DAY_MS][usize::try_from(next(3)).unwrap_or(0)];
+            let s = e - 1 - next(longest);
+            let parts = mean_parts(s, e, now);
+            let rows: i64 = parts.iter().map(|(t, lo, hi)| (hi - lo + t.bucket_ms() - 1) / t.bucket_ms()).sum();
+            let hours = (e - s) / HOUR_MS;
+            assert!(rows <= hours + 30, "{rows} rows for {hours} h: {parts:?}");
+            // Each minute the window touches is in exactly one part (before the oldest kept minute, through its
+            // 10-minute bucket).
+            let mut m = Tier::Minute.bucket_of(s);
+            while m < e {
+                let covering = parts
+                    .iter()
+                    .filter(|(t, lo, hi)| {
+                        let b = t.bucket_of(m);
+                        *lo <= b && b < *hi && (*t != Tier::Minute || m >= split)
+                    })
+                    .count();
+                assert_eq!(covering, 1, "minute {m} of [{s}, {e}): {parts:?}");
+                m += MINUTE_MS;
+            }
+        }
     }
 }

@@ -1,16 +1,17 @@
 //! Idle allocations: the mean utilisation of each device over a look-back (the last `idle_hours`), so that usage
 //! reports can flag allocations that hold a slice without using it.
 //!
-//! The look-back is read from two sources, never both for the same time: the stored minute series for its older
-//! part and this replica's in-memory window (1 s samples) for the rest. They meet at the *split*: the later of the
-//! look-back's start and the window's start, aligned down to a whole minute, so that no stored minute row straddles
-//! it. Minute rows count with their sample counts; each second of the window counts as one sample. Devices whose
+//! The look-back is read from two sources, never both for the same time: the stored series for its older part
+//! (whole hours, 10-minute rows beside them and minutes at its edges, [`tessera_core::rollup::mean_parts`]) and
+//! this replica's in-memory window (1 s samples) for the rest. They meet at the *split*: the later of the
+//! look-back's start and the window's start, aligned down to a whole minute, so that no stored row straddles it.
+//! Stored rows count with their sample counts; each second of the window counts as one sample. Devices whose
 //! agents send their telemetry to another replica have no window here: their mean is the stored part's alone.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 
-use tessera_core::rollup::Tier;
+use tessera_core::rollup::{Tier, mean_parts};
 
 use crate::app::AppState;
 use crate::telemetry::{DeviceKey, Metric};
@@ -92,9 +93,9 @@ pub fn util_means(
     sums.into_iter().filter_map(|(device, sum)| Some((device, sum.mean()?))).collect()
 }
 
-/// Mean utilisation per device over the last `hours` before `now_ms`: of every device (`None`, one grouped read of
-/// the fleet) or of the devices named (one range scan each: a member's usage costs what their allocations hold, not
-/// what the fleet holds).
+/// Mean utilisation per device over the last `hours` before `now_ms`: of every device (`None`, a grouped read of
+/// the fleet per part of the look-back) or of the devices named (a range scan each per part: a member's usage costs
+/// what their allocations hold, not what the fleet holds).
 pub async fn device_utilisation(
     state: &AppState,
     hours: f64,
@@ -102,29 +103,35 @@ pub async fn device_utilisation(
     devices: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<HashMap<String, f64>, StoreError> {
     let look = Lookback::new(now_ms, hours, state.telemetry.window_ms());
-    let stored = if look.from_ms < look.split_ms {
-        // The series a mean of the look-back reads (about 144 rows a device); a bucket it starts in counts whole.
-        let tier = Tier::for_mean(look.from_ms, look.split_ms, now_ms);
-        let from = tier.bucket_of(look.from_ms);
-        match devices {
-            None => state.store.util_sums(tier, from, look.split_ms).await?,
-            Some(devices) => {
-                let windows: Vec<(String, i64, i64)> =
-                    devices.iter().map(|d| (d.clone(), from, look.split_ms)).collect();
-                let sums = state.store.window_sums(tier, &windows).await?;
-                windows
-                    .into_iter()
-                    .zip(sums)
-                    .filter(|(_, (_, samples))| *samples > 0)
-                    .map(|((device, _, _), (weighted, samples))| (device, weighted, samples))
-                    .collect()
+    // The rows a mean of the look-back's stored part reads (whole hours, 10-minute rows beside them, minutes at
+    // its edges: [`mean_parts`]), the same for every device.
+    let parts = mean_parts(look.from_ms, look.split_ms, now_ms);
+    let mut read: Vec<(String, f64, i64)> = Vec::new();
+    match devices {
+        None => {
+            for (tier, lo, hi) in parts {
+                read.extend(state.store.util_sums(tier, lo, hi).await?);
             }
         }
-    } else {
-        Vec::new()
-    };
+        Some(devices) => {
+            let mut by_tier: std::collections::BTreeMap<Tier, Vec<(String, i64, i64)>> = Default::default();
+            for (tier, lo, hi) in parts {
+                by_tier.entry(tier).or_default().extend(devices.iter().map(|d| (d.clone(), lo, hi)));
+            }
+            for (tier, windows) in by_tier {
+                let sums = state.store.window_sums(tier, &windows).await?;
+                read.extend(windows.into_iter().zip(sums).map(|((device, _, _), (w, n))| (device, w, n)));
+            }
+        }
+    }
+    let mut sums: HashMap<String, (f64, i64)> = HashMap::new();
+    for (device, weighted, samples) in read.into_iter().filter(|r| r.2 > 0) {
+        let sum = sums.entry(device).or_default();
+        sum.0 += weighted;
+        sum.1 += samples;
+    }
     let stored =
-        stored.into_iter().map(|(device, total, samples)| (device, UtilSum { total, samples: samples as f64 }));
+        sums.into_iter().map(|(device, (total, samples))| (device, UtilSum { total, samples: samples as f64 }));
     let wanted = |d: &str| devices.is_none_or(|set| set.contains(d));
     let window = state.telemetry.window_rows(None, wanted, Metric::Util, look.split_ms, 1000, look.window_columns());
     Ok(util_means(stored, &window))

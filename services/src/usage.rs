@@ -17,22 +17,20 @@ use tessera_store::{Store, StoreError};
 type Asked = (Vec<usize>, Vec<(String, i64, i64)>);
 
 /// Fills the `util_in_period` of each allocation `wanted` from the stored series of its device over its use within
-/// the report's period: whole buckets of the series a mean of the period reads, minutes (or 10-minute rows) at the
-/// edges of each allocation's use ([`tessera_core::rollup::mean_parts`]); one grouped query per series and 300
-/// allocations ([`Store::window_sums`]).
+/// the report's period: whole hours inside each allocation's use, whole 10-minute rows beside them, minutes at its
+/// edges ([`tessera_core::rollup::mean_parts`]); one grouped query per series and 300 allocations
+/// ([`Store::window_sums`]).
 pub async fn add_use_means(
     store: &Store,
     report: &mut UsageReport,
     wanted: impl Fn(&AllocationUsage) -> bool,
 ) -> Result<(), StoreError> {
-    let to_ms = report.allocations.iter().map(|a| a.to_ms).max().unwrap_or(report.to_ms);
     let now = tessera_store::now_ms();
-    let coarse = Tier::for_mean(report.from_ms, to_ms, now);
     // Per series, the windows to sum and the allocation each belongs to.
     let mut asked: std::collections::BTreeMap<Tier, Asked> = Default::default();
     for (i, a) in report.allocations.iter().enumerate() {
         let Some(device) = a.device_uuid.as_ref().filter(|_| wanted(a)) else { continue };
-        for (tier, lo, hi) in mean_parts(a.from_ms, a.to_ms, coarse, now) {
+        for (tier, lo, hi) in mean_parts(a.from_ms, a.to_ms, now) {
             let (owners, windows) = asked.entry(tier).or_default();
             owners.push(i);
             windows.push((device.clone(), lo, hi));

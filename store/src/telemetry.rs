@@ -200,6 +200,88 @@ pub struct Metered {
     pub device_uuid: Option<String>,
 }
 
+/// Windows read by one statement of [`Store::window_sums`] and [`Store::devices_use`].
+const WINDOWS_PER_QUERY: usize = 300;
+
+/// Placeholders of a statement, in bind order: SQLite's anonymous `?` (sqlx looks each numbered one up by a scan of
+/// the statement's names), PostgreSQL's `$1`, `$2`, ...
+struct Placeholders {
+    numbered: bool,
+    n: usize,
+}
+
+impl Placeholders {
+    fn new(dialect: crate::dialect::Dialect) -> Placeholders {
+        Placeholders { numbered: dialect == crate::dialect::Dialect::Postgres, n: 0 }
+    }
+
+    fn next(&mut self) -> String {
+        self.n += 1;
+        if self.numbered { format!("${}", self.n) } else { "?".to_string() }
+    }
+}
+
+/// The SQL of [`Store::window_sums`] for `n` windows of `tier`, bound `k, device, lo, hi` per window. One range scan
+/// of the primary key per window on both backends, the windows the outer loop: SQLite is held to that order by
+/// `CROSS JOIN` (left to itself, its planner scans the whole series through the time index once there are a few
+/// hundred windows, and looks each row's window up), PostgreSQL by a lateral subquery (a plain join lets it hash the
+/// whole series).
+fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> String {
+    let mut p = Placeholders::new(dialect);
+    let values: Vec<String> = (0..n)
+        .map(|_| {
+            format!(
+                "(CAST({} AS BIGINT), CAST({} AS TEXT), CAST({} AS BIGINT), CAST({} AS BIGINT))",
+                p.next(),
+                p.next(),
+                p.next(),
+                p.next()
+            )
+        })
+        .collect();
+    let values = values.join(", ");
+    let from_table = table(tier);
+    let sums = "CAST(COALESCE(SUM(m.util_avg * m.samples), 0) AS DOUBLE PRECISION) AS weighted, \
+                CAST(COALESCE(SUM(m.samples), 0) AS BIGINT) AS samples";
+    let range = "m.device = w.device AND m.minute_ms >= w.lo AND m.minute_ms < w.hi";
+    match dialect {
+        crate::dialect::Dialect::Sqlite => format!(
+            "WITH w(k, device, lo, hi) AS (VALUES {values}) SELECT w.k, {sums} FROM w CROSS JOIN {from_table} m \
+             ON {range} GROUP BY w.k"
+        ),
+        crate::dialect::Dialect::Postgres => format!(
+            "WITH w(k, device, lo, hi) AS (VALUES {values}) SELECT w.k, s.weighted, s.samples FROM w \
+             CROSS JOIN LATERAL (SELECT {sums} FROM {from_table} m WHERE {range}) s"
+        ),
+    }
+}
+
+/// The SQL of [`Store::devices_use`] for `n` windows of `tier`, bound `k, device, from_ms` per window and then
+/// `to_ms`; held to one range scan of the primary key per window as [`window_sums_sql`] is.
+fn devices_use_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> String {
+    let mut p = Placeholders::new(dialect);
+    let values: Vec<String> = (0..n)
+        .map(|_| format!("(CAST({} AS BIGINT), CAST({} AS TEXT), CAST({} AS BIGINT))", p.next(), p.next(), p.next()))
+        .collect();
+    let values = values.join(", ");
+    let to = p.next();
+    let from_table = table(tier);
+    let buckets = "CAST(ROUND(m.util_avg) AS BIGINT) AS pct, CAST(SUM(m.minutes) AS BIGINT) AS minutes, \
+                   MAX(COALESCE(m.mem_used_max, m.mem_used_avg)) AS peak_mem_mib";
+    let range = format!("m.device = w.device AND m.minute_ms >= w.from_ms AND m.minute_ms < {to}");
+    match dialect {
+        crate::dialect::Dialect::Sqlite => format!(
+            "WITH w(k, device, from_ms) AS (VALUES {values}) SELECT w.k, {buckets} FROM w CROSS JOIN {from_table} m \
+             ON {range} GROUP BY w.k, CAST(ROUND(m.util_avg) AS BIGINT)"
+        ),
+        crate::dialect::Dialect::Postgres => format!(
+            "WITH w(k, device, from_ms) AS (VALUES {values}) SELECT w.k, b.pct, b.minutes, b.peak_mem_mib FROM w \
+             CROSS JOIN LATERAL (SELECT {buckets} FROM {from_table} m WHERE {range} \
+             GROUP BY CAST(ROUND(m.util_avg) AS BIGINT)) b"
+        ),
+    }
+}
+
 /// The table holding a series.
 pub(crate) const fn table(tier: Tier) -> &'static str {
     match tier {
@@ -520,30 +602,17 @@ impl Store {
     /// Per window `(device, lo, hi)`, the utilisation of the device's rows of a series whose bucket starts in
     /// `[lo, hi)`, as `(sum of util_avg × samples, samples)`: what a sample-weighted mean needs, in the order asked
     /// ([`tessera_core::rollup::mean_parts`] says which rows make a mean). One grouped query per 300 windows, each
-    /// window one indexed range scan.
+    /// window one indexed range scan (both sums from the same rows).
     pub async fn window_sums(&self, tier: Tier, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
         let mut out = vec![(0.0, 0); windows.len()];
-        let from_table = table(tier);
-        for (c, chunk) in windows.chunks(300).enumerate() {
-            let rows: Vec<WindowSum> = on_pool!(self, pool, _dialect, Db => {
-                let mut q = sqlx::QueryBuilder::<Db>::new("WITH w(k, device, lo, hi) AS (VALUES ");
+        for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
+            let rows: Vec<WindowSum> = on_pool!(self, pool, dialect => {
+                let sql = window_sums_sql(dialect, tier, chunk.len());
+                let mut q = sqlx::query_as(&sql);
                 for (i, (device, lo, hi)) in chunk.iter().enumerate() {
-                    if i > 0 {
-                        q.push(", ");
-                    }
-                    q.push("(CAST(").push_bind(i64::try_from(c * 300 + i).unwrap_or(i64::MAX));
-                    q.push(" AS BIGINT), CAST(").push_bind(device.clone()).push(" AS TEXT), CAST(");
-                    q.push_bind(*lo).push(" AS BIGINT), CAST(").push_bind(*hi).push(" AS BIGINT))");
+                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(device).bind(lo).bind(hi);
                 }
-                // Correlated per window, so that each is one range scan of the primary key on both backends (a
-                // join lets PostgreSQL hash the whole series instead).
-                let range = format!("FROM {from_table} m WHERE m.device = w.device AND m.minute_ms >= w.lo \
-                     AND m.minute_ms < w.hi");
-                q.push(format!(
-                    ") SELECT w.k, CAST(COALESCE((SELECT SUM(m.util_avg * m.samples) {range}), 0) AS DOUBLE PRECISION) \
-                     AS weighted, CAST(COALESCE((SELECT SUM(m.samples) {range}), 0) AS BIGINT) AS samples FROM w"
-                ));
-                q.build_query_as::<WindowSum>().fetch_all(pool).await?
+                q.fetch_all(pool).await?
             });
             for WindowSum { k, weighted, samples } in rows {
                 if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
@@ -596,25 +665,14 @@ impl Store {
         to_ms: i64,
     ) -> Result<Vec<DeviceUse>, StoreError> {
         let mut out = vec![DeviceUse { minutes: 0, peak_mem_mib: None, util_minutes: [0; 101] }; windows.len()];
-        let from_table = table(tier);
-        for (c, chunk) in windows.chunks(300).enumerate() {
-            let rows: Vec<WindowBucket> = on_pool!(self, pool, _dialect, Db => {
-                let mut q = sqlx::QueryBuilder::<Db>::new("WITH w(k, device, from_ms) AS (VALUES ");
+        for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
+            let rows: Vec<WindowBucket> = on_pool!(self, pool, dialect => {
+                let sql = devices_use_sql(dialect, tier, chunk.len());
+                let mut q = sqlx::query_as(&sql);
                 for (i, (device, from)) in chunk.iter().enumerate() {
-                    if i > 0 {
-                        q.push(", ");
-                    }
-                    q.push("(CAST(").push_bind(i64::try_from(c * 300 + i).unwrap_or(i64::MAX));
-                    q.push(" AS BIGINT), CAST(").push_bind(device.clone()).push(" AS TEXT), CAST(");
-                    q.push_bind(*from).push(" AS BIGINT))");
+                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(device).bind(from);
                 }
-                q.push(format!(
-                    ") SELECT w.k, CAST(ROUND(m.util_avg) AS BIGINT) AS pct, CAST(SUM(m.minutes) AS BIGINT) AS minutes, \
-                     MAX(COALESCE(m.mem_used_max, m.mem_used_avg)) AS peak_mem_mib FROM w JOIN {from_table} m \
-                     ON m.device = w.device AND m.minute_ms >= w.from_ms AND m.minute_ms < "
-                ));
-                q.push_bind(to_ms).push(" GROUP BY w.k, CAST(ROUND(m.util_avg) AS BIGINT)");
-                q.build_query_as::<WindowBucket>().fetch_all(pool).await?
+                q.bind(to_ms).fetch_all(pool).await?
             });
             for WindowBucket { k, pct, minutes: n, peak_mem_mib: mem } in rows {
                 let Some(u) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) else { continue };
@@ -625,6 +683,48 @@ impl Store {
                     u.peak_mem_mib = Some(u.peak_mem_mib.map_or(m, |p: f64| p.max(m)));
                 }
             }
+        }
+        Ok(out)
+    }
+
+    /// The plans the database makes for [`Store::window_sums`] and [`Store::devices_use`] of `windows` windows on
+    /// `tier` (SQLite: `EXPLAIN QUERY PLAN`'s steps; PostgreSQL: `EXPLAIN`'s lines), in that order: what the
+    /// query-plan test checks, as the plan a database chooses can change with the number of windows.
+    pub async fn window_read_plans(&self, tier: Tier, windows: usize) -> Result<[String; 2], StoreError> {
+        let n = windows.clamp(1, WINDOWS_PER_QUERY);
+        let mut out = [String::new(), String::new()];
+        for (slot, sums) in out.iter_mut().zip([true, false]) {
+            *slot = on_pool!(self, pool, dialect => {
+                let (sql, per) = if sums {
+                    (window_sums_sql(dialect, tier, n), 4)
+                } else {
+                    (devices_use_sql(dialect, tier, n), 3)
+                };
+                let explain = match dialect {
+                    crate::dialect::Dialect::Sqlite => format!("EXPLAIN QUERY PLAN {sql}"),
+                    crate::dialect::Dialect::Postgres => format!("EXPLAIN (COSTS OFF) {sql}"),
+                };
+                let mut q = sqlx::query(&explain);
+                for i in 0..n {
+                    q = q.bind(i64::try_from(i).unwrap_or(0)).bind(format!("GPU-{i}")).bind(0_i64);
+                    if per == 4 {
+                        q = q.bind(60_000_i64);
+                    }
+                }
+                if per == 3 {
+                    q = q.bind(60_000_i64);
+                }
+                let rows = q.fetch_all(pool).await?;
+                let column = match dialect {
+                    crate::dialect::Dialect::Sqlite => "detail",
+                    crate::dialect::Dialect::Postgres => "QUERY PLAN",
+                };
+                let mut lines = Vec::new();
+                for r in &rows {
+                    lines.push(sqlx::Row::try_get::<String, _>(r, column)?);
+                }
+                lines.join("\n")
+            });
         }
         Ok(out)
     }
