@@ -973,8 +973,6 @@ async fn run(args: Args) {
         .timeout(Duration::from_secs(40))
         .connect_timeout(Duration::from_secs(5))
         .pool_max_idle_per_host(args.in_flight)
-        // As the agent does: an idle connection is not kept as long as the server keeps it.
-        .pool_idle_timeout(tessera_core::api::CLIENT_IDLE_KEEP)
         .tcp_nodelay(true)
         .build()
         .unwrap();
