@@ -202,6 +202,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             ..tessera_services::streams::StreamLimits::for_connections(limits.max_connections, limits.per_address)
         }),
         budgets: Default::default(),
+        standing_hours: Default::default(),
         prepared: Default::default(),
         wait_reads: Default::default(),
         queue_reads: Default::default(),

@@ -4,16 +4,17 @@
 //! `tessera_core::timeline`'s and `tessera_core::cohort`'s.
 
 use crate::auth::Permissions;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tessera_api::quotas::{QuotaStanding, QuotaTimeline, StandingLine, TenantStanding, TimelineQuery, TimelineSummary};
 use tessera_core::cohort;
 use tessera_core::quota::{MILLI, Milli, Resource};
 use tessera_core::request::RequestState;
-use tessera_core::timeline::{self, Span};
+use tessera_core::timeline;
 
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::state::standing::{HourFigures, HourTenants};
 use tessera_store::{Principal, now_ms};
 
 /// The look-back of the standing's figures, in days.
@@ -79,6 +80,48 @@ pub async fn timeline(
     })
 }
 
+/// Per tenant, the most of `resource` it held in any of the `n` hours from `start` up to `now_ms`, and the sum of
+/// what it used on average each hour (the current hour over its elapsed part). The hours that have ended are kept
+/// ([`crate::state::standing::StandingHours`]); only the hours from the first one not kept are read, so a standing
+/// costs the activity since the last one plus the live requests, not the 30 days'.
+async fn thirty_days(
+    state: &AppState,
+    resource: &Resource,
+    start: i64,
+    n: usize,
+    now_ms: i64,
+) -> Result<BTreeMap<String, (Milli, f64)>, ApiError> {
+    let hour = timeline::HOUR_MS;
+    let current = start + (n.max(1) as i64 - 1) * hour;
+    let (kept, first) = state.standing_hours.kept(resource, start, current, hour);
+    let fresh = usize::try_from((current - first) / hour).unwrap_or(0) + 1;
+    let mut out: BTreeMap<String, (Milli, f64)> = BTreeMap::new();
+    let mut ended: Vec<HourTenants> = (0..fresh - 1).map(|h| (first + h as i64 * hour, HashMap::new())).collect();
+    for (tenant, spans) in state.store.spans(None, resource, first).await? {
+        let peaks = timeline::hourly_peak(&spans.held, first, fresh, now_ms);
+        let used = timeline::hourly_mean(&spans.used, first, fresh, now_ms);
+        let total = out.entry(tenant.clone()).or_default();
+        for (h, (peak, used)) in peaks.into_iter().zip(used).enumerate() {
+            total.0 = total.0.max(peak);
+            total.1 += used;
+            if let Some((_, tenants)) = ended.get_mut(h)
+                && (peak != 0 || used != 0.0)
+            {
+                tenants.insert(tenant.clone(), HourFigures { peak, used });
+            }
+        }
+    }
+    for (_, tenants) in kept {
+        for (tenant, f) in tenants {
+            let total = out.entry(tenant).or_default();
+            total.0 = total.0.max(f.peak);
+            total.1 += f.used;
+        }
+    }
+    state.standing_hours.keep(resource, ended, start);
+    Ok(out)
+}
+
 /// Where every tenant stands (platform admins).
 pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, ApiError> {
     p.require_platform_admin()?;
@@ -97,12 +140,12 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
         resources.extend(held.keys().cloned());
         per_tenant.push((t, limits, held, maximums));
     }
-    // Each resource's spans for every tenant, read once.
-    let mut spans: BTreeMap<Resource, BTreeMap<String, tessera_store::governance::Spans>> = BTreeMap::new();
+    // Each resource's 30-day figures for every tenant: the ended hours kept from earlier standings, the rest from
+    // the requests and allocations of those hours (and the live ones), read once.
+    let mut figures: BTreeMap<Resource, BTreeMap<String, (Milli, f64)>> = BTreeMap::new();
     for r in &resources {
-        spans.insert(r.clone(), state.store.spans(None, r, start).await?);
+        figures.insert(r.clone(), thirty_days(state, r, start, n, now).await?);
     }
-    let empty: Vec<Span> = Vec::new();
     let mut out = Vec::with_capacity(tenants.len());
     for (t, limits, held, maximums) in per_tenant {
         let keys: BTreeSet<&Resource> = limits.keys().chain(held.keys()).collect();
@@ -110,9 +153,7 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
         let lines: Vec<StandingLine> = keys
             .into_iter()
             .map(|r| {
-                let s = spans.get(r).and_then(|m| m.get(&t.id));
-                let peak = timeline::hourly_peak(s.map_or(&empty, |s| &s.held), start, n, now);
-                let used = timeline::hourly_mean(s.map_or(&empty, |s| &s.used), start, n, now);
+                let (peak, used_sum) = figures.get(r).and_then(|m| m.get(&t.id)).copied().unwrap_or_default();
                 let limit = limits.get(r).copied();
                 let h = held.get(r).copied().unwrap_or(0);
                 StandingLine {
@@ -122,8 +163,8 @@ pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, 
                     held: units(h as f64),
                     borrowed: units(cohort::reported_borrowed(limit, maximums.get(r).copied(), h, in_cohort) as f64),
                     over: units(cohort::over(limit, maximums.get(r).copied(), h, in_cohort) as f64),
-                    peak_held_30d: units(peak.iter().copied().max().unwrap_or(0) as f64),
-                    mean_used_30d: units(mean(&used)),
+                    peak_held_30d: units(peak as f64),
+                    mean_used_30d: units(used_sum / n.max(1) as f64),
                 }
             })
             .collect();

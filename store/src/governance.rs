@@ -82,13 +82,18 @@ impl Store {
         from_ms: i64,
     ) -> Result<BTreeMap<String, Spans>, StoreError> {
         let key = resource.to_string();
-        let (held, used): (Vec<HeldRow>, Vec<UsedRow>) = on_pool!(self, pool, _dialect => {
-            // A request that ended holds until its last change (ended requests change no more).
+        let (held, used): (Vec<HeldRow>, Vec<UsedRow>) = on_pool!(self, pool, dialect => {
+            // Found from the requests and allocations (live ones by state, the others by their last change or
+            // release since `from_ms`), then their charges: a read of the recent hours costs what happened in them
+            // and the live ones, not every request of the resource. SQLite is held to that order by `CROSS JOIN`
+            // (PostgreSQL's takes no `ON`, and plans it so by itself). A request that ended holds until its last
+            // change (ended requests change no more).
+            let join = if dialect == crate::dialect::Dialect::Sqlite { "CROSS JOIN" } else { "JOIN" };
             let held = sqlx::query_as(&format!(
                 "SELECT r.tenant_id, r.created_at_ms AS from_ms, \
                  CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END AS to_ms, c.amount_milli \
-                 FROM slice_requests r JOIN request_charges c ON c.request_id = r.id \
-                 WHERE c.resource = $1 AND (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT)) \
+                 FROM slice_requests r {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
+                 WHERE (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT)) \
                  AND (r.state IN {LIVE} OR r.updated_at_ms > $3)"
             ))
             .bind(&key)
@@ -96,13 +101,14 @@ impl Store {
             .bind(from_ms)
             .fetch_all(pool)
             .await?;
-            let used = sqlx::query_as(
+            let used = sqlx::query_as(&format!(
                 "SELECT a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count FROM allocations a \
-                 JOIN slice_requests r ON r.id = a.request_id JOIN request_charges c ON c.request_id = r.id \
-                 WHERE c.resource = $1 AND a.activated_at_ms IS NOT NULL \
+                 {join} slice_requests r ON r.id = a.request_id \
+                 {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
+                 WHERE a.activated_at_ms IS NOT NULL \
                  AND (CAST($2 AS TEXT) IS NULL OR a.tenant_id = CAST($2 AS TEXT)) \
-                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $3)",
-            )
+                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $3)"
+            ))
             .bind(&key)
             .bind(tenant_id)
             .bind(from_ms)

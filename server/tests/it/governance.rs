@@ -18,6 +18,7 @@ on_both_backends!(
     over_a_lowered_limit_outside_a_cohort_is_over_not_borrowing,
     budgets_count_this_months_spending_and_block_only_what_could_spend,
     recorded_history_sorts_by_time_among_the_tenants_requests,
+    the_standing_reads_the_hours_that_ended_once,
 );
 
 fn code(body: &Value) -> &str {
@@ -330,4 +331,64 @@ async fn recorded_history_sorts_by_time_among_the_tenants_requests(db: &TestDb) 
     assert!(created.windows(2).all(|w| w[0] > w[1]), "newest first by time too: {created:?}");
     let (_, ended) = app.get(&format!("/api/v1/requests?tenant={t}&open=false&order=newest"), &dev).await;
     assert_eq!(ended["items"].as_array().map(Vec::len), Some(2), "{ended}");
+}
+
+/// The standing's 30 days: the hours that ended are worked out once (they do not change) and kept, and each later
+/// standing reads only the hours since, with the live requests; its figures are a fresh replica's.
+async fn the_standing_reads_the_hours_that_ended_once(db: &TestDb) {
+    let one = TestApp::on(db).start().await;
+    let t = one.tenant("vision", json!({})).await;
+    let dev = one.member("vision-dev", &t).await;
+    assert_eq!(one.quota(&t, json!({"compute_slices": 14})).await.status(), StatusCode::OK);
+    let now = tessera_server::store::now_ms();
+    let (start, n) = hours(now, 30);
+    // 3 slices used and held for ten hours two days ago.
+    let (from, to) = (start + (n as i64 - 50) * HOUR_MS, start + (n as i64 - 40) * HOUR_MS);
+    past_use(&one, &t, from, to).await;
+    let line = |st: &Value| -> Value {
+        let vision = st["tenants"].as_array().and_then(|a| a.iter().find(|x| x["name"] == "vision")).cloned();
+        let lines = vision.expect("vision")["lines"].as_array().cloned().unwrap_or_default();
+        lines.into_iter().find(|l| l["resource"] == "compute_slices").expect("a compute line")
+    };
+    let (s, first) = one.get("/api/v1/quota-standing", &one.admin).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    let mean = (3.0 * 10.0 / n as f64 * 1000.0_f64).round() / 1000.0;
+    assert_eq!(
+        (line(&first)["peak_held_30d"].clone(), line(&first)["mean_used_30d"].clone()),
+        (json!(3.0), json!(mean))
+    );
+
+    // Live requests now (the current hour is read by every standing): 7 slices held at once.
+    let ask = |p: &str| json!({"tenant": t, "spec": {"mode": "mig", "profile": p, "model": "H100-80GB"}, "count": 1});
+    for p in ["3g.40gb", "4g.40gb"] {
+        let (s, r) = one.send(Method::POST, "/api/v1/requests", &dev, Some(ask(p))).await;
+        assert_eq!(s, StatusCode::CREATED, "{r}");
+    }
+    let (s, second) = one.get("/api/v1/quota-standing", &one.admin).await;
+    assert_eq!(s, StatusCode::OK, "{second}");
+    assert_eq!((line(&second)["peak_held_30d"].clone(), line(&second)["held"].clone()), (json!(7.0), json!(7.0)));
+    // A replica that has worked nothing out yet reads the 30 days and says the same.
+    let two = TestApp::on(db).start().await;
+    let (s, fresh) = two.get("/api/v1/quota-standing", &one.admin).await;
+    assert_eq!(s, StatusCode::OK, "{fresh}");
+    assert_eq!(line(&fresh), line(&second));
+
+    // The past use moved out of the 30 days behind the servers' backs (no server writes an ended hour): the replicas
+    // that worked those hours out keep their figures, so they did not read those hours again.
+    let moved = "UPDATE allocations SET activated_at_ms = activated_at_ms - CAST(3456000000 AS BIGINT), \
+                 released_at_ms = released_at_ms - CAST(3456000000 AS BIGINT) WHERE device_uuid = 'MIG-past'";
+    if db.url.starts_with("sqlite:") {
+        let pool = sqlx::SqlitePool::connect(&db.url).await.expect("sqlite");
+        sqlx::query(moved).execute(&pool).await.expect("moved");
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
+        sqlx::query(moved).execute(&pool).await.expect("moved");
+        pool.close().await;
+    }
+    let (_, again) = two.get("/api/v1/quota-standing", &one.admin).await;
+    assert_eq!(line(&again)["mean_used_30d"], json!(mean), "the ended hours are not read again: {again}");
+    let three = TestApp::on(db).start().await;
+    let (_, third) = three.get("/api/v1/quota-standing", &one.admin).await;
+    assert_eq!(line(&third)["mean_used_30d"], json!(0.0), "a fresh replica reads them: {third}");
 }

@@ -9,3 +9,4 @@ pub mod inbox;
 pub mod kubernetes;
 pub mod pace;
 pub mod prepared;
+pub mod standing;
