@@ -140,6 +140,47 @@ fn tens_and_minutes(s: i64, e: i64, now_ms: i64, parts: &mut Vec<(Tier, i64, i64
     }
 }
 
+/// How long after an hour ends an allocation's use of it is kept (see [`kept_cover`]): telemetry of an hour that
+/// arrives later than this makes the hours from it on be worked out again.
+pub const KEEP_SETTLE_MS: i64 = 15 * MINUTE_MS;
+
+/// Whether telemetry of the minute `minute_ms` written at `now_ms` is late for the kept hours: its hour may have
+/// been kept already.
+pub const fn late_for_kept_hours(minute_ms: i64, now_ms: i64) -> bool {
+    Tier::Hour.bucket_of(minute_ms) + HOUR_MS + KEEP_SETTLE_MS <= now_ms
+}
+
+/// How an allocation's mean over part of its use is summed when some of its hours are kept (each kept hour holds
+/// its device's sums over the allocation's part of that hour: from its activation or the hour's start to its
+/// release or the hour's end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptCover {
+    /// The kept hours to sum: those starting in `[lo, hi)`; `None` when none lies within the span.
+    pub hours: Option<(i64, i64)>,
+    /// The rest of the span, read from the stored series ([`mean_parts`] of each).
+    pub rest: Vec<(i64, i64)>,
+}
+
+/// [`KeptCover`] of the allocation's use over `[s, e)`, where it was active from `activated` to `released`
+/// (`None`: still held) and the hours starting in `[kept_from, kept_to)` are kept. A kept hour is summed only when
+/// the allocation's part of it lies inside the span: inside it whole, or cut at an end that is the activation or
+/// the release itself. Every moment of `[s, e)` is then summed once, from a kept hour or from the rest.
+pub fn kept_cover(s: i64, e: i64, activated: i64, released: Option<i64>, kept_from: i64, kept_to: i64) -> KeptCover {
+    if e <= s {
+        return KeptCover { hours: None, rest: Vec::new() };
+    }
+    let hour = Tier::Hour;
+    let first = if s <= activated { hour.bucket_of(activated) } else { hour.bucket_of(s + HOUR_MS - 1) };
+    let end = if released.is_some_and(|r| e >= r) { hour.bucket_of(e + HOUR_MS - 1) } else { hour.bucket_of(e) };
+    let (lo, hi) = (first.max(kept_from), end.min(kept_to));
+    if lo >= hi {
+        return KeptCover { hours: None, rest: vec![(s, e)] };
+    }
+    let (covered_from, covered_to) = (s.max(lo), e.min(hi));
+    let rest = [(s, covered_from), (covered_to, e)].into_iter().filter(|(a, b)| a < b).collect();
+    KeptCover { hours: Some((lo, hi)), rest }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +294,74 @@ mod tests {
                 assert_eq!(covering, 1, "minute {m} of [{s}, {e}): {parts:?}");
                 m += MINUTE_MS;
             }
+        }
+    }
+
+    /// The allocation's part of the hour starting at `h`, as kept.
+    fn part(h: i64, activated: i64, released: Option<i64>) -> (i64, i64) {
+        (h.max(activated), (h + HOUR_MS).min(released.unwrap_or(i64::MAX)))
+    }
+
+    #[test]
+    fn kept_hours_cover_whole_hours_and_the_ends_that_are_the_allocations_own() {
+        let h = |n: i64| n * HOUR_MS;
+        let m = |n: i64| n * MINUTE_MS;
+        // Held from 10:20 to 14:40, the hours 0-24 kept: its whole use from the kept hours 10-14, nothing else.
+        let c = kept_cover(h(10) + m(20), h(14) + m(40), h(10) + m(20), Some(h(14) + m(40)), 0, h(24));
+        assert_eq!(c, KeptCover { hours: Some((h(10), h(15))), rest: vec![] });
+        // The same use within a period from 11:05: the hour 11 is cut by the period, not by the activation.
+        let c = kept_cover(h(11) + m(5), h(14) + m(40), h(10) + m(20), Some(h(14) + m(40)), 0, h(24));
+        assert_eq!(c, KeptCover { hours: Some((h(12), h(15))), rest: vec![(h(11) + m(5), h(12))] });
+        // Still held, the period ending at 13:30: the hour 13 is the period's to cut.
+        let c = kept_cover(h(10) + m(20), h(13) + m(30), h(10) + m(20), None, 0, h(24));
+        assert_eq!(c, KeptCover { hours: Some((h(10), h(13))), rest: vec![(h(13), h(13) + m(30))] });
+        // Only the hours up to 12 kept: the rest from the series.
+        let c = kept_cover(h(10) + m(20), h(14) + m(40), h(10) + m(20), Some(h(14) + m(40)), 0, h(12));
+        assert_eq!(c, KeptCover { hours: Some((h(10), h(12))), rest: vec![(h(12), h(14) + m(40))] });
+        // Nothing kept in the span: all of it from the series.
+        let c = kept_cover(h(10) + m(20), h(10) + m(50), h(10) + m(20), Some(h(10) + m(50)), h(11), h(20));
+        assert_eq!(c, KeptCover { hours: None, rest: vec![(h(10) + m(20), h(10) + m(50))] });
+        // Within one hour, cut by the period on both sides.
+        let c = kept_cover(h(10) + m(25), h(10) + m(35), h(10) + m(20), Some(h(10) + m(50)), 0, h(20));
+        assert_eq!(c, KeptCover { hours: None, rest: vec![(h(10) + m(25), h(10) + m(35))] });
+    }
+
+    #[test]
+    fn every_minute_of_a_span_is_summed_once_from_kept_hours_or_the_series() {
+        let mut seed = 0x5eed_u64;
+        let mut next = |n: i64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            i64::try_from((seed >> 33) % u64::try_from(n).unwrap_or(1)).unwrap_or(0)
+        };
+        for _ in 0..2_000 {
+            let activated = next(48 * 60) * MINUTE_MS;
+            let released = (next(4) > 0).then(|| activated + (1 + next(30 * 60)) * MINUTE_MS);
+            let held_to = released.unwrap_or(80 * HOUR_MS);
+            let s = activated + next(3).min(1) * next(40 * 60) * MINUTE_MS;
+            let e = if next(2) == 0 { held_to } else { s + next(30 * 60) * MINUTE_MS };
+            let (s, e) = (s.min(held_to), e.min(held_to));
+            let kept_from = next(40) * HOUR_MS;
+            let kept_to = kept_from + next(60) * HOUR_MS;
+            let c = kept_cover(s, e, activated, released, kept_from, kept_to);
+            let mut counted = vec![0_u8; usize::try_from((e - s).max(0) / MINUTE_MS).unwrap_or(0)];
+            let mut count = |a: i64, b: i64| {
+                for t in (a..b).step_by(usize::try_from(MINUTE_MS).unwrap_or(1)) {
+                    let i = usize::try_from((t - s) / MINUTE_MS).ok().filter(|_| t >= s && t < e);
+                    let i = i.unwrap_or_else(|| panic!("minute {t} outside [{s}, {e}): {c:?}"));
+                    counted[i] += 1;
+                }
+            };
+            if let Some((lo, hi)) = c.hours {
+                assert!(kept_from <= lo && hi <= kept_to, "{c:?}");
+                for h in (lo..hi).step_by(usize::try_from(HOUR_MS).unwrap_or(1)) {
+                    let (a, b) = part(h, activated, released);
+                    count(a, b.min(held_to));
+                }
+            }
+            for &(a, b) in &c.rest {
+                count(a, b);
+            }
+            assert!(counted.iter().all(|&n| n == 1), "s {s} e {e} act {activated} rel {released:?}: {c:?}");
         }
     }
 }

@@ -85,7 +85,7 @@ pub async fn usage(
         attention_order(&mut report.allocations);
         report.allocations.truncate(limit as usize);
     }
-    add_use_means(&state.store, &mut report, |_| true).await?;
+    add_use_means(&state.store, &metered, &mut report, |_| true).await?;
     if !csv {
         return Ok(ApiJson(report).into_response());
     }

@@ -6,7 +6,8 @@
 //! measured in the same run, is the baseline.
 //!
 //! The history is written as the server would have written it (requests and their allocations through the store,
-//! telemetry rows of every series by SQL, as the rollups of the same minutes), and `whole-GPU` allocations on a
+//! telemetry rows of every series by SQL, as the rollups of the same minutes, each allocation's hours kept by the
+//! sweep's own code), and `whole-GPU` allocations on a
 //! share of the fleet are active, so that a member's reads have something to find.
 //!
 //! `cargo bench -p tessera-server --bench scale` (`-- --quick` for 96 GPUs, 1,000 requests and 2 days: the check
@@ -305,6 +306,26 @@ async fn run_backend(name: &str, url: String, size: Size) {
     // The partitions the server makes at start (PostgreSQL), so that the rows land where they will be kept.
     state.store.keep_telemetry(tessera_server::store::now_ms()).await.unwrap();
     seed_telemetry(&url, size).await;
+    // Each allocation's hours, kept as the server's sweep keeps them as each hour ends.
+    let t = Instant::now();
+    let mut kept = tessera_server::services::use_hours::Kept::default();
+    loop {
+        let now = tessera_server::store::now_ms();
+        let k = tessera_server::services::use_hours::keep(&state.store, now, Duration::from_secs(3600)).await.unwrap();
+        (kept.hours, kept.rows) = (kept.hours + k.hours, kept.rows + k.rows);
+        if k.behind == 0 {
+            break;
+        }
+    }
+    let with_use = (size.days * 24).min(i64::from(kept.hours)).max(1);
+    println!(
+        "- allocation hours: {} hours kept, {} rows ({:.1?}; {:.1} ms for each of the {with_use} hours with use: the \
+         sweep's work as each hour ends)",
+        kept.hours,
+        kept.rows,
+        t.elapsed(),
+        t.elapsed().as_secs_f64() * 1000.0 / with_use as f64
+    );
     let nodes = state.store.nodes().await.unwrap();
     seeded.node_id = nodes[nodes.len() / 2].id.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

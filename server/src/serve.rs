@@ -249,10 +249,13 @@ pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15)
 /// How often active slices are checked for idleness (`allocation.idle`).
 pub const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// How long one sweep spends keeping allocation hours ([`tessera_services::use_hours::keep`]) at most.
+const KEEP_HOURS_BUDGET: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// One pass of the sweep every replica runs each [`EXPIRY_SWEEP`] at `now` (UTC ms): expiries and their reminders,
-/// temporary quotas ending, budgets, cohort reclaim, reservations, queued requests placed, sign-in records purged
-/// (sessions unused for `session_idle`), drain deadlines and node specs. Failures are logged; the next pass tries
-/// again.
+/// temporary quotas ending, budgets, cohort reclaim, reservations, queued requests placed, allocation hours kept,
+/// sign-in records purged (sessions unused for `session_idle`), drain deadlines and node specs. Failures are
+/// logged; the next pass tries again.
 pub async fn sweep(state: &AppState, now: i64, session_idle: std::time::Duration) {
     match state.store.expire_due(now).await {
         Ok(0) => {}
@@ -292,6 +295,12 @@ pub async fn sweep(state: &AppState, now: i64, session_idle: std::time::Duration
         Ok(0) => {}
         Ok(n) => tracing::info!(placed = n, "queued requests placed"),
         Err(e) => tracing::warn!(error = %e, "placing queued requests failed"),
+    }
+    // A few hours at most a pass while catching up (35 days after a first start), one an hour after that.
+    match tessera_services::use_hours::keep(&state.store, now, KEEP_HOURS_BUDGET).await {
+        Ok(k) if k.hours == 0 => {}
+        Ok(k) => tracing::info!(hours = k.hours, rows = k.rows, behind = k.behind, "allocation hours kept"),
+        Err(e) => tracing::warn!(error = %e, "keeping allocation hours failed"),
     }
     let idle_before = now - session_idle.as_millis() as i64;
     let attempts_before = now - tessera_services::auth::LOGIN_TTL_MS;

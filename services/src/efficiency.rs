@@ -126,7 +126,7 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
         Default::default()
     };
     let mut usage = meter(state.catalog, &metered, from, now, now, IdleRule { below: idle_below, hours, util: &util });
-    crate::usage::add_use_means(&state.store, &mut usage, |a| a.util_mean.is_none()).await?;
+    crate::usage::add_use_means(&state.store, &metered, &mut usage, |a| a.util_mean.is_none()).await?;
     let prices = price_map(state).await?;
     let mut tenants: BTreeMap<(String, String), (TenantEfficiency, Cost)> = BTreeMap::new();
     for a in &usage.allocations {
@@ -553,7 +553,7 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
         to_ms,
         IdleRule { below: DEFAULT_EFFICIENCY_IDLE_BELOW, hours, util: &util },
     );
-    crate::usage::add_use_means(&state.store, &mut usage, |a| a.util_mean.is_none()).await?;
+    crate::usage::add_use_means(&state.store, &metered, &mut usage, |a| a.util_mean.is_none()).await?;
     let mut by_model: BTreeMap<String, DayUse> = BTreeMap::new();
     for a in &usage.allocations {
         let d = by_model.entry(a.model.clone()).or_insert_with(|| DayUse {

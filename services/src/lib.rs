@@ -40,4 +40,5 @@ pub mod telemetry;
 pub mod tenants;
 pub mod throttle;
 pub mod usage;
+pub mod use_hours;
 pub mod waits;

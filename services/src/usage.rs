@@ -6,44 +6,31 @@
 use std::collections::HashMap;
 
 use tessera_core::Catalog;
-use tessera_core::rollup::{Tier, mean_parts};
 
 use crate::idle::{is_idle, lookback_start};
 pub use tessera_api::usage::{AllocationUsage, ProfileUsage, TenantUsage, UsageReport};
 use tessera_store::telemetry::Metered;
 use tessera_store::{Store, StoreError};
 
-/// The windows of one series a mean reads, and the allocation (its index in the report) each belongs to.
-type Asked = (Vec<usize>, Vec<(String, i64, i64)>);
-
-/// Fills the `util_in_period` of each allocation `wanted` from the stored series of its device over its use within
-/// the report's period: whole hours inside each allocation's use, whole 10-minute rows beside them, minutes at its
-/// edges ([`tessera_core::rollup::mean_parts`]); one grouped query per series and 300 allocations
-/// ([`Store::window_sums`]).
+/// Fills the `util_in_period` of each allocation `wanted` from its device's utilisation over its use within the
+/// report's period: its kept hours where they cover it, the stored series for the rest (whole hours, whole
+/// 10-minute rows beside them, minutes at its edges: [`tessera_core::rollup::mean_parts`]); see
+/// [`crate::use_hours::use_sums`]. `metered` is what the report was metered from.
 pub async fn add_use_means(
     store: &Store,
+    metered: &[Metered],
     report: &mut UsageReport,
     wanted: impl Fn(&AllocationUsage) -> bool,
 ) -> Result<(), StoreError> {
     let now = tessera_store::now_ms();
-    // Per series, the windows to sum and the allocation each belongs to.
-    let mut asked: std::collections::BTreeMap<Tier, Asked> = Default::default();
-    for (i, a) in report.allocations.iter().enumerate() {
-        let Some(device) = a.device_uuid.as_ref().filter(|_| wanted(a)) else { continue };
-        for (tier, lo, hi) in mean_parts(a.from_ms, a.to_ms, now) {
-            let (owners, windows) = asked.entry(tier).or_default();
-            owners.push(i);
-            windows.push((device.clone(), lo, hi));
-        }
-    }
-    let mut sums: HashMap<usize, (f64, i64)> = HashMap::new();
-    for (tier, (owners, windows)) in asked {
-        for (i, (weighted, samples)) in owners.into_iter().zip(store.window_sums(tier, &windows).await?) {
-            let sum = sums.entry(i).or_default();
-            sum.0 += weighted;
-            sum.1 += samples;
-        }
-    }
+    let of: Vec<(usize, &str, i64, i64)> = report
+        .allocations
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.device_uuid.is_some() && wanted(a))
+        .map(|(i, a)| (i, a.allocation.as_str(), a.from_ms, a.to_ms))
+        .collect();
+    let sums = crate::use_hours::use_sums(store, metered, &of, now).await?;
     for (i, a) in report.allocations.iter_mut().enumerate() {
         a.util_in_period = sums.get(&i).filter(|s| s.1 > 0).map(|&(weighted, samples)| weighted / samples as f64);
     }

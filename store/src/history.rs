@@ -4,6 +4,7 @@
 
 use tessera_core::request::{RequestState, SliceSpec};
 
+use super::allocation_hours::forget_kept_hours;
 use super::writes::audit_insert;
 use super::{Store, StoreError, new_id_at, to_json};
 
@@ -87,6 +88,10 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             }
+            // Use recorded in hours already kept: they are kept again, with it.
+            if let Some(first) = past.iter().map(|a| a.activated_at_ms).min() {
+                forget_kept_hours(&mut *tx, first).await?;
+            }
             let after = serde_json::json!({ "released_allocations": past.len() }).to_string();
             audit_insert(&mut tx, actor, "history.record", "history", None, Some(after)).await?;
             tx.commit().await?;
@@ -117,6 +122,7 @@ impl Store {
             .bind(request_id)
             .execute(&mut *tx)
             .await?;
+            forget_kept_hours(&mut *tx, at_ms).await?;
             tx.commit().await?;
             Ok(())
         })

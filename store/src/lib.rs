@@ -13,6 +13,7 @@
 mod dialect;
 
 pub mod agents;
+pub mod allocation_hours;
 pub mod attribution;
 pub mod audit;
 pub mod auth;

@@ -205,28 +205,50 @@ const WINDOWS_PER_QUERY: usize = 300;
 
 /// Placeholders of a statement, in bind order: SQLite's anonymous `?` (sqlx looks each numbered one up by a scan of
 /// the statement's names), PostgreSQL's `$1`, `$2`, ...
-struct Placeholders {
+pub(crate) struct Placeholders {
     numbered: bool,
     n: usize,
 }
 
 impl Placeholders {
-    fn new(dialect: crate::dialect::Dialect) -> Placeholders {
+    pub(crate) fn new(dialect: crate::dialect::Dialect) -> Placeholders {
         Placeholders { numbered: dialect == crate::dialect::Dialect::Postgres, n: 0 }
     }
 
-    fn next(&mut self) -> String {
+    pub(crate) fn next(&mut self) -> String {
         self.n += 1;
         if self.numbered { format!("${}", self.n) } else { "?".to_string() }
     }
 }
 
-/// The SQL of [`Store::window_sums`] for `n` windows of `tier`, bound `k, device, lo, hi` per window. One range scan
-/// of the primary key per window on both backends, the windows the outer loop: SQLite is held to that order by
+/// The SQL of [`Store::window_sums`] for `n` windows of `tier`, bound `k, device, lo, hi` per window.
+fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> String {
+    windowed_sums_sql(dialect, series_summed(tier), n)
+}
+
+/// A telemetry series as [`windowed_sums_sql`] sums it: by device and bucket start.
+const fn series_summed(tier: Tier) -> Summed {
+    Summed { table: table(tier), key: "device", time: "minute_ms", weighted: "m.util_avg * m.samples" }
+}
+
+/// A table whose rows [`windowed_sums_sql`] sums in windows: a key column, a time column, and the two sums of a
+/// sample-weighted mean (`samples` is a column of every such table).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Summed {
+    pub(crate) table: &'static str,
+    pub(crate) key: &'static str,
+    pub(crate) time: &'static str,
+    /// What each row adds to the weighted sum, over its alias `m`.
+    pub(crate) weighted: &'static str,
+}
+
+/// Sums of `source`'s rows per window, for `n` windows bound `k, key, lo, hi` each (rows whose time is in
+/// `[lo, hi)`), answered as `(k, weighted, samples)` rows; a window with no row may have no answer row. One range
+/// scan of the primary key per window on both backends, the windows the outer loop: SQLite is held to that order by
 /// `CROSS JOIN` (left to itself, its planner scans the whole series through the time index once there are a few
 /// hundred windows, and looks each row's window up), PostgreSQL by a lateral subquery (a plain join lets it hash the
 /// whole series).
-fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> String {
+fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed, n: usize) -> String {
     let mut p = Placeholders::new(dialect);
     let values: Vec<String> = (0..n)
         .map(|_| {
@@ -240,17 +262,19 @@ fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> St
         })
         .collect();
     let values = values.join(", ");
-    let from_table = table(tier);
-    let sums = "CAST(COALESCE(SUM(m.util_avg * m.samples), 0) AS DOUBLE PRECISION) AS weighted, \
-                CAST(COALESCE(SUM(m.samples), 0) AS BIGINT) AS samples";
-    let range = "m.device = w.device AND m.minute_ms >= w.lo AND m.minute_ms < w.hi";
+    let Summed { table: from_table, key, time, weighted } = source;
+    let sums = format!(
+        "CAST(COALESCE(SUM({weighted}), 0) AS DOUBLE PRECISION) AS weighted, \
+         CAST(COALESCE(SUM(m.samples), 0) AS BIGINT) AS samples"
+    );
+    let range = format!("m.{key} = w.k_key AND m.{time} >= w.lo AND m.{time} < w.hi");
     match dialect {
         crate::dialect::Dialect::Sqlite => format!(
-            "WITH w(k, device, lo, hi) AS (VALUES {values}) SELECT w.k, {sums} FROM w CROSS JOIN {from_table} m \
+            "WITH w(k, k_key, lo, hi) AS (VALUES {values}) SELECT w.k, {sums} FROM w CROSS JOIN {from_table} m \
              ON {range} GROUP BY w.k"
         ),
         crate::dialect::Dialect::Postgres => format!(
-            "WITH w(k, device, lo, hi) AS (VALUES {values}) SELECT w.k, s.weighted, s.samples FROM w \
+            "WITH w(k, k_key, lo, hi) AS (VALUES {values}) SELECT w.k, s.weighted, s.samples FROM w \
              CROSS JOIN LATERAL (SELECT {sums} FROM {from_table} m WHERE {range}) s"
         ),
     }
@@ -426,14 +450,22 @@ pub struct Footprint {
 impl Store {
     /// Writes minute rows, and folds them into the 10-minute and hour series, in one transaction; a row for a
     /// device and bucket already stored is merged into it (means weighted by sample counts, maxima kept), so a
-    /// minute that arrives in parts, or late, is counted once in every series.
+    /// minute that arrives in parts, or late, is counted once in every series. Minutes late enough that their hour
+    /// may be kept ([`tessera_core::rollup::late_for_kept_hours`]) forget the kept hours from theirs on.
     pub async fn write_minutes(&self, rows: &[MinuteRow]) -> Result<(), StoreError> {
         if rows.is_empty() {
             return Ok(());
         }
         let series: Vec<(Tier, Vec<Folded>)> = Tier::ALL.into_iter().map(|t| (t, fold(rows, t))).collect();
+        let now = crate::now_ms();
+        let late =
+            rows.iter().map(|r| r.minute_ms).filter(|&m| tessera_core::rollup::late_for_kept_hours(m, now)).min();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
+            // Minutes of an hour that may be kept already: it is worked out again, with them.
+            if let Some(first) = late {
+                crate::allocation_hours::forget_kept_hours(&mut *tx, first).await?;
+            }
             for (tier, folded) in &series {
                 let merge = merge_sql(*tier);
                 for chunk in folded.chunks(CHUNK) {
@@ -604,13 +636,23 @@ impl Store {
     /// ([`tessera_core::rollup::mean_parts`] says which rows make a mean). One grouped query per 300 windows, each
     /// window one indexed range scan (both sums from the same rows).
     pub async fn window_sums(&self, tier: Tier, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
+        self.windowed_sums(series_summed(tier), windows).await
+    }
+
+    /// Per window `(key, lo, hi)`, the sums of `source`'s rows of that key whose time is in `[lo, hi)`, in the
+    /// order asked ([`windowed_sums_sql`], 300 windows a query).
+    pub(crate) async fn windowed_sums(
+        &self,
+        source: Summed,
+        windows: &[(String, i64, i64)],
+    ) -> Result<Vec<(f64, i64)>, StoreError> {
         let mut out = vec![(0.0, 0); windows.len()];
         for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
             let rows: Vec<WindowSum> = on_pool!(self, pool, dialect => {
-                let sql = window_sums_sql(dialect, tier, chunk.len());
+                let sql = windowed_sums_sql(dialect, source, chunk.len());
                 let mut q = sqlx::query_as(&sql);
-                for (i, (device, lo, hi)) in chunk.iter().enumerate() {
-                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(device).bind(lo).bind(hi);
+                for (i, (key, lo, hi)) in chunk.iter().enumerate() {
+                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(key).bind(lo).bind(hi);
                 }
                 q.fetch_all(pool).await?
             });

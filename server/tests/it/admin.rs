@@ -50,7 +50,7 @@ impl std::ops::Deref for App {
     }
 }
 
-async fn spawn(db: &TestDb) -> App {
+pub(crate) async fn spawn(db: &TestDb) -> App {
     with_node_credential(TestApp::on(db).auto_layout().start().await).await
 }
 
@@ -138,7 +138,7 @@ impl App {
     }
 
     /// Moves an allocation's activation `ago_ms` into the past (as if it had been active that long).
-    async fn backdate(&self, db: &TestDb, allocation: &str, ago_ms: i64) {
+    pub(crate) async fn backdate(&self, db: &TestDb, allocation: &str, ago_ms: i64) {
         let sql = "UPDATE allocations SET activated_at_ms = $1 WHERE id = $2";
         let at = now_ms() - ago_ms;
         let done = if db.url.starts_with("sqlite:") {
@@ -153,6 +153,9 @@ impl App {
             done.rows_affected()
         };
         assert_eq!(done, 1);
+        // Use moved into hours the sweep may have kept already: they are kept again, as the store's own
+        // backdating does.
+        self.state.store.forget_allocation_hours(at).await.expect("forget");
     }
 }
 
@@ -585,7 +588,7 @@ async fn active_requests_are_released_by_their_tenant_or_reclaimed_with_a_reason
 }
 
 /// A minute row of `device` (on `gpu`) at `minute_ms`: 60 samples of `util` %.
-fn minute(app: &App, device: &str, gpu: &str, minute_ms: i64, util: f64) -> MinuteRow {
+pub(crate) fn minute(app: &App, device: &str, gpu: &str, minute_ms: i64, util: f64) -> MinuteRow {
     MinuteRow {
         device: device.into(),
         minute_ms,

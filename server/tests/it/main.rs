@@ -28,6 +28,7 @@ mod store;
 mod streams;
 mod telemetry;
 mod upgrade;
+mod use_hours;
 mod waiting;
 mod webhook_guards;
 mod wire;
