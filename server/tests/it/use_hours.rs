@@ -34,7 +34,12 @@ async fn catch_up(app: &App) {
 /// Per allocation of `ids`: its `util_in_period` in the admin's usage of `query`, and its mean read from the
 /// stored series alone over the same span.
 async fn means(app: &App, query: &str, ids: &[&str]) -> Vec<(f64, f64)> {
-    let (s, v) = app.get(&format!("/api/v1/usage?{query}"), &app.admin).await;
+    means_of(app, &app.admin, query, ids).await
+}
+
+/// [`means`] as `token` reads them.
+async fn means_of(app: &App, token: &str, query: &str, ids: &[&str]) -> Vec<(f64, f64)> {
+    let (s, v) = app.get(&format!("/api/v1/usage?{query}"), token).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     let rows = v["allocations"].as_array().expect("rows");
     let mut out = Vec::new();
@@ -104,6 +109,10 @@ async fn reports_read_kept_hours_and_say_what_the_series_says(db: &TestDb) {
     let (whole_1, cut_1) = (means(&app, &whole, &ids).await, means(&app, &cut, &ids).await);
     assert!(same(&whole_1) && same(&cut_1), "{whole_1:?} {cut_1:?}");
     assert!((whole_1[1].0 - 50.0).abs() < 1e-9, "{whole_1:?}");
+    let (as_member, paged) =
+        (means_of(&app, &alice, &whole, &ids).await, means(&app, &format!("{whole}&limit=3"), &ids).await);
+    let alike = |a: &[(f64, f64)]| a.iter().zip(&whole_1).all(|(x, y)| (x.0 - y.0).abs() < 1e-9);
+    assert!(alike(&as_member) && alike(&paged), "a member's read and a page say the same: {as_member:?} {paged:?}");
     let efficiency_after = efficiency(&app, &t).await;
     // The same share used (the two held ones' hours grow meanwhile, at their own means: a drift of about 1e-5 a
     // second; a released allocation measured wrongly moves it by a tenth).
@@ -113,15 +122,16 @@ async fn reports_read_kept_hours_and_say_what_the_series_says(db: &TestDb) {
 
     // The series changed behind the servers' backs (no server writes a row's mean over): the reports still say
     // what the kept hours hold, so they are what is read.
-    let moved = "UPDATE telemetry_hours SET util_avg = 100 WHERE device = $1";
+    // (The hours kept only: the hour since, read from the series, is not.)
+    let moved = "UPDATE telemetry_hours SET util_avg = 100 WHERE device = $1 AND minute_ms < $2";
     let even_device = field(&held[1].1, "device_uuid");
     if db.url.starts_with("sqlite:") {
         let pool = sqlx::SqlitePool::connect(&db.url).await.expect("sqlite");
-        sqlx::query(moved).bind(&even_device).execute(&pool).await.expect("moved");
+        sqlx::query(moved).bind(&even_device).bind(kept.to_ms).execute(&pool).await.expect("moved");
         pool.close().await;
     } else {
         let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
-        sqlx::query(moved).bind(&even_device).execute(&pool).await.expect("moved");
+        sqlx::query(moved).bind(&even_device).bind(kept.to_ms).execute(&pool).await.expect("moved");
         pool.close().await;
     }
     let read = means(&app, &whole, &ids).await;
