@@ -11,6 +11,9 @@ use tessera_store::allocation_hours::AllocationHour;
 use tessera_store::telemetry::Metered;
 use tessera_store::{Store, StoreError};
 
+/// The windows of one series a mean reads, and the owner each belongs to.
+type Asked = (Vec<usize>, Vec<(String, i64, i64)>);
+
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
 
@@ -29,7 +32,7 @@ pub async fn span_sums(
     spans: &[(usize, &str, i64, i64)],
     now_ms: i64,
 ) -> Result<HashMap<usize, (f64, i64)>, StoreError> {
-    let mut asked: std::collections::BTreeMap<Tier, (Vec<usize>, Vec<(String, i64, i64)>)> = Default::default();
+    let mut asked: std::collections::BTreeMap<Tier, Asked> = Default::default();
     for &(owner, device, s, e) in spans {
         for (tier, lo, hi) in mean_parts(s, e, now_ms) {
             let (owners, windows) = asked.entry(tier).or_default();
