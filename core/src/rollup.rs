@@ -144,10 +144,15 @@ fn tens_and_minutes(s: i64, e: i64, now_ms: i64, parts: &mut Vec<(Tier, i64, i64
 /// arrives later than this makes the hours from it on be worked out again.
 pub const KEEP_SETTLE_MS: i64 = 15 * MINUTE_MS;
 
+/// How much earlier than [`KEEP_SETTLE_MS`] a write counts its telemetry as late: room for the write's own
+/// transaction (it may wait for the database's write lock) and for replicas' clocks that differ, so that no minute
+/// a keeper may not have read is taken as on time.
+pub const LATE_MARGIN_MS: i64 = 5 * MINUTE_MS;
+
 /// Whether telemetry of the minute `minute_ms` written at `now_ms` is late for the kept hours: its hour may have
-/// been kept already.
+/// been kept already, or be being kept ([`LATE_MARGIN_MS`] before it settles).
 pub const fn late_for_kept_hours(minute_ms: i64, now_ms: i64) -> bool {
-    Tier::Hour.bucket_of(minute_ms) + HOUR_MS + KEEP_SETTLE_MS <= now_ms
+    Tier::Hour.bucket_of(minute_ms) + HOUR_MS + KEEP_SETTLE_MS - LATE_MARGIN_MS <= now_ms
 }
 
 /// How an allocation's mean over part of its use is summed when some of its hours are kept (each kept hour holds
@@ -165,7 +170,9 @@ pub struct KeptCover {
 /// (`None`: still held) and the hours starting in `[kept_from, kept_to)` are kept. A kept hour is summed only when
 /// the allocation's part of it lies inside the span: inside it whole, or cut at an end that is the activation or
 /// the release itself. Every moment of `[s, e)` is then summed once, from a kept hour or from the rest.
+/// The span lies within the allocation's use: `activated <= s` and `e <= released`.
 pub fn kept_cover(s: i64, e: i64, activated: i64, released: Option<i64>, kept_from: i64, kept_to: i64) -> KeptCover {
+    debug_assert!(activated <= s && released.is_none_or(|r| e <= r), "a span outside the use: {s}-{e}");
     if e <= s {
         return KeptCover { hours: None, rest: Vec::new() };
     }

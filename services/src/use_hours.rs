@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tessera_core::rollup::{Tier, mean_parts};
-use tessera_store::allocation_hours::AllocationHour;
+use tessera_store::allocation_hours::{AllocationHour, HoursKept};
 use tessera_store::telemetry::Metered;
 use tessera_store::{Store, StoreError};
 
@@ -130,8 +130,32 @@ pub async fn use_sums(
     of: &[(usize, &str, i64, i64)],
     now_ms: i64,
 ) -> Result<HashMap<usize, (f64, i64)>, StoreError> {
+    // Read again when kept hours were forgotten or dropped meanwhile (their rows may be gone); at last with none
+    // taken as kept, from the series alone.
+    let mut kept = store.allocation_hours_kept().await?;
+    for _ in 0..3 {
+        let sums = use_sums_with(store, metered, of, kept, now_ms).await?;
+        let after = store.allocation_hours_kept().await?;
+        let same = |a: Option<HoursKept>, b: Option<HoursKept>| {
+            a.map(|k| (k.from_ms, k.epoch)) == b.map(|k| (k.from_ms, k.epoch))
+        };
+        if same(kept, after) {
+            return Ok(sums);
+        }
+        kept = after;
+    }
+    use_sums_with(store, metered, of, None, now_ms).await
+}
+
+/// [`use_sums`] with the hours `kept` taken as kept.
+async fn use_sums_with(
+    store: &Store,
+    metered: &[Metered],
+    of: &[(usize, &str, i64, i64)],
+    kept: Option<HoursKept>,
+    now_ms: i64,
+) -> Result<HashMap<usize, (f64, i64)>, StoreError> {
     let by_id: HashMap<&str, &Metered> = metered.iter().map(|m| (m.id.as_str(), m)).collect();
-    let kept = store.allocation_hours_kept().await?;
     let mut hours: Vec<(usize, String, i64, i64)> = Vec::new();
     let mut spans: Vec<(usize, &str, i64, i64)> = Vec::new();
     for &(owner, id, s, e) in of {

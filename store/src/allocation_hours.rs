@@ -4,7 +4,7 @@
 //! for the parts of its use the kept hours do not cover.
 
 use crate::dialect::{Conn, Dialect};
-use crate::telemetry::Summed;
+use crate::windows::{Placeholders, Summed};
 use crate::{Store, StoreError};
 
 /// The hours kept ([`Store::allocation_hours_kept`]): every hour starting in `[from_ms, to_ms)` is in the table.
@@ -179,7 +179,7 @@ impl Store {
 
 /// `n` rows of four placeholders for an `INSERT … VALUES`.
 fn values_sql(dialect: Dialect, n: usize) -> String {
-    let mut p = crate::telemetry::Placeholders::new(dialect);
+    let mut p = Placeholders::new(dialect);
     (0..n)
         .map(|_| {
             format!(

@@ -36,6 +36,7 @@ pub mod reservations;
 mod sqlite;
 pub mod telemetry;
 mod views;
+mod windows;
 mod writes;
 
 mod records;

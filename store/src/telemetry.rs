@@ -8,6 +8,7 @@ use tessera_api::telemetry::Metric;
 use tessera_core::rollup::Tier;
 
 use super::{Store, StoreError};
+use crate::windows::{Placeholders, Summed, WINDOWS_PER_QUERY, windowed_sums_sql};
 
 /// One device's minute.
 #[derive(Debug, Clone, PartialEq)]
@@ -102,15 +103,6 @@ fn from_row(r: StoredMinute) -> MinuteRow {
     }
 }
 
-/// A window's utilisation sums ([`Store::window_sums`]).
-#[derive(Debug, sqlx::FromRow)]
-struct WindowSum {
-    k: i64,
-    /// Sum of `util_avg × samples`.
-    weighted: f64,
-    samples: i64,
-}
-
 /// A device's utilisation over minutes: what a sample-weighted mean needs.
 #[derive(Debug, sqlx::FromRow)]
 struct UtilSum {
@@ -200,27 +192,6 @@ pub struct Metered {
     pub device_uuid: Option<String>,
 }
 
-/// Windows read by one statement of [`Store::window_sums`] and [`Store::devices_use`].
-const WINDOWS_PER_QUERY: usize = 300;
-
-/// Placeholders of a statement, in bind order: SQLite's anonymous `?` (sqlx looks each numbered one up by a scan of
-/// the statement's names), PostgreSQL's `$1`, `$2`, ...
-pub(crate) struct Placeholders {
-    numbered: bool,
-    n: usize,
-}
-
-impl Placeholders {
-    pub(crate) fn new(dialect: crate::dialect::Dialect) -> Placeholders {
-        Placeholders { numbered: dialect == crate::dialect::Dialect::Postgres, n: 0 }
-    }
-
-    pub(crate) fn next(&mut self) -> String {
-        self.n += 1;
-        if self.numbered { format!("${}", self.n) } else { "?".to_string() }
-    }
-}
-
 /// The SQL of [`Store::window_sums`] for `n` windows of `tier`, bound `k, device, lo, hi` per window.
 fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> String {
     windowed_sums_sql(dialect, series_summed(tier), n)
@@ -229,55 +200,6 @@ fn window_sums_sql(dialect: crate::dialect::Dialect, tier: Tier, n: usize) -> St
 /// A telemetry series as [`windowed_sums_sql`] sums it: by device and bucket start.
 const fn series_summed(tier: Tier) -> Summed {
     Summed { table: table(tier), key: "device", time: "minute_ms", weighted: "m.util_avg * m.samples" }
-}
-
-/// A table whose rows [`windowed_sums_sql`] sums in windows: a key column, a time column, and the two sums of a
-/// sample-weighted mean (`samples` is a column of every such table).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Summed {
-    pub(crate) table: &'static str,
-    pub(crate) key: &'static str,
-    pub(crate) time: &'static str,
-    /// What each row adds to the weighted sum, over its alias `m`.
-    pub(crate) weighted: &'static str,
-}
-
-/// Sums of `source`'s rows per window, for `n` windows bound `k, key, lo, hi` each (rows whose time is in
-/// `[lo, hi)`), answered as `(k, weighted, samples)` rows; a window with no row may have no answer row. One range
-/// scan of the primary key per window on both backends, the windows the outer loop: SQLite is held to that order by
-/// `CROSS JOIN` (left to itself, its planner scans the whole series through the time index once there are a few
-/// hundred windows, and looks each row's window up), PostgreSQL by a lateral subquery (a plain join lets it hash the
-/// whole series).
-fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed, n: usize) -> String {
-    let mut p = Placeholders::new(dialect);
-    let values: Vec<String> = (0..n)
-        .map(|_| {
-            format!(
-                "(CAST({} AS BIGINT), CAST({} AS TEXT), CAST({} AS BIGINT), CAST({} AS BIGINT))",
-                p.next(),
-                p.next(),
-                p.next(),
-                p.next()
-            )
-        })
-        .collect();
-    let values = values.join(", ");
-    let Summed { table: from_table, key, time, weighted } = source;
-    let sums = format!(
-        "CAST(COALESCE(SUM({weighted}), 0) AS DOUBLE PRECISION) AS weighted, \
-         CAST(COALESCE(SUM(m.samples), 0) AS BIGINT) AS samples"
-    );
-    let range = format!("m.{key} = w.k_key AND m.{time} >= w.lo AND m.{time} < w.hi");
-    match dialect {
-        crate::dialect::Dialect::Sqlite => format!(
-            "WITH w(k, k_key, lo, hi) AS (VALUES {values}) SELECT w.k, {sums} FROM w CROSS JOIN {from_table} m \
-             ON {range} GROUP BY w.k"
-        ),
-        crate::dialect::Dialect::Postgres => format!(
-            "WITH w(k, k_key, lo, hi) AS (VALUES {values}) SELECT w.k, s.weighted, s.samples FROM w \
-             CROSS JOIN LATERAL (SELECT {sums} FROM {from_table} m WHERE {range}) s"
-        ),
-    }
 }
 
 /// The SQL of [`Store::devices_use`] for `n` windows of `tier`, bound `k, device, from_ms` per window and then
@@ -457,15 +379,8 @@ impl Store {
             return Ok(());
         }
         let series: Vec<(Tier, Vec<Folded>)> = Tier::ALL.into_iter().map(|t| (t, fold(rows, t))).collect();
-        let now = crate::now_ms();
-        let late =
-            rows.iter().map(|r| r.minute_ms).filter(|&m| tessera_core::rollup::late_for_kept_hours(m, now)).min();
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
-            // Minutes of an hour that may be kept already: it is worked out again, with them.
-            if let Some(first) = late {
-                crate::allocation_hours::forget_kept_hours(&mut *tx, first).await?;
-            }
             for (tier, folded) in &series {
                 let merge = merge_sql(*tier);
                 for chunk in folded.chunks(CHUNK) {
@@ -510,6 +425,13 @@ impl Store {
                     }
                     q.execute(&mut *tx).await?;
                 }
+            }
+            // Minutes of an hour that may be kept already: it is worked out again, with them. Last, so that the
+            // progress row is held only for the commit; judged now, after any wait for the write lock.
+            let now = crate::now_ms();
+            let late = rows.iter().map(|r| r.minute_ms).filter(|&m| tessera_core::rollup::late_for_kept_hours(m, now));
+            if let Some(first) = late.min() {
+                crate::allocation_hours::forget_kept_hours(&mut *tx, first).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -637,32 +559,6 @@ impl Store {
     /// window one indexed range scan (both sums from the same rows).
     pub async fn window_sums(&self, tier: Tier, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
         self.windowed_sums(series_summed(tier), windows).await
-    }
-
-    /// Per window `(key, lo, hi)`, the sums of `source`'s rows of that key whose time is in `[lo, hi)`, in the
-    /// order asked ([`windowed_sums_sql`], 300 windows a query).
-    pub(crate) async fn windowed_sums(
-        &self,
-        source: Summed,
-        windows: &[(String, i64, i64)],
-    ) -> Result<Vec<(f64, i64)>, StoreError> {
-        let mut out = vec![(0.0, 0); windows.len()];
-        for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
-            let rows: Vec<WindowSum> = on_pool!(self, pool, dialect => {
-                let sql = windowed_sums_sql(dialect, source, chunk.len());
-                let mut q = sqlx::query_as(&sql);
-                for (i, (key, lo, hi)) in chunk.iter().enumerate() {
-                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(key).bind(lo).bind(hi);
-                }
-                q.fetch_all(pool).await?
-            });
-            for WindowSum { k, weighted, samples } in rows {
-                if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
-                    *slot = (weighted, samples);
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// One device's rows of a series whose bucket starts in `[from_ms, to_ms)` as right-sizing reads them: how many
