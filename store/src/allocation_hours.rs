@@ -18,13 +18,6 @@ pub struct HoursKept {
     pub epoch: i64,
 }
 
-impl HoursKept {
-    /// Whether the hour starting at `hour_ms` is kept.
-    pub const fn holds(self, hour_ms: i64) -> bool {
-        self.from_ms <= hour_ms && hour_ms < self.to_ms
-    }
-}
-
 /// One allocation's sums over its part of one hour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AllocationHour {
