@@ -44,9 +44,10 @@ pub struct TenantEfficiency {
     pub tenant: String,
     /// Compute-slice-hours held (a 3g instance held for an hour is 3).
     pub held_slice_hours: f64,
-    /// Of those, the ones whose utilisation is known (allocations still active with telemetry over the look-back).
+    /// Of those, the ones whose utilisation is known (allocations with telemetry over their use in the look-back).
     pub measured_slice_hours: f64,
-    /// Measured slice-hours weighted by their device's mean utilisation: what was used.
+    /// Measured slice-hours weighted by the mean utilisation of their device over the allocation's own use in the
+    /// look-back: what was used.
     pub used_slice_hours: f64,
     /// `used / measured` (`null` when nothing was measured).
     pub efficiency: Option<f64>,

@@ -12,7 +12,8 @@ use tessera_core::request::SliceSpec;
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::idle::{device_utilisation, lookback_start};
+use crate::idle::{Lookback, is_idle, lookback_start};
+use crate::telemetry::Metric;
 use crate::usage::{IdleRule, meter};
 pub use tessera_api::efficiency::{
     EfficiencyDay, EfficiencyHistory, EfficiencyReport, HistoryQuery, ModelCapacity, ModelPrice, Prices, PricesBody,
@@ -20,6 +21,7 @@ pub use tessera_api::efficiency::{
 };
 pub use tessera_api::layouts::{DefragFigures, DefragGpu, DefragQuery, DefragReport, DefragSkipped};
 use tessera_store::efficiency::{CapacitySample, DayUse};
+use tessera_store::telemetry::Metered;
 use tessera_store::{LayoutChange, Node, Principal, SliceRequest, StoreError};
 
 /// Idle below this mean utilisation (%) unless the caller says otherwise: the shipped alert's threshold.
@@ -120,13 +122,7 @@ pub async fn report(state: &AppState, hours: f64, idle_below: f64, now: i64) -> 
     let (models, total) = fleet_capacity(state).await?;
     let from = lookback_start(now, hours).max(0);
     let metered = state.store.metered(None, from, now).await?;
-    let util = if metered.iter().any(|a| a.released_at_ms.is_none() && a.device_uuid.is_some()) {
-        device_utilisation(state, hours, now, None).await?
-    } else {
-        Default::default()
-    };
-    let mut usage = meter(state.catalog, &metered, from, now, now, IdleRule { below: idle_below, hours, util: &util });
-    crate::usage::add_use_means(&state.store, &metered, &mut usage, |a| a.util_mean.is_none()).await?;
+    let usage = measured(state, &metered, from, now, now, idle_below).await?;
     let prices = price_map(state).await?;
     let mut tenants: BTreeMap<(String, String), (TenantEfficiency, Cost)> = BTreeMap::new();
     for a in &usage.allocations {
@@ -517,18 +513,18 @@ pub async fn record(state: &AppState, now_ms: i64) -> Result<(), StoreError> {
     // The day before, whole, once it has ended: until a write after its end is recorded (a server down at
     // midnight closes it when it is back, within the 90 days).
     if state.store.day_use_written(today - DAY_MS).await?.is_none_or(|at| at < today) {
-        let rows = day_use(state, today - DAY_MS, today).await?;
+        let rows = day_use(state, today - DAY_MS, today, now_ms).await?;
         state.store.record_day_use(today - DAY_MS, &rows).await?;
     }
-    let rows = day_use(state, today, now_ms).await?;
+    let rows = day_use(state, today, now_ms, now_ms).await?;
     state.store.record_day_use(today, &rows).await?;
     state.store.prune_efficiency(today - i64::from(HISTORY_DAYS - 1) * DAY_MS).await?;
     Ok(())
 }
 
-/// Per model, what was held, measured, used and wasted in `[from_ms, to_ms)`; utilisation is each device's mean
-/// over that span (as in [`report`]), known for the allocations active at `to_ms`.
-async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUse>, StoreError> {
+/// Per model, what was held, measured, used and wasted in `[from_ms, to_ms)`; each allocation measured over its
+/// own use in that span (as in [`report`]).
+async fn day_use(state: &AppState, from_ms: i64, to_ms: i64, now_ms: i64) -> Result<Vec<DayUse>, StoreError> {
     let mut metered = state.store.metered(None, from_ms, to_ms).await?;
     if metered.is_empty() {
         return Ok(Vec::new());
@@ -539,21 +535,7 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
             a.released_at_ms = None;
         }
     }
-    let hours = (to_ms - from_ms).max(1) as f64 / 3_600_000.0;
-    let util = if metered.iter().any(|a| a.released_at_ms.is_none() && a.device_uuid.is_some()) {
-        device_utilisation(state, hours, to_ms, None).await?
-    } else {
-        Default::default()
-    };
-    let mut usage = meter(
-        state.catalog,
-        &metered,
-        from_ms,
-        to_ms,
-        to_ms,
-        IdleRule { below: DEFAULT_EFFICIENCY_IDLE_BELOW, hours, util: &util },
-    );
-    crate::usage::add_use_means(&state.store, &metered, &mut usage, |a| a.util_mean.is_none()).await?;
+    let usage = measured(state, &metered, from_ms, to_ms, now_ms, DEFAULT_EFFICIENCY_IDLE_BELOW).await?;
     let mut by_model: BTreeMap<String, DayUse> = BTreeMap::new();
     for a in &usage.allocations {
         let d = by_model.entry(a.model.clone()).or_insert_with(|| DayUse {
@@ -571,6 +553,97 @@ async fn day_use(state: &AppState, from_ms: i64, to_ms: i64) -> Result<Vec<DayUs
     Ok(by_model.into_values().collect())
 }
 
+/// `metered` metered over `[from_ms, to_ms)`, each allocation measured by the mean utilisation of its device over
+/// its own use in the span ([`held_means`]): an allocation active at `to_ms` has it as `util_mean` and is idle when
+/// it held its device the whole span below `idle_below` %; a released one has it as `util_in_period`.
+async fn measured(
+    state: &AppState,
+    metered: &[Metered],
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+    idle_below: f64,
+) -> Result<crate::usage::UsageReport, StoreError> {
+    let hours = (to_ms - from_ms).max(1) as f64 / 3_600_000.0;
+    let nothing = HashMap::new();
+    let mut usage =
+        meter(state.catalog, metered, from_ms, to_ms, to_ms, IdleRule { below: idle_below, hours, util: &nothing });
+    let means = held_means(state, metered, from_ms, to_ms, now_ms).await?;
+    let by_id: HashMap<&str, &Metered> = metered.iter().map(|m| (m.id.as_str(), m)).collect();
+    for a in &mut usage.allocations {
+        let Some(m) = by_id.get(a.allocation.as_str()) else { continue };
+        let mean = means.get(a.allocation.as_str()).copied();
+        if m.released_at_ms.is_none() {
+            a.util_mean = mean;
+            a.idle = is_idle(true, m.activated_at_ms, from_ms, mean, idle_below);
+        } else {
+            a.util_in_period = mean;
+        }
+    }
+    usage.idle_count = usage.allocations.iter().filter(|a| a.idle).count();
+    Ok(usage)
+}
+
+/// Per allocation of `metered` with a device (by id), the mean utilisation of its device over its own use in
+/// `[from_ms, to_ms)` (from its activation, to its release or `to_ms`): its kept hours and the stored series
+/// ([`crate::use_hours::use_sums`]) and, for one still active when `to_ms` is now, this replica's live window for
+/// the last minutes, which the series does not hold yet (split as [`Lookback`] says). What it reads follows the
+/// span's allocations, not the fleet's devices.
+pub async fn held_means(
+    state: &AppState,
+    metered: &[Metered],
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+) -> Result<HashMap<String, f64>, StoreError> {
+    let live = to_ms >= now_ms;
+    let split = if live {
+        Lookback::new(to_ms, (to_ms - from_ms) as f64 / 3_600_000.0, state.telemetry.window_ms()).split_ms
+    } else {
+        to_ms
+    };
+    let mut of: Vec<(usize, &str, i64, i64)> = Vec::new();
+    // Per device, the active allocations on it (a time-sliced GPU has several) and where each one's use starts.
+    let mut in_window: HashMap<&str, Vec<(usize, i64)>> = HashMap::new();
+    for (i, a) in metered.iter().enumerate() {
+        let Some(device) = a.device_uuid.as_deref() else { continue };
+        let s = a.activated_at_ms.max(from_ms);
+        let e = a.released_at_ms.unwrap_or(to_ms).min(to_ms);
+        if e <= s {
+            continue;
+        }
+        if live && a.released_at_ms.is_none() {
+            if s < split {
+                of.push((i, a.id.as_str(), s, split));
+            }
+            in_window.entry(device).or_default().push((i, s.max(split)));
+        } else {
+            of.push((i, a.id.as_str(), s, e));
+        }
+    }
+    let mut sums = crate::use_hours::use_sums(&state.store, metered, &of, now_ms).await?;
+    if !in_window.is_empty() {
+        let columns = usize::try_from((to_ms - split + 999) / 1000).unwrap_or(0);
+        let rows = state.telemetry.window_rows(None, |d| in_window.contains_key(d), Metric::Util, split, 1000, columns);
+        for (key, values) in rows {
+            for &(i, since) in in_window.get(key.device.as_str()).into_iter().flatten() {
+                let sum = sums.entry(i).or_default();
+                for (c, v) in values.iter().enumerate() {
+                    if let Some(v) = v.filter(|_| split + c as i64 * 1000 >= since) {
+                        sum.0 += f64::from(v);
+                        sum.1 += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(sums
+        .into_iter()
+        .filter(|(_, (_, samples))| *samples > 0)
+        .map(|(i, (weighted, samples))| (metered[i].id.clone(), weighted / samples as f64))
+        .collect())
+}
+
 /// What one metered allocation held, and of it what was measured, used and wasted: the figures the report and
 /// the history sum.
 #[derive(Debug, Clone, Copy)]
@@ -583,8 +656,8 @@ struct Use {
 }
 
 impl Use {
-    /// Measured when its device's mean utilisation is known (over the look-back while it runs; over its use in the
-    /// span, from the stored minutes, once released): used is that share of it, wasted the rest.
+    /// Measured when its device's mean utilisation over its own use in the span is known ([`held_means`]): used
+    /// is that share of it, wasted the rest.
     fn of(a: &crate::usage::AllocationUsage) -> Use {
         let held = a.slice_seconds / 3600.0;
         let util = a.util_mean.or(a.util_in_period).map(|u| u.clamp(0.0, 100.0) / 100.0);

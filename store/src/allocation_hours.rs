@@ -1,10 +1,11 @@
 //! What each allocation's device did in each hour it was held, kept once the hour has ended (`allocation_hours`):
-//! the sums of a sample-weighted mean over the allocation's part of the hour. A report's mean for an allocation
-//! then sums its kept hours (one range scan of the primary key an allocation) and reads the stored series only
-//! for the parts of its use the kept hours do not cover.
+//! the sums of a sample-weighted mean over the allocation's part of the hour, and the allocation's running sums up
+//! to it. A report's mean for an allocation then sums its kept hours from two of them (the last's running sums less
+//! those before the first: a few seeks of the primary key an allocation, however many hours) and reads the stored
+//! series only for the parts of its use the kept hours do not cover.
 
 use crate::dialect::{Conn, Dialect};
-use crate::windows::{Placeholders, Summed};
+use crate::windows::{Placeholders, WINDOWS_PER_QUERY, window_values};
 use crate::{Store, StoreError};
 
 /// The hours kept ([`Store::allocation_hours_kept`]): every hour starting in `[from_ms, to_ms)` is in the table.
@@ -56,8 +57,36 @@ pub(crate) async fn forget_kept_hours<'c>(conn: impl Into<Conn<'c>>, t_ms: i64) 
     Ok(())
 }
 
-const SUMMED: Summed =
-    Summed { table: "allocation_hours", key: "allocation_id", time: "hour_ms", weighted: "m.weighted" };
+/// A window's sums of kept hours.
+#[derive(Debug, sqlx::FromRow)]
+struct RunningSum {
+    k: i64,
+    weighted: f64,
+    samples: i64,
+}
+
+/// The sums of each of `n` windows of kept hours, bound `k, allocation, lo, hi` each, answered as
+/// `(k, weighted, samples)`: the running sums of the window's last kept hour less those before its first (the
+/// first's running sums less its own), 0 for a window with no kept hour. Four seeks of the primary key a window,
+/// the windows the outer loop.
+fn running_sums_sql(dialect: Dialect, n: usize) -> String {
+    let values = window_values(dialect, n);
+    let seek = |what: &str, order: &str| {
+        format!(
+            "(SELECT {what} FROM allocation_hours m WHERE m.allocation_id = w.a AND m.hour_ms >= w.lo \
+             AND m.hour_ms < w.hi ORDER BY m.hour_ms {order} LIMIT 1)"
+        )
+    };
+    format!(
+        "WITH w(k, a, lo, hi) AS (VALUES {values}) SELECT w.k, \
+         CAST(COALESCE({} - {}, 0) AS DOUBLE PRECISION) AS weighted, \
+         CAST(COALESCE({} - {}, 0) AS BIGINT) AS samples FROM w",
+        seek("m.running_weighted", "DESC"),
+        seek("m.running_weighted - m.weighted", "ASC"),
+        seek("m.running_samples", "DESC"),
+        seek("m.running_samples - m.samples", "ASC"),
+    )
+}
 
 impl Store {
     /// The hours kept, `None` before the first is kept.
@@ -110,12 +139,25 @@ impl Store {
                 tx.rollback().await?;
                 return Ok(false);
             }
+            // Each row with its allocation's running sums: its own added to those of the allocation's last kept
+            // hour before it (hours are kept in order, so none after it is kept yet).
+            let before = |column: &str| {
+                format!(
+                    "COALESCE((SELECT p.{column} FROM allocation_hours p WHERE p.allocation_id = v.a \
+                     AND p.hour_ms < v.h ORDER BY p.hour_ms DESC LIMIT 1), 0)"
+                )
+            };
             for chunk in rows.chunks(500) {
                 let values = values_sql(dialect, chunk.len());
                 let sql = format!(
-                    "INSERT INTO allocation_hours (allocation_id, hour_ms, weighted, samples) VALUES {values} \
+                    "WITH v(a, h, w, s) AS (VALUES {values}) \
+                     INSERT INTO allocation_hours (allocation_id, hour_ms, weighted, samples, running_weighted, \
+                     running_samples) SELECT v.a, v.h, v.w, v.s, v.w + {}, v.s + {} FROM v WHERE true \
                      ON CONFLICT (allocation_id, hour_ms) DO UPDATE SET weighted = excluded.weighted, \
-                     samples = excluded.samples"
+                     samples = excluded.samples, running_weighted = excluded.running_weighted, \
+                     running_samples = excluded.running_samples",
+                    before("running_weighted"),
+                    before("running_samples")
                 );
                 let mut q = sqlx::query(&sql);
                 for r in chunk {
@@ -129,10 +171,27 @@ impl Store {
     }
 
     /// Per window `(allocation, lo, hi)`, the sums of its kept hours starting in `[lo, hi)`, as
-    /// `(sum of util_avg × samples, samples)`, in the order asked. One grouped query per 300 windows, each window
-    /// one range scan of the primary key.
+    /// `(sum of util_avg × samples, samples)`, in the order asked: the running sums of the last of them less those
+    /// before the first ([`running_sums_sql`]), four seeks of the primary key a window however many hours it spans.
+    /// One query per 300 windows.
     pub async fn allocation_hour_sums(&self, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
-        self.windowed_sums(SUMMED, windows).await
+        let mut out = vec![(0.0, 0); windows.len()];
+        for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
+            let rows: Vec<RunningSum> = on_pool!(self, pool, dialect => {
+                let sql = running_sums_sql(dialect, chunk.len());
+                let mut q = sqlx::query_as(&sql);
+                for (i, (key, lo, hi)) in chunk.iter().enumerate() {
+                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(key).bind(lo).bind(hi);
+                }
+                q.fetch_all(pool).await?
+            });
+            for RunningSum { k, weighted, samples } in rows {
+                if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k)) {
+                    *slot = (weighted, samples);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Forgets the kept hours from the one `t_ms` falls in on (see [`forget_kept_hours`]), for a write made behind

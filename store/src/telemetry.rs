@@ -626,11 +626,12 @@ impl Store {
     }
 
     /// The plans the database makes for [`Store::window_sums`] and [`Store::devices_use`] of `windows` windows on
-    /// `tier` (SQLite: `EXPLAIN QUERY PLAN`'s steps; PostgreSQL: `EXPLAIN`'s lines), in that order: what the
+    /// `tier`, and for `windows` windows sharing one range (SQLite: `EXPLAIN QUERY PLAN`'s steps; PostgreSQL:
+    /// `EXPLAIN`'s lines), in that order: what the
     /// query-plan test checks, as the plan a database chooses can change with the number of windows.
-    pub async fn window_read_plans(&self, tier: Tier, windows: usize) -> Result<[String; 2], StoreError> {
+    pub async fn window_read_plans(&self, tier: Tier, windows: usize) -> Result<[String; 3], StoreError> {
         let n = windows.clamp(1, WINDOWS_PER_QUERY);
-        let mut out = [String::new(), String::new()];
+        let mut out = [String::new(), String::new(), String::new()];
         for (slot, sums) in out.iter_mut().zip([true, false]) {
             *slot = on_pool!(self, pool, dialect => {
                 let (sql, per) = if sums {
@@ -664,6 +665,35 @@ impl Store {
                 lines.join("\n")
             });
         }
+        // Windows sharing their range, read as one range of their keys.
+        let keys: Vec<String> = (0..n).map(|i| format!("GPU-{i}")).collect();
+        let sql = crate::windows::shared_range_sums_sql;
+        out[2] = match &self.db {
+            crate::Db::Sqlite(pool) => {
+                let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(&format!(
+                    "EXPLAIN QUERY PLAN {}",
+                    sql(crate::dialect::Dialect::Sqlite, series_summed(tier))
+                ))
+                .bind(serde_json::to_string(&keys).unwrap_or_default())
+                .bind(0_i64)
+                .bind(60_000_i64)
+                .fetch_all(pool)
+                .await?;
+                rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("\n")
+            }
+            crate::Db::Postgres(pool) => {
+                let rows: Vec<(String,)> = sqlx::query_as(&format!(
+                    "EXPLAIN (COSTS OFF) {}",
+                    sql(crate::dialect::Dialect::Postgres, series_summed(tier))
+                ))
+                .bind(&keys)
+                .bind(0_i64)
+                .bind(60_000_i64)
+                .fetch_all(pool)
+                .await?;
+                rows.into_iter().map(|r| r.0).collect::<Vec<_>>().join("\n")
+            }
+        };
         Ok(out)
     }
 
@@ -794,21 +824,27 @@ impl Store {
     /// `from_ms`), of one tenant or all.
     pub async fn metered(&self, tenant_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Metered>, StoreError> {
         on_pool!(self, pool, _dialect => {
-            let rows: Vec<MeteredRow> = sqlx::query_as(
-                "SELECT a.id, a.request_id, a.tenant_id, t.name AS tenant_name, n.name AS node, g.uuid AS gpu_uuid, \
-                 g.model, a.profile, CAST(a.start AS BIGINT) AS start, g.mig_enabled, a.state, a.activated_at_ms, \
-                 a.released_at_ms, a.device_uuid \
+            // The fleet's through the release index (those released in the period, and those still held); a
+            // tenant's through the tenant index. Sorted here, so that neither plan is led by the order.
+            let select = "SELECT a.id, a.request_id, a.tenant_id, t.name AS tenant_name, n.name AS node, \
+                 g.uuid AS gpu_uuid, g.model, a.profile, CAST(a.start AS BIGINT) AS start, g.mig_enabled, a.state, \
+                 a.activated_at_ms, a.released_at_ms, a.device_uuid \
                  FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN nodes n ON n.id = g.node_id \
                  JOIN tenants t ON t.id = a.tenant_id \
                  WHERE a.activated_at_ms IS NOT NULL AND a.activated_at_ms < $1 \
-                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $2) AND ($3 IS NULL OR a.tenant_id = $3) \
-                 ORDER BY a.tenant_id, a.id",
-            )
-            .bind(to_ms)
-            .bind(from_ms)
-            .bind(tenant_id)
-            .fetch_all(pool)
-            .await?;
+                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $2)";
+            let mut rows: Vec<MeteredRow> = match tenant_id {
+                None => sqlx::query_as(select).bind(to_ms).bind(from_ms).fetch_all(pool).await?,
+                Some(tenant) => {
+                    sqlx::query_as(&format!("{select} AND a.tenant_id = $3"))
+                        .bind(to_ms)
+                        .bind(from_ms)
+                        .bind(tenant)
+                        .fetch_all(pool)
+                        .await?
+                }
+            };
+            rows.sort_unstable_by(|a, b| (&a.tenant_id, &a.id).cmp(&(&b.tenant_id, &b.id)));
             Ok(rows
                 .into_iter()
                 .map(|r| Metered {

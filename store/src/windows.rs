@@ -1,11 +1,17 @@
-//! Sums of a sample-weighted mean read in windows of many keys at once (`(key, lo, hi)`: a device's series, an
-//! allocation's kept hours), one range scan of the primary key per window, and the placeholders such statements
-//! bind. Shared by the telemetry series' reads and the allocation hours'.
+//! Sums of a sample-weighted mean read in windows of many keys at once (`(key, lo, hi)`: a device's series), one
+//! range scan of the primary key per window or, for windows sharing a range, per key; and the placeholders such
+//! statements bind (shared with the allocation hours' reads).
 
 use crate::{Store, StoreError};
 
 /// Windows read by one statement (the window sums, a device's use in windows).
 pub(crate) const WINDOWS_PER_QUERY: usize = 300;
+/// Windows of one range `[lo, hi)` from which they are read as one range of many keys ([`shared_range_sums_sql`])
+/// rather than one window each: a report's windows mostly share their ranges (every allocation that spans the
+/// report's start is cut there; every active one reads the same recent minutes).
+pub(crate) const SHARED_RANGE_MIN: usize = 8;
+/// Keys read by one shared-range statement.
+pub(crate) const KEYS_PER_QUERY: usize = 1_000;
 
 /// Placeholders of a statement, in bind order: SQLite's anonymous `?` (sqlx looks each numbered one up by a scan of
 /// the statement's names), PostgreSQL's `$1`, `$2`, ...
@@ -23,6 +29,21 @@ impl Placeholders {
         self.n += 1;
         if self.numbered { format!("${}", self.n) } else { "?".to_string() }
     }
+}
+
+/// `n` rows of a `VALUES` list of windows, bound `k, key, lo, hi` each (`BIGINT, TEXT, BIGINT, BIGINT`).
+pub(crate) fn window_values(dialect: crate::dialect::Dialect, n: usize) -> String {
+    let mut p = Placeholders::new(dialect);
+    let row = |p: &mut Placeholders| {
+        format!(
+            "(CAST({} AS BIGINT), CAST({} AS TEXT), CAST({} AS BIGINT), CAST({} AS BIGINT))",
+            p.next(),
+            p.next(),
+            p.next(),
+            p.next()
+        )
+    };
+    (0..n).map(|_| row(&mut p)).collect::<Vec<_>>().join(", ")
 }
 
 /// A window's utilisation sums.
@@ -52,19 +73,7 @@ pub(crate) struct Summed {
 /// hundred windows, and looks each row's window up), PostgreSQL by a lateral subquery (a plain join lets it hash the
 /// whole series).
 pub(crate) fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed, n: usize) -> String {
-    let mut p = Placeholders::new(dialect);
-    let values: Vec<String> = (0..n)
-        .map(|_| {
-            format!(
-                "(CAST({} AS BIGINT), CAST({} AS TEXT), CAST({} AS BIGINT), CAST({} AS BIGINT))",
-                p.next(),
-                p.next(),
-                p.next(),
-                p.next()
-            )
-        })
-        .collect();
-    let values = values.join(", ");
+    let values = window_values(dialect, n);
     let Summed { table: from_table, key, time, weighted } = source;
     let sums = format!(
         "CAST(COALESCE(SUM({weighted}), 0) AS DOUBLE PRECISION) AS weighted, \
@@ -83,21 +92,100 @@ pub(crate) fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed
     }
 }
 
+/// Sums of `source`'s rows per key over one range, for the keys bound as one value (a JSON array on SQLite, a
+/// `text[]` on PostgreSQL) and the range's `lo, hi`, answered as `(k_key, weighted, samples)` rows; a key with no
+/// row has no answer row. One range scan of the primary key per key, whatever their number, and one statement text
+/// (prepared once per connection). SQLite is held to the keys as the outer loop by `CROSS JOIN`.
+pub(crate) fn shared_range_sums_sql(dialect: crate::dialect::Dialect, source: Summed) -> String {
+    let Summed { table: from_table, key, time, weighted } = source;
+    let sums = format!(
+        "CAST(COALESCE(SUM({weighted}), 0) AS DOUBLE PRECISION) AS weighted, \
+         CAST(COALESCE(SUM(m.samples), 0) AS BIGINT) AS samples"
+    );
+    match dialect {
+        crate::dialect::Dialect::Sqlite => format!(
+            "SELECT m.{key} AS k_key, {sums} FROM json_each(?) j CROSS JOIN {from_table} m \
+             ON m.{key} = j.value AND m.{time} >= ? AND m.{time} < ? GROUP BY m.{key}"
+        ),
+        crate::dialect::Dialect::Postgres => format!(
+            "SELECT m.{key} AS k_key, {sums} FROM {from_table} m \
+             WHERE m.{key} = ANY($1) AND m.{time} >= $2 AND m.{time} < $3 GROUP BY m.{key}"
+        ),
+    }
+}
+
+/// A key's utilisation sums over a shared range.
+#[derive(Debug, sqlx::FromRow)]
+struct KeySum {
+    k_key: String,
+    weighted: f64,
+    samples: i64,
+}
+
 impl Store {
     /// Per window `(key, lo, hi)`, the sums of `source`'s rows of that key whose time is in `[lo, hi)`, in the
-    /// order asked ([`windowed_sums_sql`], 300 windows a query).
+    /// order asked. Windows that share their range with at least [`SHARED_RANGE_MIN`] others are read as one range
+    /// of their keys ([`shared_range_sums_sql`], 1,000 keys a query); the rest one range scan each
+    /// ([`windowed_sums_sql`], 300 windows a query).
     pub(crate) async fn windowed_sums(
         &self,
         source: Summed,
         windows: &[(String, i64, i64)],
     ) -> Result<Vec<(f64, i64)>, StoreError> {
         let mut out = vec![(0.0, 0); windows.len()];
-        for (c, chunk) in windows.chunks(WINDOWS_PER_QUERY).enumerate() {
+        let mut by_range: std::collections::HashMap<(i64, i64), Vec<usize>> = Default::default();
+        for (i, (_, lo, hi)) in windows.iter().enumerate() {
+            if lo < hi {
+                by_range.entry((*lo, *hi)).or_default().push(i);
+            }
+        }
+        let mut alone: Vec<usize> = Vec::new();
+        let mut shared: Vec<((i64, i64), Vec<usize>)> = Vec::new();
+        for (range, of) in by_range {
+            if of.len() >= SHARED_RANGE_MIN { shared.push((range, of)) } else { alone.extend(of) }
+        }
+        // In the order asked, so that the same windows make the same statements.
+        alone.sort_unstable();
+        shared.sort_unstable_by_key(|(range, _)| *range);
+        for ((lo, hi), of) in shared {
+            let mut keys: Vec<&str> = of.iter().map(|&i| windows[i].0.as_str()).collect();
+            keys.sort_unstable();
+            keys.dedup();
+            let mut sums: std::collections::HashMap<String, (f64, i64)> = Default::default();
+            for chunk in keys.chunks(KEYS_PER_QUERY) {
+                let rows: Vec<KeySum> = match &self.db {
+                    crate::Db::Sqlite(pool) => {
+                        sqlx::query_as(&shared_range_sums_sql(crate::dialect::Dialect::Sqlite, source))
+                            .bind(serde_json::to_string(chunk).unwrap_or_default())
+                            .bind(lo)
+                            .bind(hi)
+                            .fetch_all(pool)
+                            .await?
+                    }
+                    crate::Db::Postgres(pool) => {
+                        sqlx::query_as(&shared_range_sums_sql(crate::dialect::Dialect::Postgres, source))
+                            .bind(chunk)
+                            .bind(lo)
+                            .bind(hi)
+                            .fetch_all(pool)
+                            .await?
+                    }
+                };
+                sums.extend(rows.into_iter().map(|r| (r.k_key, (r.weighted, r.samples))));
+            }
+            for i in of {
+                if let Some(sum) = sums.get(&windows[i].0) {
+                    out[i] = *sum;
+                }
+            }
+        }
+        for chunk in alone.chunks(WINDOWS_PER_QUERY) {
             let rows: Vec<WindowSum> = on_pool!(self, pool, dialect => {
                 let sql = windowed_sums_sql(dialect, source, chunk.len());
                 let mut q = sqlx::query_as(&sql);
-                for (i, (key, lo, hi)) in chunk.iter().enumerate() {
-                    q = q.bind(i64::try_from(c * WINDOWS_PER_QUERY + i).unwrap_or(i64::MAX)).bind(key).bind(lo).bind(hi);
+                for &i in chunk {
+                    let (key, lo, hi) = &windows[i];
+                    q = q.bind(i64::try_from(i).unwrap_or(i64::MAX)).bind(key).bind(lo).bind(hi);
                 }
                 q.fetch_all(pool).await?
             });

@@ -91,6 +91,10 @@ async fn reports_read_kept_hours_and_say_what_the_series_says(db: &TestDb) {
             rows.push(minute(&app, &field(a, "device_uuid"), &field(a, "gpu_uuid"), at(k), util));
         }
     }
+    // The second device, busy before it was held (within the efficiency report's 6 hours): counted for nobody.
+    for k in 303..=355 {
+        rows.push(minute(&app, &field(&held[1].1, "device_uuid"), &field(&held[1].1, "gpu_uuid"), at(k), 100.0));
+    }
     app.state.store.write_minutes(&rows).await.expect("minutes");
     let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{}/release", held[0].0), &alice, None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
@@ -119,6 +123,19 @@ async fn reports_read_kept_hours_and_say_what_the_series_says(db: &TestDb) {
     let ratio = |(measured, used): (f64, f64)| used / measured;
     let drift = (ratio(efficiency_before) - ratio(efficiency_after)).abs();
     assert!(drift < 1e-3, "{efficiency_before:?} {efficiency_after:?}");
+    // Each allocation measured over its own use, active or released: the share used is that of the usage report's
+    // means, weighted by what each held (the second device's busy hour before it was held moves it by 0.02).
+    let (s, v) = app.get(&format!("/api/v1/usage?{whole}"), &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (held_s, used_s) = v["allocations"].as_array().expect("rows").iter().filter(|r| r["tenant_id"] == t).fold(
+        (0.0, 0.0),
+        |(h, u), r| {
+            let seconds = r["slice_seconds"].as_f64().expect("slice seconds");
+            (h + seconds, u + seconds * r["util_in_period"].as_f64().expect("mean") / 100.0)
+        },
+    );
+    let own = used_s / held_s;
+    assert!((ratio(efficiency_after) - own).abs() < 1e-3, "{efficiency_after:?} against {own}");
 
     // The series changed behind the servers' backs (no server writes a row's mean over): the reports still say
     // what the kept hours hold, so they are what is read.
@@ -163,4 +180,58 @@ async fn reports_read_kept_hours_and_say_what_the_series_says(db: &TestDb) {
     let last = means(&app, &whole, &ids).await;
     assert!((last[1].0 - last[1].1).abs() < 1e-9 && last[1].0 > 50.0, "the changed series, kept again: {last:?}");
     assert!((last[0].0 - whole_1[0].0).abs() < 1e-9, "{last:?}");
+
+    // Any run of an allocation's kept hours sums, from the running sums of its ends, what its rows hold: after
+    // hours were forgotten and kept again, and after the oldest were dropped.
+    runs_sum_their_rows(db, &app, &ids).await;
+    let first = app.state.store.allocation_hours_kept().await.expect("kept").expect("kept").from_ms;
+    let hour_of = |t: i64| t - t.rem_euclid(HOUR);
+    app.state.store.prune_allocation_hours(hour_of(now - 3 * HOUR).max(first)).await.expect("prune");
+    runs_sum_their_rows(db, &app, &ids).await;
+}
+
+/// For every run of hours within the last 7 (whole, cut, empty, reaching past the kept ones), each allocation's
+/// [`Store::allocation_hour_sums`] equals the sums of its rows in the run.
+///
+/// [`Store::allocation_hour_sums`]: tessera_server::store::Store::allocation_hour_sums
+async fn runs_sum_their_rows(db: &TestDb, app: &App, ids: &[&str]) {
+    let now = now_ms();
+    let base = now - now.rem_euclid(HOUR) - 7 * HOUR;
+    let mut windows = Vec::new();
+    for id in ids {
+        for lo in 0..8 {
+            for hi in lo..9 {
+                windows.push((
+                    id.to_string(),
+                    base + lo * HOUR - (lo % 2) * 60_000,
+                    base + hi * HOUR + (hi % 3) * 1_000,
+                ));
+            }
+        }
+    }
+    let got = app.state.store.allocation_hour_sums(&windows).await.expect("sums");
+    let sql = "SELECT CAST(COALESCE(SUM(weighted), 0) AS DOUBLE PRECISION), CAST(COALESCE(SUM(samples), 0) AS BIGINT) \
+               FROM allocation_hours WHERE allocation_id = $1 AND hour_ms >= $2 AND hour_ms < $3";
+    let mut want = Vec::new();
+    if db.url.starts_with("sqlite:") {
+        let pool = sqlx::SqlitePool::connect(&db.url).await.expect("sqlite");
+        for (id, lo, hi) in &windows {
+            want.push(
+                sqlx::query_as::<_, (f64, i64)>(sql).bind(id).bind(lo).bind(hi).fetch_one(&pool).await.expect("sum"),
+            );
+        }
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
+        for (id, lo, hi) in &windows {
+            want.push(
+                sqlx::query_as::<_, (f64, i64)>(sql).bind(id).bind(lo).bind(hi).fetch_one(&pool).await.expect("sum"),
+            );
+        }
+        pool.close().await;
+    }
+    assert!(want.iter().any(|w| w.1 > 0), "some runs hold kept hours");
+    for ((w, g), window) in want.iter().zip(&got).zip(&windows) {
+        assert!(w.1 == g.1 && (w.0 - g.0).abs() < 1e-6 * w.0.abs().max(1.0), "{window:?}: {g:?}, its rows {w:?}");
+    }
 }
