@@ -129,8 +129,8 @@ struct WindowBucket {
     peak_mem_mib: Option<f64>,
 }
 
-/// An allocation in use, with where it ran.
-#[derive(Debug, sqlx::FromRow)]
+/// An allocation in use, with where it ran (a row, or on SQLite an array of its columns in this order).
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 struct MeteredRow {
     id: String,
     request_id: String,
@@ -823,25 +823,41 @@ impl Store {
     /// Allocations in use at some time in `[from_ms, to_ms)` (activated before `to_ms`, not released before
     /// `from_ms`), of one tenant or all.
     pub async fn metered(&self, tenant_id: Option<&str>, from_ms: i64, to_ms: i64) -> Result<Vec<Metered>, StoreError> {
-        on_pool!(self, pool, _dialect => {
+        on_pool!(self, pool, dialect => {
             // The fleet's through the release index (those released in the period, and those still held); a
-            // tenant's through the tenant index. Sorted here, so that neither plan is led by the order.
-            let select = "SELECT a.id, a.request_id, a.tenant_id, t.name AS tenant_name, n.name AS node, \
-                 g.uuid AS gpu_uuid, g.model, a.profile, CAST(a.start AS BIGINT) AS start, g.mig_enabled, a.state, \
-                 a.activated_at_ms, a.released_at_ms, a.device_uuid \
-                 FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN nodes n ON n.id = g.node_id \
+            // tenant's through the tenant index. Sorted here, so that neither plan is led by the order. SQLite
+            // answers them as one JSON array (sqlx hands its rows over one by one, at about 25 us each: a
+            // fleet's day of 3,000 allocations took 100 ms).
+            let from_where = "FROM allocations a JOIN gpus g ON g.id = a.gpu_id JOIN nodes n ON n.id = g.node_id \
                  JOIN tenants t ON t.id = a.tenant_id \
                  WHERE a.activated_at_ms IS NOT NULL AND a.activated_at_ms < $1 \
                  AND (a.released_at_ms IS NULL OR a.released_at_ms > $2)";
-            let mut rows: Vec<MeteredRow> = match tenant_id {
-                None => sqlx::query_as(select).bind(to_ms).bind(from_ms).fetch_all(pool).await?,
-                Some(tenant) => {
-                    sqlx::query_as(&format!("{select} AND a.tenant_id = $3"))
-                        .bind(to_ms)
-                        .bind(from_ms)
-                        .bind(tenant)
-                        .fetch_all(pool)
-                        .await?
+            let of_tenant = if tenant_id.is_some() { " AND a.tenant_id = $3" } else { "" };
+            let mut rows: Vec<MeteredRow> = match dialect {
+                crate::dialect::Dialect::Sqlite => {
+                    let sql = format!(
+                        "SELECT json_group_array(json_array(a.id, a.request_id, a.tenant_id, t.name, n.name, g.uuid, \
+                         g.model, a.profile, a.start, json(CASE WHEN g.mig_enabled THEN 'true' ELSE 'false' END), \
+                         a.state, a.activated_at_ms, a.released_at_ms, a.device_uuid)) {from_where}{of_tenant}"
+                    );
+                    let q = sqlx::query_as(&sql).bind(to_ms).bind(from_ms);
+                    let (json,): (String,) = match tenant_id {
+                        Some(t) => q.bind(t).fetch_one(pool).await?,
+                        None => q.fetch_one(pool).await?,
+                    };
+                    serde_json::from_str(&json).map_err(|e| StoreError::Corrupt(format!("metered allocations: {e}")))?
+                }
+                crate::dialect::Dialect::Postgres => {
+                    let sql = format!(
+                        "SELECT a.id, a.request_id, a.tenant_id, t.name AS tenant_name, n.name AS node, \
+                         g.uuid AS gpu_uuid, g.model, a.profile, CAST(a.start AS BIGINT) AS start, g.mig_enabled, \
+                         a.state, a.activated_at_ms, a.released_at_ms, a.device_uuid {from_where}{of_tenant}"
+                    );
+                    let q = sqlx::query_as(&sql).bind(to_ms).bind(from_ms);
+                    match tenant_id {
+                        Some(t) => q.bind(t).fetch_all(pool).await?,
+                        None => q.fetch_all(pool).await?,
+                    }
                 }
             };
             rows.sort_unstable_by(|a, b| (&a.tenant_id, &a.id).cmp(&(&b.tenant_id, &b.id)));
