@@ -586,9 +586,10 @@ async fn measured(
 
 /// Per allocation of `metered` with a device (by id), the mean utilisation of its device over its own use in
 /// `[from_ms, to_ms)` (from its activation, to its release or `to_ms`): its kept hours and the stored series
-/// ([`crate::use_hours::use_sums`]) and, for one still active when `to_ms` is now, this replica's live window for
-/// the last minutes, which the series does not hold yet (split as [`Lookback`] says). What it reads follows the
-/// span's allocations, not the fleet's devices.
+/// ([`crate::use_hours::use_sums`]) and, for one still active when `to_ms` is now, this replica's live window from
+/// the split on ([`Lookback`]: the window's 1 s samples, where the series has the same minutes only once each has
+/// ended); a device this replica has no window for (its agent sends to another replica, or this one just started)
+/// is read from the series there too. What it reads follows the span's allocations, not the fleet's devices.
 pub async fn held_means(
     state: &AppState,
     metered: &[Metered],
@@ -625,6 +626,18 @@ pub async fn held_means(
     if !in_window.is_empty() {
         let columns = usize::try_from((to_ms - split + 999) / 1000).unwrap_or(0);
         let rows = state.telemetry.window_rows(None, |d| in_window.contains_key(d), Metric::Util, split, 1000, columns);
+        let seen: std::collections::HashSet<&str> = rows.iter().map(|(key, _)| key.device.as_str()).collect();
+        let unseen: Vec<(usize, &str, i64, i64)> = in_window
+            .iter()
+            .filter(|(device, _)| !seen.contains(**device))
+            .flat_map(|(_, held)| held.iter().map(|&(i, since)| (i, metered[i].id.as_str(), since, to_ms)))
+            .filter(|(_, _, since, to)| since < to)
+            .collect();
+        for (i, (weighted, samples)) in crate::use_hours::use_sums(&state.store, metered, &unseen, now_ms).await? {
+            let sum = sums.entry(i).or_default();
+            sum.0 += weighted;
+            sum.1 += samples;
+        }
         for (key, values) in rows {
             for &(i, since) in in_window.get(key.device.as_str()).into_iter().flatten() {
                 let sum = sums.entry(i).or_default();

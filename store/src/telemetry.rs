@@ -555,7 +555,7 @@ impl Store {
 
     /// Per window `(device, lo, hi)`, the utilisation of the device's rows of a series whose bucket starts in
     /// `[lo, hi)`, as `(sum of util_avg × samples, samples)`: what a sample-weighted mean needs, in the order asked
-    /// ([`tessera_core::rollup::mean_parts`] says which rows make a mean). One grouped query per 300 windows, each
+    /// ([`tessera_core::rollup::mean_parts`] says which rows make a mean). One grouped query per 300 windows (windows sharing a range: per 1,000 keys), each
     /// window one indexed range scan (both sums from the same rows).
     pub async fn window_sums(&self, tier: Tier, windows: &[(String, i64, i64)]) -> Result<Vec<(f64, i64)>, StoreError> {
         self.windowed_sums(series_summed(tier), windows).await
@@ -595,7 +595,7 @@ impl Store {
     }
 
     /// [`Store::device_use`] of many windows at once: `windows[k]` is `(device, from_ms)`, each read up to `to_ms`;
-    /// the answer is in the same order. One grouped query per 300 windows, each window one indexed range scan.
+    /// the answer is in the same order. One grouped query per 300 windows (windows sharing a range: per 1,000 keys), each window one indexed range scan.
     pub async fn devices_use(
         &self,
         tier: Tier,

@@ -94,8 +94,9 @@ pub(crate) fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed
 
 /// Sums of `source`'s rows per key over one range, for the keys bound as one value (a JSON array on SQLite, a
 /// `text[]` on PostgreSQL) and the range's `lo, hi`, answered as `(k_key, weighted, samples)` rows; a key with no
-/// row has no answer row. One range scan of the primary key per key, whatever their number, and one statement text
-/// (prepared once per connection). SQLite is held to the keys as the outer loop by `CROSS JOIN`.
+/// row may have no answer row. One range scan of the primary key per key, whatever their number, and one statement
+/// text (prepared once per connection): the keys are the outer loop, held there by `CROSS JOIN` on SQLite and by a
+/// lateral subquery on PostgreSQL (as [`windowed_sums_sql`]), so no plan reads every key's rows in the range.
 pub(crate) fn shared_range_sums_sql(dialect: crate::dialect::Dialect, source: Summed) -> String {
     let Summed { table: from_table, key, time, weighted } = source;
     let sums = format!(
@@ -108,8 +109,9 @@ pub(crate) fn shared_range_sums_sql(dialect: crate::dialect::Dialect, source: Su
              ON m.{key} = j.value AND m.{time} >= ? AND m.{time} < ? GROUP BY m.{key}"
         ),
         crate::dialect::Dialect::Postgres => format!(
-            "SELECT m.{key} AS k_key, {sums} FROM {from_table} m \
-             WHERE m.{key} = ANY($1) AND m.{time} >= $2 AND m.{time} < $3 GROUP BY m.{key}"
+            "SELECT j.k_key, s.weighted, s.samples FROM unnest(CAST($1 AS TEXT[])) AS j(k_key) \
+             CROSS JOIN LATERAL (SELECT {sums} FROM {from_table} m \
+             WHERE m.{key} = j.k_key AND m.{time} >= $2 AND m.{time} < $3) s"
         ),
     }
 }
@@ -124,7 +126,7 @@ struct KeySum {
 
 impl Store {
     /// Per window `(key, lo, hi)`, the sums of `source`'s rows of that key whose time is in `[lo, hi)`, in the
-    /// order asked. Windows that share their range with at least [`SHARED_RANGE_MIN`] others are read as one range
+    /// order asked. Windows that share their range, [`SHARED_RANGE_MIN`] or more of them, are read as one range
     /// of their keys ([`shared_range_sums_sql`], 1,000 keys a query); the rest one range scan each
     /// ([`windowed_sums_sql`], 300 windows a query).
     pub(crate) async fn windowed_sums(
