@@ -94,9 +94,11 @@ pub(crate) fn windowed_sums_sql(dialect: crate::dialect::Dialect, source: Summed
 
 /// Sums of `source`'s rows per key over one range, for the keys bound as one value (a JSON array on SQLite, a
 /// `text[]` on PostgreSQL) and the range's `lo, hi`, answered as `(k_key, weighted, samples)` rows; a key with no
-/// row may have no answer row. One range scan of the primary key per key, whatever their number, and one statement
-/// text (prepared once per connection): the keys are the outer loop, held there by `CROSS JOIN` on SQLite and by a
-/// lateral subquery on PostgreSQL (as [`windowed_sums_sql`]), so no plan reads every key's rows in the range.
+/// row may have no answer row. One statement text (prepared once per connection). SQLite is held to one range scan
+/// of the primary key per key by `CROSS JOIN` (the keys the outer loop); PostgreSQL plans `= ANY` as its
+/// statistics say: the primary key per key, or the range's rows of every key through the time index (bounded by
+/// the range, not the series). A lateral subquery per key, as [`windowed_sums_sql`], was measured slower: its
+/// partitions are pruned per key while it runs (efficiency at 1,000 GPUs 142 -> 232 ms p50).
 pub(crate) fn shared_range_sums_sql(dialect: crate::dialect::Dialect, source: Summed) -> String {
     let Summed { table: from_table, key, time, weighted } = source;
     let sums = format!(
@@ -109,9 +111,8 @@ pub(crate) fn shared_range_sums_sql(dialect: crate::dialect::Dialect, source: Su
              ON m.{key} = j.value AND m.{time} >= ? AND m.{time} < ? GROUP BY m.{key}"
         ),
         crate::dialect::Dialect::Postgres => format!(
-            "SELECT j.k_key, s.weighted, s.samples FROM unnest(CAST($1 AS TEXT[])) AS j(k_key) \
-             CROSS JOIN LATERAL (SELECT {sums} FROM {from_table} m \
-             WHERE m.{key} = j.k_key AND m.{time} >= $2 AND m.{time} < $3) s"
+            "SELECT m.{key} AS k_key, {sums} FROM {from_table} m \
+             WHERE m.{key} = ANY($1) AND m.{time} >= $2 AND m.{time} < $3 GROUP BY m.{key}"
         ),
     }
 }

