@@ -113,30 +113,51 @@ pub async fn current_spec(state: &AppState, node_id: &str) -> Result<NodeSpec, S
 }
 
 /// Recomputes the specs of `nodes` (every node when `None`) and moves each whose content changed to a new
-/// generation, telling its connections. Refreshes on this replica run one at a time.
+/// generation, telling its connections. Refreshes on this replica run one at a time: each reads its nodes and
+/// bumps them in its turn, so that a refresh never writes a spec read before another's newer one.
+///
+/// Every node (the sweep's, each 15 s) is read outside that turn, and only the nodes whose spec differs from the
+/// one stored are read again and bumped in it: the fleet's read (10,000 nodes, 80,000 GPUs) held the turn for
+/// seconds, and every approval's refresh waited behind it. A node whose content changed after that read is left to
+/// the refresh of the change that made it (every change refreshes its nodes once it is written; a change written
+/// before the read is in it).
 pub async fn refresh(state: &AppState, nodes: Option<&[String]>) -> Result<(), StoreError> {
-    let _one = state.hub.refresh.lock().await;
-    let read: Vec<(String, SpecInputs)> = match nodes {
-        // Every node: the fleet read at once, not node by node.
-        None => state.store.all_spec_inputs().await?,
+    match nodes {
         Some(ids) => {
-            let mut read = Vec::with_capacity(ids.len());
-            for id in ids {
-                match state.store.spec_inputs(id).await {
-                    Ok(inputs) => read.push((id.clone(), inputs)),
-                    Err(StoreError::NotFound { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            read
+            let _one = state.hub.refresh.lock().await;
+            refresh_in_turn(state, ids).await
         }
-    };
-    for (id, inputs) in read {
+        None => {
+            let differ: Vec<String> = state
+                .store
+                .all_spec_inputs()
+                .await?
+                .into_iter()
+                .filter(|(_, inputs)| spec_hash(&desired(&inputs.gpus, &inputs.live)) != inputs.spec_hash)
+                .map(|(id, _)| id)
+                .collect();
+            if differ.is_empty() {
+                return Ok(());
+            }
+            let _one = state.hub.refresh.lock().await;
+            refresh_in_turn(state, &differ).await
+        }
+    }
+}
+
+/// Reads each of `ids`' spec inputs and bumps the nodes whose content changed, holding the refresh turn.
+async fn refresh_in_turn(state: &AppState, ids: &[String]) -> Result<(), StoreError> {
+    for id in ids {
+        let inputs = match state.store.spec_inputs(id).await {
+            Ok(inputs) => inputs,
+            Err(StoreError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
         let hash = spec_hash(&desired(&inputs.gpus, &inputs.live));
         if hash != inputs.spec_hash
-            && let Some(generation) = state.store.bump_spec(&id, &hash).await?
+            && let Some(generation) = state.store.bump_spec(id, &hash).await?
         {
-            state.hub.notify(&id, generation);
+            state.hub.notify(id, generation);
         }
     }
     Ok(())

@@ -22,6 +22,8 @@ const PROPOSAL_COLUMNS: &str = "id, gpu_id, base_version, CAST(layout AS TEXT) A
 /// The columns of an [`AllocationRow`] of table alias `a`.
 pub(super) const ALLOCATION_FIELDS: &str =
     "a.id, a.request_id, a.tenant_id, a.gpu_id, a.profile, a.start, a.state, a.proposal_id";
+/// The same columns as SQLite's `json_array` takes them ([`super::json_rows`]).
+pub(super) const ALLOCATION_JSON: &str = ALLOCATION_FIELDS;
 
 /// A GPU's layout version, locked for the rest of the transaction on PostgreSQL.
 async fn layout_version<'c>(conn: impl Into<Conn<'c>>, gpu_id: &str) -> Result<i64, StoreError> {

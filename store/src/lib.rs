@@ -26,6 +26,7 @@ pub mod efficiency;
 pub mod fleet;
 pub mod governance;
 pub mod history;
+mod json_rows;
 mod layouts;
 pub mod notifications;
 pub mod people;
@@ -159,19 +160,22 @@ pub(crate) fn usage_from_rows(rows: Vec<(String, i64)>) -> Result<Usage, StoreEr
         .collect()
 }
 
-/// A GPU row (the columns of `fleet::GPU_FIELDS`).
-#[derive(Debug, sqlx::FromRow)]
+/// A GPU row (the columns of `fleet::GPU_FIELDS`, or on SQLite an array of `fleet::GPU_JSON`).
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct GpuRow {
     id: String,
     node_id: String,
     idx: i64,
     uuid: String,
     model: String,
+    #[serde(deserialize_with = "json_rows::flag")]
     mig_enabled: bool,
+    #[serde(deserialize_with = "json_rows::flag")]
     cordoned: bool,
     /// The layout, as JSON.
     layout: String,
     layout_version: i64,
+    #[serde(deserialize_with = "json_rows::flag")]
     auto_layout: bool,
     health: String,
     /// The findings, as JSON.
@@ -255,8 +259,9 @@ pub(crate) fn proposal_from(row: ProposalRow) -> Result<LayoutProposal, StoreErr
     })
 }
 
-/// An allocation row (the columns of `layouts::ALLOCATION_FIELDS`).
-#[derive(Debug, sqlx::FromRow)]
+/// An allocation row (the columns of `layouts::ALLOCATION_FIELDS`, or on SQLite an array of
+/// `layouts::ALLOCATION_JSON`).
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct AllocationRow {
     id: String,
     request_id: String,
@@ -282,8 +287,8 @@ pub(crate) fn allocation_from(row: AllocationRow) -> Allocation {
     }
 }
 
-/// A node row, without its GPUs.
-#[derive(Debug, sqlx::FromRow)]
+/// A node row, without its GPUs (or on SQLite an array of its three columns).
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct NodeRow {
     id: String,
     name: String,
