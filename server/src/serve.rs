@@ -202,7 +202,6 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
             ..tessera_services::streams::StreamLimits::for_connections(limits.max_connections, limits.per_address)
         }),
         budgets: Default::default(),
-        standing_hours: Default::default(),
         prepared: Default::default(),
         wait_reads: Default::default(),
         queue_reads: Default::default(),
@@ -248,6 +247,9 @@ pub const EXPIRY_SWEEP: std::time::Duration = std::time::Duration::from_secs(15)
 
 /// How often active slices are checked for idleness (`allocation.idle`).
 pub const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How long after an hour's end the sweep keeps the quota standing's hours (past the standing's own settling).
+const STANDING_SETTLE_MS: i64 = 180_000;
 
 /// How long one sweep spends keeping allocation hours ([`tessera_services::use_hours::keep`]) at most.
 const KEEP_HOURS_BUDGET: std::time::Duration = std::time::Duration::from_millis(300);
@@ -348,10 +350,20 @@ pub async fn serve(
         let mut tick = tokio::time::interval(EXPIRY_SWEEP);
         let mut idle_swept = tokio::time::Instant::now();
         let mut efficiency_recorded: Option<tokio::time::Instant> = None;
+        let mut standing_kept: Option<i64> = None;
         loop {
             tick.tick().await;
             let now = tessera_store::now_ms();
             sweep(&sweeping, now, idle).await;
+            // The quota standing's hours, kept once each has ended (a replica's first standing then reads the
+            // last hour, not 30 days).
+            let ended = tessera_core::rollup::Tier::Hour.bucket_of(now - STANDING_SETTLE_MS);
+            if standing_kept != Some(ended) {
+                match tessera_services::governance::keep_hours(&sweeping, now).await {
+                    Ok(()) => standing_kept = Some(ended),
+                    Err(e) => tracing::warn!(error = %e, "keeping the quota standing's hours failed"),
+                }
+            }
             if idle_swept.elapsed() >= IDLE_SWEEP {
                 idle_swept = tokio::time::Instant::now();
                 match tessera_services::notifications::warn_idle(&sweeping, now).await {

@@ -47,8 +47,6 @@ pub struct App {
     pub streams: crate::streams::Streams,
     /// What tenants' budgets have spent, as the sweep last found it.
     pub budgets: crate::state::budgets::BudgetCache,
-    /// The ended hours of the quota standing's look-back, once worked out.
-    pub standing_hours: crate::state::standing::StandingHours,
     /// The last simulation of the reservation calendar, reused while the calendar is unchanged.
     pub prepared: crate::state::prepared::PreparedCache,
     /// What wait explanations read (the fleet, the requests holding slices, the calendar), shared by the callers

@@ -4,7 +4,7 @@
 //! `tessera_core::timeline`'s and `tessera_core::cohort`'s.
 
 use crate::auth::Permissions;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use tessera_api::quotas::{QuotaStanding, QuotaTimeline, StandingLine, TenantStanding, TimelineQuery, TimelineSummary};
 use tessera_core::cohort;
@@ -14,7 +14,6 @@ use tessera_core::timeline;
 
 use crate::app::AppState;
 use crate::error::ApiError;
-use crate::state::standing::{HourFigures, HourTenants};
 use tessera_store::{Principal, now_ms};
 
 /// The look-back of the standing's figures, in days.
@@ -80,10 +79,15 @@ pub async fn timeline(
     })
 }
 
+/// How long after an hour's end its standing is kept: a request or allocation written by a replica whose clock is
+/// behind this one's lands in the hour before for that long.
+const SETTLE_MS: i64 = 120_000;
+
 /// Per tenant, the most of `resource` it held in any of the `n` hours from `start` up to `now_ms`, and the sum of
 /// what it used on average each hour (the current hour over its elapsed part). The hours that have ended are kept
-/// ([`crate::state::standing::StandingHours`]); only the hours from the first one not kept are read, so a standing
-/// costs the activity since the last one plus the live requests, not the 30 days'.
+/// in the store ([`tessera_store::Store::keep_standing_hours`], on every replica and across restarts); only the
+/// hours from the first one not kept are read from the requests and allocations, so a standing costs the activity
+/// since the last one (at most the hour since the sweep's, [`keep_hours`]) plus the live requests, not the 30 days'.
 async fn thirty_days(
     state: &AppState,
     resource: &Resource,
@@ -92,11 +96,14 @@ async fn thirty_days(
     now_ms: i64,
 ) -> Result<BTreeMap<String, (Milli, f64)>, ApiError> {
     let hour = timeline::HOUR_MS;
+    let key = resource.to_string();
     let current = start + (n.max(1) as i64 - 1) * hour;
-    let (kept, first) = state.standing_hours.kept(resource, start, current, hour);
+    let (mut out, first) = state.store.standing_hours(&key, start, current, hour).await?;
     let fresh = usize::try_from((current - first) / hour).unwrap_or(0) + 1;
-    let mut out: BTreeMap<String, (Milli, f64)> = BTreeMap::new();
-    let mut ended: Vec<HourTenants> = (0..fresh - 1).map(|h| (first + h as i64 * hour, HashMap::new())).collect();
+    // The hours before the current one have ended; the last of them is kept once it has settled.
+    let settled = if now_ms >= current + SETTLE_MS { fresh - 1 } else { fresh.saturating_sub(2) };
+    let mut ended: Vec<(i64, Vec<(String, Milli, f64)>)> =
+        (0..settled).map(|h| (first + h as i64 * hour, Vec::new())).collect();
     for (tenant, spans) in state.store.spans(None, resource, first).await? {
         let peaks = timeline::hourly_peak(&spans.held, first, fresh, now_ms);
         let used = timeline::hourly_mean(&spans.used, first, fresh, now_ms);
@@ -107,25 +114,33 @@ async fn thirty_days(
             if let Some((_, tenants)) = ended.get_mut(h)
                 && (peak != 0 || used != 0.0)
             {
-                tenants.insert(tenant.clone(), HourFigures { peak, used });
+                tenants.push((tenant.clone(), peak, used));
             }
         }
     }
-    for (_, tenants) in kept {
-        for (tenant, f) in tenants {
-            let total = out.entry(tenant).or_default();
-            total.0 = total.0.max(f.peak);
-            total.1 += f.used;
-        }
+    if !ended.is_empty()
+        && let Err(e) = state.store.keep_standing_hours(&key, &ended, start).await
+    {
+        // The answer stands; the next standing works these hours out again.
+        tracing::warn!(error = %e, resource = %key, "cannot keep the quota standing's hours");
     }
-    state.standing_hours.keep(resource, ended, start);
     Ok(out)
 }
 
 /// Where every tenant stands (platform admins).
 pub async fn standing(state: &AppState, p: &Principal) -> Result<QuotaStanding, ApiError> {
     p.require_platform_admin()?;
-    let now = now_ms();
+    standing_at(state, now_ms()).await
+}
+
+/// Works the quota standing's ended hours out and keeps them (the sweep, once each hour has ended): a standing then
+/// reads the requests and allocations of the hour since.
+pub async fn keep_hours(state: &AppState, now: i64) -> Result<(), ApiError> {
+    standing_at(state, now).await.map(|_| ())
+}
+
+/// Where every tenant stands at `now`.
+async fn standing_at(state: &AppState, now: i64) -> Result<QuotaStanding, ApiError> {
     let (start, n) = timeline::hours(now, STANDING_DAYS);
     let tenants = state.store.tenants().await?;
     let cohorts = state.store.cohorts().await?;

@@ -194,12 +194,13 @@ impl Store {
         Ok(out)
     }
 
-    /// Forgets the kept hours from the one `t_ms` falls in on (see [`forget_kept_hours`]), for a write made behind
-    /// the store's back (a repair, a test's history).
+    /// Forgets the kept hours from the one `t_ms` falls in on (see [`forget_kept_hours`]), and the quota
+    /// standing's, for a write made behind the store's back (a repair, a test's history).
     pub async fn forget_allocation_hours(&self, t_ms: i64) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             forget_kept_hours(&mut *tx, t_ms).await?;
+            crate::governance::forget_standing_hours(&mut *tx, t_ms).await?;
             tx.commit().await?;
             Ok(())
         })

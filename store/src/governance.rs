@@ -11,6 +11,9 @@ use tessera_core::timeline::{Change, Span};
 use super::writes::{REQUEST_COLUMNS, audit_insert};
 use super::{RequestRow, SliceRequest, Store, StoreError, request_from, to_json};
 
+/// Rows of the quota standing's hours a statement inserts (four parameters each, and the resource).
+const STANDING_ROWS_PER_INSERT: usize = 200;
+
 /// The live states: a request in one of them holds its charge.
 const LIVE: &str = "('pending', 'approved', 'provisioning', 'active')";
 
@@ -67,6 +70,19 @@ struct BudgetLine {
     tenant_id: String,
     unit: String,
     limit_milli: i64,
+}
+
+/// Inside a write that records requests or allocations in the past (history, a request moved back): the quota
+/// standing's hours kept from the one `t_ms` falls in on are forgotten, and worked out again by the next standing.
+pub(crate) async fn forget_standing_hours<'c>(
+    conn: impl Into<crate::dialect::Conn<'c>>,
+    t_ms: i64,
+) -> Result<(), StoreError> {
+    let hour = tessera_core::rollup::Tier::Hour.bucket_of(t_ms);
+    on_conn!(conn.into(), conn, _dialect => {
+        sqlx::query("DELETE FROM standing_hours WHERE hour_ms >= $1").bind(hour).execute(&mut *conn).await?;
+    });
+    Ok(())
 }
 
 fn milli(v: i64) -> Milli {
@@ -130,6 +146,102 @@ impl Store {
             });
         }
         Ok(out)
+    }
+
+    /// The quota standing's hours of `resource` kept ([`Store::keep_standing_hours`]) from `from_ms` without a gap,
+    /// up to `until_ms`: per tenant, the most it held at once in any of them and the sum of its hourly means used,
+    /// and the first hour from `from_ms` not kept (`until_ms` when every one before it is). Two reads of the
+    /// primary key's range, whatever the requests of those hours.
+    pub async fn standing_hours(
+        &self,
+        resource: &str,
+        from_ms: i64,
+        until_ms: i64,
+        hour_ms: i64,
+    ) -> Result<(BTreeMap<String, (Milli, f64)>, i64), StoreError> {
+        let kept: Vec<(i64,)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as(
+                "SELECT hour_ms FROM standing_hours WHERE resource = $1 AND hour_ms >= $2 AND hour_ms < $3 \
+                 AND tenant_id = '' ORDER BY hour_ms",
+            )
+            .bind(resource)
+            .bind(from_ms)
+            .bind(until_ms)
+            .fetch_all(pool)
+            .await?
+        });
+        let mut next = from_ms;
+        for (h,) in kept {
+            if h != next {
+                break;
+            }
+            next += hour_ms;
+        }
+        let mut out = BTreeMap::new();
+        if next > from_ms {
+            let rows: Vec<(String, i64, f64)> = on_pool!(self, pool, _dialect => {
+                sqlx::query_as(
+                    "SELECT tenant_id, MAX(peak_milli), SUM(used_milli) FROM standing_hours \
+                     WHERE resource = $1 AND hour_ms >= $2 AND hour_ms < $3 AND tenant_id <> '' GROUP BY tenant_id",
+                )
+                .bind(resource)
+                .bind(from_ms)
+                .bind(next)
+                .fetch_all(pool)
+                .await?
+            });
+            out.extend(rows.into_iter().map(|(t, peak, used)| (t, (milli(peak), used))));
+        }
+        Ok((out, next))
+    }
+
+    /// Keeps the quota standing's ended `hours` of `resource` worked out (each hour's start with its tenants'
+    /// `(tenant, peak held, mean used)`, tenants with nothing in it left out), with a row saying each is kept;
+    /// an hour already kept (by another replica) is left as it is. Forgets the hours before `keep_from_ms`.
+    pub async fn keep_standing_hours(
+        &self,
+        resource: &str,
+        hours: &[(i64, Vec<(String, Milli, f64)>)],
+        keep_from_ms: i64,
+    ) -> Result<(), StoreError> {
+        let rows: Vec<(i64, &str, i64, f64)> = hours
+            .iter()
+            .flat_map(|(h, tenants)| {
+                std::iter::once((*h, "", 0, 0.0)).chain(
+                    tenants
+                        .iter()
+                        .map(|(t, peak, used)| (*h, t.as_str(), i64::try_from(*peak).unwrap_or(i64::MAX), *used)),
+                )
+            })
+            .collect();
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            sqlx::query("DELETE FROM standing_hours WHERE resource = $1 AND hour_ms < $2")
+                .bind(resource)
+                .bind(keep_from_ms)
+                .execute(&mut *tx)
+                .await?;
+            for chunk in rows.chunks(STANDING_ROWS_PER_INSERT) {
+                let values = (0..chunk.len())
+                    .map(|i| {
+                        let b = 2 + i * 4;
+                        format!("($1, CAST(${b} AS BIGINT), ${}, CAST(${} AS BIGINT), CAST(${} AS DOUBLE PRECISION))", b + 1, b + 2, b + 3)
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let sql = format!(
+                    "INSERT INTO standing_hours (resource, hour_ms, tenant_id, peak_milli, used_milli) VALUES {values} \
+                     ON CONFLICT (resource, hour_ms, tenant_id) DO NOTHING"
+                );
+                let mut q = sqlx::query(&sql).bind(resource);
+                for (h, t, peak, used) in chunk {
+                    q = q.bind(*h).bind(*t).bind(*peak).bind(*used);
+                }
+                q.execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// The changes of a tenant's `kind` bound (`limit`, `maximum`, `lending`) on `resource` from `from_ms` on, with

@@ -5,6 +5,7 @@
 use tessera_core::request::{RequestState, SliceSpec};
 
 use super::allocation_hours::forget_kept_hours;
+use super::governance::forget_standing_hours;
 use super::writes::audit_insert;
 use super::{Store, StoreError, new_id_at, to_json};
 
@@ -92,6 +93,11 @@ impl Store {
             if let Some(first) = past.iter().map(|a| a.activated_at_ms).min() {
                 forget_kept_hours(&mut *tx, first).await?;
             }
+            // Requests held in hours whose quota standing is kept (each asked a minute before its activation):
+            // worked out again, with them.
+            if let Some(first) = past.iter().map(|a| a.activated_at_ms - 60_000).min() {
+                forget_standing_hours(&mut *tx, first).await?;
+            }
             let after = serde_json::json!({ "released_allocations": past.len() }).to_string();
             audit_insert(&mut tx, actor, "history.record", "history", None, Some(after)).await?;
             tx.commit().await?;
@@ -123,6 +129,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
             forget_kept_hours(&mut *tx, at_ms).await?;
+            forget_standing_hours(&mut *tx, at_ms - 60_000).await?;
             tx.commit().await?;
             Ok(())
         })

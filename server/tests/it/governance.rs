@@ -333,8 +333,10 @@ async fn recorded_history_sorts_by_time_among_the_tenants_requests(db: &TestDb) 
     assert_eq!(ended["items"].as_array().map(Vec::len), Some(2), "{ended}");
 }
 
-/// The standing's 30 days: the hours that ended are worked out once (they do not change) and kept, and each later
-/// standing reads only the hours since, with the live requests; its figures are a fresh replica's.
+/// The standing's 30 days: the hours that ended are worked out once (they do not change) and kept in the database,
+/// and each later standing, on any replica and after a restart, reads only the hours since, with the live
+/// requests; its figures are those of a standing that read the 30 days. A write into kept hours behind the
+/// servers' backs is not seen until the store is told (as its own writes of the past do): then they are read again.
 async fn the_standing_reads_the_hours_that_ended_once(db: &TestDb) {
     let one = TestApp::on(db).start().await;
     let t = one.tenant("vision", json!({})).await;
@@ -373,8 +375,15 @@ async fn the_standing_reads_the_hours_that_ended_once(db: &TestDb) {
     assert_eq!(s, StatusCode::OK, "{fresh}");
     assert_eq!(line(&fresh), line(&second));
 
-    // The past use moved out of the 30 days behind the servers' backs (no server writes an ended hour): the replicas
-    // that worked those hours out keep their figures, so they did not read those hours again.
+    // Every ended hour is kept once, with a row saying so: the 30 days' hours before the current one, but for the
+    // last while it settles.
+    let kept = one.store.standing_hours("compute_slices", start, start + (n as i64 - 1) * HOUR_MS, HOUR_MS).await;
+    let (figures, first_not_kept) = kept.expect("kept hours");
+    assert!(first_not_kept >= start + (n as i64 - 2) * HOUR_MS, "{first_not_kept} of {start} + {n} hours");
+    assert_eq!(figures.get(&t).map(|f| f.0), Some(3000), "{figures:?}");
+
+    // The past use moved out of the 30 days behind the servers' backs (no server writes an ended hour): the kept
+    // hours stand, on the replicas that worked them out and on a fresh one alike.
     let moved = "UPDATE allocations SET activated_at_ms = activated_at_ms - CAST(3456000000 AS BIGINT), \
                  released_at_ms = released_at_ms - CAST(3456000000 AS BIGINT) WHERE device_uuid = 'MIG-past'";
     if db.url.starts_with("sqlite:") {
@@ -390,5 +399,12 @@ async fn the_standing_reads_the_hours_that_ended_once(db: &TestDb) {
     assert_eq!(line(&again)["mean_used_30d"], json!(mean), "the ended hours are not read again: {again}");
     let three = TestApp::on(db).start().await;
     let (_, third) = three.get("/api/v1/quota-standing", &one.admin).await;
-    assert_eq!(line(&third)["mean_used_30d"], json!(0.0), "a fresh replica reads them: {third}");
+    assert_eq!(line(&third)["mean_used_30d"], json!(mean), "nor by a fresh replica: {third}");
+    // Told of the write (as the store's own writes of the past tell it), every replica reads those hours again.
+    three.store.forget_allocation_hours(from - 3_456_000_000).await.expect("forget");
+    for app in [&one, &three] {
+        let (_, read) = app.get("/api/v1/quota-standing", &one.admin).await;
+        assert_eq!(line(&read)["mean_used_30d"], json!(0.0), "the moved use is out of the 30 days: {read}");
+        assert_eq!(line(&read)["peak_held_30d"], json!(7.0), "{read}");
+    }
 }

@@ -9,4 +9,3 @@ pub mod inbox;
 pub mod kubernetes;
 pub mod pace;
 pub mod prepared;
-pub mod standing;
