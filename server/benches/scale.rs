@@ -141,7 +141,10 @@ async fn seed(store: &Store, state: &tessera_server::services::app::AppState, si
     for k in 0..past_count {
         let (gpu_id, uuid, model) = all_gpus[rng.next(all_gpus.len() as u64) as usize];
         let activated = now - 3_600_000 - rng.next(span as u64) as i64;
-        let held = 60_000 + rng.next(48 * 3_600_000) as i64;
+        // Up to two days, ending a minute before now at the latest: drawn within what is left, so that the
+        // releases spread over the days as a fleet's do (cut at now, a sixth of them ended in the last hour).
+        let room = (now - 60_000 - activated).clamp(60_001, 48 * 3_600_000);
+        let held = 60_000 + rng.next((room - 60_000) as u64) as i64;
         past.push(PastAllocation {
             tenant_id: tenants[k % TENANTS].clone(),
             spec: SliceSpec::Exclusive { model: model.to_string() },

@@ -20,9 +20,11 @@ const LIVE: &str = "('pending', 'approved', 'provisioning', 'active')";
 /// What a tenant held and used of one resource from some time on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spans {
-    /// Requests' charges, from creation until they ended.
+    /// Requests' charges, from creation until they ended (those live all through the start of the read summed
+    /// into one span from it).
     pub held: Vec<Span>,
-    /// Allocations' shares of their requests' charges, from activation until release.
+    /// Allocations' shares of their requests' charges, from activation until release (those in use all through
+    /// the start of the read summed into one span from it).
     pub used: Vec<Span>,
 }
 
@@ -91,6 +93,9 @@ fn milli(v: i64) -> Milli {
 
 impl Store {
     /// What tenants (one, or every one) held and used of `resource` at any time from `from_ms` on, by tenant.
+    /// What was held (or used) all through `from_ms` and still is comes summed, one span per tenant from `from_ms`
+    /// with no end: a standing of the last hour reads what started or ended since, and a sum per tenant, not every
+    /// live request and allocation of the fleet.
     pub async fn spans(
         &self,
         tenant_id: Option<&str>,
@@ -98,41 +103,76 @@ impl Store {
         from_ms: i64,
     ) -> Result<BTreeMap<String, Spans>, StoreError> {
         let key = resource.to_string();
-        let (held, used): (Vec<HeldRow>, Vec<UsedRow>) = on_pool!(self, pool, dialect => {
+        let (held, used, held_through, used_through): (
+            Vec<HeldRow>,
+            Vec<UsedRow>,
+            Vec<(String, i64)>,
+            Vec<(String, i64)>,
+        ) = on_pool!(self, pool, dialect => {
             // Found from the requests and allocations (live ones by state, the others by their last change or
             // release since `from_ms`), then their charges: a read of the recent hours costs what happened in them
             // and the live ones, not every request of the resource. SQLite is held to that order by `CROSS JOIN`
             // (PostgreSQL's takes no `ON`, and plans it so by itself). A request that ended holds until its last
             // change (ended requests change no more).
             let join = if dialect == crate::dialect::Dialect::Sqlite { "CROSS JOIN" } else { "JOIN" };
+            let held_from = format!(
+                "FROM slice_requests r {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
+                 WHERE (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT))"
+            );
             let held = sqlx::query_as(&format!(
                 "SELECT r.tenant_id, r.created_at_ms AS from_ms, \
                  CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END AS to_ms, c.amount_milli \
-                 FROM slice_requests r {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
-                 WHERE (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT)) \
-                 AND (r.state IN {LIVE} OR r.updated_at_ms > $3)"
+                 {held_from} AND ((r.state IN {LIVE} AND r.created_at_ms > $3) \
+                 OR (r.state NOT IN {LIVE} AND r.updated_at_ms > $3))"
             ))
             .bind(&key)
             .bind(tenant_id)
             .bind(from_ms)
             .fetch_all(pool)
             .await?;
-            let used = sqlx::query_as(&format!(
-                "SELECT a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count FROM allocations a \
-                 {join} slice_requests r ON r.id = a.request_id \
+            let held_through = sqlx::query_as(&format!(
+                "SELECT r.tenant_id, CAST(SUM(c.amount_milli) AS BIGINT) {held_from} \
+                 AND r.state IN {LIVE} AND r.created_at_ms <= $3 GROUP BY r.tenant_id"
+            ))
+            .bind(&key)
+            .bind(tenant_id)
+            .bind(from_ms)
+            .fetch_all(pool)
+            .await?;
+            let used_from = format!(
+                "FROM allocations a {join} slice_requests r ON r.id = a.request_id \
                  {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
-                 WHERE a.activated_at_ms IS NOT NULL \
-                 AND (CAST($2 AS TEXT) IS NULL OR a.tenant_id = CAST($2 AS TEXT)) \
-                 AND (a.released_at_ms IS NULL OR a.released_at_ms > $3)"
+                 WHERE a.activated_at_ms IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR a.tenant_id = CAST($2 AS TEXT))"
+            );
+            let used = sqlx::query_as(&format!(
+                "SELECT a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count {used_from} \
+                 AND ((a.released_at_ms IS NULL AND a.activated_at_ms > $3) OR a.released_at_ms > $3)"
             ))
             .bind(&key)
             .bind(tenant_id)
             .bind(from_ms)
             .fetch_all(pool)
             .await?;
-            (held, used)
+            // Each of a request's allocations uses an equal share of its charge (as below).
+            let used_through = sqlx::query_as(&format!(
+                "SELECT a.tenant_id, CAST(SUM(CASE WHEN c.amount_milli > 0 \
+                 THEN c.amount_milli / (CASE WHEN r.count > 1 THEN r.count ELSE 1 END) ELSE 0 END) AS BIGINT) \
+                 {used_from} AND a.released_at_ms IS NULL AND a.activated_at_ms <= $3 GROUP BY a.tenant_id"
+            ))
+            .bind(&key)
+            .bind(tenant_id)
+            .bind(from_ms)
+            .fetch_all(pool)
+            .await?;
+            (held, used, held_through, used_through)
         });
         let mut out: BTreeMap<String, Spans> = BTreeMap::new();
+        for (tenant_id, amount) in held_through {
+            out.entry(tenant_id).or_default().held.push(Span { from_ms, to_ms: None, amount: milli(amount) });
+        }
+        for (tenant_id, amount) in used_through {
+            out.entry(tenant_id).or_default().used.push(Span { from_ms, to_ms: None, amount: milli(amount) });
+        }
         for HeldRow { tenant_id, from_ms, to_ms, amount_milli } in held {
             out.entry(tenant_id).or_default().held.push(Span { from_ms, to_ms, amount: milli(amount_milli) });
         }

@@ -32,6 +32,7 @@ on_both_backends!(
     a_request_is_replaced_whole_and_by_one_request_at_a_time,
     prices_cost_what_is_held_and_wasted_and_the_history_keeps_each_day,
     a_clusters_allocations_are_the_active_ones_on_its_nodes,
+    the_standing_of_the_hours_since_the_kept_ones_sums_what_was_held_all_through_them,
 );
 
 /// The server on a test database, with the demo node (auto-layout on) and its node credential.
@@ -1322,4 +1323,38 @@ async fn a_clusters_allocations_are_the_active_ones_on_its_nodes(db: &TestDb) {
     let (s, v) = app.send(Method::POST, &format!("/api/v1/requests/{request}/release"), &dev, None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(app.store.cluster_allocations(&cluster).await.expect("read"), [], "released: nothing to claim");
+}
+
+/// A standing reads the hours since the last one kept with what was held and used all through them summed per
+/// tenant: a request active for three hours says the same whether its hours were read whole (the first standing
+/// after it moved back, from its hour) or summed from the current hour (the next, once those hours are kept).
+async fn the_standing_of_the_hours_since_the_kept_ones_sums_what_was_held_all_through_them(db: &TestDb) {
+    let app = spawn(db).await;
+    let t = app.limited_tenant("steady", json!({}), 7).await;
+    let (_, alice) = app.user("alice", &[(&t, Role::Member)]).await;
+    let (request, _) = app.active(&alice, &t, "2g.20gb", 2).await;
+    let (_, small) = app.active(&alice, &t, "1g.10gb", 1).await;
+    let at = now_ms() - 3 * 3_600_000 - 600_000;
+    app.state.store.backdate_request(&request, at).await.expect("moved back");
+    let line = |st: &Value| -> Value {
+        let steady = st["tenants"].as_array().and_then(|a| a.iter().find(|x| x["name"] == "steady")).cloned();
+        let lines = steady.expect("steady")["lines"].as_array().cloned().unwrap_or_default();
+        lines.into_iter().find(|l| l["resource"] == "compute_slices").expect("a compute line")
+    };
+    let (s, first) = app.get("/api/v1/quota-standing", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{first}");
+    // Kept now up to the current hour (or the one before while it settles): the next standing reads from there,
+    // where the moved request was held and used all through.
+    let (s, next) = app.get("/api/v1/quota-standing", &app.admin).await;
+    assert_eq!(s, StatusCode::OK, "{next}");
+    let (a, b) = (line(&first), line(&next));
+    assert_eq!((a["held"].clone(), a["peak_held_30d"].clone()), (json!(5.0), json!(5.0)), "{first}");
+    assert_eq!((b["held"].clone(), b["peak_held_30d"].clone()), (json!(5.0), json!(5.0)), "{next}");
+    // Four slices in use for three hours and more, the fifth since now: over 30 days of hours, about 12 slice-hours
+    // and a little.
+    let (used_a, used_b) = (a["mean_used_30d"].as_f64().expect("mean"), b["mean_used_30d"].as_f64().expect("mean"));
+    assert!((used_a - used_b).abs() <= 0.002, "{used_a} then {used_b}");
+    let hours = 30.0 * 24.0;
+    assert!(used_b > 4.0 * 3.0 / hours && used_b < (4.0 * 4.2 + 1.2) / hours, "{used_b}");
+    assert!(!small.is_empty());
 }
