@@ -83,46 +83,60 @@ pub async fn timeline(
 /// behind this one's lands in the hour before for that long.
 const SETTLE_MS: i64 = 120_000;
 
-/// Per tenant, the most of `resource` it held in any of the `n` hours from `start` up to `now_ms`, and the sum of
-/// what it used on average each hour (the current hour over its elapsed part). The hours that have ended are kept
-/// in the store ([`tessera_store::Store::keep_standing_hours`], on every replica and across restarts); only the
-/// hours from the first one not kept are read from the requests and allocations, so a standing costs the activity
-/// since the last one (at most the hour since the sweep's, [`keep_hours`]) plus the live requests, not the 30 days'.
+/// Per resource and tenant, the most of the resource it held in any of the `n` hours from `start` up to `now_ms`,
+/// and the sum of what it used on average each hour (the current hour over its elapsed part). The hours that have
+/// ended are kept in the store ([`tessera_store::Store::keep_standing_hours`], on every replica and across
+/// restarts); only the hours from the first one not kept are read from the requests and allocations (every
+/// resource's at once), so a standing costs the activity since the last one (at most the hour since the sweep's,
+/// [`keep_hours`]) plus a sum per tenant of what is live, not the 30 days'.
 async fn thirty_days(
     state: &AppState,
-    resource: &Resource,
+    resources: &BTreeSet<Resource>,
     start: i64,
     n: usize,
     now_ms: i64,
-) -> Result<BTreeMap<String, (Milli, f64)>, ApiError> {
+) -> Result<BTreeMap<Resource, BTreeMap<String, (Milli, f64)>>, ApiError> {
     let hour = timeline::HOUR_MS;
-    let key = resource.to_string();
     let current = start + (n.max(1) as i64 - 1) * hour;
-    let (mut out, first) = state.store.standing_hours(&key, start, current, hour).await?;
-    let fresh = usize::try_from((current - first) / hour).unwrap_or(0) + 1;
-    // The hours before the current one have ended; the last of them is kept once it has settled.
-    let settled = if now_ms >= current + SETTLE_MS { fresh - 1 } else { fresh.saturating_sub(2) };
-    let mut ended: Vec<(i64, Vec<(String, Milli, f64)>)> =
-        (0..settled).map(|h| (first + h as i64 * hour, Vec::new())).collect();
-    for (tenant, spans) in state.store.spans(None, resource, first).await? {
-        let peaks = timeline::hourly_peak(&spans.held, first, fresh, now_ms);
-        let used = timeline::hourly_mean(&spans.used, first, fresh, now_ms);
-        let total = out.entry(tenant.clone()).or_default();
-        for (h, (peak, used)) in peaks.into_iter().zip(used).enumerate() {
-            total.0 = total.0.max(peak);
-            total.1 += used;
-            if let Some((_, tenants)) = ended.get_mut(h)
-                && (peak != 0 || used != 0.0)
-            {
-                tenants.push((tenant.clone(), peak, used));
+    let mut kept = Vec::with_capacity(resources.len());
+    for r in resources {
+        let (figures, first) = state.store.standing_hours(&r.to_string(), start, current, hour).await?;
+        kept.push((r, figures, first));
+    }
+    // Read once from the earliest hour any resource needs: spans from before a resource's own first hour count
+    // there as what it held when that hour began.
+    let read_from = kept.iter().map(|(_, _, first)| *first).min().unwrap_or(current);
+    let list: Vec<Resource> = resources.iter().cloned().collect();
+    let mut spans_of = state.store.spans_of(None, &list, read_from).await?;
+    let mut out = BTreeMap::new();
+    for (resource, mut totals, first) in kept {
+        let key = resource.to_string();
+        let fresh = usize::try_from((current - first) / hour).unwrap_or(0) + 1;
+        // The hours before the current one have ended; the last of them is kept once it has settled.
+        let settled = if now_ms >= current + SETTLE_MS { fresh - 1 } else { fresh.saturating_sub(2) };
+        let mut ended: Vec<(i64, Vec<(String, Milli, f64)>)> =
+            (0..settled).map(|h| (first + h as i64 * hour, Vec::new())).collect();
+        for (tenant, spans) in spans_of.remove(&key).unwrap_or_default() {
+            let peaks = timeline::hourly_peak(&spans.held, first, fresh, now_ms);
+            let used = timeline::hourly_mean(&spans.used, first, fresh, now_ms);
+            let total = totals.entry(tenant.clone()).or_default();
+            for (h, (peak, used)) in peaks.into_iter().zip(used).enumerate() {
+                total.0 = total.0.max(peak);
+                total.1 += used;
+                if let Some((_, tenants)) = ended.get_mut(h)
+                    && (peak != 0 || used != 0.0)
+                {
+                    tenants.push((tenant.clone(), peak, used));
+                }
             }
         }
-    }
-    if !ended.is_empty()
-        && let Err(e) = state.store.keep_standing_hours(&key, &ended, start).await
-    {
-        // The answer stands; the next standing works these hours out again.
-        tracing::warn!(error = %e, resource = %key, "cannot keep the quota standing's hours");
+        if !ended.is_empty()
+            && let Err(e) = state.store.keep_standing_hours(&key, &ended, start).await
+        {
+            // The answer stands; the next standing works these hours out again.
+            tracing::warn!(error = %e, resource = %key, "cannot keep the quota standing's hours");
+        }
+        out.insert(resource.clone(), totals);
     }
     Ok(out)
 }
@@ -157,10 +171,7 @@ async fn standing_at(state: &AppState, now: i64) -> Result<QuotaStanding, ApiErr
     }
     // Each resource's 30-day figures for every tenant: the ended hours kept from earlier standings, the rest from
     // the requests and allocations of those hours (and the live ones), read once.
-    let mut figures: BTreeMap<Resource, BTreeMap<String, (Milli, f64)>> = BTreeMap::new();
-    for r in &resources {
-        figures.insert(r.clone(), thirty_days(state, r, start, n, now).await?);
-    }
+    let figures = thirty_days(state, &resources, start, n, now).await?;
     let mut out = Vec::with_capacity(tenants.len());
     for (t, limits, held, maximums) in per_tenant {
         let keys: BTreeSet<&Resource> = limits.keys().chain(held.keys()).collect();

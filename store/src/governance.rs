@@ -8,7 +8,7 @@ use tessera_core::budget::{BudgetPolicy, BudgetUnit};
 use tessera_core::quota::{Milli, Resource};
 use tessera_core::timeline::{Change, Span};
 
-use super::writes::{REQUEST_COLUMNS, audit_insert};
+use super::writes::{REQUEST_COLUMNS, REQUEST_FIELDS, REQUEST_JSON, audit_insert};
 use super::{RequestRow, SliceRequest, Store, StoreError, request_from, to_json};
 
 /// Rows of the quota standing's hours a statement inserts (four parameters each, and the resource).
@@ -40,6 +40,7 @@ pub struct Budgets {
 /// A span a request held a resource: from its creation to its end (`None`: still live).
 #[derive(Debug, sqlx::FromRow)]
 struct HeldRow {
+    resource: String,
     tenant_id: String,
     from_ms: i64,
     to_ms: Option<i64>,
@@ -49,6 +50,7 @@ struct HeldRow {
 /// A span an allocation used its share of a request's charge: from its activation to its release.
 #[derive(Debug, sqlx::FromRow)]
 struct UsedRow {
+    resource: String,
     tenant_id: String,
     activated_at_ms: i64,
     released_at_ms: Option<i64>,
@@ -92,23 +94,36 @@ fn milli(v: i64) -> Milli {
 }
 
 impl Store {
-    /// What tenants (one, or every one) held and used of `resource` at any time from `from_ms` on, by tenant.
-    /// What was held (or used) all through `from_ms` and still is comes summed, one span per tenant from `from_ms`
-    /// with no end: a standing of the last hour reads what started or ended since, and a sum per tenant, not every
-    /// live request and allocation of the fleet.
+    /// What tenants (one, or every one) held and used of `resource` at any time from `from_ms` on, by tenant
+    /// (see [`Store::spans_of`]).
     pub async fn spans(
         &self,
         tenant_id: Option<&str>,
         resource: &Resource,
         from_ms: i64,
     ) -> Result<BTreeMap<String, Spans>, StoreError> {
-        let key = resource.to_string();
-        let (held, used, held_through, used_through): (
-            Vec<HeldRow>,
-            Vec<UsedRow>,
-            Vec<(String, i64)>,
-            Vec<(String, i64)>,
-        ) = on_pool!(self, pool, dialect => {
+        let mut of = self.spans_of(tenant_id, std::slice::from_ref(resource), from_ms).await?;
+        Ok(of.remove(&resource.to_string()).unwrap_or_default())
+    }
+
+    /// What tenants (one, or every one) held and used of each of `resources` at any time from `from_ms` on, by
+    /// resource key and tenant, in four reads whatever the resources. What was held (or used) all through
+    /// `from_ms` and still is comes summed, one span per tenant from `from_ms` with no end: a standing of the last
+    /// hour reads what started or ended since, and a sum per tenant, not every live request and allocation.
+    pub async fn spans_of(
+        &self,
+        tenant_id: Option<&str>,
+        resources: &[Resource],
+        from_ms: i64,
+    ) -> Result<BTreeMap<String, BTreeMap<String, Spans>>, StoreError> {
+        let mut out: BTreeMap<String, BTreeMap<String, Spans>> = BTreeMap::new();
+        if resources.is_empty() {
+            return Ok(out);
+        }
+        let keys: Vec<String> = resources.iter().map(Resource::to_string).collect();
+        let of_keys = super::dialect::marks(3, keys.len());
+        type Through = Vec<(String, String, i64)>;
+        let (held, used, held_through, used_through): (Vec<HeldRow>, Vec<UsedRow>, Through, Through) = on_pool!(self, pool, dialect => {
             // Found from the requests and allocations (live ones by state, the others by their last change or
             // release since `from_ms`), then their charges: a read of the recent hours costs what happened in them
             // and the live ones, not every request of the resource. SQLite is held to that order by `CROSS JOIN`
@@ -116,74 +131,65 @@ impl Store {
             // change (ended requests change no more).
             let join = if dialect == crate::dialect::Dialect::Sqlite { "CROSS JOIN" } else { "JOIN" };
             let held_from = format!(
-                "FROM slice_requests r {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
-                 WHERE (CAST($2 AS TEXT) IS NULL OR r.tenant_id = CAST($2 AS TEXT))"
+                "FROM slice_requests r {join} request_charges c ON c.request_id = r.id AND c.resource IN ({of_keys}) \
+                 WHERE (CAST($1 AS TEXT) IS NULL OR r.tenant_id = CAST($1 AS TEXT))"
             );
-            let held = sqlx::query_as(&format!(
-                "SELECT r.tenant_id, r.created_at_ms AS from_ms, \
-                 CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END AS to_ms, c.amount_milli \
-                 {held_from} AND ((r.state IN {LIVE} AND r.created_at_ms > $3) \
-                 OR (r.state NOT IN {LIVE} AND r.updated_at_ms > $3))"
-            ))
-            .bind(&key)
-            .bind(tenant_id)
-            .bind(from_ms)
-            .fetch_all(pool)
-            .await?;
-            let held_through = sqlx::query_as(&format!(
-                "SELECT r.tenant_id, CAST(SUM(c.amount_milli) AS BIGINT) {held_from} \
-                 AND r.state IN {LIVE} AND r.created_at_ms <= $3 GROUP BY r.tenant_id"
-            ))
-            .bind(&key)
-            .bind(tenant_id)
-            .bind(from_ms)
-            .fetch_all(pool)
-            .await?;
             let used_from = format!(
                 "FROM allocations a {join} slice_requests r ON r.id = a.request_id \
-                 {join} request_charges c ON c.request_id = r.id AND c.resource = $1 \
-                 WHERE a.activated_at_ms IS NOT NULL AND (CAST($2 AS TEXT) IS NULL OR a.tenant_id = CAST($2 AS TEXT))"
+                 {join} request_charges c ON c.request_id = r.id AND c.resource IN ({of_keys}) \
+                 WHERE a.activated_at_ms IS NOT NULL AND (CAST($1 AS TEXT) IS NULL OR a.tenant_id = CAST($1 AS TEXT))"
             );
-            let used = sqlx::query_as(&format!(
-                "SELECT a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count {used_from} \
-                 AND ((a.released_at_ms IS NULL AND a.activated_at_ms > $3) OR a.released_at_ms > $3)"
-            ))
-            .bind(&key)
-            .bind(tenant_id)
-            .bind(from_ms)
-            .fetch_all(pool)
-            .await?;
-            // Each of a request's allocations uses an equal share of its charge (as below).
-            let used_through = sqlx::query_as(&format!(
-                "SELECT a.tenant_id, CAST(SUM(CASE WHEN c.amount_milli > 0 \
-                 THEN c.amount_milli / (CASE WHEN r.count > 1 THEN r.count ELSE 1 END) ELSE 0 END) AS BIGINT) \
-                 {used_from} AND a.released_at_ms IS NULL AND a.activated_at_ms <= $3 GROUP BY a.tenant_id"
-            ))
-            .bind(&key)
-            .bind(tenant_id)
-            .bind(from_ms)
-            .fetch_all(pool)
-            .await?;
-            (held, used, held_through, used_through)
+            let statements = [
+                format!(
+                    "SELECT c.resource, r.tenant_id, r.created_at_ms AS from_ms, \
+                     CASE WHEN r.state IN {LIVE} THEN NULL ELSE r.updated_at_ms END AS to_ms, c.amount_milli \
+                     {held_from} AND ((r.state IN {LIVE} AND r.created_at_ms > $2) \
+                     OR (r.state NOT IN {LIVE} AND r.updated_at_ms > $2))"
+                ),
+                format!(
+                    "SELECT c.resource, r.tenant_id, CAST(SUM(c.amount_milli) AS BIGINT) {held_from} \
+                     AND r.state IN {LIVE} AND r.created_at_ms <= $2 GROUP BY c.resource, r.tenant_id"
+                ),
+                format!(
+                    "SELECT c.resource, a.tenant_id, a.activated_at_ms, a.released_at_ms, c.amount_milli, r.count \
+                     {used_from} AND ((a.released_at_ms IS NULL AND a.activated_at_ms > $2) OR a.released_at_ms > $2)"
+                ),
+                // Each of a request's allocations uses an equal share of its charge (as below).
+                format!(
+                    "SELECT c.resource, a.tenant_id, CAST(SUM(CASE WHEN c.amount_milli > 0 \
+                     THEN c.amount_milli / (CASE WHEN r.count > 1 THEN r.count ELSE 1 END) ELSE 0 END) AS BIGINT) \
+                     {used_from} AND a.released_at_ms IS NULL AND a.activated_at_ms <= $2 \
+                     GROUP BY c.resource, a.tenant_id"
+                ),
+            ];
+            macro_rules! bound {
+                ($sql:expr) => {{
+                    let mut q = sqlx::query_as($sql).bind(tenant_id).bind(from_ms);
+                    for k in &keys {
+                        q = q.bind(k);
+                    }
+                    q.fetch_all(pool).await?
+                }};
+            }
+            (bound!(&statements[0]), bound!(&statements[2]), bound!(&statements[1]), bound!(&statements[3]))
         });
-        let mut out: BTreeMap<String, Spans> = BTreeMap::new();
-        for (tenant_id, amount) in held_through {
-            out.entry(tenant_id).or_default().held.push(Span { from_ms, to_ms: None, amount: milli(amount) });
+        for (resource, tenant_id, amount) in held_through {
+            let spans = out.entry(resource).or_default().entry(tenant_id).or_default();
+            spans.held.push(Span { from_ms, to_ms: None, amount: milli(amount) });
         }
-        for (tenant_id, amount) in used_through {
-            out.entry(tenant_id).or_default().used.push(Span { from_ms, to_ms: None, amount: milli(amount) });
+        for (resource, tenant_id, amount) in used_through {
+            let spans = out.entry(resource).or_default().entry(tenant_id).or_default();
+            spans.used.push(Span { from_ms, to_ms: None, amount: milli(amount) });
         }
-        for HeldRow { tenant_id, from_ms, to_ms, amount_milli } in held {
-            out.entry(tenant_id).or_default().held.push(Span { from_ms, to_ms, amount: milli(amount_milli) });
+        for HeldRow { resource, tenant_id, from_ms, to_ms, amount_milli } in held {
+            let spans = out.entry(resource).or_default().entry(tenant_id).or_default();
+            spans.held.push(Span { from_ms, to_ms, amount: milli(amount_milli) });
         }
-        for UsedRow { tenant_id, activated_at_ms, released_at_ms, amount_milli, count } in used {
+        for UsedRow { resource, tenant_id, activated_at_ms, released_at_ms, amount_milli, count } in used {
             // Each of a request's allocations uses an equal share of its charge.
             let amount = milli(amount_milli) / milli(count).max(1);
-            out.entry(tenant_id).or_default().used.push(Span {
-                from_ms: activated_at_ms,
-                to_ms: released_at_ms,
-                amount,
-            });
+            let spans = out.entry(resource).or_default().entry(tenant_id).or_default();
+            spans.used.push(Span { from_ms: activated_at_ms, to_ms: released_at_ms, amount });
         }
         Ok(out)
     }
@@ -325,9 +331,11 @@ impl Store {
     /// The live requests that hold slices or are about to (approved, provisioning, active), by id: bounded by the
     /// fleet, not by the queue.
     pub async fn placed_requests(&self) -> Result<Vec<SliceRequest>, StoreError> {
-        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE state IN ('approved', 'provisioning', 'active') ORDER BY id");
-        let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?);
-        rows.into_iter().map(request_from).collect()
+        let from = "FROM slice_requests WHERE state IN ('approved', 'provisioning', 'active')";
+        let rows: Vec<RequestRow> = self.read_rows(REQUEST_FIELDS, REQUEST_JSON, from, "placed requests").await?;
+        let mut placed = rows.into_iter().map(request_from).collect::<Result<Vec<_>, _>>()?;
+        placed.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        Ok(placed)
     }
 
     /// The pending requests, every tenant's or one tenant's, by id: the queue.
@@ -343,9 +351,11 @@ impl Store {
 
     /// Every live request (pending to active), by id.
     pub async fn live_requests(&self) -> Result<Vec<SliceRequest>, StoreError> {
-        let sql = format!("SELECT {REQUEST_COLUMNS} WHERE state IN {LIVE} ORDER BY id");
-        let rows: Vec<RequestRow> = on_pool!(self, pool, _dialect => sqlx::query_as(&sql).fetch_all(pool).await?);
-        rows.into_iter().map(request_from).collect()
+        let from = format!("FROM slice_requests WHERE state IN {LIVE}");
+        let rows: Vec<RequestRow> = self.read_rows(REQUEST_FIELDS, REQUEST_JSON, &from, "live requests").await?;
+        let mut live = rows.into_iter().map(request_from).collect::<Result<Vec<_>, _>>()?;
+        live.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+        Ok(live)
     }
 
     /// A tenant's budgets (none: the `warn` policy and no limits).

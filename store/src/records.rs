@@ -72,8 +72,9 @@ pub struct SliceRequest {
     pub reclaim_for: Option<String>,
 }
 
-/// A request row (the columns of `writes::REQUEST_COLUMNS`); the spec is JSON.
-#[derive(Debug, sqlx::FromRow)]
+/// A request row (the columns of `writes::REQUEST_COLUMNS`, or on SQLite an array of `writes::REQUEST_JSON`); the
+/// spec is JSON.
+#[derive(Debug, sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct RequestRow {
     id: String,
     tenant_id: String,
@@ -87,6 +88,7 @@ pub(crate) struct RequestRow {
     duration_s: Option<i64>,
     expires_at_ms: Option<i64>,
     priority: String,
+    #[serde(deserialize_with = "crate::json_rows::flag")]
     borrowed: bool,
     reclaim_at_ms: Option<i64>,
     reclaim_for: Option<String>,

@@ -12,10 +12,22 @@ use tessera_core::event;
 use super::dialect::Conn;
 use super::{RequestRow, SliceRequest, StoreError, new_id, now_ms, request_from, to_json};
 
+/// The columns of a [`RequestRow`].
+macro_rules! request_fields {
+    () => {
+        "id, tenant_id, CAST(spec AS TEXT) AS spec, count, state, reason, version, created_at_ms, updated_at_ms, \
+         duration_s, expires_at_ms, priority, borrowed, reclaim_at_ms, reclaim_for"
+    };
+}
+
+/// The columns of a [`RequestRow`].
+pub(super) const REQUEST_FIELDS: &str = request_fields!();
 /// The columns of a [`RequestRow`], and the table.
-pub(super) const REQUEST_COLUMNS: &str = "id, tenant_id, CAST(spec AS TEXT) AS spec, count, state, reason, version, \
-                                          created_at_ms, updated_at_ms, duration_s, expires_at_ms, priority, \
-                                          borrowed, reclaim_at_ms, reclaim_for FROM slice_requests";
+pub(super) const REQUEST_COLUMNS: &str = concat!(request_fields!(), " FROM slice_requests");
+/// The same columns as SQLite's `json_array` takes them ([`super::json_rows`]).
+pub(super) const REQUEST_JSON: &str = "id, tenant_id, spec, count, state, reason, version, created_at_ms, \
+                                       updated_at_ms, duration_s, expires_at_ms, priority, borrowed, reclaim_at_ms, \
+                                       reclaim_for";
 
 /// Writes an audit entry, and the event it tells of if any (see [`event_insert`]), in the caller's transaction.
 pub(super) async fn audit_insert<'c>(
