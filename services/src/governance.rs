@@ -114,7 +114,7 @@ async fn thirty_days(
         let fresh = usize::try_from((current - first) / hour).unwrap_or(0) + 1;
         // The hours before the current one have ended; the last of them is kept once it has settled.
         let settled = if now_ms >= current + SETTLE_MS { fresh - 1 } else { fresh.saturating_sub(2) };
-        let mut ended: Vec<(i64, Vec<(String, Milli, f64)>)> =
+        let mut ended: Vec<tessera_store::governance::StandingHour> =
             (0..settled).map(|h| (first + h as i64 * hour, Vec::new())).collect();
         for (tenant, spans) in spans_of.remove(&key).unwrap_or_default() {
             let peaks = timeline::hourly_peak(&spans.held, first, fresh, now_ms);

@@ -11,6 +11,10 @@ use tessera_core::timeline::{Change, Span};
 use super::writes::{REQUEST_COLUMNS, REQUEST_FIELDS, REQUEST_JSON, audit_insert};
 use super::{RequestRow, SliceRequest, Store, StoreError, request_from, to_json};
 
+/// One ended hour of the quota standing: its start, and per tenant with anything in it `(tenant, peak held, mean
+/// used)`.
+pub type StandingHour = (i64, Vec<(String, Milli, f64)>);
+
 /// Rows of the quota standing's hours a statement inserts (four parameters each, and the resource).
 const STANDING_ROWS_PER_INSERT: usize = 200;
 
@@ -247,7 +251,7 @@ impl Store {
     pub async fn keep_standing_hours(
         &self,
         resource: &str,
-        hours: &[(i64, Vec<(String, Milli, f64)>)],
+        hours: &[StandingHour],
         keep_from_ms: i64,
     ) -> Result<(), StoreError> {
         let rows: Vec<(i64, &str, i64, f64)> = hours
