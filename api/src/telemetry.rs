@@ -23,6 +23,40 @@ pub struct HeatmapQuery {
     pub step: Option<i64>,
     /// `util` (default), `mem_used`, `mem_pct`, `power` or `temp`.
     pub metric: Option<Metric>,
+    /// One row per `node` or per GPU `model`, or one for the whole `fleet` (in `groups`, `rows` empty), instead of
+    /// one per device: what a fleet of thousands of GPUs fits in one answer. Drill down with `node` (and `model`).
+    pub group: Option<HeatmapGroup>,
+    /// Only the GPUs of this catalog model (and their MIG instances).
+    pub model: Option<String>,
+}
+
+/// How a heatmap's rows are grouped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum HeatmapGroup {
+    /// One row per node.
+    Node,
+    /// One row per GPU model.
+    Model,
+    /// One row: the whole fleet (what the caller sees of it).
+    Fleet,
+}
+
+/// A group's row: a node's or a GPU model's devices together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeatmapGroupRow {
+    /// The node's id, or the model's catalog key (`unknown` for GPUs the fleet no longer lists), or `fleet`.
+    pub key: String,
+    /// The node's name, or the model's key, or `fleet`.
+    pub name: String,
+    /// How many devices the row sums: for a platform admin the group's GPUs (a GPU in MIG mode reports its
+    /// instances' use together), for anyone else the devices they see in it (whole GPUs and MIG instances).
+    pub devices: u32,
+    /// One value per column: the mean of the devices' values in it (for `temp`, the highest); `null` where none
+    /// of them has a sample.
+    pub values: Vec<Option<f32>>,
 }
 
 /// A heatmap: one row per GPU and per MIG instance, one column per step.
@@ -45,8 +79,11 @@ pub struct Heatmap {
     /// (kept 48 hours), `ten_minutes` (35 days) or `hours` (400 days); before the live window the heatmap reads the
     /// coarsest series its step allows that still reaches back to its start.
     pub source: String,
-    /// Rows: by node name, GPU index, then the GPU's instances by start unit.
+    /// Rows: by node name, GPU index, then the GPU's instances by start unit (empty with `group`).
     pub rows: Vec<HeatmapRow>,
+    /// With `group`: its rows, by node name or by model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<HeatmapGroupRow>>,
 }
 
 /// One device's row.

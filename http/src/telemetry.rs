@@ -20,7 +20,9 @@ use tessera_core::api::{TelemetryAccepted, TelemetryBatch};
 use super::auth::{NodeAuth, Right};
 use super::error::{ApiError, ApiJson, ApiQuery, Problem};
 use crate::listen::ClientAddr;
-pub use tessera_api::telemetry::{HealthMark, Heatmap, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation, RowProcess};
+pub use tessera_api::telemetry::{
+    HealthMark, Heatmap, HeatmapGroup, HeatmapGroupRow, HeatmapQuery, HeatmapRow, LiveQuery, RowAllocation, RowProcess,
+};
 use tessera_core::rollup::Tier;
 use tessera_services::app::AppState;
 use tessera_services::auth::permissions::Scope;
@@ -132,7 +134,10 @@ fn find_node<'a>(nodes: &'a [Node], key: &str) -> Result<&'a Node, ApiError> {
         .ok_or_else(|| ApiError::NotFound(format!("node `{key}` not found")))
 }
 
-/// A heatmap of one node or every node, from the live window or the minute series.
+/// A heatmap of one node or every node (or one GPU model's devices), from the live window or a stored series: one
+/// row per device, or with `group` one per node or GPU model, each the mean of its devices. At most 1,500,000 cells
+/// (`422 heatmap_too_large`, told before anything is read: a row per device of the live window counts its devices, of
+/// a stored series the fleet's GPUs for a platform admin; a group answers at most the fleet's nodes or models).
 #[utoipa::path(get, path = "/api/v1/telemetry/heatmap", tag = "telemetry",
     security(("token" = ["user"]), ("session" = ["user"])), params(HeatmapQuery),
     responses((status = 200, body = Heatmap), (status = 400, body = Problem), (status = 404, body = Problem),
@@ -181,39 +186,118 @@ pub async fn heatmap(
         Some(key) => Some(find_node(&nodes, key)?.id.clone()),
         None => None,
     };
+    let fleet = Fleet::of(&nodes);
+    let model = q.model.as_deref();
+    let of_model = |gpu: &str| model.is_none_or(|m| fleet.gpus.get(gpu).is_some_and(|g| g.model == m));
     // Devices the caller's tenants held at some time from `from` until now; scoped in the database, so that the
     // cost of an answer is bounded by the answer, not by the fleet's history.
     let held_to = to.max(now);
+    let tenants = match p.reading_scope(None)? {
+        Scope::Fleet => None,
+        Scope::Tenants(t) => Some(t),
+    };
+    let cells = tessera_store::heatmap::CellQuery {
+        tier: tier.unwrap_or(Tier::Minute),
+        tenants: tenants.as_deref(),
+        node_id: node_id.as_deref(),
+        model,
+        metric,
+        from_ms: from,
+        step_ms,
+        columns,
+        held_to_ms: held_to,
+    };
+    let answer = |rows: Vec<HeatmapRow>, groups: Option<Vec<HeatmapGroupRow>>| Heatmap {
+        metric,
+        unit: metric.unit().to_string(),
+        from_ms: from,
+        to_ms: from + step_ms * columns as i64,
+        step_ms,
+        columns,
+        source: tier.map_or("live", Tier::name).to_string(),
+        rows,
+        groups,
+    };
+    if let Some(group) = q.group {
+        // At most one row per node or model of the fleet: the answer's size is known before anything is read.
+        let most = match (group, &node_id, model) {
+            (HeatmapGroup::Node, Some(_), _) | (HeatmapGroup::Model, _, Some(_)) | (HeatmapGroup::Fleet, _, _) => 1,
+            (HeatmapGroup::Node, None, _) => nodes.len(),
+            (HeatmapGroup::Model, _, None) => {
+                fleet.gpus.values().map(|g| g.model.as_str()).collect::<HashSet<_>>().len()
+            }
+        };
+        if most.max(1).saturating_mul(columns) > MAX_CELLS {
+            return Err(too_large(format!("{most} groups of {columns} columns")));
+        }
+        let groups = if live {
+            let visible = visible_devices(&state, &p, from, held_to).await?;
+            let whole_fleet = visible.is_none();
+            let seen = |d: &str, gpu: &str| visible.as_ref().is_none_or(|v| v.contains(d)) && of_model(gpu);
+            let group_of = |node: &str, _device: &str, gpu: &str, instance: bool| {
+                (!(whole_fleet && instance)).then(|| match group {
+                    HeatmapGroup::Node => node.to_string(),
+                    HeatmapGroup::Model => fleet.gpus.get(gpu).map_or("unknown", |g| g.model.as_str()).to_string(),
+                    HeatmapGroup::Fleet => "fleet".to_string(),
+                })
+            };
+            state
+                .telemetry
+                .window_groups(node_id.as_deref(), seen, group_of, metric, from, step_ms, columns)
+                .into_iter()
+                .map(|(key, g)| {
+                    let values = g.columns.into_iter().map(|(v, _)| v.map(|v| v as f32)).collect();
+                    (key, g.devices, values)
+                })
+                .collect()
+        } else {
+            group_rows(state.store.group_cells(&cells, group).await?, columns)
+        };
+        let mut groups: Vec<HeatmapGroupRow> = groups
+            .into_iter()
+            .map(|(key, devices, values)| HeatmapGroupRow {
+                name: match group {
+                    HeatmapGroup::Node => fleet.node(&key).map_or_else(|| key.clone(), |n| n.name.clone()),
+                    HeatmapGroup::Model | HeatmapGroup::Fleet => key.clone(),
+                },
+                key,
+                devices,
+                values,
+            })
+            .collect();
+        groups.sort_by(|a, b| (&a.name, &a.key).cmp(&(&b.name, &b.key)));
+        return Ok(ApiJson(answer(Vec::new(), Some(groups))));
+    }
     let raw = if live {
         let visible = visible_devices(&state, &p, from, held_to).await?;
-        let visible = |d: &str| visible.as_ref().is_none_or(|v| v.contains(d));
-        state.telemetry.window_rows(node_id.as_deref(), visible, metric, from, step_ms, columns)
+        let seen = |d: &str, gpu: &str| visible.as_ref().is_none_or(|v| v.contains(d)) && of_model(gpu);
+        // Counted before a value is read: 80,000 devices' rows would be refused after costing half a gigabyte.
+        let devices = state.telemetry.window_devices(node_id.as_deref(), seen);
+        if devices.saturating_mul(columns) > MAX_CELLS {
+            return Err(too_large(format!("{devices} rows of {columns} columns")));
+        }
+        state.telemetry.window_rows(node_id.as_deref(), seen, metric, from, step_ms, columns)
     } else {
-        let tenants = match p.reading_scope(None)? {
-            Scope::Fleet => None,
-            Scope::Tenants(t) => Some(t),
-        };
-        let cells = state
-            .store
-            .minute_cells(
-                tier.unwrap_or(Tier::Minute),
-                tenants.as_deref(),
-                node_id.as_deref(),
-                metric,
-                from,
-                step_ms,
-                columns,
-                held_to,
-                MAX_CELLS + 1,
-            )
-            .await?;
+        // The whole fleet's rows are at least its GPUs that reported: refused before a read that would stop at the
+        // bound only after reading it (1.5 million cells take seconds).
+        if tenants.is_none() {
+            let gpus = nodes
+                .iter()
+                .filter(|n| node_id.as_ref().is_none_or(|id| *id == n.id))
+                .flat_map(|n| &n.gpus)
+                .filter(|g| model.is_none_or(|m| g.model == m))
+                .count();
+            if gpus.saturating_mul(columns) > MAX_CELLS {
+                return Err(too_large(format!("{gpus} GPUs' rows of {columns} columns")));
+            }
+        }
+        let cells = state.store.device_cells(&cells, MAX_CELLS + 1).await?;
         if cells.len() > MAX_CELLS {
             return Err(too_large(format!("more than {MAX_CELLS} cells with values")));
         }
         cell_rows(cells, columns)
     };
     let holders = current_holders(&state, &p).await?;
-    let fleet = Fleet::of(&nodes);
     let mut rows: Vec<HeatmapRow> = raw.into_iter().map(|(k, values)| row(&fleet, &holders, k, values)).collect();
     if rows.len().saturating_mul(columns) > MAX_CELLS {
         return Err(too_large(format!("{} rows of {columns} columns", rows.len())));
@@ -230,23 +314,34 @@ pub async fn heatmap(
             &b.device,
         ))
     });
-    Ok(ApiJson(Heatmap {
-        metric,
-        unit: metric.unit().to_string(),
-        from_ms: from,
-        to_ms: from + step_ms * columns as i64,
-        step_ms,
-        columns,
-        source: tier.map_or("live", Tier::name).to_string(),
-        rows,
-    }))
+    Ok(ApiJson(answer(rows, None)))
+}
+
+/// A group's row from the store's cells ([`tessera_store::Store::group_cells`], column -1 its device count), as
+/// `(key, devices, values)`.
+fn group_rows(cells: Vec<tessera_store::heatmap::GroupCell>, columns: usize) -> Vec<(String, u32, Vec<Option<f32>>)> {
+    let mut out: Vec<(String, u32, Vec<Option<f32>>)> = Vec::new();
+    for c in cells {
+        if out.last().is_none_or(|(key, _, _)| *key != c.key) {
+            out.push((c.key.clone(), 0, vec![None; columns]));
+        }
+        let Some((_, devices, values)) = out.last_mut() else { continue };
+        match usize::try_from(c.col) {
+            Ok(col) if col < columns => values[col] = c.value.map(|v| v as f32),
+            Ok(_) => {}
+            Err(_) => *devices = u32::try_from(c.devices).unwrap_or(u32::MAX),
+        }
+    }
+    out
 }
 
 /// The refusal of a heatmap with more than [`MAX_CELLS`] cells.
 fn too_large(what: String) -> ApiError {
     ApiError::invalid(
         "heatmap_too_large",
-        format!("{what} asked for; at most {MAX_CELLS} cells: choose a `node`, a larger `step` or a shorter range"),
+        format!(
+            "{what} asked for; at most {MAX_CELLS} cells: choose a `node`, a `group`, a larger `step` or a shorter range"
+        ),
     )
 }
 

@@ -625,7 +625,8 @@ pub async fn held_means(
     let mut sums = crate::use_hours::use_sums(&state.store, metered, &of, now_ms).await?;
     if !in_window.is_empty() {
         let columns = usize::try_from((to_ms - split + 999) / 1000).unwrap_or(0);
-        let rows = state.telemetry.window_rows(None, |d| in_window.contains_key(d), Metric::Util, split, 1000, columns);
+        let rows =
+            state.telemetry.window_rows(None, |d, _| in_window.contains_key(d), Metric::Util, split, 1000, columns);
         let seen: std::collections::HashSet<&str> = rows.iter().map(|(key, _)| key.device.as_str()).collect();
         let unseen: Vec<(usize, &str, i64, i64)> = in_window
             .iter()

@@ -132,7 +132,7 @@ pub async fn device_utilisation(
     }
     let stored =
         sums.into_iter().map(|(device, (total, samples))| (device, UtilSum { total, samples: samples as f64 }));
-    let wanted = |d: &str| devices.is_none_or(|set| set.contains(d));
+    let wanted = |d: &str, _: &str| devices.is_none_or(|set| set.contains(d));
     let window = state.telemetry.window_rows(None, wanted, Metric::Util, look.split_ms, 1000, look.window_columns());
     Ok(util_means(stored, &window))
 }

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tessera_core::api::{Sample, TelemetryAccepted, TelemetryBatch};
 
 pub use tessera_api::telemetry::{Latest, Metric};
-use tessera_store::telemetry::{MinuteCell, MinuteRow};
+use tessera_store::heatmap::MinuteCell;
+use tessera_store::telemetry::MinuteRow;
 use tessera_store::{Store, StoreError};
 
 /// How long minute aggregates are kept by default.
@@ -207,6 +208,15 @@ impl MinuteAcc {
             temp_max: self.temp_max,
         }
     }
+}
+
+/// A group's part of the window ([`Telemetry::window_groups`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowGroup {
+    /// Devices with a sample in the range.
+    pub devices: u32,
+    /// Per column, the mean of the devices' bucket means (for temperature, the highest) and how many had one.
+    pub columns: Vec<(Option<f64>, u32)>,
 }
 
 /// One device's window.
@@ -551,45 +561,125 @@ impl Telemetry {
     }
 
     /// Per device, `columns` bucket means of `metric` from the in-memory window: bucket `i` covers
-    /// `[from_ms + i·step_ms, from_ms + (i+1)·step_ms)`.
+    /// `[from_ms + i·step_ms, from_ms + (i+1)·step_ms)`. `visible` takes a device and its GPU.
     pub fn window_rows(
         &self,
         node_id: Option<&str>,
-        visible: impl Fn(&str) -> bool,
+        visible: impl Fn(&str, &str) -> bool,
         metric: Metric,
         from_ms: i64,
         step_ms: i64,
         columns: usize,
     ) -> Vec<(DeviceKey, Vec<Option<f32>>)> {
-        let to_ms = from_ms + step_ms * columns as i64;
-        let inner = self.lock();
         let mut out = Vec::new();
-        for (device, s) in &inner.devices {
-            if node_id.is_some_and(|n| *s.node_id != *n) || !visible(device) {
-                continue;
-            }
-            let mut sums = vec![(0.0f64, 0u32); columns];
-            for p in s.ring.iter() {
-                let t = i64::from(p.t_s) * 1000;
-                if p.t_s == 0 || t < from_ms || t >= to_ms {
-                    continue;
-                }
-                if let Some(v) = p.value(metric, s.mem_total) {
-                    let b = &mut sums[((t - from_ms) / step_ms) as usize];
-                    b.0 += v;
-                    b.1 += 1;
-                }
-            }
+        self.each_window(node_id, visible, metric, from_ms, step_ms, columns, |device, s, sums| {
             let key = DeviceKey {
                 node_id: s.node_id.to_string(),
-                device: device.clone(),
+                device: device.to_string(),
                 gpu: s.gpu.clone(),
                 profile: s.profile.clone(),
                 start: s.start,
             };
-            out.push((key, sums.into_iter().map(|(sum, n)| (n > 0).then(|| (sum / f64::from(n)) as f32)).collect()));
+            out.push((key, sums.iter().map(|&(sum, n)| (n > 0).then(|| (sum / f64::from(n)) as f32)).collect()));
+        });
+        out
+    }
+
+    /// How many devices of the window [`Telemetry::window_rows`] would answer (without reading their samples).
+    pub fn window_devices(&self, node_id: Option<&str>, visible: impl Fn(&str, &str) -> bool) -> usize {
+        let inner = self.lock();
+        inner
+            .devices
+            .iter()
+            .filter(|(device, s)| node_id.is_none_or(|n| *s.node_id == *n) && visible(device, &s.gpu))
+            .count()
+    }
+
+    /// [`Telemetry::window_rows`] summed per group: `group_of(node_id, device, gpu, is_instance)` names a device's
+    /// group (`None`: left out); each group's columns hold the mean of its devices' bucket means (for `temp`, the
+    /// highest) and how many devices had one, with the devices that had any. The window's devices are read once,
+    /// without a row per device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn window_groups(
+        &self,
+        node_id: Option<&str>,
+        visible: impl Fn(&str, &str) -> bool,
+        group_of: impl Fn(&str, &str, &str, bool) -> Option<String>,
+        metric: Metric,
+        from_ms: i64,
+        step_ms: i64,
+        columns: usize,
+    ) -> std::collections::BTreeMap<String, WindowGroup> {
+        let mut out: std::collections::BTreeMap<String, WindowGroup> = std::collections::BTreeMap::new();
+        self.each_window(node_id, visible, metric, from_ms, step_ms, columns, |device, s, sums| {
+            if sums.iter().all(|&(_, n)| n == 0) {
+                return;
+            }
+            let Some(key) = group_of(&s.node_id, device, &s.gpu, s.profile.is_some()) else { return };
+            let g = out.entry(key).or_insert_with(|| WindowGroup { devices: 0, columns: vec![(None, 0); columns] });
+            g.devices += 1;
+            for (cell, &(sum, n)) in g.columns.iter_mut().zip(sums) {
+                if n == 0 {
+                    continue;
+                }
+                let v = sum / f64::from(n);
+                cell.0 = Some(match (cell.0, metric) {
+                    (None, _) => v,
+                    (Some(m), Metric::Temp) => m.max(v),
+                    (Some(total), _) => total + v,
+                });
+                cell.1 += 1;
+            }
+        });
+        if metric != Metric::Temp {
+            for g in out.values_mut() {
+                for cell in &mut g.columns {
+                    cell.0 = cell.0.map(|total| total / f64::from(cell.1.max(1)));
+                }
+            }
         }
         out
+    }
+
+    /// Calls `f` with each visible device of the window, its series and its `columns` buckets (sum and count of
+    /// `metric`), reading only the ring slots of the seconds in the range.
+    #[allow(clippy::too_many_arguments)]
+    fn each_window(
+        &self,
+        node_id: Option<&str>,
+        visible: impl Fn(&str, &str) -> bool,
+        metric: Metric,
+        from_ms: i64,
+        step_ms: i64,
+        columns: usize,
+        mut f: impl FnMut(&str, &Series, &[(f64, u32)]),
+    ) {
+        let to_ms = from_ms + step_ms * columns as i64;
+        let w = self.window_s as i64;
+        // Seconds whose sample falls in `[from_ms, to_ms)`; the ring holds one slot a second of the last `w`.
+        let first_s = (from_ms + 999).div_euclid(1000);
+        let end_s = (to_ms + 999).div_euclid(1000);
+        let inner = self.lock();
+        let mut sums = vec![(0.0f64, 0u32); columns];
+        for (device, s) in &inner.devices {
+            if node_id.is_some_and(|n| *s.node_id != *n) || !visible(device, &s.gpu) {
+                continue;
+            }
+            sums.iter_mut().for_each(|b| *b = (0.0, 0));
+            let newest_s = s.latest.map_or(end_s - 1, |l| l.t.div_euclid(1000));
+            for t_s in first_s.max(newest_s - w + 1)..end_s.min(newest_s + 1) {
+                let p = &s.ring[t_s.rem_euclid(w) as usize];
+                if p.t_s == 0 || i64::from(p.t_s) != t_s {
+                    continue;
+                }
+                if let Some(v) = p.value(metric, s.mem_total) {
+                    let b = &mut sums[((t_s * 1000 - from_ms) / step_ms) as usize];
+                    b.0 += v;
+                    b.1 += 1;
+                }
+            }
+            f(device, s, &sums);
+        }
     }
 }
 

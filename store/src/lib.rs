@@ -25,6 +25,7 @@ pub mod controller;
 pub mod efficiency;
 pub mod fleet;
 pub mod governance;
+pub mod heatmap;
 pub mod history;
 mod json_rows;
 mod layouts;

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use tessera_api::telemetry::Metric;
 use tessera_core::rollup::Tier;
 
 use super::{Store, StoreError};
@@ -41,25 +40,6 @@ pub struct MinuteRow {
     pub power_avg: Option<f64>,
     /// Highest temperature, °C.
     pub temp_max: Option<f64>,
-}
-
-/// One heatmap cell of the minute series ([`Store::minute_cells`]).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct MinuteCell {
-    /// `GPU-...` or `MIG-...`.
-    pub device: String,
-    /// The node.
-    pub node_id: String,
-    /// The GPU's UUID.
-    pub gpu: String,
-    /// MIG profile, for an instance.
-    pub profile: Option<String>,
-    /// MIG start unit, for an instance.
-    pub start: Option<i64>,
-    /// The column, from 0.
-    pub col: i64,
-    /// The column's value.
-    pub value: Option<f64>,
 }
 
 /// Rows per statement (15 parameters each, well under SQLite's limit).
@@ -464,77 +444,6 @@ impl Store {
             let rows: Vec<StoredMinute> =
                 sqlx::query_as(&sql).bind(from_ms).bind(to_ms).bind(node_id).fetch_all(pool).await?;
             Ok(rows.into_iter().map(from_row).collect())
-        })
-    }
-
-    /// A heatmap of a series, grouped in the database: per device and column `(minute_ms - from_ms) / step_ms` of
-    /// `[from_ms, from_ms + step_ms × columns)`, the sample-weighted mean of `metric` (the highest, for
-    /// temperature); `from_ms` and `step_ms` are whole buckets of `tier`. Scoped in SQL: with `tenants`, only
-    /// devices those tenants held an allocation on at some time in `[from_ms, held_to_ms)`; `None` is the whole
-    /// fleet. At most `limit` cells are read, so the cost is bounded by the answer: a caller past it gets `limit`
-    /// cells and is told the answer is too large.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn minute_cells(
-        &self,
-        tier: Tier,
-        tenants: Option<&[String]>,
-        node_id: Option<&str>,
-        metric: Metric,
-        from_ms: i64,
-        step_ms: i64,
-        columns: usize,
-        held_to_ms: i64,
-        limit: usize,
-    ) -> Result<Vec<MinuteCell>, StoreError> {
-        if tenants.is_some_and(<[String]>::is_empty) || columns == 0 || step_ms <= 0 {
-            return Ok(Vec::new());
-        }
-        let to_ms = from_ms.saturating_add(step_ms.saturating_mul(i64::try_from(columns).unwrap_or(i64::MAX)));
-        // Each metric's value per row; rows without one are left out, as are cells without any.
-        let value = match metric {
-            Metric::Util => "util_avg",
-            Metric::MemUsed => "mem_used_avg",
-            Metric::MemPct => "CASE WHEN mem_total > 0 THEN mem_used_avg * 100.0 / mem_total END",
-            Metric::Power => "power_avg",
-            Metric::Temp => "temp_max",
-        };
-        let cell = if metric == Metric::Temp {
-            format!("MAX({value})")
-        } else {
-            let w = "CASE WHEN samples > 0 THEN samples ELSE 1 END";
-            format!("SUM(({value}) * {w}) / SUM({w})")
-        };
-        let from_table = table(tier);
-        on_pool!(self, pool, _dialect, Db => {
-            let mut q = sqlx::QueryBuilder::<Db>::new(
-                "SELECT device, MAX(node_id) AS node_id, MAX(gpu) AS gpu, MAX(profile) AS profile, \
-                 CAST(MAX(start) AS BIGINT) AS start, CAST((minute_ms - ",
-            );
-            q.push_bind(from_ms).push(") / ").push_bind(step_ms);
-            q.push(format!(
-                " AS BIGINT) AS col, CAST({cell} AS DOUBLE PRECISION) AS value FROM {from_table} WHERE minute_ms >= "
-            ));
-            q.push_bind(from_ms).push(" AND minute_ms < ").push_bind(to_ms);
-            q.push(format!(" AND ({value}) IS NOT NULL"));
-            if let Some(node) = node_id {
-                q.push(" AND node_id = ").push_bind(node.to_string());
-            }
-            if let Some(tenants) = tenants {
-                q.push(
-                    " AND device IN (SELECT COALESCE(a.device_uuid, g.uuid) FROM allocations a \
-                     JOIN gpus g ON g.id = a.gpu_id WHERE a.activated_at_ms IS NOT NULL AND a.activated_at_ms < ",
-                );
-                q.push_bind(held_to_ms).push(" AND (a.released_at_ms IS NULL OR a.released_at_ms > ");
-                q.push_bind(from_ms).push(") AND a.tenant_id IN (");
-                let mut list = q.separated(", ");
-                for t in tenants {
-                    list.push_bind(t.clone());
-                }
-                q.push("))");
-            }
-            q.push(" GROUP BY device, col ORDER BY device, col LIMIT ");
-            q.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
-            Ok(q.build_query_as::<MinuteCell>().fetch_all(pool).await?)
         })
     }
 

@@ -82,6 +82,9 @@ pub fn unallocated_text(row: &HeatmapRow) -> Option<String> {
 }
 /// GPU (a tenant sees its instances without their GPU's row).
 pub fn label(row: &HeatmapRow) -> String {
+    if is_group(row) {
+        return row.node.clone();
+    }
     let gpu = format!("{} · GPU {}", row.node, row.gpu_index.map_or_else(|| "?".into(), |i| i.to_string()));
     match (&row.profile, row.start) {
         (Some(p), Some(s)) => format!("{gpu} · {p}@{s}"),
@@ -103,6 +106,11 @@ pub trait LiveHeatmap {
     /// left), and each sample lands in its column. Unknown devices get a row after their GPU's. Returns whether
     /// anything changed.
     fn apply(&mut self, samples: &[Latest]) -> bool;
+
+    /// Takes in the last columns of the same heatmap fetched later (`tail`, same step, columns on the same grid):
+    /// the window moves on to its end, and its values land in their rows and columns (a row it adds goes last).
+    /// How a grouped heatmap stays live without a sample per device. Returns whether anything changed.
+    fn merge(&mut self, tail: &Heatmap) -> bool;
 }
 
 impl LiveHeatmap for Heatmap {
@@ -200,6 +208,45 @@ impl LiveHeatmap for Heatmap {
         }
         changed
     }
+
+    fn merge(&mut self, tail: &Heatmap) -> bool {
+        let step = self.step_ms.max(1);
+        if tail.step_ms != step || (tail.from_ms - self.from_ms).rem_euclid(step) != 0 {
+            return false;
+        }
+        let mut changed = false;
+        let end = self.from_ms + step * self.columns as i64;
+        if tail.to_ms > end {
+            let shift = ((tail.to_ms - end + step - 1) / step) as usize;
+            self.from_ms += step * shift as i64;
+            self.to_ms = self.from_ms + step * self.columns as i64;
+            for row in &mut self.rows {
+                let k = shift.min(row.values.len());
+                row.values.drain(..k);
+                row.values.resize(self.columns, None);
+            }
+            changed = true;
+        }
+        for t in &tail.rows {
+            let i = match self.rows.iter().position(|r| r.device == t.device) {
+                Some(i) => i,
+                None => {
+                    self.rows.push(HeatmapRow { values: vec![None; self.columns], ..t.clone() });
+                    self.rows.len() - 1
+                }
+            };
+            for (c, v) in t.values.iter().enumerate() {
+                let col = (tail.from_ms + c as i64 * step - self.from_ms) / step;
+                let Some(v) = *v else { continue };
+                let cell = usize::try_from(col).ok().and_then(|col| self.rows[i].values.get_mut(col));
+                if let Some(cell) = cell.filter(|cell| **cell != Some(v)) {
+                    *cell = Some(v);
+                    changed = true;
+                }
+            }
+        }
+        changed
+    }
 }
 
 /// Viridis (perceptually even, readable with the common colour-vision deficiencies), 0 to 1.
@@ -275,9 +322,100 @@ pub fn scale_max(h: &Heatmap, rows: &[&HeatmapRow]) -> f32 {
 /// Rows rendered beyond the ones in view, above and below.
 pub const OVERSCAN: usize = 12;
 
-/// The rows shown: every GPU, and the instances of GPUs not folded.
+/// The rows shown: every GPU (or group), and the instances of GPUs not folded.
 pub fn visible<'a>(h: &'a Heatmap, folded: &std::collections::HashSet<String>) -> Vec<&'a HeatmapRow> {
-    h.rows.iter().filter(|r| r.kind == "gpu" || !folded.contains(&r.gpu_uuid)).collect()
+    h.rows.iter().filter(|r| r.kind != "mig" || !folded.contains(&r.gpu_uuid)).collect()
+}
+
+/// Whether a row is a node's or a model's group ([`grouped_rows`]).
+pub fn is_group(row: &HeatmapRow) -> bool {
+    row.kind == "node" || row.kind == "model"
+}
+
+/// Which heatmap the page shows: the range, the metric, and the rows (`group`: `node` or `model`, or one row per
+/// device; `node` and `model` narrow it), as the page's address says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// `live` or `day`.
+    pub range: String,
+    /// `util`, `mem_pct`, ...
+    pub metric: String,
+    /// `node`, `model`, or `None` for a row per device.
+    pub group: Option<String>,
+    /// One node (its name).
+    pub node: Option<String>,
+    /// One GPU model (its key).
+    pub model: Option<String>,
+}
+
+impl View {
+    /// The filters of the API's query: `&group=..&node=..&model=..`.
+    pub fn filters(&self) -> String {
+        let mut q = String::new();
+        for (k, v) in [("group", &self.group), ("node", &self.node), ("model", &self.model)] {
+            if let Some(v) = v {
+                q.push_str(&format!("&{k}={}", crate::pages::shared::encode(v)));
+            }
+        }
+        q
+    }
+
+    /// The heatmap's API path at `now_ms`: the live window at 1 s, or the last 24 hours at a minute (at 10 minutes
+    /// for groups, whose rows are a fleet's nodes).
+    pub fn path(&self, now_ms: i64) -> String {
+        let metric = &self.metric;
+        let range = if self.range == "day" {
+            let step = if self.group.is_some() { 600 } else { 60 };
+            format!("&from={}&step={step}", now_ms - 86_400_000)
+        } else {
+            String::new()
+        };
+        format!("/api/v1/telemetry/heatmap?metric={metric}{range}{}", self.filters())
+    }
+
+    /// The page's address for a group's row: a node's devices, or a model's nodes.
+    pub fn drill(&self, row: &HeatmapRow) -> String {
+        let mut to = View { range: String::new(), metric: String::new(), ..View::default() };
+        match row.kind.as_str() {
+            "node" => {
+                to.node = Some(row.node.clone());
+                to.model = self.model.clone();
+            }
+            _ => {
+                to.group = Some("node".into());
+                to.model = row.model.clone();
+            }
+        }
+        format!("/heatmap?{}", to.filters().trim_start_matches('&'))
+    }
+}
+
+/// A grouped heatmap's groups as rows the page draws like devices' (kind `node` or `model`, keyed by the group's
+/// key in `device` and `gpu_uuid`), and each group's device count by key.
+pub fn grouped_rows(h: &mut Heatmap, kind: &str) -> std::collections::HashMap<String, u32> {
+    let groups = h.groups.take().unwrap_or_default();
+    let counts = groups.iter().map(|g| (g.key.clone(), g.devices)).collect();
+    h.rows = groups
+        .into_iter()
+        .map(|g| HeatmapRow {
+            node_id: if kind == "node" { g.key.clone() } else { String::new() },
+            node: g.name,
+            gpu_uuid: g.key.clone(),
+            gpu_index: None,
+            model: (kind == "model").then(|| g.key.clone()),
+            device: g.key,
+            kind: kind.to_string(),
+            profile: None,
+            start: None,
+            allocations: vec![],
+            values: g.values,
+            health: None,
+            health_marks: vec![],
+            processes: vec![],
+            unallocated: 0,
+        })
+        .collect();
+    counts
 }
 
 /// 256 colours from 0 to the top of the scale.
@@ -322,23 +460,44 @@ pub fn HeatmapPage() -> impl IntoView {
     let synthetic_spec = move || query.read().get("synthetic");
     let range = RwSignal::new("live".to_string());
     let metric = RwSignal::new("util".to_string());
+    // The rows asked for by the address: a group (`?group=node|model`), one node's or one model's devices.
+    let asked = Memo::new(move |_| {
+        let q = query.read();
+        let pick = |k: &str| q.get(k).filter(|v| !v.is_empty());
+        (pick("group").filter(|g| g == "node" || g == "model"), pick("node"), pick("model"))
+    });
+    let view_of = move || {
+        let (group, node, model) = asked.get();
+        View { range: range.get(), metric: metric.get(), group, node, model }
+    };
+    // The rows shown: a group's kind when the answer has groups (asked for, or chosen because the fleet has more
+    // devices than one heatmap holds), and whether the page chose it.
+    let shown_group = RwSignal::new(None::<(String, bool)>);
+    let counts = RwSignal::new(std::collections::HashMap::<String, u32>::new());
     let data = Resource::new(
-        move || (range.get(), metric.get(), bench(), synthetic_spec().is_some()),
-        |(range, metric, bench, synthetic_fleet)| async move {
+        move || (view_of(), bench(), synthetic_spec().is_some()),
+        |(view, bench, synthetic_fleet)| async move {
             if let Some(spec) = bench {
-                return Ok(synthetic(&spec));
+                return Ok((synthetic(&spec), None));
             }
             // A synthetic fleet is made in the browser (the effect below): as page data it would not fit the page.
             if synthetic_fleet {
-                return Ok(synthetic("1x1"));
+                return Ok((synthetic("1x1"), None));
             }
-            let path = if range == "day" {
-                let now = crate::pages::now_ms();
-                format!("/api/v1/telemetry/heatmap?metric={metric}&from={}&step=60", now - 86_400_000)
-            } else {
-                format!("/api/v1/telemetry/heatmap?metric={metric}")
-            };
-            api::get_json::<Heatmap>(path).await
+            let now = crate::pages::now_ms();
+            match api::get_json::<Heatmap>(view.path(now)).await {
+                // A row per device would not fit one answer: a row per node, each a link to its devices.
+                Err(p) if p.code == "heatmap_too_large" && view.group.is_none() && view.node.is_none() => {
+                    let by_node = View { group: Some("node".into()), ..view };
+                    let h = api::get_json::<Heatmap>(by_node.path(now)).await?;
+                    Ok((h, Some(("node".to_string(), true))))
+                }
+                Err(p) => Err(p),
+                Ok(h) => {
+                    let group = view.group.filter(|_| h.groups.is_some()).map(|g| (g, false));
+                    Ok((h, group))
+                }
+            }
         },
     );
     let folded = RwSignal::new(std::collections::HashSet::<String>::new());
@@ -354,11 +513,15 @@ pub fn HeatmapPage() -> impl IntoView {
     let shown = Memo::new(move |_| live.with(|h| h.as_ref().map_or(0, |h| folded.with(|f| visible(h, f).len()))));
     let window = Memo::new(move |_| scroll.rows(f64::from(row_h.get()), shown.get(), OVERSCAN));
     Effect::new(move || {
-        if let Some(Ok(h)) = data.get() {
-            let h = match synthetic_spec() {
+        if let Some(Ok((h, group))) = data.get() {
+            let mut h = match synthetic_spec() {
                 Some(spec) => synthetic(&spec),
                 None => h,
             };
+            if let Some((kind, _)) = &group {
+                counts.set(grouped_rows(&mut h, kind));
+            }
+            shown_group.set(group);
             // Large fleets start folded to GPUs.
             if h.rows.iter().filter(|r| r.kind == "gpu").count() > 200 {
                 folded.set(h.rows.iter().map(|r| r.gpu_uuid.clone()).collect());
@@ -377,9 +540,14 @@ pub fn HeatmapPage() -> impl IntoView {
         hover,
         row_h,
         range,
+        view: Signal::derive(view_of),
+        shown_group,
+        counts,
         benchmark: bench().is_some(),
         synthetic: synthetic_spec().is_some(),
     });
+    let navigate = leptos_router::hooks::use_navigate();
+    let rows_choice = move || shown_group.get().map_or_else(String::new, |(g, _)| g);
 
     view! {
         <section class="page wide">
@@ -398,14 +566,38 @@ pub fn HeatmapPage() -> impl IntoView {
                             <option value="mem_pct">"Memory used"</option>
                         </select>
                     </label>
+                    <label>"Rows"
+                        <select data-testid="heatmap-rows" prop:value=rows_choice on:change=move |ev| {
+                            let group = event_target_value(&ev);
+                            let to = View { group: (!group.is_empty()).then_some(group), model: asked.get_untracked().2, ..View::default() };
+                            navigate(&format!("/heatmap?{}", to.filters().trim_start_matches('&')), Default::default());
+                        }>
+                            <option value="">"Each device"</option>
+                            <option value="node">"One per node"</option>
+                            <option value="model">"One per GPU model"</option>
+                        </select>
+                    </label>
                 </div>
             </div>
+            {move || {
+                let (_, node, model) = asked.get();
+                let auto = shown_group.get().is_some_and(|(_, auto)| auto);
+                let scope = match (node, model) {
+                    (Some(n), _) => Some(format!("Node {n}")),
+                    (None, Some(m)) => Some(format!("GPU model {m}")),
+                    _ => None,
+                };
+                view! {
+                    {scope.map(|s| view! { <p class="small" data-testid="heatmap-scope">{s}" · "<a href="/heatmap">"Whole fleet"</a></p> })}
+                    {auto.then(|| view! { <p class="notice" data-testid="heatmap-grouped">"One row per node: the fleet has more devices than one heatmap shows at this range. Pick a node to see its devices."</p> })}
+                }
+            }}
             <Legend />
             <Transition fallback=|| view! { <p>"Loading…"</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Err(p) => problem_view(&p),
-                        Ok(h) if h.rows.is_empty() => view! { <p class="notice">"No samples in this range yet. Devices appear here once their agent reports them (and, for tenants, once you hold a slice on them)."</p> }.into_any(),
+                        Ok((h, _)) if h.rows.is_empty() && h.groups.as_ref().is_none_or(Vec::is_empty) => view! { <p class="notice">"No samples in this range yet. Devices appear here once their agent reports them (and, for tenants, once you hold a slice on them)."</p> }.into_any(),
                         Ok(_) => ().into_any(),
                     }
                 })}
@@ -423,6 +615,19 @@ pub fn HeatmapPage() -> impl IntoView {
                         let rows = visible(h, &f);
                         let w = w.start.min(rows.len())..w.end.min(rows.len());
                         rows[w].iter().map(|r| {
+                            if is_group(r) {
+                                let devices = counts.with(|c| c.get(&r.device).copied().unwrap_or(0));
+                                let href = view_of().drill(r);
+                                let what = if r.kind == "node" { "node" } else { "GPU model" };
+                                let title = format!("{} · the mean of {devices} devices · open this {what}", r.node);
+                                return view! {
+                                    <li class="gpu group" data-device=r.device.clone() data-testid="heatmap-group" title=title>
+                                        <span class="fold"></span>
+                                        <a class="name" href=href>{r.node.clone()}</a>
+                                        <span class="tenants">{format!("{devices} devices")}</span>
+                                    </li>
+                                }.into_any();
+                            }
                             let gpu = r.gpu_uuid.clone();
                             let is_gpu = r.kind == "gpu";
                             let has_instances = is_gpu && h.rows.iter().any(|o| o.kind == "mig" && o.gpu_uuid == r.gpu_uuid);
@@ -447,7 +652,7 @@ pub fn HeatmapPage() -> impl IntoView {
                                     })}
                                     {(!tenants.is_empty()).then(|| view! { <span class="tenants">{tenants}</span> })}
                                 </li>
-                            }
+                            }.into_any()
                         }).collect::<Vec<_>>()
                     })}
                 </ol>
@@ -540,6 +745,7 @@ pub fn synthetic(spec: &str) -> Heatmap {
         step_ms: 1000,
         columns,
         source: "live".into(),
+        groups: None,
         rows: (0..rows)
             .map(|i| HeatmapRow {
                 node_id: format!("n{}", i / 8),
@@ -812,6 +1018,9 @@ mod draw {
         pub hover: RwSignal<Option<(String, i32, i32)>>,
         pub row_h: RwSignal<u32>,
         pub range: RwSignal<String>,
+        pub view: Signal<super::View>,
+        pub shown_group: RwSignal<Option<(String, bool)>>,
+        pub counts: RwSignal<std::collections::HashMap<String, u32>>,
         pub benchmark: bool,
         pub synthetic: bool,
     }
@@ -872,7 +1081,22 @@ mod draw {
     /// Draws whenever the data, folding or window size changes, follows the live stream in the live range, keeps
     /// who holds each row current, and explains the cell under the pointer.
     pub fn wire(w: Wiring) {
-        let Wiring { canvas, boxed, box_h, window, live, folded, hover, row_h, range, benchmark, synthetic } = w;
+        let Wiring {
+            canvas,
+            boxed,
+            box_h,
+            window,
+            live,
+            folded,
+            hover,
+            row_h,
+            range,
+            view,
+            shown_group,
+            counts,
+            benchmark,
+            synthetic,
+        } = w;
         let benched = StoredValue::new(false);
         let resized = RwSignal::new(0u32);
         if let Some(win) = web_sys::window() {
@@ -941,7 +1165,8 @@ mod draw {
         // The event stream, while the live range is shown.
         let source = StoredValue::new_local(None::<web_sys::EventSource>);
         Effect::new(move || {
-            let want = range.get() == "live" && !benchmark && !synthetic;
+            let want = range.get() == "live" && !benchmark && !synthetic && shown_group.get().is_none();
+            let v = view.get();
             if let Some(s) = source.get_value() {
                 s.close();
                 source.set_value(None);
@@ -951,15 +1176,23 @@ mod draw {
             }
             // The first event also brings the last 30 s, so nothing falls between the heatmap's fetch and the stream.
             let opened = js_sys::Date::now() as i64;
-            let Ok(es) = web_sys::EventSource::new(&format!("/api/v1/telemetry/live?since={}", opened - 30_000)) else {
+            let node =
+                v.node.as_deref().map(|n| format!("&node={}", crate::pages::shared::encode(n))).unwrap_or_default();
+            let Ok(es) = web_sys::EventSource::new(&format!("/api/v1/telemetry/live?since={}{node}", opened - 30_000))
+            else {
                 return;
             };
+            // The stream has no model filter: one model's rows take only the samples of the rows they have.
+            let one_model = v.model.is_some();
             let on_samples = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
                 let Some(text) = ev.data().as_string() else { return };
-                let Ok(samples) = serde_json::from_str::<Vec<Latest>>(&text) else { return };
+                let Ok(mut samples) = serde_json::from_str::<Vec<Latest>>(&text) else { return };
                 let mut grew = false;
                 live.update(|h| {
                     if let Some(h) = h.as_mut().filter(|h| h.source == "live") {
+                        if one_model {
+                            samples.retain(|s| h.rows.iter().any(|r| r.device == s.device));
+                        }
                         let before = h.rows.len();
                         h.apply(&samples);
                         grew = h.rows.len() > before;
@@ -968,7 +1201,7 @@ mod draw {
                 });
                 // Rows first seen in the stream: who holds them comes from the heatmap API.
                 if grew {
-                    refresh_holders(live);
+                    refresh_holders(live, view);
                 }
             });
             let _ = es.add_event_listener_with_callback("samples", on_samples.as_ref().unchecked_ref());
@@ -984,11 +1217,26 @@ mod draw {
         if !benchmark && !synthetic {
             let handle = leptos::prelude::set_interval_with_handle(
                 move || {
-                    if range.get_untracked() == "live" {
-                        refresh_holders(live);
+                    if range.get_untracked() == "live" && shown_group.get_untracked().is_none() {
+                        refresh_holders(live, view);
                     }
                 },
                 std::time::Duration::from_secs(15),
+            );
+            on_cleanup(move || {
+                if let Ok(h) = handle {
+                    h.clear();
+                }
+            });
+            // A grouped live heatmap: its last columns every 2 s (a group's mean needs every device's sample, which
+            // the server has and the stream would bring one by one).
+            let handle = leptos::prelude::set_interval_with_handle(
+                move || {
+                    if let Some((kind, _)) = shown_group.get_untracked().filter(|_| range.get_untracked() == "live") {
+                        refresh_groups(live, view, counts, kind);
+                    }
+                },
+                std::time::Duration::from_secs(2),
             );
             on_cleanup(move || {
                 if let Ok(h) = handle {
@@ -1041,11 +1289,45 @@ mod draw {
         });
     }
 
-    /// Fetches the live heatmap again and takes who holds each row (and the names of rows the stream added).
-    fn refresh_holders(live: RwSignal<Option<Heatmap>>) {
-        let Some(metric) = live.with_untracked(|h| h.as_ref().map(|h| super::metric_name(h.metric))) else { return };
+    /// Fetches the last columns of a grouped live heatmap (on its grid) and takes them in.
+    fn refresh_groups(
+        live: RwSignal<Option<Heatmap>>,
+        view: Signal<super::View>,
+        counts: RwSignal<std::collections::HashMap<String, u32>>,
+        kind: String,
+    ) {
+        let Some((from, step)) = live.with_untracked(|h| {
+            h.as_ref().map(|h| {
+                let step = h.step_ms.max(1);
+                let back = (js_sys::Date::now() as i64 - 10_000 - h.from_ms).div_euclid(step).max(0);
+                (h.from_ms + back * step, step)
+            })
+        }) else {
+            return;
+        };
+        let v = super::View { range: "live".into(), group: Some(kind.clone()), ..view.get_untracked() };
+        let path = format!("{}&from={from}&step={}", v.path(0), step / 1000);
         leptos::task::spawn_local(async move {
-            let path = format!("/api/v1/telemetry/heatmap?metric={metric}");
+            if let Ok(mut tail) = crate::api::get_json::<Heatmap>(path).await {
+                let fresh = super::grouped_rows(&mut tail, &kind);
+                counts.update(|c| c.extend(fresh));
+                live.update(|h| {
+                    if let Some(h) = h.as_mut() {
+                        h.merge(&tail);
+                    }
+                });
+            }
+        });
+    }
+
+    /// Fetches the live heatmap again and takes who holds each row (and the names of rows the stream added).
+    fn refresh_holders(live: RwSignal<Option<Heatmap>>, view: Signal<super::View>) {
+        if live.with_untracked(|h| h.is_none()) {
+            return;
+        }
+        let v = super::View { range: "live".into(), ..view.get_untracked() };
+        leptos::task::spawn_local(async move {
+            let path = v.path(0);
             if let Ok(fresh) = crate::api::get_json::<Heatmap>(path).await {
                 let changed = live.with_untracked(|h| {
                     h.as_ref().is_some_and(|h| {
@@ -1083,6 +1365,81 @@ mod tests {
             start: device.starts_with("MIG").then_some(6),
             sample: sample(t, util),
         }
+    }
+
+    fn grouped(from_ms: i64, groups: &[(&str, &str, u32, Vec<Option<f32>>)]) -> Heatmap {
+        let columns = groups.first().map_or(0, |g| g.3.len());
+        Heatmap {
+            metric: Metric::Util,
+            unit: "%".into(),
+            from_ms,
+            to_ms: from_ms + 1000 * columns as i64,
+            step_ms: 1000,
+            columns,
+            source: "live".into(),
+            rows: vec![],
+            groups: Some(
+                groups
+                    .iter()
+                    .map(|(key, name, devices, values)| tessera_api::telemetry::HeatmapGroupRow {
+                        key: key.to_string(),
+                        name: name.to_string(),
+                        devices: *devices,
+                        values: values.clone(),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn groups_are_drawn_as_rows_that_link_to_their_devices_and_stay_live_from_later_columns() {
+        let mut h = grouped(
+            10_000,
+            &[("n1", "rack-1", 8, vec![Some(10.0), None, Some(30.0)]), ("n2", "rack-2", 4, vec![None; 3])],
+        );
+        let counts = grouped_rows(&mut h, "node");
+        assert_eq!(counts.get("n1"), Some(&8));
+        assert!(h.groups.is_none() && h.rows.len() == 2 && h.rows.iter().all(is_group));
+        assert_eq!((label(&h.rows[0]), h.rows[0].device.as_str()), ("rack-1".to_string(), "n1"));
+        // Groups are never folded away, whatever was folded before.
+        let folded: std::collections::HashSet<String> = ["n1".to_string()].into();
+        assert_eq!(visible(&h, &folded).len(), 2);
+        // A node's row opens its devices, a model's its nodes; the model narrowing a view is kept.
+        let view = View {
+            range: "live".into(),
+            metric: "util".into(),
+            group: Some("node".into()),
+            node: None,
+            model: Some("H100 80GB".into()),
+        };
+        assert_eq!(view.drill(&h.rows[0]), "/heatmap?node=rack-1&model=H100%2080GB");
+        assert_eq!(view.path(0), "/api/v1/telemetry/heatmap?metric=util&group=node&model=H100%2080GB");
+        let day = View { range: "day".into(), ..view.clone() };
+        assert_eq!(
+            day.path(86_400_000),
+            "/api/v1/telemetry/heatmap?metric=util&from=0&step=600&group=node&model=H100%2080GB"
+        );
+        let mut by_model = grouped(0, &[("A30", "A30", 2, vec![None])]);
+        grouped_rows(&mut by_model, "model");
+        assert_eq!(view.drill(&by_model.rows[0]), "/heatmap?group=node&model=A30");
+
+        // Later columns on the same grid: the window moves on and their values land; a new group is added.
+        let mut tail = grouped(
+            12_000,
+            &[("n2", "rack-2", 4, vec![Some(50.0), Some(60.0)]), ("n3", "rack-3", 8, vec![None, Some(5.0)])],
+        );
+        grouped_rows(&mut tail, "node");
+        assert!(h.merge(&tail));
+        assert_eq!((h.from_ms, h.to_ms), (11_000, 14_000));
+        assert_eq!(h.rows[0].values, [None, Some(30.0), None], "rack-1's columns moved left");
+        assert_eq!(h.rows[1].values, [None, Some(50.0), Some(60.0)]);
+        assert_eq!((h.rows[2].device.as_str(), h.rows[2].values.clone()), ("n3", vec![None, None, Some(5.0)]));
+        assert!(!h.merge(&tail), "the same columns again change nothing");
+        // Columns off the grid are not taken.
+        let mut off = grouped(12_500, &[("n1", "rack-1", 8, vec![Some(99.0)])]);
+        grouped_rows(&mut off, "node");
+        assert!(!h.merge(&off));
     }
 
     #[test]

@@ -173,8 +173,14 @@ pub fn capacity(nodes: &[NodeView], catalog: &Catalog) -> Vec<Capacity> {
     out
 }
 
-/// The mean of each column over the GPU rows of a heatmap (`None` where no GPU has a sample).
+/// The mean of each column over the GPU rows of a heatmap (`None` where no GPU has a sample); of a heatmap grouped
+/// as the whole fleet (`group=fleet`, what the overview asks: a row per device of 10,000 GPUs would not fit one
+/// answer), its one row.
 pub fn fleet_means(h: &Heatmap) -> Vec<Option<f64>> {
+    if let Some(groups) = &h.groups {
+        let row = groups.iter().find(|g| g.key == "fleet");
+        return (0..h.columns).map(|c| row.and_then(|g| g.values.get(c).copied().flatten()).map(f64::from)).collect();
+    }
     (0..h.columns)
         .map(|c| {
             let v: Vec<f64> = h
@@ -280,7 +286,7 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
         || (),
         move |_| {
             api::get_json::<Heatmap>(format!(
-                "/api/v1/telemetry/heatmap?metric=util&from={}&step=3600",
+                "/api/v1/telemetry/heatmap?metric=util&from={}&step=3600&group=fleet",
                 now - 86_400_000
             ))
         },
@@ -288,7 +294,10 @@ fn AdminGlance(nodes: Resource<Result<Vec<NodeView>, api::Problem>>) -> impl Int
     let live = Resource::new(
         || (),
         move |_| {
-            api::get_json::<Heatmap>(format!("/api/v1/telemetry/heatmap?metric=util&from={}&step=60", now - 60_000))
+            api::get_json::<Heatmap>(format!(
+                "/api/v1/telemetry/heatmap?metric=util&from={}&step=60&group=fleet",
+                now - 60_000
+            ))
         },
     );
     let usage = Resource::new(

@@ -7,8 +7,10 @@
 //
 //   node server/tests/browser/scale.mjs [--tessera target/debug/tessera] [--out target/test-output/portal]
 //
-// The heatmap's rows come from the page's synthetic fleet (`/heatmap?synthetic=10000x900`): the live API answers at
-// most 1,500,000 cells, a sixth of 10,000 rows × 900 columns, and 10,000 simulated agents are beyond this machine.
+// Every node's agent then sends 20 s of samples: a row per device of the live heatmap (10,000 × 900 cells) is more
+// than the API answers (1,500,000 cells), so the page shows a row per node (each the mean of its GPUs), and a node's
+// row opens its devices. The drawing benchmark's 10,000 rows come from the page's synthetic fleet
+// (`/heatmap?synthetic=10000x900`), with a new column every second.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -115,8 +117,10 @@ export async function scale(browser, { tessera, out, check }) {
           body: JSON.stringify({ name, gpus }),
         });
         if (r.status !== 201) failed.push(`${name}: ${r.status} ${await r.text()}`);
+        else registered.push({ name, id: (await r.json()).id, gpus });
       }
     };
+    const registered = [];
     await Promise.all(Array.from({ length: 8 }, worker));
     figures.seed_ms = Date.now() - seedStart;
     check(failed.length === 0, `scale: ${NODES * GPUS_PER_NODE} GPUs registered in ${figures.seed_ms} ms (${failed.slice(0, 2).join('; ')})`);
@@ -179,6 +183,73 @@ export async function scale(browser, { tessera, out, check }) {
     // Frames of a browser sharing two cores with the server: bounded loosely here, the figures printed.
     check(figures.fleet_nodes.p95 < 100 && figures.fleet_model.p95 < 100,
       `scale: fleet frames while scrolling: p50 ${round(figures.fleet_nodes.p50)} / ${round(figures.fleet_model.p50)} ms, p95 ${round(figures.fleet_nodes.p95)} / ${round(figures.fleet_model.p95)} ms by node / by model (${figures.fleet_nodes.frames + figures.fleet_model.frames} frames; long tasks: ${figures.fleet_nodes.long_tasks + figures.fleet_model.long_tasks}; p95 under 100 ms)`);
+
+    // The live heatmap of the real fleet: every node's agent (a credential each) sends its 8 GPUs' last 20 s. A row
+    // per device (10,000 x 900 cells) is more than one answer holds, so the page shows a row per node, each the mean
+    // of its GPUs, and a node's row opens its devices.
+    const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const sendStart = Date.now();
+    const sendFailed = [];
+    let sent = 0;
+    const sender = async () => {
+      while (sent < registered.length) {
+        const node = registered[sent];
+        sent += 1;
+        const c = await fetch(`${base}/api/v1/nodes/${node.id}/credentials`, { method: 'POST', headers: auth });
+        if (c.status !== 201) { sendFailed.push(`${node.name}: credential ${c.status}`); continue; }
+        const { secret } = await c.json();
+        const now = Date.now();
+        const devices = node.gpus.map((g) => ({
+          device: g.uuid, gpu: g.uuid, profile: null, start: null,
+          samples: Array.from({ length: 20 }, (_, k) => ({ t: now - k * 1000, util: (g.index + 1) * 10, mem_used_mib: 1, mem_total_mib: 80 })),
+        }));
+        const b = await fetch(`${base}/api/v1/agent/telemetry`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ dropped: 0, devices }),
+        });
+        const accepted = b.status === 200 ? (await b.json()).accepted : 0;
+        if (accepted !== 160) sendFailed.push(`${node.name}: telemetry ${b.status}, ${accepted} accepted`);
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, sender));
+    figures.telemetry_seed_ms = Date.now() - sendStart;
+    check(sendFailed.length === 0, `scale: ${registered.length} agents sent 20 s of samples of their 8 GPUs in ${figures.telemetry_seed_ms} ms (${sendFailed.slice(0, 2).join('; ')})`);
+    const timed = async (query) => {
+      const t = Date.now();
+      const r = await fetch(`${base}/api/v1/telemetry/heatmap?${query}`, { headers: auth });
+      const body = await r.json();
+      return { status: r.status, ms: Date.now() - t, body };
+    };
+    const perDevice = await timed('metric=util');
+    const perNode = await timed('metric=util&group=node');
+    const tail = await timed(`metric=util&group=node&step=1&from=${Date.now() - 10000}`);
+    const groups = perNode.body.groups || [];
+    figures.live_heatmap = { per_device_ms: perDevice.ms, per_node_ms: perNode.ms, tail_ms: tail.ms, groups: groups.length };
+    console.log(`scale live heatmap API: ${JSON.stringify(figures.live_heatmap)}`);
+    check(perDevice.status === 422 && perDevice.body.code === 'heatmap_too_large'
+      && perNode.status === 200 && groups.length === NODES && groups.every((g) => g.devices === GPUS_PER_NODE)
+      && Math.abs(groups[0].values.filter((v) => v !== null).at(-1) - 45) < 0.01,
+      `scale: a row per device of 10,000 GPUs is refused (${perDevice.status} ${perDevice.body.code}, in ${perDevice.ms} ms), a row per node answers ${groups.length} rows of ${groups[0]?.devices} devices in ${perNode.ms} ms, each the mean of its GPUs (45 %: ${groups[0]?.values.filter((v) => v !== null).at(-1)}); the last 10 s of them in ${tail.ms} ms`);
+    await page.goto(`${base}/heatmap`);
+    await page.locator('html[data-hydrated]').waitFor({ state: 'attached' });
+    await page.locator('[data-testid=heatmap-grouped]').waitFor();
+    await page.locator('[data-testid=heatmap-group]').first().waitFor();
+    const groupRows = Number(await page.locator('ol.hm-labels').getAttribute('data-rows'));
+    const firstLabel = (await page.locator('[data-testid=heatmap-group]').first().textContent()).trim();
+    const rowsChoice = await page.locator('[data-testid=heatmap-rows]').inputValue();
+    await page.screenshot({ path: path.join(out, 'scale-heatmap-nodes.png') });
+    figures.heatmap_nodes = await scrollFrames(page, '[data-testid=heatmap-scroll]', { ms: 2000, step: 140, rows: 'ol.hm-labels li' });
+    check(groupRows === NODES && firstLabel.startsWith(registered.map((n) => n.name).sort()[0]) && firstLabel.includes(`${GPUS_PER_NODE} devices`)
+      && rowsChoice === 'node' && figures.heatmap_nodes.most_rows <= 120,
+      `scale: the live heatmap of 10,000 GPUs shows one row per node (${groupRows} rows, "${firstLabel}", rows: ${rowsChoice}), at most ${figures.heatmap_nodes.most_rows} labels in the page while scrolling`);
+    await page.locator('[data-testid=heatmap-group] a').first().click();
+    await page.locator('[data-testid=heatmap-scope]').waitFor();
+    await page.waitForFunction(() => Number(document.querySelector('ol.hm-labels')?.dataset.rows) > 0);
+    const nodeRows = Number(await page.locator('ol.hm-labels').getAttribute('data-rows'));
+    const scope = (await page.locator('[data-testid=heatmap-scope]').textContent()).trim();
+    check(nodeRows === GPUS_PER_NODE && scope.startsWith('Node ') && page.url().includes('/heatmap?node='),
+      `scale: a node's row opens its ${nodeRows} GPUs' rows ("${scope}", ${page.url().replace(base, '')})`);
 
     // The heatmap: 10,000 rows, a new column every second, scrolled for 4 s.
     await page.goto(`${base}/heatmap?synthetic=10000x900`);

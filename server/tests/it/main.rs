@@ -12,6 +12,7 @@ mod cost;
 mod defrag;
 mod governance;
 mod harness;
+mod heatmap_groups;
 mod hostile;
 mod http_parts;
 mod isolation;
