@@ -117,14 +117,19 @@ async fn visible_devices(
     from: i64,
     to: i64,
 ) -> Result<Option<HashSet<String>>, ApiError> {
+    Ok(held(state, p, from, to).await?.map(|held| held.into_iter().map(|(device, _)| device).collect()))
+}
+
+/// `(device, GPU)` of every allocation `p`'s tenants held at some time in `[from, to)`; `None` for a platform admin.
+async fn held(state: &AppState, p: &Principal, from: i64, to: i64) -> Result<Option<Vec<(String, String)>>, ApiError> {
     let Scope::Tenants(tenants) = p.reading_scope(None)? else { return Ok(None) };
-    let mut devices = HashSet::new();
+    let mut out = Vec::new();
     for tenant in &tenants {
         for a in state.store.metered(Some(tenant), from, to).await? {
-            devices.insert(a.device_uuid.unwrap_or(a.gpu_uuid));
+            out.push((a.device_uuid.unwrap_or_else(|| a.gpu_uuid.clone()), a.gpu_uuid));
         }
     }
-    Ok(Some(devices))
+    Ok(Some(out))
 }
 
 fn find_node<'a>(nodes: &'a [Node], key: &str) -> Result<&'a Node, ApiError> {
@@ -219,19 +224,27 @@ pub async fn heatmap(
         groups,
     };
     if let Some(group) = q.group {
-        // At most one row per node or model of the fleet: the answer's size is known before anything is read.
+        // At most one row per node or model of what the caller sees (the fleet, or the GPUs their tenants held):
+        // the answer's size is known before anything is read, and a member learns nothing of the rest of the fleet.
+        let held = held(&state, &p, from, held_to).await?;
+        let gpus: Vec<&tessera_store::Gpu> = match &held {
+            None => fleet.gpus.values().copied().collect(),
+            Some(held) => held.iter().filter_map(|(_, gpu)| fleet.gpus.get(gpu.as_str()).copied()).collect(),
+        };
         let most = match (group, &node_id, model) {
             (HeatmapGroup::Node, Some(_), _) | (HeatmapGroup::Model, _, Some(_)) | (HeatmapGroup::Fleet, _, _) => 1,
-            (HeatmapGroup::Node, None, _) => nodes.len(),
-            (HeatmapGroup::Model, _, None) => {
-                fleet.gpus.values().map(|g| g.model.as_str()).collect::<HashSet<_>>().len()
-            }
+            (HeatmapGroup::Node, None, _) => gpus.iter().map(|g| g.node_id.as_str()).collect::<HashSet<_>>().len(),
+            (HeatmapGroup::Model, _, None) => gpus.iter().map(|g| g.model.as_str()).collect::<HashSet<_>>().len(),
         };
         if most.max(1).saturating_mul(columns) > MAX_CELLS {
             return Err(too_large(format!("{most} groups of {columns} columns")));
         }
+        // The stored series may name nodes no longer in the fleet, or GPUs it no longer lists (`unknown`): a
+        // read past the bound is refused, not answered.
+        let limit = (most + 1).saturating_mul(columns + 1);
         let groups = if live {
-            let visible = visible_devices(&state, &p, from, held_to).await?;
+            let visible: Option<HashSet<String>> =
+                held.map(|held| held.into_iter().map(|(device, _)| device).collect());
             let whole_fleet = visible.is_none();
             let seen = |d: &str, gpu: &str| visible.as_ref().is_none_or(|v| v.contains(d)) && of_model(gpu);
             let group_of = |node: &str, _device: &str, gpu: &str, instance: bool| {
@@ -251,7 +264,11 @@ pub async fn heatmap(
                 })
                 .collect()
         } else {
-            group_rows(state.store.group_cells(&cells, group).await?, columns)
+            let cells = state.store.group_cells(&cells, group, limit).await?;
+            if cells.len() >= limit {
+                return Err(too_large(format!("more than {most} groups of {columns} columns")));
+            }
+            group_rows(cells, columns)
         };
         let mut groups: Vec<HeatmapGroupRow> = groups
             .into_iter()

@@ -424,9 +424,7 @@ pub async fn serve(
     agents.abort();
     telemetry.abort();
     pace.abort();
-    if let Err(e) =
-        tessera_services::telemetry::flush(&state_for_flush.store, &state_for_flush.telemetry, i64::MAX / 2).await
-    {
+    if let Err(e) = tessera_services::telemetry::flush_all(&state_for_flush.store, &state_for_flush.telemetry).await {
         tracing::warn!(error = %e, "cannot write the last telemetry minutes");
     }
     served?;

@@ -824,26 +824,52 @@ pub const FLUSH_ROWS: usize = 2_000;
 pub const FLUSH_GAP: std::time::Duration = std::time::Duration::from_millis(60);
 
 /// Writes the minutes finished by `now_ms` (a 5 s grace lets late batches in), [`FLUSH_ROWS`] to a transaction so
-/// that other writes go between them (on SQLite with [`FLUSH_GAP`] between); on failure, the rows not written are
-/// queued again. The rollups merge additively, so a device's minutes may land in any transactions, in any order.
+/// that other writes go between them (on SQLite with [`FLUSH_GAP`] between); on failure, or when the flush is
+/// dropped part way (its task aborted at shutdown), the rows not written are queued again. The rollups merge
+/// additively, so a device's minutes may land in any transactions, in any order.
 pub async fn flush(store: &Store, telemetry: &Telemetry, now_ms: i64) -> Result<usize, StoreError> {
-    let mut rows = telemetry.take_finished(now_ms, 5_000);
-    let n = rows.len();
-    while !rows.is_empty() {
-        let rest = rows.split_off(rows.len().min(FLUSH_ROWS));
-        if let Err(e) = store.write_minutes(&rows).await {
-            rows.extend(rest);
-            telemetry.requeue(rows);
-            return Err(e);
+    let gap = if store.backend() == "sqlite" { FLUSH_GAP } else { std::time::Duration::ZERO };
+    flush_with(store, telemetry, now_ms, gap).await
+}
+
+/// [`flush`] without pauses: the last flush at shutdown, which nothing else waits behind.
+pub async fn flush_all(store: &Store, telemetry: &Telemetry) -> Result<usize, StoreError> {
+    flush_with(store, telemetry, i64::MAX / 2, std::time::Duration::ZERO).await
+}
+
+/// Rows taken from the window and not written yet: queued again when dropped.
+struct Unwritten<'a> {
+    telemetry: &'a Telemetry,
+    rows: Vec<MinuteRow>,
+}
+
+impl Drop for Unwritten<'_> {
+    fn drop(&mut self) {
+        if !self.rows.is_empty() {
+            self.telemetry.requeue(std::mem::take(&mut self.rows));
         }
-        rows = rest;
-        if rows.is_empty() {
+    }
+}
+
+async fn flush_with(
+    store: &Store,
+    telemetry: &Telemetry,
+    now_ms: i64,
+    gap: std::time::Duration,
+) -> Result<usize, StoreError> {
+    let mut left = Unwritten { telemetry, rows: telemetry.take_finished(now_ms, 5_000) };
+    let n = left.rows.len();
+    while !left.rows.is_empty() {
+        let k = left.rows.len().min(FLUSH_ROWS);
+        store.write_minutes(&left.rows[..k]).await?;
+        left.rows.drain(..k);
+        if left.rows.is_empty() {
             break;
         }
-        if store.backend() == "sqlite" {
-            tokio::time::sleep(FLUSH_GAP).await;
-        } else {
+        if gap.is_zero() {
             tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(gap).await;
         }
     }
     Ok(n)

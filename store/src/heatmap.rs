@@ -189,8 +189,14 @@ impl Store {
     /// cells ([`Store::device_cells`]; for temperature the highest) and how many had one, and per group (column -1)
     /// how many devices had a value in the whole range. The whole fleet (`tenants` `None`) is summed from its GPU
     /// rows (a GPU in MIG mode reports its instances' use together); tenants from every device they see. The
-    /// caller bounds the answer (groups × columns) before it asks: at most the fleet's nodes or models.
-    pub async fn group_cells(&self, query: &CellQuery<'_>, group: HeatmapGroup) -> Result<Vec<GroupCell>, StoreError> {
+    /// caller bounds the answer (groups × columns) before it asks, and refuses one that reaches `limit`.
+    /// At most `limit` cells are read.
+    pub async fn group_cells(
+        &self,
+        query: &CellQuery<'_>,
+        group: HeatmapGroup,
+        limit: usize,
+    ) -> Result<Vec<GroupCell>, StoreError> {
         if query.empty() {
             return Ok(Vec::new());
         }
@@ -204,10 +210,11 @@ impl Store {
             // On SQLite one JSON array: sqlx hands its rows over one at a time (see `json_rows`).
             let sqlite = matches!(dialect, crate::dialect::Dialect::Sqlite);
             let head = if sqlite {
-                "SELECT json_group_array(json_array(key, col, devices, value)) FROM ("
+                "SELECT json_group_array(json_array(key, col, devices, value)) FROM (SELECT key, col, devices, value FROM ("
             } else {
                 "SELECT key, col, devices, value FROM ("
             };
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
             let mut q = QueryBuilder::<Db>::new("WITH d AS (");
             query.push_device_cells(&mut q, query.tenants.is_none());
             q.push(format!(
@@ -215,8 +222,12 @@ impl Store {
                  SELECT key, col, CAST(COUNT(*) AS BIGINT) AS devices, \
                  CAST({across}(value) AS DOUBLE PRECISION) AS value FROM k GROUP BY key, col \
                  UNION ALL SELECT key, CAST(-1 AS BIGINT) AS col, CAST(COUNT(DISTINCT device) AS BIGINT) AS devices, \
-                 CAST(NULL AS DOUBLE PRECISION) AS value FROM k GROUP BY key) cells"
+                 CAST(NULL AS DOUBLE PRECISION) AS value FROM k GROUP BY key) cells LIMIT "
             ));
+            q.push_bind(limit);
+            if sqlite {
+                q.push(") limited");
+            }
             if sqlite {
                 let (json,): (String,) = q.build_query_as().fetch_one(pool).await?;
                 crate::json_rows::decode(&json, "heatmap groups")?

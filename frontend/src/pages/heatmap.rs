@@ -1191,7 +1191,8 @@ mod draw {
                 live.update(|h| {
                     if let Some(h) = h.as_mut().filter(|h| h.source == "live") {
                         if one_model {
-                            samples.retain(|s| h.rows.iter().any(|r| r.device == s.device));
+                            let rows: HashSet<&str> = h.rows.iter().map(|r| r.device.as_str()).collect();
+                            samples.retain(|s| rows.contains(s.device.as_str()));
                         }
                         let before = h.rows.len();
                         h.apply(&samples);
@@ -1296,19 +1297,25 @@ mod draw {
         counts: RwSignal<std::collections::HashMap<String, u32>>,
         kind: String,
     ) {
+        // From 10 s before the heatmap's own end (the server's clock, not the browser's), on its grid.
         let Some((from, step)) = live.with_untracked(|h| {
             h.as_ref().map(|h| {
                 let step = h.step_ms.max(1);
-                let back = (js_sys::Date::now() as i64 - 10_000 - h.from_ms).div_euclid(step).max(0);
+                let back = (h.to_ms - 10_000 - h.from_ms).div_euclid(step).max(0);
                 (h.from_ms + back * step, step)
             })
         }) else {
             return;
         };
-        let v = super::View { range: "live".into(), group: Some(kind.clone()), ..view.get_untracked() };
+        let asked = view.get_untracked();
+        let v = super::View { range: "live".into(), group: Some(kind.clone()), ..asked.clone() };
         let path = format!("{}&from={from}&step={}", v.path(0), step / 1000);
         leptos::task::spawn_local(async move {
             if let Ok(mut tail) = crate::api::get_json::<Heatmap>(path).await {
+                // The page moved on to other rows meanwhile: this answer is not theirs.
+                if view.get_untracked() != asked {
+                    return;
+                }
                 let fresh = super::grouped_rows(&mut tail, &kind);
                 counts.update(|c| c.extend(fresh));
                 live.update(|h| {
