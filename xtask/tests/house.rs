@@ -6,7 +6,8 @@
 //! - the layer rules the crate graph cannot express hold (below);
 //! - every path `ARCHITECTURE.md` names exists, and its lines stay under 120 characters;
 //! - a library that tells `cargo test` to skip its unit tests or doc examples (`test = false`, `doctest = false`)
-//!   has none.
+//!   has none;
+//! - every library and binary target is marked `bench = false` and has no `#[bench]` function.
 //!
 //! It reads source as text (no compiler), so it sees what a reader sees. A failure says which file imports what,
 //! and where the code belongs instead.
@@ -645,6 +646,43 @@ fn the_checker_finds_circles_and_parts_are_not_circles() {
     assert!(graph["state/mod.rs"].is_empty() && graph["lib.rs"].is_empty(), "parts are not neighbours: {graph:?}");
     assert!(graph["state/cache.rs"].is_empty(), "`super` in an inline module is the file: {graph:?}");
     fs::remove_dir_all(&dir).ok();
+}
+
+/// Every `[lib]` and `[[bin]]` says `bench = false`, and no source holds a `#[bench]` function: a target left at
+/// cargo's default is compiled once more, as a test copy, by `cargo build --benches` (CI's one build), for no
+/// benchmark (the web layer's copy alone took 92 s of a 2-core machine's build).
+#[test]
+fn libraries_and_binaries_are_not_compiled_again_as_benchmarks() {
+    let root = root();
+    let mut twice = Vec::new();
+    for folder in members() {
+        let manifest = read(&root.join(&folder).join("Cargo.toml"));
+        let mut section = String::new();
+        let mut marked = true;
+        for line in manifest.lines().map(str::trim).chain(std::iter::once("[end]")) {
+            if line.starts_with('[') {
+                if !marked {
+                    twice.push(format!("{folder}/Cargo.toml: {section} has no `bench = false`"));
+                }
+                section = line.to_string();
+                marked = !(section == "[lib]" || section == "[[bin]]");
+            } else if line.replace(' ', "") == "bench=false" {
+                marked = true;
+            }
+        }
+        let mut stack = vec![root.join(&folder).join("src")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for path in entries.flatten().map(|e| e.path()) {
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && read(&path).contains("#[bench]") {
+                    twice.push(format!("{}: a #[bench] function in a target marked bench = false", path.display()));
+                }
+            }
+        }
+    }
+    assert!(twice.is_empty(), "targets compiled again by `cargo build --benches`:\n  {}", twice.join("\n  "));
 }
 
 /// What `cargo test` skips is empty: a library marked `test = false` has no `#[cfg(test)]` code in `src/`, and one

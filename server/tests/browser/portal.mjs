@@ -62,12 +62,15 @@ const cleanup = () => {
 process.on('exit', cleanup);
 
 let failures = 0;
+// Each line says when it was checked (seconds since the test began), so a slow part shows in CI's log.
+const began = Date.now();
+const at = () => `[${((Date.now() - began) / 1000).toFixed(1).padStart(6)} s]`;
 function check(cond, what) {
   if (cond) {
-    console.log(`ok   ${what}`);
+    console.log(`ok   ${at()} ${what}`);
   } else {
     failures += 1;
-    console.log(`FAIL ${what}`);
+    console.log(`FAIL ${at()} ${what}`);
   }
 }
 
