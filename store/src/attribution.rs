@@ -123,7 +123,7 @@ impl Store {
         let now = now_ms();
         let select = format!("SELECT {PROCESS_COLUMNS} FROM gpu_processes WHERE node_id = $1");
         on_pool!(self, pool, dialect => {
-            let mut tx = pool.begin_with(dialect.begin()).await?;
+            let mut tx = self.write_tx(pool, dialect).await?;
             let before: Vec<ProcessRow> = sqlx::query_as(&select).bind(node_id).fetch_all(&mut *tx).await?;
             let before_by: std::collections::HashMap<(&str, i64), &ProcessRow> =
                 before.iter().map(|b| ((b.device.as_str(), b.pid), b)).collect();
@@ -204,7 +204,8 @@ impl Store {
 
     /// Forgets what a node reported running (it stopped reporting).
     pub async fn forget_processes(&self, node_id: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, _dialect => {
+        on_pool!(self, pool, dialect => {
+            let _turn = self.write_turn(dialect).await;
             sqlx::query("DELETE FROM gpu_processes WHERE node_id = $1").bind(node_id).execute(pool).await?;
         });
         Ok(())

@@ -24,6 +24,7 @@ on_both_backends!(
     tokens_resolve_to_their_user_and_memberships,
     a_retried_request_with_the_same_idempotency_key_creates_one_request,
     nodes_are_registered_whole_and_gpus_cordoned,
+    heartbeats_move_each_nodes_last_seen_forward_only,
     approvals_reserve_exact_instances_and_propose_layouts,
     decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests,
     requests_with_a_duration_expire_and_free_their_instances,
@@ -325,6 +326,37 @@ async fn nodes_are_registered_whole_and_gpus_cordoned(store: &Store) {
     assert!(store.nodes().await.expect("nodes")[0].gpus[1].cordoned);
     assert!(matches!(store.set_cordoned("nope", true, "admin", None).await, Err(StoreError::NotFound { .. })));
     assert_eq!(store.audit(&format!("gpu/{}", node.gpus[1].id)).await.expect("audit")[0].action, "gpu.cordoned.on");
+}
+
+async fn heartbeats_move_each_nodes_last_seen_forward_only(store: &Store) {
+    let a = store.register_node("beat-a", &[], "admin").await.expect("register a");
+    let b = store.register_node("beat-b", &[], "admin").await.expect("register b");
+    let c = store.register_node("beat-c", &[], "admin").await.expect("register c");
+    let seen = |rows: Vec<(String, String, Option<bool>, Option<i64>)>| -> Vec<(String, Option<i64>)> {
+        rows.into_iter().map(|(_, name, _, at)| (name, at)).collect()
+    };
+    store
+        .touch_nodes(&[(a.id.clone(), 5_000), (b.id.clone(), 7_000), ("no-such-node".into(), 9_000)])
+        .await
+        .expect("touch");
+    let first = seen(store.readiness_told().await.expect("read"));
+    assert!(
+        first.contains(&("beat-a".into(), Some(5_000))) && first.contains(&("beat-b".into(), Some(7_000))),
+        "{first:?}"
+    );
+    assert!(
+        first.iter().any(|(n, at)| n == "beat-c" && *at != Some(9_000)),
+        "an unknown id touches nothing: {first:?}"
+    );
+    // An older heartbeat (a replica's late write) leaves a newer one; a newer one moves it on.
+    store
+        .touch_nodes(&[(a.id.clone(), 6_000), (b.id.clone(), 6_000), (c.id.clone(), 1_000)])
+        .await
+        .expect("touch again");
+    let second = seen(store.readiness_told().await.expect("read"));
+    assert!(second.contains(&("beat-a".into(), Some(6_000))), "{second:?}");
+    assert!(second.contains(&("beat-b".into(), Some(7_000))), "{second:?}");
+    store.touch_nodes(&[]).await.expect("nothing to write");
 }
 
 fn inst(profile: &str, start: u8) -> PlacedInstance {
