@@ -8,7 +8,6 @@ use tessera_core::api::{Inventory, NodeStatus};
 use tessera_core::layout::PlacedInstance;
 use tessera_core::request::RequestState;
 
-use super::dialect::Dialect;
 use super::fleet::GPU_FIELDS;
 use super::layouts::ALLOCATION_FIELDS;
 use super::writes::{audit_insert, system_event};
@@ -90,9 +89,6 @@ pub struct JoinToken {
     /// The node that joined with it.
     pub node_id: Option<String>,
 }
-
-/// Heartbeats written by one statement (see [`Store::touch_nodes`]).
-pub const TOUCH_CHUNK: usize = 1_000;
 
 const JOIN_TOKEN_FIELDS: &str = "id, node_name, created_by, created_at_ms, expires_at_ms, used_at_ms, node_id";
 
@@ -207,7 +203,7 @@ impl Store {
             node_id: None,
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO join_tokens (id, secret_sha256, node_name, created_by, created_at_ms, expires_at_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6)",
@@ -240,7 +236,7 @@ impl Store {
     /// Deletes an unused join token.
     pub async fn delete_join_token(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("DELETE FROM join_tokens WHERE id = $1").bind(id).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("join token {id}") });
@@ -268,7 +264,7 @@ impl Store {
     ) -> Result<(String, String), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let token: Option<(String, Option<String>)> = sqlx::query_as(
                 "UPDATE join_tokens SET used_at_ms = $1 \
                  WHERE secret_sha256 = $2 AND used_at_ms IS NULL AND expires_at_ms > $1 RETURNING id, node_name",
@@ -367,7 +363,7 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Option<(Option<String>,)> = sqlx::query_as("SELECT inventory FROM nodes WHERE id = $1")
                 .bind(node_id)
                 .fetch_optional(&mut *tx)
@@ -562,7 +558,7 @@ impl Store {
             .collect();
         let ok = errors.is_empty();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(
                 "UPDATE nodes SET status = $1, observed_generation = $2, status_at_ms = $3, last_seen_ms = $3 \
                  WHERE id = $4 AND observed_generation <= $2",
@@ -621,7 +617,7 @@ impl Store {
         last_seen_ms: Option<i64>,
     ) -> Result<bool, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = match was {
                 Some(was) => sqlx::query("UPDATE nodes SET told_ready = $2 WHERE id = $1 AND told_ready = $3")
                     .bind(node_id)
@@ -651,39 +647,25 @@ impl Store {
         })
     }
 
-    /// Writes heartbeats: the last time each node was heard from (never moving backwards), one statement for each
-    /// [`TOUCH_CHUNK`] nodes. A statement a node (10,000 of them every 5 s) held SQLite's one writer for a tenth of
-    /// a second each time, and every approval's write queued behind it.
+    /// Writes heartbeats: the last time each node was heard from (never moving backwards), in one transaction.
     pub async fn touch_nodes(&self, seen: &[(String, i64)]) -> Result<(), StoreError> {
-        for chunk in seen.chunks(TOUCH_CHUNK) {
-            match &self.db {
-                crate::Db::Sqlite(pool) => {
-                    let _turn = self.write_turn(Dialect::Sqlite).await;
-                    let pairs: Vec<(&str, i64)> = chunk.iter().map(|(id, at)| (id.as_str(), *at)).collect();
-                    sqlx::query(
-                        "UPDATE nodes SET last_seen_ms = s.at FROM (SELECT json_extract(value, '$[0]') AS id, \
-                         json_extract(value, '$[1]') AS at FROM json_each($1)) s \
-                         WHERE nodes.id = s.id AND (nodes.last_seen_ms IS NULL OR nodes.last_seen_ms < s.at)",
-                    )
-                    .bind(to_json(&pairs))
-                    .execute(pool)
-                    .await?;
-                }
-                crate::Db::Postgres(pool) => {
-                    let ids: Vec<&str> = chunk.iter().map(|(id, _)| id.as_str()).collect();
-                    let ats: Vec<i64> = chunk.iter().map(|(_, at)| *at).collect();
-                    sqlx::query(
-                        "UPDATE nodes SET last_seen_ms = s.at FROM unnest($1::text[], $2::bigint[]) AS s(id, at) \
-                         WHERE nodes.id = s.id AND (nodes.last_seen_ms IS NULL OR nodes.last_seen_ms < s.at)",
-                    )
-                    .bind(&ids)
-                    .bind(&ats)
-                    .execute(pool)
-                    .await?;
-                }
-            }
+        if seen.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        on_pool!(self, pool, dialect => {
+            let mut tx = pool.begin_with(dialect.begin()).await?;
+            for (node_id, at) in seen {
+                sqlx::query(
+                    "UPDATE nodes SET last_seen_ms = $1 WHERE id = $2 AND (last_seen_ms IS NULL OR last_seen_ms < $1)",
+                )
+                .bind(at)
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// Live allocations on `node_id`'s GPUs whose request is approved or provisioning (not active yet).
@@ -722,7 +704,7 @@ impl Store {
     pub async fn activate_allocations(&self, found: &[(String, String)], actor: &str) -> Result<usize, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let mut changed = 0;
             for (id, device) in found {
                 let done = sqlx::query(

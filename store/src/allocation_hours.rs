@@ -100,8 +100,7 @@ impl Store {
 
     /// Starts keeping hours at `from_ms` (an hour's start) unless some are kept already; the hours kept after it.
     pub async fn start_allocation_hours(&self, from_ms: i64) -> Result<HoursKept, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO allocation_hours_kept (id, from_ms, to_ms) VALUES (1, $1, $1) ON CONFLICT (id) DO NOTHING",
             )
@@ -126,7 +125,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let hour_ms = seen.to_ms;
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let moved = sqlx::query(
                 "UPDATE allocation_hours_kept SET to_ms = $1 WHERE id = 1 AND to_ms = $2 AND epoch = $3",
             )
@@ -199,7 +198,7 @@ impl Store {
     /// standing's, for a write made behind the store's back (a repair, a test's history).
     pub async fn forget_allocation_hours(&self, t_ms: i64) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             forget_kept_hours(&mut *tx, t_ms).await?;
             crate::governance::forget_standing_hours(&mut *tx, t_ms).await?;
             tx.commit().await?;
@@ -210,7 +209,7 @@ impl Store {
     /// Drops the kept hours starting before `before_ms`; the hours kept start there from then on. Rows removed.
     pub async fn prune_allocation_hours(&self, before_ms: i64) -> Result<u64, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             // Kept from `before_ms` on; kept hours that all end before it leave nothing, and the next to keep is
             // the one starting there (older ones would only be dropped again).
             sqlx::query(

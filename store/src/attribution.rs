@@ -123,7 +123,7 @@ impl Store {
         let now = now_ms();
         let select = format!("SELECT {PROCESS_COLUMNS} FROM gpu_processes WHERE node_id = $1");
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Vec<ProcessRow> = sqlx::query_as(&select).bind(node_id).fetch_all(&mut *tx).await?;
             let before_by: std::collections::HashMap<(&str, i64), &ProcessRow> =
                 before.iter().map(|b| ((b.device.as_str(), b.pid), b)).collect();
@@ -204,8 +204,7 @@ impl Store {
 
     /// Forgets what a node reported running (it stopped reporting).
     pub async fn forget_processes(&self, node_id: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query("DELETE FROM gpu_processes WHERE node_id = $1").bind(node_id).execute(pool).await?;
         });
         Ok(())

@@ -143,7 +143,7 @@ impl Store {
             }
         }
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<UserRow> = sqlx::query_as(&format!(
                 "SELECT id, name, platform_admin, {} FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2",
                 "created_at_ms"
@@ -295,7 +295,7 @@ impl Store {
     /// Sets (or, with `None`, removes) a user's local password hash.
     pub async fn set_password_hash(&self, user_id: &str, hash: Option<&str>, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
                 .bind(hash)
                 .bind(user_id)
@@ -336,8 +336,7 @@ impl Store {
 
     /// Ends every session of a user; returns how many.
     pub async fn delete_user_sessions(&self, user_id: &str) -> Result<u64, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1").bind(user_id).execute(pool).await?;
             Ok(done.rows_affected())
         })
@@ -345,8 +344,7 @@ impl Store {
 
     /// Records a new session.
     pub async fn create_session(&self, id_sha256: &str, session: &SessionRecord) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(&format!(
                 "INSERT INTO sessions (id_sha256, {SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
             ))
@@ -376,8 +374,7 @@ impl Store {
 
     /// Notes that a session was used at `at_ms`.
     pub async fn touch_session(&self, id_sha256: &str, at_ms: i64) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query("UPDATE sessions SET last_seen_at_ms = $1 WHERE id_sha256 = $2 AND last_seen_at_ms < $1")
                 .bind(at_ms)
                 .bind(id_sha256)
@@ -407,7 +404,7 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let user: Option<(String,)> = sqlx::query_as("SELECT id FROM users WHERE id = $1")
                 .bind(user_id)
                 .fetch_optional(&mut *tx)
@@ -454,8 +451,7 @@ impl Store {
         idle_before_ms: i64,
         attempts_before_ms: i64,
     ) -> Result<u64, StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let gone = sqlx::query("DELETE FROM sessions WHERE expires_at_ms <= $1 OR last_seen_at_ms < $2")
                 .bind(now_ms)
                 .bind(idle_before_ms)
@@ -473,8 +469,7 @@ impl Store {
 
     /// Records a login on its way to the provider.
     pub async fn create_login_attempt(&self, attempt: &LoginAttempt) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO login_attempts (state_sha256, browser_sha256, nonce, pkce_verifier, return_to, \
                  created_at_ms) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -520,7 +515,7 @@ impl Store {
     ) -> Result<String, StoreError> {
         let id = new_id();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let node: Option<(String,)> = sqlx::query_as("SELECT id FROM nodes WHERE id = $1")
                 .bind(node_id)
                 .fetch_optional(&mut *tx)
@@ -548,7 +543,7 @@ impl Store {
     /// Revokes every credential of a node; returns how many were live.
     pub async fn revoke_node_credentials(&self, node_id: &str, actor: &str) -> Result<u64, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let n = sqlx::query(
                 "UPDATE node_credentials SET revoked_at_ms = $1 WHERE node_id = $2 AND revoked_at_ms IS NULL",
             )

@@ -295,7 +295,7 @@ impl Store {
         let tenant_ids: BTreeSet<&str> = items.iter().map(|(r, _)| r.tenant_id.as_str()).collect();
         let keys: BTreeSet<(&str, &str)> = items.iter().filter_map(|(_, n)| n.idempotency).collect();
         on_pool!(self, pool, dialect, DB => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let mut loaded = Loaded::default();
             let mut q = QueryBuilder::<DB>::new(format!("SELECT {TENANT_COLUMNS} WHERE id IN ("));
             push_list(&mut q, &tenant_ids);

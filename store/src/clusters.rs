@@ -123,7 +123,7 @@ impl Store {
             nodes: vec![],
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("INSERT INTO clusters (id, name, mode, kubeconfig, created_at_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(&c.id)
                 .bind(&c.name)
@@ -208,7 +208,7 @@ impl Store {
             ..before.clone()
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE clusters SET mode = $1, kubeconfig = $2 WHERE id = $3")
                 .bind(after.mode.as_str())
                 .bind(&after.kubeconfig)
@@ -231,7 +231,7 @@ impl Store {
     pub async fn delete_cluster(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         let before = self.cluster(id).await?;
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let locked: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM clusters WHERE id = $1{}", dialect.lock()))
                     .bind(id)
@@ -274,7 +274,7 @@ impl Store {
         actor: &str,
     ) -> Result<(GovernedNamespace, bool), StoreError> {
         let created = on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let cluster: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM clusters WHERE id = $1{}", dialect.lock()))
                     .bind(cluster_id)
@@ -377,7 +377,7 @@ impl Store {
             .await?
             .ok_or_else(|| StoreError::NotFound { what: format!("namespace {namespace} of cluster {cluster_id}") })?;
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("DELETE FROM cluster_namespaces WHERE cluster_id = $1 AND namespace = $2")
                 .bind(cluster_id)
                 .bind(namespace)
@@ -401,7 +401,7 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Option<(Option<String>,)> =
                 sqlx::query_as(&format!("SELECT cluster_id FROM nodes WHERE id = $1{}", dialect.lock()))
                     .bind(node_id)

@@ -128,7 +128,7 @@ impl Store {
     pub async fn create_cohort(&self, name: &str, grace_s: u32, actor: &str) -> Result<Cohort, StoreError> {
         let c = Cohort { id: new_id(), name: name.to_string(), grace_s, created_at_ms: now_ms(), members: vec![] };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("INSERT INTO cohorts (id, name, grace_s, created_at_ms) VALUES ($1, $2, $3, $4)")
                 .bind(&c.id)
                 .bind(&c.name)
@@ -158,7 +158,7 @@ impl Store {
     pub async fn set_cohort_grace(&self, id: &str, grace_s: u32, actor: &str) -> Result<Cohort, StoreError> {
         let before = self.cohort(id).await?;
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("UPDATE cohorts SET grace_s = $1 WHERE id = $2")
                 .bind(i64::from(grace_s))
                 .bind(id)
@@ -183,7 +183,7 @@ impl Store {
     ) -> Result<Tenant, StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let read = format!("SELECT {TENANT_COLUMNS} WHERE id = $1");
             let row: Option<TenantRow> =
                 sqlx::query_as(&format!("{read}{}", dialect.lock())).bind(tenant_id).fetch_optional(&mut *tx).await?;
@@ -247,7 +247,7 @@ impl Store {
         why: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query_as::<_, (String,)>(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
                 .bind(tenant_id)
                 .fetch_optional(&mut *tx)
@@ -331,7 +331,7 @@ impl Store {
         let _changing = self.changing();
         let mut done = Rebalanced::default();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let grace: Option<(i64,)> =
                 sqlx::query_as(&format!("SELECT grace_s FROM cohorts WHERE id = $1{}", dialect.lock()))
                     .bind(cohort_id)
@@ -565,8 +565,7 @@ impl Store {
     /// Clears the borrowed flags and reclaim notices of a tenant's requests (it left its cohort).
     pub async fn clear_borrowed(&self, tenant_id: &str) -> Result<(), StoreError> {
         let _changing = self.changing();
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "UPDATE slice_requests SET borrowed = $2, reclaim_at_ms = NULL, reclaim_for = NULL \
                  WHERE tenant_id = $1 AND (borrowed = $3 OR reclaim_at_ms IS NOT NULL)",

@@ -49,7 +49,6 @@ impl Store {
     /// clock, so that replicas whose clocks drift apart never both hold it.
     pub async fn hold_lease(&self, name: &str, holder: &str, ttl_ms: i64) -> Result<bool, StoreError> {
         let held: Option<(String,)> = on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
             let now = dialect.now_ms_sql();
             let sql = format!(
                 "INSERT INTO leases (name, holder, expires_at_ms) VALUES ($1, $2, {now} + $3) \
@@ -79,8 +78,7 @@ impl Store {
 
     /// Gives the lease up, if `holder` holds it (a replica stopping hands over at once).
     pub async fn drop_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2").bind(name).bind(holder).execute(pool).await?;
         });
         Ok(())
@@ -90,7 +88,7 @@ impl Store {
     pub async fn record_sync(&self, cluster_id: &str, claims: &[AllocationClaim]) -> Result<(), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO cluster_sync (cluster_id, synced_at_ms, error, error_at_ms) VALUES ($1, $2, NULL, NULL) \
                  ON CONFLICT (cluster_id) DO UPDATE SET synced_at_ms = excluded.synced_at_ms, error = NULL, \
@@ -125,8 +123,7 @@ impl Store {
     /// Records a failed reconcile of a cluster (what was recorded of its claims stays).
     pub async fn record_sync_error(&self, cluster_id: &str, error: &str) -> Result<(), StoreError> {
         let error: String = error.chars().take(2000).collect();
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO cluster_sync (cluster_id, synced_at_ms, error, error_at_ms) VALUES ($1, NULL, $2, $3) \
                  ON CONFLICT (cluster_id) DO UPDATE SET error = excluded.error, error_at_ms = excluded.error_at_ms",

@@ -8,11 +8,9 @@
 //! [`on_pool!`] runs a body against whichever pool the store has; helpers that run inside a transaction take a
 //! [`Conn`] and run their one body through [`on_conn!`].
 
-use std::sync::Arc;
-
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Database, Pool, Postgres, Sqlite, Transaction};
+use sqlx::{Postgres, Sqlite, Transaction};
 
 /// Runs `$body` with `$pool` bound to the store's pool and `$dialect` to its [`Dialect`]; with `$db`, that names
 /// the backend's [`sqlx::Database`] type too (for a [`sqlx::QueryBuilder`]).
@@ -174,87 +172,6 @@ impl Dialect {
             Dialect::Sqlite => "",
             Dialect::Postgres => " COLLATE \"C\"",
         }
-    }
-}
-
-/// The queue of this process's writing transactions for SQLite's one writer, first come first served.
-///
-/// SQLite lets one connection write at a time; a `BEGIN IMMEDIATE` that finds the lock taken sleeps in its busy
-/// handler (1, 2, 5 ... then 100 ms at a time) and tries again, and whoever asks at the moment the lock is free takes
-/// it. Under a steady stream of writes (10,000 agents' heartbeats, a fleet minute's telemetry in 40 transactions) a
-/// write that waited once kept losing to writes that came after it: an approval's four writes took seconds at the
-/// p95. Here each writing transaction first takes its turn in a fair queue (tokio's mutex wakes waiters in order), so
-/// it waits only for the writes before it; SQLite's busy handler is left to other processes on the same file. On
-/// PostgreSQL, whose writers lock rows rather than the database, there is no queue.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct WriteGate(Arc<tokio::sync::Mutex<()>>);
-
-impl crate::Store {
-    /// Begins a writing transaction on `pool` (the store's, from [`on_pool!`]): on SQLite after this process's
-    /// writers before it (see [`WriteGate`]), with its write lock taken up front ([`Dialect::begin`]).
-    pub(crate) async fn write_tx<'p, DB: Database>(
-        &self,
-        pool: &'p Pool<DB>,
-        dialect: Dialect,
-    ) -> Result<WriteTx<'p, DB>, sqlx::Error> {
-        let turn = match dialect {
-            Dialect::Sqlite => Some(self.gate.0.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        };
-        let tx = pool.begin_with(dialect.begin()).await?;
-        Ok(WriteTx { tx, _turn: turn })
-    }
-
-    /// This process's turn to write on SQLite, for a write outside a transaction (see [`WriteGate`]): held until
-    /// dropped; `None` on PostgreSQL.
-    pub(crate) async fn write_turn(&self, dialect: Dialect) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        match dialect {
-            Dialect::Sqlite => Some(self.gate.0.clone().lock_owned().await),
-            Dialect::Postgres => None,
-        }
-    }
-}
-
-/// A writing transaction holding its turn ([`WriteGate`]) until it is committed, rolled back or dropped. It derefs
-/// to its connection, as a [`Transaction`] does (`&mut *tx` is an executor).
-pub(crate) struct WriteTx<'p, DB: Database> {
-    tx: Transaction<'p, DB>,
-    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
-}
-
-impl<DB: Database> WriteTx<'_, DB> {
-    pub(crate) async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
-    }
-
-    #[allow(dead_code)]
-    pub(crate) async fn rollback(self) -> Result<(), sqlx::Error> {
-        self.tx.rollback().await
-    }
-}
-
-impl<DB: Database> std::ops::Deref for WriteTx<'_, DB> {
-    type Target = DB::Connection;
-    fn deref(&self) -> &DB::Connection {
-        &self.tx
-    }
-}
-
-impl<DB: Database> std::ops::DerefMut for WriteTx<'_, DB> {
-    fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.tx
-    }
-}
-
-impl<'a> From<&'a mut WriteTx<'_, Sqlite>> for Conn<'a> {
-    fn from(tx: &'a mut WriteTx<'_, Sqlite>) -> Self {
-        Conn::Sqlite(tx)
-    }
-}
-
-impl<'a> From<&'a mut WriteTx<'_, Postgres>> for Conn<'a> {
-    fn from(tx: &'a mut WriteTx<'_, Postgres>) -> Self {
-        Conn::Postgres(tx)
     }
 }
 

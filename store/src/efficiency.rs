@@ -95,7 +95,7 @@ impl Store {
     pub async fn set_prices(&self, currency: &str, prices: &[(String, f64)], actor: &str) -> Result<(), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before: Vec<PriceEntry> =
                 sqlx::query_as("SELECT model, currency, per_gpu_hour FROM gpu_prices ORDER BY model")
                     .fetch_all(&mut *tx)
@@ -129,7 +129,7 @@ impl Store {
     /// this or another replica) takes the newer figures and still counts once.
     pub async fn record_capacity(&self, slot_ms: i64, models: &[(String, CapacitySample)]) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for (model, c) in models {
                 sqlx::query(
                     "INSERT INTO capacity_samples (slot_ms, model, gpus, allocated, placeable, stranded, cordoned) \
@@ -157,7 +157,7 @@ impl Store {
     pub async fn record_day_use(&self, day_ms: i64, rows: &[DayUse]) -> Result<(), StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for r in rows {
                 sqlx::query(
                     "INSERT INTO efficiency_days (day_ms, model, held_slice_hours, measured_slice_hours, \
@@ -219,8 +219,7 @@ impl Store {
     /// Deletes the history from before the day holding `before_ms`; how many rows.
     pub async fn prune_efficiency(&self, before_ms: i64) -> Result<u64, StoreError> {
         let day = before_ms - before_ms.rem_euclid(DAY_MS);
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let a = sqlx::query("DELETE FROM capacity_samples WHERE slot_ms < $1").bind(day).execute(pool).await?;
             let b = sqlx::query("DELETE FROM efficiency_days WHERE day_ms < $1").bind(day).execute(pool).await?;
             Ok(a.rows_affected() + b.rows_affected())

@@ -79,7 +79,7 @@ impl Store {
                 .collect(),
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("INSERT INTO nodes (id, name, created_at_ms) VALUES ($1, $2, $3)")
                 .bind(&node.id)
                 .bind(&node.name)
@@ -172,7 +172,7 @@ impl Store {
         let read = format!("SELECT {GPU_FIELDS} FROM gpus WHERE id = $1");
         let action = format!("gpu.{}.{}", flag.column(), if value { "on" } else { "off" });
         let row: GpuRow = on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(&update).bind(value).bind(gpu_id).execute(&mut *tx).await?;
             if done.rows_affected() == 0 {
                 return Err(StoreError::NotFound { what: format!("gpu {gpu_id}") });
@@ -216,7 +216,7 @@ impl Store {
     ) -> Result<Vec<HealthChange>, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let node: Option<(String,)> =
                 sqlx::query_as("SELECT name FROM nodes WHERE id = $1").bind(node_id).fetch_optional(&mut *tx).await?;
             let Some((node_name,)) = node else { return Ok(Vec::new()) };
@@ -404,7 +404,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let gpu: Option<DrainedGpu> = sqlx::query_as(
                 "SELECT g.node_id, g.idx, n.name AS node_name FROM gpus g JOIN nodes n ON n.id = g.node_id \
                  WHERE g.id = $1",
@@ -472,8 +472,7 @@ impl Store {
 
     /// Makes a drained GPU draining again (it holds slices once more).
     pub async fn reopen_drain(&self, gpu_id: &str) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query("UPDATE gpu_drains SET drained_at_ms = NULL WHERE gpu_id = $1").bind(gpu_id).execute(pool).await?;
         });
         Ok(())
@@ -482,7 +481,7 @@ impl Store {
     /// Marks a draining GPU drained if it holds nothing any more (`gpu.drained`); whether it did.
     pub async fn finish_drain(&self, gpu_id: &str) -> Result<bool, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let (held,): (i64,) = sqlx::query_as(
                 "SELECT COUNT(*) FROM allocations WHERE gpu_id = $1 AND state IN ('reserved', 'active')",
             )

@@ -265,7 +265,7 @@ impl Store {
             })
             .collect();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("DELETE FROM standing_hours WHERE resource = $1 AND hour_ms < $2")
                 .bind(resource)
                 .bind(keep_from_ms)
@@ -408,7 +408,7 @@ impl Store {
     ) -> Result<Budgets, StoreError> {
         let before = self.budgets(tenant_id).await?;
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM tenants WHERE id = $1{}", dialect.lock()))
                     .bind(tenant_id)

@@ -39,7 +39,7 @@ impl Store {
     pub async fn record_history(&self, past: &[PastAllocation], actor: &str) -> Result<(), StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for a in past {
                 debug_assert!(a.activated_at_ms < a.released_at_ms, "{a:?}");
                 // Asked for and granted a minute before it became active; its id made then, so that lists by id
@@ -110,7 +110,7 @@ impl Store {
     pub async fn backdate_request(&self, request_id: &str, at_ms: i64) -> Result<(), StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("UPDATE slice_requests SET created_at_ms = $1 WHERE id = $2")
                 .bind(at_ms - 60_000)
                 .bind(request_id)

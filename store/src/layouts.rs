@@ -175,7 +175,7 @@ impl Store {
     ) -> Result<(SliceRequest, Vec<LayoutProposal>), StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before = request_in(&mut tx, t.id, true).await?;
             // No reservation accepted since the placement was checked against the calendar.
             super::reservations::check_bookings(&mut tx, guard.bookings_version).await?;
@@ -269,7 +269,7 @@ impl Store {
     /// no other proposal is open for it.
     pub async fn propose_layout(&self, ch: &LayoutChange, actor: &str) -> Result<LayoutProposal, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             if layout_version(&mut tx, &ch.gpu_id).await? != ch.base_version {
                 return Err(StoreError::Conflict { constraint: "gpu_layout_version".to_string() });
             }
@@ -348,7 +348,7 @@ impl Store {
     ) -> Result<LayoutProposal, StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let row: Option<ProposalRow> =
                 sqlx::query_as(&format!("SELECT {PROPOSAL_COLUMNS} WHERE id = $1{}", dialect.lock()))
                     .bind(id)

@@ -122,8 +122,6 @@ pub struct Store {
     changes: std::sync::Arc<changes::Changes>,
     /// The fleet as last read, under the `fleet_version` it was read at (see [`Store::nodes`]).
     fleet: fleet::FleetCache,
-    /// Where this process's writers queue for SQLite's one writer, in turn (see [`dialect::WriteGate`]).
-    gate: dialect::WriteGate,
 }
 
 /// The database behind a [`Store`].
@@ -380,17 +378,12 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
             let db = Db::Sqlite(sqlite::connect(url).await?);
-            Ok(Store {
-                db,
-                changes: std::sync::Arc::new(changes::Changes::local()),
-                fleet: Default::default(),
-                gate: Default::default(),
-            })
+            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()), fleet: Default::default() })
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = postgres::connect(url).await?;
             let changes = std::sync::Arc::new(changes::Changes::shared());
             tokio::spawn(changes::follow(pool.clone(), std::sync::Arc::downgrade(&changes)));
-            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default(), gate: Default::default() })
+            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default() })
         } else {
             Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
         }

@@ -56,7 +56,7 @@ impl Store {
     /// not a member.
     pub async fn remove_membership(&self, user_id: &str, tenant_id: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let row: Option<(String, String)> =
                 sqlx::query_as(&format!(
                 "SELECT role, source FROM memberships WHERE user_id = $1 AND tenant_id = $2{}",
@@ -86,7 +86,7 @@ impl Store {
     pub async fn set_policy(&self, tenant_id: &str, policy: ApprovalPolicy, actor: &str) -> Result<Tenant, StoreError> {
         let max = i64::from(policy.auto_approve_max_compute_slices);
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let read = format!("SELECT {TENANT_COLUMNS} WHERE id = $1");
             let locked = format!("{read}{}", dialect.lock());
             let row: Option<TenantRow> = sqlx::query_as(&locked).bind(tenant_id).fetch_optional(&mut *tx).await?;
@@ -110,7 +110,7 @@ impl Store {
     pub async fn create_user(&self, name: &str, platform_admin: bool, actor: &str) -> Result<User, StoreError> {
         let u = User { id: new_id(), name: name.to_string(), platform_admin, created_at_ms: now_ms() };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("INSERT INTO users (id, name, platform_admin, created_at_ms) VALUES ($1, $2, $3, $4)")
                 .bind(&u.id)
                 .bind(&u.name)
@@ -142,7 +142,7 @@ impl Store {
         actor: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO memberships (user_id, tenant_id, role) VALUES ($1, $2, $3) \
                  ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
@@ -182,7 +182,7 @@ impl Store {
     ) -> Result<String, StoreError> {
         let id = new_id();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO api_tokens (id, user_id, name, secret_sha256, created_at_ms) VALUES ($1, $2, $3, $4, $5)",
             )
@@ -203,7 +203,7 @@ impl Store {
     /// Revokes a token. With `owner`, only that user's token matches (others get `NotFound`).
     pub async fn revoke_token(&self, id: &str, owner: Option<&str>, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(
                 "UPDATE api_tokens SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL \
                  AND (CAST($3 AS TEXT) IS NULL OR user_id = CAST($3 AS TEXT))",

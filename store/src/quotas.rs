@@ -325,7 +325,7 @@ impl Store {
         why: &str,
     ) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             lock_tenant(&mut tx, tenant_id).await?;
             let current = quotas_in(&mut tx, tenant_id).await?;
             for (resource, limit) in limits {
@@ -350,7 +350,7 @@ impl Store {
         let now = now_ms();
         let id = new_id();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             lock_tenant(&mut tx, tenant_id).await?;
             let limits = quotas_in(&mut tx, tenant_id).await?;
             let lines = quota_request::check_ask(asked, &limits, until_ms, now).map_err(StoreError::QuotaAsk)?;
@@ -447,7 +447,7 @@ impl Store {
         };
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             // The tenant first, as every writer of its limits and requests does, then the request.
             let tenant_id: Option<(String,)> = sqlx::query_as("SELECT tenant_id FROM quota_requests WHERE id = $1")
                 .bind(id)
@@ -532,7 +532,7 @@ impl Store {
     async fn end_quota_request(&self, id: &str, now: i64) -> Result<bool, StoreError> {
         let actor = "system:quota-end";
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let tenant_id: (String,) = sqlx::query_as("SELECT tenant_id FROM quota_requests WHERE id = $1")
                 .bind(id)
                 .fetch_one(&mut *tx)
@@ -597,7 +597,7 @@ impl Store {
     /// audit entry and the `quota_request.suggested` event it tells of, in one transaction. Nothing else changes.
     pub async fn suggest_quota(&self, tenant_id: &str, after: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let object = format!("tenant/{tenant_id}/quota");
             audit_insert(&mut tx, actor, "quota_request.suggest", &object, None, Some(after.to_string())).await?;
             tx.commit().await?;

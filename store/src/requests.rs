@@ -97,7 +97,7 @@ impl Store {
             weight: 1,
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(
                 "INSERT INTO tenants (id, name, auto_approve, auto_approve_max_compute_slices, created_at_ms) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -174,7 +174,7 @@ impl Store {
     pub async fn transition(&self, t: Transition<'_>) -> Result<SliceRequest, StoreError> {
         let _changing = self.changing();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let before = request_in(&mut tx, t.id, true).await?;
             if t.expected_version.is_some_and(|v| v != before.version) {
                 return Err(StoreError::Conflict { constraint: "version".to_string() });

@@ -360,7 +360,7 @@ impl Store {
         }
         let series: Vec<(Tier, Vec<Folded>)> = Tier::ALL.into_iter().map(|t| (t, fold(rows, t))).collect();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for (tier, folded) in &series {
                 let merge = merge_sql(*tier);
                 for chunk in folded.chunks(CHUNK) {
@@ -636,8 +636,7 @@ impl Store {
     /// Deletes a series' rows whose bucket starts before `before_ms`; returns how many.
     pub async fn prune_series(&self, tier: Tier, before_ms: i64) -> Result<u64, StoreError> {
         let sql = format!("DELETE FROM {} WHERE minute_ms < $1", table(tier));
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             Ok(sqlx::query(&sql).bind(before_ms).execute(pool).await?.rows_affected())
         })
     }

@@ -86,7 +86,7 @@ impl Store {
     pub async fn claim_deliveries(&self, limit: u32, lease_ms: i64) -> Result<Vec<Claimed>, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect, DB => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let rows: Vec<ClaimedRow> = DELIVERY_QUEUE
                 .claim(
                     &mut tx,
@@ -143,7 +143,7 @@ impl Store {
             // In id order, as a delete takes them (see `Store::delete_webhook`): two writers never wait on each other.
             let mut sent: Vec<&Sent> = sent.iter().collect();
             sent.sort_unstable_by_key(|s| s.delivery);
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
                 let (state, next, delivered, attempts) =
                     after_attempt(s.ok(), false, s.first_at_ms, s.attempts, now, cap_ms);
@@ -186,8 +186,7 @@ impl Store {
     /// Sends a delivery again: pending from now, tried for another day.
     pub async fn redeliver(&self, webhook_id: &str, delivery_id: i64) -> Result<DeliveryRecord, StoreError> {
         let now = now_ms();
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             let done = sqlx::query(
                 "UPDATE webhook_deliveries SET state = 'pending', first_at_ms = $3, next_at_ms = $3, \
                  lease_until_ms = 0 WHERE id = $2 AND webhook_id = $1",

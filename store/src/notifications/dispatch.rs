@@ -74,7 +74,7 @@ impl Store {
     /// runs at a time across replicas.
     pub async fn dispatch_events(&self, limit: u32, email: bool) -> Result<usize, StoreError> {
         on_pool!(self, pool, dialect, DB => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let (mine,): (bool,) = sqlx::query_as(&dialect.try_exclusive(DISPATCH_LOCK)).fetch_one(&mut *tx).await?;
             if !mine {
                 return Ok(0);

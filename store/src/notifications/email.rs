@@ -71,7 +71,6 @@ impl Store {
     /// Sets the event types `user_id` is mailed, from now on (empty: none).
     pub async fn set_email_prefs(&self, user_id: &str, types: &[String]) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
             sqlx::query(&format!(
                 "INSERT INTO email_prefs (user_id, types, since_ms) VALUES ($1, {}, $3) ON CONFLICT (user_id) \
                  DO UPDATE SET types = excluded.types, since_ms = excluded.since_ms",
@@ -99,10 +98,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(());
         }
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
-            EMAIL_QUEUE.release(&mut *pool.acquire().await?, ids).await
-        })
+        on_pool!(self, pool, _dialect => EMAIL_QUEUE.release(&mut *pool.acquire().await?, ids).await)
     }
 
     /// The e-mail deliveries to `user_id`, newest first; at most `limit`.
@@ -117,7 +113,7 @@ impl Store {
     pub async fn claim_emails(&self, limit: u32, lease_ms: i64) -> Result<Vec<ClaimedEmail>, StoreError> {
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let rows: Vec<ClaimedEmail> = EMAIL_QUEUE
                 .claim(
                     &mut tx,
@@ -145,7 +141,7 @@ impl Store {
         }
         let now = now_ms();
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             for s in sent {
                 let (state, next, delivered, attempts) =
                     after_attempt(s.ok, s.permanent, s.first_at_ms, s.attempts, now, cap_ms);

@@ -35,8 +35,7 @@ impl Store {
 
     /// Marks `user_id`'s inbox read up to `seq` (never backwards).
     pub async fn mark_read(&self, user_id: &str, seq: i64) -> Result<(), StoreError> {
-        on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "INSERT INTO inbox_reads (user_id, seen_seq) VALUES ($1, $2) ON CONFLICT (user_id) DO UPDATE \
                  SET seen_seq = CASE WHEN inbox_reads.seen_seq > excluded.seen_seq THEN inbox_reads.seen_seq \

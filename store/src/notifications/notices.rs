@@ -30,7 +30,7 @@ impl Store {
         after: serde_json::Value,
     ) -> Result<bool, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query("INSERT INTO notices (key, at_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING")
                 .bind(key)
                 .bind(now_ms())
@@ -50,8 +50,7 @@ impl Store {
         if keys.is_empty() {
             return Ok(());
         }
-        on_pool!(self, pool, dialect, DB => {
-            let _turn = self.write_turn(dialect).await;
+        on_pool!(self, pool, _dialect, DB => {
             for chunk in keys.chunks(500) {
                 let mut q = QueryBuilder::<DB>::new("DELETE FROM notices WHERE key IN (");
                 let mut list = q.separated(", ");

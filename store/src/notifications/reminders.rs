@@ -18,7 +18,7 @@ impl Store {
             REQUEST_COLUMNS
         );
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let rows: Vec<RequestRow> =
                 sqlx::query_as(&sql).bind(now_ms).bind(horizon).fetch_all(&mut *tx).await?;
             let mut written = 0;

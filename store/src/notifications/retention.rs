@@ -7,7 +7,7 @@ impl Store {
     /// refers to. How many events it removed.
     pub async fn purge_notifications(&self, before_ms: i64) -> Result<u64, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND first_at_ms < $1")
                 .bind(before_ms)
                 .execute(&mut *tx)

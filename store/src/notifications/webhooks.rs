@@ -104,7 +104,7 @@ impl Store {
             created_at_ms: now_ms(),
         };
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             sqlx::query(&format!(
                 "INSERT INTO webhooks (id, tenant_id, url, format, types, description, secret, created_by, \
                  created_at_ms) VALUES ($1, $2, $3, $4, {}, $6, $7, $8, $9)",
@@ -156,7 +156,7 @@ impl Store {
     /// (the order [`Store::finish_deliveries`] updates them in), then the rows go.
     pub async fn delete_webhook(&self, id: &str, actor: &str) -> Result<(), StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let found: Option<(String,)> =
                 sqlx::query_as(&format!("SELECT id FROM webhooks WHERE id = $1{}", dialect.lock()))
                     .bind(id)
@@ -190,7 +190,7 @@ impl Store {
         actor: &str,
     ) -> Result<WebhookRecord, StoreError> {
         on_pool!(self, pool, dialect => {
-            let mut tx = self.write_tx(pool, dialect).await?;
+            let mut tx = pool.begin_with(dialect.begin()).await?;
             let done = sqlx::query(
                 "UPDATE webhooks SET previous_secret = secret, previous_until_ms = $2, secret = $3 WHERE id = $1",
             )
@@ -219,8 +219,7 @@ impl Store {
     /// Replaces an endpoint's stored secrets with `new` when they are still `old` (a rotation in between wins);
     /// whether they were replaced.
     pub async fn reseal_webhook_secrets(&self, old: &StoredSecrets, new: &StoredSecrets) -> Result<bool, StoreError> {
-        let done = on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
+        let done = on_pool!(self, pool, _dialect => {
             sqlx::query(
                 "UPDATE webhooks SET secret = $2, previous_secret = $3 WHERE id = $1 AND secret = $4 \
                  AND previous_secret IS NOT DISTINCT FROM $5",
@@ -243,7 +242,6 @@ impl Store {
         let data = serde_json::json!({ "actor": actor, "action": "webhook.test", "before": null,
             "after": { "webhook": w.id } });
         on_pool!(self, pool, dialect => {
-            let _turn = self.write_turn(dialect).await;
             sqlx::query(&format!(
                 "INSERT INTO events (id, type, tenant_id, subject, at_ms, data, webhook_id) \
                  VALUES ($1, 'webhook.test', $2, $3, $4, {}, $6)",
