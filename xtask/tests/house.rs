@@ -648,6 +648,22 @@ fn the_checker_finds_circles_and_parts_are_not_circles() {
     fs::remove_dir_all(&dir).ok();
 }
 
+/// The `.rs` files under `dir`, at any depth.
+fn rust_sources(dir: &Path) -> Vec<PathBuf> {
+    let (mut stack, mut found) = (vec![dir.to_path_buf()], Vec::new());
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 /// Every `[lib]` and `[[bin]]` says `bench = false`, and no source holds a `#[bench]` function: a target left at
 /// cargo's default is compiled once more, as a test copy, by `cargo build --benches` (CI's one build), for no
 /// benchmark (the web layer's copy alone took 92 s of a 2-core machine's build).
@@ -670,15 +686,9 @@ fn libraries_and_binaries_are_not_compiled_again_as_benchmarks() {
                 marked = true;
             }
         }
-        let mut stack = vec![root.join(&folder).join("src")];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
-            for path in entries.flatten().map(|e| e.path()) {
-                if path.is_dir() {
-                    stack.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") && read(&path).contains("#[bench]") {
-                    twice.push(format!("{}: a #[bench] function in a target marked bench = false", path.display()));
-                }
+        for path in rust_sources(&root.join(&folder).join("src")) {
+            if read(&path).contains("#[bench]") {
+                twice.push(format!("{}: a #[bench] function in a target marked bench = false", path.display()));
             }
         }
     }
@@ -704,36 +714,24 @@ fn libraries_skip_only_tests_they_do_not_have() {
                 no_doctests |= line.replace(' ', "") == "doctest=false";
             }
         }
-        let mut stack = vec![root.join(&folder).join("src")];
-        while let Some(dir) = stack.pop() {
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
-            for path in entries.flatten().map(|e| e.path()) {
-                if path.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                if path.extension().is_none_or(|e| e != "rs") {
-                    continue;
-                }
-                let text = read(&path);
-                let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
-                if no_tests && text.contains("#[cfg(test)]") {
-                    hidden.push(format!("{file}: #[cfg(test)] in a library marked test = false"));
-                }
-                if no_doctests {
-                    let mut open = false;
-                    for (n, line) in text.lines().enumerate() {
-                        let doc = line.trim_start();
-                        let Some(fence) = doc.strip_prefix("///").or_else(|| doc.strip_prefix("//!")) else {
-                            continue;
-                        };
-                        let Some(lang) = fence.trim_start().strip_prefix("```") else { continue };
-                        if !open && (lang.is_empty() || lang.split(',').any(|l| l.trim() == "rust")) {
-                            hidden
-                                .push(format!("{file}:{}: a Rust example in a library marked doctest = false", n + 1));
-                        }
-                        open = !open;
+        for path in rust_sources(&root.join(&folder).join("src")) {
+            let text = read(&path);
+            let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+            if no_tests && text.contains("#[cfg(test)]") {
+                hidden.push(format!("{file}: #[cfg(test)] in a library marked test = false"));
+            }
+            if no_doctests {
+                let mut open = false;
+                for (n, line) in text.lines().enumerate() {
+                    let doc = line.trim_start();
+                    let Some(fence) = doc.strip_prefix("///").or_else(|| doc.strip_prefix("//!")) else {
+                        continue;
+                    };
+                    let Some(lang) = fence.trim_start().strip_prefix("```") else { continue };
+                    if !open && (lang.is_empty() || lang.split(',').any(|l| l.trim() == "rust")) {
+                        hidden.push(format!("{file}:{}: a Rust example in a library marked doctest = false", n + 1));
                     }
+                    open = !open;
                 }
             }
         }
