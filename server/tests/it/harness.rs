@@ -97,9 +97,89 @@ impl ScratchDb {
     }
 }
 
+impl ScratchDb {
+    /// A fresh PostgreSQL database with every migration applied: a copy of [`migrated_template`], which costs a
+    /// fifth of a second where migrating a database costs one and a half (37 migrations, about 190 relations), for
+    /// each of the suite's 125 PostgreSQL tests.
+    pub(crate) async fn create_migrated(what: &str) -> Option<ScratchDb> {
+        let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
+            eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
+            return None;
+        };
+        let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
+        let template = migrated_template(&pool, &admin).await;
+        let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+        // A copy fails while anything is connected to its template: only the moment its builder renames it.
+        let mut tries = 0;
+        while let Err(e) = sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}")).execute(&pool).await {
+            tries += 1;
+            assert!(tries < 50, "copy the migrated template database {template}: {e}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Some(ScratchDb { url: with_database(&admin, &name), pool, name })
+    }
+}
+
+/// The name of a database with every PostgreSQL migration applied and nothing else, made once for a set of
+/// migrations (its name carries their digest; several test processes may ask at once: each builds under a name of
+/// its own and the first rename wins). The suite's own databases are copies of it; the migrations themselves run
+/// where a test asks for an empty database ([`ScratchDb::create`]: the upgrade tests, the replicas' tests) and
+/// here, on every run on a fresh PostgreSQL server, as CI's is.
+async fn migrated_template(pool: &sqlx::PgPool, admin: &str) -> String {
+    static TEMPLATE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    TEMPLATE
+        .get_or_init(|| async {
+            use std::hash::{Hash, Hasher};
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/postgres");
+            let mut files: Vec<PathBuf> =
+                std::fs::read_dir(&dir).expect("migrations").map(|e| e.expect("entry").path()).collect();
+            files.sort();
+            let mut digest = std::hash::DefaultHasher::new();
+            for f in &files {
+                f.file_name().hash(&mut digest);
+                std::fs::read(f).expect("migration").hash(&mut digest);
+            }
+            let name = format!("tessera_test_template_{:016x}", digest.finish());
+            let exists = |pool: sqlx::PgPool, name: String| async move {
+                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_database WHERE datname = $1")
+                    .bind(name)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("list databases")
+                    > 0
+            };
+            if exists(pool.clone(), name.clone()).await {
+                return name;
+            }
+            let building = format!("tessera_test_building_{}", uuid::Uuid::now_v7().simple());
+            sqlx::query(&format!("CREATE DATABASE {building}")).execute(pool).await.expect("create template database");
+            let store = Store::connect(&with_database(admin, &building)).await.expect("postgres");
+            store.migrate().await.expect("migrate the template database");
+            store.close().await;
+            for _ in 0..50 {
+                let Err(e) = sqlx::query(&format!("ALTER DATABASE {building} RENAME TO {name}")).execute(pool).await
+                else {
+                    return name;
+                };
+                if exists(pool.clone(), name.clone()).await {
+                    // Another process made it meanwhile.
+                    let _ =
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)")).execute(pool).await;
+                    return name;
+                }
+                // A connection of the store just closed may linger a moment.
+                eprintln!("renaming the template database {building}: {e}; again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            panic!("cannot rename the template database {building} to {name}")
+        })
+        .await
+        .clone()
+}
+
 /// A migrated store on a fresh PostgreSQL database (`None` when `TESSERA_TEST_POSTGRES_URL` is not set).
 pub(crate) async fn postgres() -> Option<TestDb> {
-    let scratch = ScratchDb::create("the PostgreSQL half of this test").await?;
+    let scratch = ScratchDb::create_migrated("the PostgreSQL half of this test").await?;
     scratch.pool.close().await;
     let admin = std::env::var("TESSERA_TEST_POSTGRES_URL").expect("set");
     let store = Store::connect(&scratch.url).await.expect("postgres");
