@@ -81,34 +81,30 @@ pub(crate) struct ScratchDb {
 }
 
 impl ScratchDb {
+    /// A fresh, empty PostgreSQL database.
     pub(crate) async fn create(what: &str) -> Option<ScratchDb> {
-        let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
-            eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
-            return None;
-        };
-        let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-        let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
-        Some(ScratchDb { url: with_database(&admin, &name), pool, name })
+        Self::made(what, false).await
     }
 
-    pub(crate) async fn drop(self) {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&self.pool).await;
-    }
-}
-
-impl ScratchDb {
     /// A fresh PostgreSQL database with every migration applied: a copy of [`migrated_template`], which costs a
     /// fifth of a second where migrating a database costs one and a half (37 migrations, about 190 relations), for
     /// each of the suite's 125 PostgreSQL tests.
     pub(crate) async fn create_migrated(what: &str) -> Option<ScratchDb> {
+        Self::made(what, true).await
+    }
+
+    async fn made(what: &str, migrated: bool) -> Option<ScratchDb> {
         let Ok(admin) = std::env::var("TESSERA_TEST_POSTGRES_URL") else {
             eprintln!("TESSERA_TEST_POSTGRES_URL is not set: {what} skipped");
             return None;
         };
         let pool = sqlx::PgPool::connect(&admin).await.expect("TESSERA_TEST_POSTGRES_URL is set but unreachable");
-        let template = migrated_template(&pool, &admin).await;
         let name = format!("tessera_test_{}", uuid::Uuid::now_v7().simple());
+        if !migrated {
+            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.expect("create test database");
+            return Some(ScratchDb { url: with_database(&admin, &name), pool, name });
+        }
+        let template = migrated_template(&pool, &admin).await;
         // A copy fails while anything is connected to its template: only the moment its builder renames it.
         let mut tries = 0;
         while let Err(e) = sqlx::query(&format!("CREATE DATABASE {name} TEMPLATE {template}")).execute(&pool).await {
@@ -117,6 +113,10 @@ impl ScratchDb {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         Some(ScratchDb { url: with_database(&admin, &name), pool, name })
+    }
+
+    pub(crate) async fn drop(self) {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&self.pool).await;
     }
 }
 
