@@ -861,6 +861,16 @@ fn exposition(state: &AppState, nodes: &[Node], holders: &HashMap<String, Vec<Me
             let _ = writeln!(out, "{name}{line}");
         }
     }
+    let turns = state.store.turn_counts();
+    let _ = writeln!(
+        out,
+        "# HELP tessera_bulk_write_waits_total The fleet's bulk writes (routine status reports, heartbeats, telemetry \
+         flushes) that waited on SQLite for an approval's writes to finish, by outcome: `freed` (it finished) or \
+         `limit` (the bulk write went ahead after a second).\n# TYPE tessera_bulk_write_waits_total counter\n\
+         tessera_bulk_write_waits_total{{outcome=\"freed\"}} {}\ntessera_bulk_write_waits_total{{outcome=\"limit\"}} {}",
+        turns.waited.saturating_sub(turns.gave_up),
+        turns.gave_up
+    );
     let t = &state.telemetry;
     let _ = writeln!(
         out,

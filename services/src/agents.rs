@@ -31,6 +31,7 @@ pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
         let mut revoked = state.store.node_credential_revocations();
         let mut devices = state.store.node_device_changes();
         let mut flush = tokio::time::interval(HEARTBEAT);
+        let mut beating: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 // What a node may send telemetry for changed (on this replica or another).
@@ -57,11 +58,16 @@ pub fn start_background(state: &AppState) -> tokio::task::JoinHandle<()> {
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
-                _ = flush.tick() => {
+                // Written beside this loop, one write at a time: a heartbeat write may wait (for SQLite's writer,
+                // or for an approval's turn, see `tessera_store::turns`), and spec changes reach the nodes meanwhile.
+                _ = flush.tick() => if beating.as_ref().is_none_or(|b| b.is_finished()) {
                     let seen = state.hub.take_unsaved();
-                    if let Err(e) = state.store.touch_nodes(&seen).await {
-                        tracing::warn!(error = %e, "cannot write node heartbeats");
-                    }
+                    let store = state.store.clone();
+                    beating = Some(tokio::spawn(async move {
+                        if let Err(e) = store.touch_nodes(&seen).await {
+                            tracing::warn!(error = %e, "cannot write node heartbeats");
+                        }
+                    }));
                 }
             }
         }
@@ -427,6 +433,8 @@ async fn store_status(state: &AppState, node: &NodePrincipal, status: &NodeStatu
         }
     }
     let actor = node.actor();
+    // What an approval waits for: its writes go before the fleet's bulk (see [`tessera_store::turns`]).
+    let _turn = (!found.is_empty()).then(|| state.store.interactive());
     if !found.is_empty() {
         outcome.activated = state.store.activate_allocations(&found, &actor).await?;
     }

@@ -95,6 +95,9 @@ async fn commit(
     reservations: Vec<Reservation>,
     guard: Guard,
 ) -> Result<Approval, ApiError> {
+    // The approval's writes (its commit and the nodes' spec bumps) go before the fleet's bulk writes on SQLite
+    // (see [`tessera_store::turns`]).
+    let _turn = state.store.interactive();
     match state.store.approve_request(t, changes, &reservations, guard).await {
         Ok((request, proposals)) => {
             let gpus: Vec<String> =

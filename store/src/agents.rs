@@ -534,11 +534,20 @@ impl Store {
     /// applied once a later report shows it without errors.
     pub async fn record_status(&self, node_id: &str, status: &NodeStatus) -> Result<bool, StoreError> {
         let json = to_json(status);
-        let stored: Option<(Option<String>,)> = on_pool!(self, pool, _dialect => {
-            sqlx::query_as("SELECT status FROM nodes WHERE id = $1").bind(node_id).fetch_optional(pool).await?
+        let stored: Option<(Option<String>, i64)> = on_pool!(self, pool, _dialect => {
+            sqlx::query_as("SELECT status, CAST(observed_generation AS BIGINT) FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(pool)
+                .await?
         });
-        if stored.and_then(|(s,)| s).as_deref() == Some(json.as_str()) {
+        let routine = stored.as_ref().is_some_and(|(_, g)| *g == status.observed_generation);
+        if stored.and_then(|(s, _)| s).as_deref() == Some(json.as_str()) {
             return Ok(true);
+        }
+        // A routine report (the generation it applied is told already) is a bulk write: an approval's commit goes
+        // first (see [`crate::turns`]).
+        if routine {
+            self.bulk_turn().await;
         }
         let now = now_ms();
         let errors: Vec<serde_json::Value> = status
@@ -652,6 +661,8 @@ impl Store {
         if seen.is_empty() {
             return Ok(());
         }
+        // A bulk write: a person's write goes first (see [`crate::turns`]).
+        self.bulk_turn().await;
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for (node_id, at) in seen {

@@ -37,6 +37,7 @@ mod requests;
 pub mod reservations;
 mod sqlite;
 pub mod telemetry;
+pub mod turns;
 mod views;
 mod windows;
 mod writes;
@@ -122,6 +123,8 @@ pub struct Store {
     changes: std::sync::Arc<changes::Changes>,
     /// The fleet as last read, under the `fleet_version` it was read at (see [`Store::nodes`]).
     fleet: fleet::FleetCache,
+    /// Whose write goes first on SQLite (see [`turns`]).
+    turns: std::sync::Arc<turns::Turns>,
 }
 
 /// The database behind a [`Store`].
@@ -378,12 +381,17 @@ impl Store {
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         if url.starts_with("sqlite:") {
             let db = Db::Sqlite(sqlite::connect(url).await?);
-            Ok(Store { db, changes: std::sync::Arc::new(changes::Changes::local()), fleet: Default::default() })
+            Ok(Store {
+                db,
+                changes: std::sync::Arc::new(changes::Changes::local()),
+                fleet: Default::default(),
+                turns: Default::default(),
+            })
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = postgres::connect(url).await?;
             let changes = std::sync::Arc::new(changes::Changes::shared());
             tokio::spawn(changes::follow(pool.clone(), std::sync::Arc::downgrade(&changes)));
-            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default() })
+            Ok(Store { db: Db::Postgres(pool), changes, fleet: Default::default(), turns: Default::default() })
         } else {
             Err(StoreError::BadUrl(url.split(':').next().unwrap_or_default().chars().take(32).collect()))
         }

@@ -359,6 +359,8 @@ impl Store {
             return Ok(());
         }
         let series: Vec<(Tier, Vec<Folded>)> = Tier::ALL.into_iter().map(|t| (t, fold(rows, t))).collect();
+        // A bulk write: a person's write goes first (see [`crate::turns`]).
+        self.bulk_turn().await;
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
             for (tier, folded) in &series {

@@ -25,6 +25,7 @@ on_both_backends!(
     a_retried_request_with_the_same_idempotency_key_creates_one_request,
     nodes_are_registered_whole_and_gpus_cordoned,
     heartbeats_move_each_nodes_last_seen_forward_only,
+    the_fleets_bulk_writes_wait_for_an_approvals_writes_on_sqlite_only,
     approvals_reserve_exact_instances_and_propose_layouts,
     decisions_on_layouts_protect_instances_in_use_and_fail_waiting_requests,
     requests_with_a_duration_expire_and_free_their_instances,
@@ -357,6 +358,46 @@ async fn heartbeats_move_each_nodes_last_seen_forward_only(store: &Store) {
     assert!(second.contains(&("beat-a".into(), Some(6_000))), "{second:?}");
     assert!(second.contains(&("beat-b".into(), Some(7_000))), "{second:?}");
     store.touch_nodes(&[]).await.expect("nothing to write");
+}
+
+async fn the_fleets_bulk_writes_wait_for_an_approvals_writes_on_sqlite_only(store: &Store) {
+    use std::time::{Duration, Instant};
+    let node = store.register_node("turns", &[], "admin").await.expect("register");
+    let before = store.turn_counts();
+    let turn = store.interactive();
+    let beat = {
+        let (store, id) = (store.clone(), node.id.clone());
+        tokio::spawn(async move {
+            let start = Instant::now();
+            store.touch_nodes(&[(id, 5_000)]).await.expect("touch");
+            start.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if store.backend() == "sqlite" {
+        // SQLite's one writer: the heartbeat waits while the approval's writes hold their turn, and goes on when it
+        // is given back (well before its one-second limit).
+        assert!(!beat.is_finished(), "the heartbeat went ahead of the approval's writes");
+        drop(turn);
+        let waited =
+            tokio::time::timeout(Duration::from_millis(900), beat).await.expect("told at once").expect("joined");
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        let after = store.turn_counts();
+        assert_eq!((after.waited - before.waited, after.gave_up - before.gave_up), (1, 0));
+        // Held past the limit, a bulk write goes ahead anyway: approvals never stop the fleet's writes.
+        let _held = store.interactive();
+        let start = Instant::now();
+        store.touch_nodes(&[(node.id.clone(), 6_000)]).await.expect("touch past the limit");
+        assert!(start.elapsed() >= tessera_server::store::turns::BULK_WAIT, "{:?}", start.elapsed());
+        assert_eq!(store.turn_counts().gave_up - before.gave_up, 1);
+    } else {
+        // PostgreSQL's writers do not queue behind each other: nothing waits.
+        assert!(beat.is_finished(), "a heartbeat waited on PostgreSQL");
+        drop(turn);
+        assert_eq!(store.turn_counts(), before);
+    }
+    let seen = store.readiness_told().await.expect("read");
+    assert!(seen.iter().any(|(_, name, _, at)| name == "turns" && at.is_some()), "{seen:?}");
 }
 
 fn inst(profile: &str, start: u8) -> PlacedInstance {
