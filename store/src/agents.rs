@@ -661,7 +661,7 @@ impl Store {
         if seen.is_empty() {
             return Ok(());
         }
-        // A bulk write: a person's write goes first (see [`crate::turns`]).
+        // A bulk write: an approval's writes go first (see [`crate::turns`]).
         self.bulk_turn().await;
         on_pool!(self, pool, dialect => {
             let mut tx = pool.begin_with(dialect.begin()).await?;
