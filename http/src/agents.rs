@@ -116,7 +116,8 @@ pub async fn put_inventory(
 }
 
 /// The node's spec: at once without `after`, else as soon as its generation passes `after` (204 when none
-/// came within `wait_s`). The fallback to the WebSocket; each call counts as a heartbeat.
+/// came within `wait_s`, or when the replica begins to shut down). The fallback to the WebSocket; each call counts
+/// as a heartbeat.
 #[utoipa::path(get, path = "/api/v1/agent/spec", tag = "agent", security(("node" = [])), params(SpecQuery),
     responses((status = 200, body = NodeSpec), (status = 204), (status = 401, body = Problem), (status = 403, body = Problem)))]
 pub async fn get_spec(
@@ -133,16 +134,29 @@ pub async fn get_spec(
     }
     let wait = Duration::from_secs(q.wait_s.unwrap_or(LONG_POLL_MAX_S).min(LONG_POLL_MAX_S));
     let deadline = tokio::time::Instant::now() + wait;
+    // A replica that shuts down answers at once (one that has begun already, too): the next poll goes to a
+    // replica that stays.
+    let draining = state.draining.clone();
+    let shutting_down = draining.begun();
+    tokio::pin!(shutting_down);
     loop {
-        match tokio::time::timeout_at(deadline, changes.changed()).await {
-            Ok(Ok(())) if *changes.borrow_and_update() > after => {
+        // `Some(true)`: past `after`; `Some(false)`: a change not past it; `None`: time is up, or shutting down.
+        let changed = tokio::select! {
+            changed = tokio::time::timeout_at(deadline, changes.changed()) => match changed {
+                Ok(Ok(())) => Some(*changes.borrow_and_update() > after),
+                Ok(Err(_)) | Err(_) => None,
+            },
+            () = &mut shutting_down => None,
+        };
+        match changed {
+            Some(true) => {
                 let spec = svc::current_spec(&state, &node.node_id).await?;
                 if spec.generation > after {
                     return Ok(ApiJson(spec).into_response());
                 }
             }
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => {
+            Some(false) => {}
+            None => {
                 // Time is up: one last look (a change may have come from a replica whose notice was lost).
                 let spec = svc::current_spec(&state, &node.node_id).await?;
                 state.hub.seen(&node.node_id);
@@ -182,7 +196,8 @@ pub async fn heartbeat(NodeAuth(node): NodeAuth, State(state): State<AppState>) 
 /// The push channel: a WebSocket on which the server sends the node's spec (`{"type":"spec"}`) on connect and at
 /// every new generation, and the agent sends heartbeats and status (`{"type":"heartbeat"}`,
 /// `{"type":"status"}`). The server closes a socket that stays silent for three heartbeat intervals, and closes
-/// it at once (code 4401) when the node's credential is revoked or the node joins again. A node holds at most
+/// it at once (code 4401) when the node's credential is revoked or the node joins again, and with code 1012 (service
+/// restart: connect again at once) when the replica shuts down. A node holds at most
 /// four sockets on one server replica.
 #[utoipa::path(get, path = "/api/v1/agent/ws", tag = "agent", security(("node" = [])),
     responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 401, body = Problem),
@@ -210,6 +225,9 @@ pub async fn websocket(
 
 /// The close code a socket gets when its credential stops being valid.
 const CLOSE_REVOKED: u16 = 4401;
+/// The close code a socket gets when the replica shuts down (RFC 6455's "service restart"): the agent connects
+/// again at once, through the load balancer to a replica that stays.
+pub const CLOSE_RESTARTING: u16 = 1012;
 
 async fn push(state: AppState, node: NodePrincipal, credential: String, _slot: svc::SocketSlot, mut socket: WebSocket) {
     state.hub.seen(&node.node_id);
@@ -220,8 +238,16 @@ async fn push(state: AppState, node: NodePrincipal, credential: String, _slot: s
     // Also looks at the store now and then, in case a change notice from another replica was lost.
     let mut recheck = tokio::time::interval(Duration::from_secs(30));
     let mut last_heard = tokio::time::Instant::now();
+    let draining = state.draining.clone();
+    let shutting_down = draining.begun();
+    tokio::pin!(shutting_down);
     loop {
         let wake = tokio::select! {
+            () = &mut shutting_down => {
+                let frame = axum::extract::ws::CloseFrame { code: CLOSE_RESTARTING, reason: "server restarting".into() };
+                let _ = socket.send(Message::Close(Some(frame))).await;
+                return;
+            }
             got = revoked.recv() => {
                 let mine = match got {
                     Ok(node_id) => node_id == node.node_id,

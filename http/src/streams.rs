@@ -29,7 +29,8 @@ pub fn place(state: &AppState, kind: StreamKind, right: &Right, addr: Option<&Cl
 }
 
 /// `events` as a stream that starts with a reconnect hint, keeps its place while it runs, and ends after
-/// its lifetime ([`tessera_services::streams::StreamLimits::lifetime`]) or when its caller's right no longer holds.
+/// its lifetime ([`tessera_services::streams::StreamLimits::lifetime`]), when its caller's right no longer holds,
+/// or when the replica begins to shut down.
 pub fn guarded(
     state: AppState,
     right: Right,
@@ -40,9 +41,14 @@ pub fn guarded(
     let end = async move {
         let lifetime = tokio::time::sleep(lifetime);
         tokio::pin!(lifetime);
+        let draining = state.draining.clone();
+        let shutting_down = draining.begun();
+        tokio::pin!(shutting_down);
         loop {
             tokio::select! {
                 () = &mut lifetime => return,
+                // The client reconnects after its `retry` hint, through the load balancer to a replica that stays.
+                () = &mut shutting_down => return,
                 () = tokio::time::sleep(RIGHT_RECHECK) => {
                     if !right.holds(&state).await {
                         tracing::info!(user = %right.principal.user.name, "stream ended: the caller's right changed");

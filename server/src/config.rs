@@ -127,7 +127,7 @@ pub fn default_data_dir() -> PathBuf {
 /// The settings `tessera serve` runs with: flags (and their `TESSERA_*` variables) over the file over the
 /// defaults, and the variables that only the environment gives (`TESSERA_BOOTSTRAP_TOKEN`,
 /// `TESSERA_BOOTSTRAP_PASSWORD`, `TESSERA_BOOTSTRAP_JOIN_TOKENS` comma-separated, `TESSERA_MAX_CONNECTIONS`,
-/// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, `TESSERA_TELEMETRY_MAX_SERIES`, `TESSERA_TELEMETRY_BATCH_FLOOR_MS`, and the
+/// `TESSERA_MAX_CONNECTIONS_PER_ADDRESS`, `TESSERA_STREAM_LIFETIME_S`, `TESSERA_SHUTDOWN_DELAY_S`, `TESSERA_TELEMETRY_MAX_SERIES`, `TESSERA_TELEMETRY_BATCH_FLOOR_MS`, and the
 /// sign-in variables of [`with_auth_env`]) read through `env`. `TESSERA_WEBHOOK_ALLOW_INTERNAL`,
 /// `TESSERA_WEBHOOK_ALLOW` (comma-separated), `TESSERA_SECRET_KEY`, `TESSERA_SECRET_OLD_KEYS` (comma-separated) and
 /// `TESSERA_KUBECONFIGS` (`name=path`, comma-separated) win over the file's `[webhooks]`, `[secrets]` and
@@ -188,6 +188,16 @@ pub fn resolve(
                 .ok_or("TESSERA_STREAM_LIFETIME_S must be a whole number of seconds from 10 to 3600")?,
         )),
         None => None,
+    };
+    let shutdown_delay = match env("TESSERA_SHUTDOWN_DELAY_S") {
+        Some(v) => std::time::Duration::from_secs(
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= tessera_services::state::draining::MAX_DELAY.as_secs())
+                .ok_or("TESSERA_SHUTDOWN_DELAY_S must be a whole number of seconds from 0 to 300")?,
+        ),
+        None => std::time::Duration::ZERO,
     };
     let mut webhooks = tessera_services::notifications::Delivery::default();
     if let Some(v) = env("TESSERA_WEBHOOK_RETRY_CAP_S") {
@@ -254,6 +264,7 @@ pub fn resolve(
         max_connections,
         max_connections_per_address,
         stream_lifetime,
+        shutdown_delay,
         webhooks,
         secrets,
         email,

@@ -43,6 +43,9 @@ pub struct Settings {
     /// How long one live telemetry or inbox stream lasts before the client opens another
     /// (`TESSERA_STREAM_LIFETIME_S`, 10 to 3600); default [`tessera_services::streams::STREAM_LIFETIME`].
     pub stream_lifetime: Option<std::time::Duration>,
+    /// How long requests are still served after SIGTERM or SIGINT while `/readyz` fails, before the listener closes
+    /// (`TESSERA_SHUTDOWN_DELAY_S`, 0 to 300; default 0): the time a load balancer needs to stop sending new work.
+    pub shutdown_delay: std::time::Duration,
     /// Webhook delivery (`TESSERA_WEBHOOK_RETRY_CAP_S`: the longest wait between two attempts; which addresses
     /// tenants' endpoints may reach).
     pub webhooks: tessera_services::notifications::Delivery,
@@ -70,6 +73,7 @@ impl std::fmt::Debug for Settings {
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_address", &self.max_connections_per_address)
             .field("stream_lifetime", &self.stream_lifetime)
+            .field("shutdown_delay", &self.shutdown_delay)
             .field("webhooks", &self.webhooks)
             .field("secrets", &self.secrets)
             .field("email", &self.email)
@@ -211,6 +215,7 @@ pub async fn prepare(settings: &Settings) -> Result<(AppState, Option<String>), 
         email: settings.email.clone(),
         inbox: Default::default(),
         kubernetes: settings.kubernetes.clone(),
+        draining: tessera_services::state::draining::Draining::new(settings.shutdown_delay),
     }));
     Ok((state, generated))
 }
@@ -319,7 +324,8 @@ pub async fn sweep(state: &AppState, now: i64, session_idle: std::time::Duration
     }
 }
 
-/// Serves the API on `listener` until `shutdown` completes; meanwhile expires requests whose duration ran out.
+/// Serves the API on `listener` until `shutdown` completes and the shutdown delay has passed (meanwhile `/readyz`
+/// fails); meanwhile expires requests whose duration ran out.
 pub async fn serve(
     state: AppState,
     listener: TcpListener,
@@ -409,6 +415,18 @@ pub async fn serve(
             }
         },
         None => None,
+    };
+    // From the signal on, `/readyz` fails and sockets and streams end with a reconnect hint; requests are served
+    // for the delay more, then the listener closes and what is in flight finishes.
+    let draining = state.draining.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.begin();
+        tracing::info!(
+            delay_s = draining.delay().as_secs(),
+            "shutting down: /readyz answers 503; the listener closes after the delay"
+        );
+        tokio::time::sleep(draining.delay()).await;
     };
     let app = tessera_http::router(state, |api| tessera_portal::routes(api, site));
     let served = tessera_http::listen::serve(listener, app, limits, shutdown).await;

@@ -66,6 +66,8 @@ pub struct App {
     pub inbox: crate::state::inbox::InboxWatch,
     /// What the server reaches Kubernetes clusters with.
     pub kubernetes: crate::state::kubernetes::KubernetesSettings,
+    /// Whether this replica is shutting down (`/readyz` fails, sockets and streams end with a reconnect hint).
+    pub draining: crate::state::draining::Draining,
 }
 
 /// How long a node's device list is trusted for telemetry checks while the store sees every change as it

@@ -200,8 +200,13 @@ fn serve(settings: crate::serve::Settings, out: &mut dyn Write) -> Result<u8, Cl
             )?;
         }
         out.flush()?;
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+        // SIGTERM is what Kubernetes, Docker and systemd stop a process with; SIGINT is Ctrl-C.
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
         };
         crate::serve::serve(state, listener, shutdown).await.map_err(|e| CliError::BadInput(e.to_string()))?;
         Ok(EXIT_OK)

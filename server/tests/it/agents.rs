@@ -83,6 +83,18 @@ impl Server {
         let _ = self.child.kill().await;
     }
 
+    /// Stops the server as Kubernetes, Docker and systemd do: SIGTERM.
+    pub(crate) fn terminate(&self) {
+        let status =
+            std::process::Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "kill -TERM");
+    }
+
+    /// How the server process ended, if it did within `limit`.
+    pub(crate) async fn exited(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait()).await.ok().map(|s| s.expect("wait"))
+    }
+
     pub(crate) async fn restart(&mut self) {
         self.stop().await;
         *self = Server::start(&self.database_url, self.port, &self.admin).await;

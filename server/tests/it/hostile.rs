@@ -19,7 +19,7 @@ use crate::agents::{Server, SimAgent, free_port, sqlite_url, wait_for};
 const ATTACKER_GPU: &str = "GPU-aaaaaaaa-0000-4000-8000-000000000001";
 
 /// A node that joins by hand (no agent): returns its credential.
-async fn join_raw(server: &Server, name: &str, gpu_uuid: &str) -> String {
+pub(crate) async fn join_raw(server: &Server, name: &str, gpu_uuid: &str) -> String {
     let token = server.join_token(Some(name)).await;
     let inventory = json!({"hostname": name, "agent_version": "test", "backend": "sim", "gpus": [
         {"index": 0, "uuid": gpu_uuid, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559,
@@ -222,7 +222,7 @@ async fn a_node_cannot_send_a_gzip_bomb_or_an_oversized_status() {
 }
 
 /// Waits for the socket's close frame; returns its code.
-async fn closed_within(
+pub(crate) async fn closed_within(
     socket: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
     limit: Duration,
 ) -> Option<u16> {
@@ -241,7 +241,7 @@ async fn closed_within(
     .flatten()
 }
 
-async fn socket(
+pub(crate) async fn socket(
     server: &Server,
     credential: &str,
 ) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {

@@ -24,6 +24,7 @@ mod prometheus;
 mod quotas;
 mod reservations;
 mod rollups;
+mod shutdown;
 mod sso;
 mod store;
 mod streams;

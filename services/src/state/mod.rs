@@ -5,6 +5,7 @@
 pub mod budgets;
 pub mod coalesced;
 pub mod delivery;
+pub mod draining;
 pub mod inbox;
 pub mod kubernetes;
 pub mod pace;
