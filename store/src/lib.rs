@@ -17,6 +17,7 @@ pub mod allocation_hours;
 pub mod attribution;
 pub mod audit;
 pub mod auth;
+pub mod backup;
 pub mod batch;
 pub mod changes;
 pub mod clusters;

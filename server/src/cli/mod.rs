@@ -4,6 +4,7 @@
 //! 0 success, 1 a negative answer (an invalid layout), 2 bad input or usage.
 
 mod api;
+mod backup;
 mod client;
 mod cluster;
 mod error;
@@ -95,6 +96,22 @@ enum Command {
         #[command(subcommand)]
         cmd: user::UserCommand,
     },
+    /// Write a consistent copy of the SQLite database to `--out` while the server runs (PostgreSQL: `pg_dump`).
+    Backup {
+        #[command(flatten)]
+        place: backup::Place,
+        /// The backup file to write (it must not exist).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Put a backup back into an empty data dir, migrated to this release's schema; a backup of a newer release is
+    /// refused.
+    Restore {
+        #[command(flatten)]
+        place: backup::Place,
+        /// The backup file (`tessera backup --out`).
+        file: std::path::PathBuf,
+    },
     /// Create or upgrade the database schema.
     Migrate {
         /// `sqlite://PATH` (created if missing) or `postgres://...`.
@@ -108,6 +125,8 @@ pub fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let result = match cli.command {
         Command::Mig(cmd) => mig::run(cmd, out),
         Command::Migrate { database_url } => migrate(&database_url, out),
+        Command::Backup { place, out: file } => backup::backup(place, file, out),
+        Command::Restore { place, file } => backup::restore(place, file, out),
         Command::Serve { listen, data_dir, database_url, demo, config } => {
             let file = match config {
                 Some(path) => crate::config::load(&path).map_err(CliError::BadInput),

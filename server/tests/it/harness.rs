@@ -256,6 +256,12 @@ impl AppBuilder {
         self
     }
 
+    /// The server's database (`sqlite://PATH` or `postgres://...`), which the test keeps and removes.
+    pub(crate) fn database_url(mut self, url: &str) -> AppBuilder {
+        self.database_url = Some(url.to_string());
+        self
+    }
+
     /// This server runs no Kubernetes controller (a test runs its own replicas of it).
     pub(crate) fn without_controller(mut self) -> AppBuilder {
         self.kubernetes.controller = false;

@@ -4,6 +4,7 @@ mod admin;
 mod agents;
 mod api;
 mod attribution;
+mod backup;
 mod cli_mig;
 mod clusters;
 mod cohorts;
