@@ -262,3 +262,140 @@ async fn telemetry_minutes_stored_before_the_rollups_are_rolled_up_on_sqlite() {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
 }
+
+/// One column as a schema has it: `(table or view, column) -> (declared type, NOT NULL, default)`.
+type Columns = std::collections::BTreeMap<(String, String), (String, bool, Option<String>)>;
+
+/// The backend's migration files in order: `(number, file name, SQL)`.
+fn migration_files(backend: &str) -> Vec<(u32, String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(backend);
+    let mut files: Vec<(u32, String, String)> = std::fs::read_dir(&dir)
+        .expect("migrations")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .map(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            let number = name.split('_').next().and_then(|n| n.parse().ok()).expect("a numbered migration");
+            (number, name, std::fs::read_to_string(&p).expect("read"))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Migrations that break the policy, as `(backend, number)`, each for its reason. A new entry needs one as good:
+/// an older release must keep working on the schema a newer one made.
+/// - PostgreSQL 14: shipped before the policy, while no two releases ran side by side (every time column from
+///   `timestamptz` to milliseconds, 25 columns).
+/// - PostgreSQL 36: on purpose. An older replica keeping an allocation's hour beside an upgraded one must fail its
+///   insert (the upgraded replica keeps that hour) rather than write running sums of 0, which every later report
+///   would read.
+const BREAKS_ALLOWED: &[(&str, u32)] = &[("postgres", 14), ("postgres", 36)];
+
+/// What the release before reads and writes that `after` no longer allows: a table, view or column dropped or
+/// renamed, a column's type changed or made NOT NULL, a NOT NULL column without a default added to a table it
+/// writes.
+fn breaks(before: &Columns, after: &Columns) -> Vec<String> {
+    let mut found = Vec::new();
+    for ((table, column), (kind, not_null, _)) in before {
+        match after.get(&(table.clone(), column.clone())) {
+            None => found.push(format!("{table}.{column} dropped or renamed")),
+            Some((k, _, _)) if !k.eq_ignore_ascii_case(kind) => {
+                found.push(format!("{table}.{column} changed from {kind} to {k}"))
+            }
+            Some((_, true, None)) if !not_null => found.push(format!("{table}.{column} made NOT NULL")),
+            Some(_) => {}
+        }
+    }
+    let tables: std::collections::BTreeSet<&String> = before.keys().map(|(t, _)| t).collect();
+    for ((table, column), (_, not_null, default)) in after {
+        let new = !before.contains_key(&(table.clone(), column.clone()));
+        if new && tables.contains(table) && *not_null && default.is_none() {
+            found.push(format!("{table}.{column} added NOT NULL without a default"));
+        }
+    }
+    found
+}
+
+async fn sqlite_columns(pool: &sqlx::SqlitePool) -> Columns {
+    let rows: Vec<(String, String, String, bool, Option<String>)> = sqlx::query_as(
+        "SELECT m.name, p.name, p.type, p.\"notnull\", p.dflt_value FROM sqlite_master m, pragma_table_info(m.name) p \
+         WHERE m.type IN ('table', 'view') AND m.name NOT LIKE 'sqlite_%' AND m.name NOT LIKE '_sqlx%'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("schema");
+    rows.into_iter().map(|(t, c, k, n, d)| ((t, c), (k, n, d))).collect()
+}
+
+async fn postgres_columns(pool: &sqlx::PgPool) -> Columns {
+    let rows: Vec<(String, String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text, data_type::text, is_nullable::text, column_default::text \
+         FROM information_schema.columns WHERE table_schema = current_schema() AND table_name NOT LIKE '_sqlx%'",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("schema");
+    rows.into_iter().map(|(t, c, k, n, d)| ((t, c), (k, n == "NO", d))).collect()
+}
+
+/// Every migration but [`BREAKS_ALLOWED`] leaves what the release before it reads and writes in place (see
+/// docs/operations.md, Upgrades), checked on the schema itself after each migration, on both backends.
+#[tokio::test]
+async fn every_migration_keeps_what_the_release_before_reads_and_writes() {
+    let mut found = Vec::new();
+    let file = std::env::temp_dir().join(format!("tessera-policy-{}.db", uuid::Uuid::now_v7().simple()));
+    let sqlite = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=rwc", file.display())).await.expect("sqlite");
+    let mut before = Columns::new();
+    for (number, name, sql) in migration_files("sqlite") {
+        sqlx::raw_sql(&sql).execute(&sqlite).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let after = sqlite_columns(&sqlite).await;
+        if !BREAKS_ALLOWED.contains(&("sqlite", number)) {
+            found.extend(breaks(&before, &after).into_iter().map(|b| format!("sqlite {name}: {b}")));
+        }
+        before = after;
+    }
+    sqlite.close().await;
+    let _ = std::fs::remove_file(&file);
+    if let Some(db) = ScratchDb::create("the PostgreSQL half of the upgrade policy").await {
+        let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
+        let mut before = Columns::new();
+        for (number, name, sql) in migration_files("postgres") {
+            sqlx::raw_sql(&sql).execute(&pool).await.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let after = postgres_columns(&pool).await;
+            if !BREAKS_ALLOWED.contains(&("postgres", number)) {
+                found.extend(breaks(&before, &after).into_iter().map(|b| format!("postgres {name}: {b}")));
+            }
+            before = after;
+        }
+        pool.close().await;
+        db.drop().await;
+    }
+    assert!(found.is_empty(), "migrations that break the release before (expand, migrate, contract):\n{found:#?}");
+}
+
+#[test]
+fn the_policy_check_finds_each_kind_of_break() {
+    let col = |t: &str, c: &str, k: &str, n: bool, d: Option<&str>| {
+        ((t.to_string(), c.to_string()), (k.to_string(), n, d.map(str::to_string)))
+    };
+    let before: Columns = [col("t", "a", "TEXT", false, None), col("t", "b", "INTEGER", true, None)].into();
+    let same = breaks(&before, &before);
+    assert!(same.is_empty(), "{same:?}");
+    let expanded: Columns = [
+        col("t", "a", "text", false, None),
+        col("t", "b", "INTEGER", true, None),
+        col("t", "c", "INTEGER", true, Some("0")),
+        col("t", "d", "TEXT", false, None),
+        col("u", "x", "TEXT", true, None),
+    ]
+    .into();
+    assert!(breaks(&before, &expanded).is_empty(), "nullable or defaulted columns and new tables are fine");
+    let broken: Columns = [col("t", "a", "INTEGER", true, None), col("t", "c", "INTEGER", true, None)].into();
+    assert_eq!(
+        breaks(&before, &broken),
+        ["t.a changed from TEXT to INTEGER", "t.b dropped or renamed", "t.c added NOT NULL without a default"]
+    );
+    let tightened: Columns = [col("t", "a", "TEXT", true, None), col("t", "b", "INTEGER", true, None)].into();
+    assert_eq!(breaks(&before, &tightened), ["t.a made NOT NULL"]);
+}
