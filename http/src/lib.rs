@@ -288,6 +288,22 @@ fn complete(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     serde_json::from_value(v).unwrap_or(doc)
 }
 
+/// Logs a failed answer: a 503 (a replica shutting down answers its readiness probes so, a database that does not
+/// answer) as a warning, every other server error as an error.
+fn log_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    let latency_ms = latency.as_millis();
+    match class {
+        tower_http::classify::ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::warn!(latency_ms, "answered 503 Service Unavailable");
+        }
+        class => tracing::error!(%class, latency_ms, "response failed"),
+    }
+}
+
 /// The application, ready to serve: the API, and `pages` (the portal's routes, given the API router they read
 /// through: `tessera_portal::routes`), behind the same limits, timeouts, problem reports and tracing.
 pub fn router(state: AppState, pages: impl FnOnce(Router) -> Router) -> Router {
@@ -307,6 +323,6 @@ pub fn router(state: AppState, pages: impl FnOnce(Router) -> Router) -> Router {
         // A backstop, not a way of handling input: a panicking handler answers 500 problem+json and is logged.
         .layer(CatchPanicLayer::custom(error::panic_response))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().on_failure(log_failure))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }

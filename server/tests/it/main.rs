@@ -5,6 +5,7 @@ mod agents;
 mod api;
 mod attribution;
 mod backup;
+mod balanced;
 mod cli_mig;
 mod clusters;
 mod cohorts;
