@@ -84,11 +84,54 @@ async fn connected(replicas: &[Server]) -> u64 {
     total
 }
 
+/// Agents a test connects through the balancer.
+const AGENTS: u64 = 30;
+
+/// Three replicas on `db_url` with `env`, HAProxy in front, and [`AGENTS`] simulated agents connected through it
+/// (named `prefix-<i>`), spread over the replicas by it.
+async fn cluster(
+    db_url: &str,
+    admin: &str,
+    env: &[(&str, &str)],
+    prefix: &str,
+) -> (Vec<Server>, Balancer, Vec<SimAgent>) {
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Server::start_with(db_url, free_port(), admin, env).await);
+    }
+    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
+    let balancer = Balancer::start(&ports).await;
+    let mut agents = Vec::new();
+    for i in 0..AGENTS {
+        let token = replicas[0].join_token(None).await;
+        let mut a = SimAgent::new(&balancer.base, &format!("{prefix}-{i}"), "H100-80GB:1", token);
+        a.start();
+        agents.push(a);
+    }
+    let all = wait_for(Duration::from_secs(30), || async { (connected(&replicas).await == AGENTS).then_some(()) });
+    assert!(all.await.is_some(), "every agent connects: {}", connected(&replicas).await);
+    (replicas, balancer, agents)
+}
+
+/// Agents connected to the replicas but `skip`.
+async fn connected_but(replicas: &[Server], skip: usize) -> u64 {
+    let mut total = 0;
+    for (j, r) in replicas.iter().enumerate() {
+        if j != skip {
+            total += connected(std::slice::from_ref(r)).await;
+        }
+    }
+    total
+}
+
 /// What the clients did: operations, and failures with what they were.
 #[derive(Default)]
 struct Tally {
     requests: AtomicU64,
+    retries: AtomicU64,
     failures: std::sync::Mutex<Vec<String>>,
+    /// Requests acknowledged to a client: (its `Idempotency-Key`, the id it was given).
+    created: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// One client: create a tenant, set its quota, read it back, again and again, never retrying.
@@ -139,24 +182,7 @@ async fn a_rolling_restart_behind_haproxy_fails_no_request_and_moves_every_agent
     let Some(db) = crate::harness::ScratchDb::create("a_rolling_restart_behind_haproxy").await else { return };
     let admin = new_token_secret();
     let env = [("TESSERA_SHUTDOWN_DELAY_S", "2"), ("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")];
-    let mut replicas = Vec::new();
-    for _ in 0..3 {
-        replicas.push(Server::start_with(&db.url, free_port(), &admin, &env).await);
-    }
-    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
-    let balancer = Balancer::start(&ports).await;
-    // Agents through the balancer, spread over the replicas by it.
-    const AGENTS: u64 = 30;
-    let mut agents = Vec::new();
-    for i in 0..AGENTS {
-        let token = replicas[0].join_token(None).await;
-        let mut a = SimAgent::new(&balancer.base, &format!("lb-{i}"), "H100-80GB:1", token);
-        a.start();
-        agents.push(a);
-    }
-    let all =
-        wait_for(Duration::from_secs(30), || async { (connected(&replicas).await == AGENTS).then_some(()) }).await;
-    assert!(all.is_some(), "every agent connects: {}", connected(&replicas).await);
+    let (mut replicas, balancer, agents) = cluster(&db.url, &admin, &env, "lb").await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
@@ -169,13 +195,8 @@ async fn a_rolling_restart_behind_haproxy_fails_no_request_and_moves_every_agent
         let stopping = Instant::now();
         replicas[i].terminate();
         // Its agents are on the other two, within the shutdown delay.
-        let others: Vec<&Server> = replicas.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r).collect();
         let back = wait_for(Duration::from_secs(10), || async {
-            let mut total = 0;
-            for r in &others {
-                total += connected(std::slice::from_ref(*r)).await;
-            }
-            (total == AGENTS).then(|| stopping.elapsed())
+            (connected_but(&replicas, i).await == AGENTS).then(|| stopping.elapsed())
         })
         .await;
         let took = back.unwrap_or_else(|| panic!("replica {i}'s agents did not all reconnect"));
@@ -204,6 +225,143 @@ async fn a_rolling_restart_behind_haproxy_fails_no_request_and_moves_every_agent
     for t in &moved {
         assert!(*t < Duration::from_secs(5), "agents moved after {t:?}");
     }
+    for mut a in agents {
+        a.kill();
+    }
+    for mut r in replicas {
+        r.stop().await;
+    }
+    drop(balancer);
+    db.drop().await;
+}
+
+/// One client that retries what a dead replica leaves unanswered: a connection error or a 502, 503 or 504 is
+/// sent again with the same `Idempotency-Key`. Each request it creates is named by its key (`reason`).
+async fn retrying_client(base: String, admin: String, tenant: String, stop: Arc<AtomicBool>, tally: Arc<Tally>) {
+    let http = Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let retried = |status: Option<StatusCode>| status.is_none_or(|s| matches!(s.as_u16(), 502..=504));
+    while !stop.load(Ordering::SeqCst) {
+        let key = uuid::Uuid::now_v7().simple().to_string();
+        let body = json!({"tenant": tenant, "spec": {"mode": "exclusive", "model": "H100-80GB"}, "count": 1,
+            "reason": key});
+        let until = Instant::now() + Duration::from_secs(30);
+        let id = loop {
+            let r = http
+                .post(format!("{base}/api/v1/requests"))
+                .bearer_auth(&admin)
+                .header("Idempotency-Key", &key)
+                .json(&body)
+                .send()
+                .await;
+            tally.requests.fetch_add(1, Ordering::Relaxed);
+            let status = r.as_ref().ok().map(|r| r.status());
+            match r {
+                Ok(r) if matches!(r.status(), StatusCode::CREATED | StatusCode::OK) => {
+                    break Some(
+                        r.json::<serde_json::Value>().await.expect("json")["id"].as_str().expect("id").to_string(),
+                    );
+                }
+                _ if retried(status) && Instant::now() < until => {
+                    tally.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                r => {
+                    tally.failures.lock().expect("lock").push(format!("create {key}: {:?}", r.map(|r| r.status())));
+                    break None;
+                }
+            }
+        };
+        let Some(id) = id else { continue };
+        tally.created.lock().expect("lock").push((key, id.clone()));
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = http.get(format!("{base}/api/v1/requests/{id}")).bearer_auth(&admin).send().await;
+            tally.requests.fetch_add(1, Ordering::Relaxed);
+            let status = r.as_ref().ok().map(|r| r.status());
+            match status {
+                Some(StatusCode::OK) => break,
+                s if retried(s) && Instant::now() < until => {
+                    tally.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                s => {
+                    tally.failures.lock().expect("lock").push(format!("read {id}: {s:?}"));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_every_10_s_behind_haproxy_loses_and_repeats_nothing_and_agents_come_back() {
+    let Some(db) = crate::harness::ScratchDb::create("a_replica_killed_every_10_s_behind_haproxy").await else {
+        return;
+    };
+    let admin = new_token_secret();
+    let env = [("TESSERA_MAX_CONNECTIONS_PER_ADDRESS", "0")];
+    let (mut replicas, balancer, agents) = cluster(&db.url, &admin, &env, "kill").await;
+    let (_, tenant) = replicas[0].call(reqwest::Method::POST, "/api/v1/tenants", Some(json!({"name": "jobs"}))).await;
+    let tenant = tenant["id"].as_str().expect("tenant").to_string();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new(Tally::default());
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let (base, admin, tenant) = (balancer.base.clone(), admin.clone(), tenant.clone());
+            tokio::spawn(retrying_client(base, admin, tenant, stop.clone(), tally.clone()))
+        })
+        .collect();
+    let mut back = Vec::new();
+    for kill in 0..6 {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let i = kill % replicas.len();
+        let killed = Instant::now();
+        replicas[i].stop().await;
+        // Its agents are on the other two (through the balancer) before it is started again.
+        let again = wait_for(Duration::from_secs(15), || async {
+            (connected_but(&replicas, i).await == AGENTS).then(|| killed.elapsed())
+        })
+        .await;
+        back.push(again.unwrap_or_else(|| panic!("agents of the replica killed at kill {kill} did not come back")));
+        let port = replicas[i].port;
+        replicas[i] = Server::start_with(&db.url, port, &admin, &env).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.await.expect("client");
+    }
+    let failures = tally.failures.lock().expect("lock").clone();
+    let created = tally.created.lock().expect("lock").clone();
+    // Every acknowledged request is there once: one row per key, with the id the client was given.
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("postgres");
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT reason, id FROM slice_requests").fetch_all(&pool).await.expect("requests");
+    pool.close().await;
+    let mut by_key: std::collections::HashMap<&str, Vec<&str>> = std::collections::HashMap::new();
+    for (reason, id) in &rows {
+        by_key.entry(reason.as_str()).or_default().push(id.as_str());
+    }
+    let duplicates: Vec<_> = by_key.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    let lost: Vec<_> = created.iter().filter(|(k, id)| by_key.get(k.as_str()) != Some(&vec![id.as_str()])).collect();
+    back.sort();
+    eprintln!(
+        "kill -9 of a replica every 10 s for a minute behind HAProxy: {} requests ({} retried), {} created, {} failed, \
+         {} duplicated, {} lost; {AGENTS} agents all connected again {:?} after each kill (slowest last)",
+        tally.requests.load(Ordering::Relaxed),
+        tally.retries.load(Ordering::Relaxed),
+        created.len(),
+        failures.len(),
+        duplicates.len(),
+        lost.len(),
+        back
+    );
+    assert!(created.len() > 100, "the clients kept working: {}", created.len());
+    assert!(failures.is_empty(), "failed operations: {failures:#?}");
+    assert!(duplicates.is_empty(), "requests made twice: {duplicates:?}");
+    assert!(lost.is_empty(), "acknowledged and not stored: {lost:?}");
+    assert!(back.iter().all(|t| *t < Duration::from_secs(5)), "every agent back within 5 s: {back:?}");
     for mut a in agents {
         a.kill();
     }
