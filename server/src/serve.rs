@@ -341,6 +341,7 @@ pub async fn serve(
         state.webhooks.clone(),
         state.secrets.clone(),
         state.email.clone(),
+        state.draining.clone(),
     );
     let (stop_controller, controller_stopped) = tokio::sync::watch::channel(false);
     let controller = state.kubernetes.controller.then(|| {
@@ -438,7 +439,13 @@ pub async fn serve(
     {
         tracing::warn!("the Kubernetes controller did not stop within 5 s");
     }
-    webhooks.abort();
+    // Delivery ends after its round (it stops claiming once draining began): nothing it claimed is left for a
+    // lease to free.
+    let delivery = webhooks.abort_handle();
+    if tokio::time::timeout(std::time::Duration::from_secs(15), webhooks).await.is_err() {
+        delivery.abort();
+        tracing::warn!("webhook and mail delivery did not finish its round within 15 s; stopped");
+    }
     agents.abort();
     telemetry.abort();
     pace.abort();

@@ -492,6 +492,7 @@ pub fn start_background(
     settings: Delivery,
     keys: crate::sealed::Keyring,
     email: Option<super::email::EmailSettings>,
+    draining: crate::state::draining::Draining,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mailer = match email.as_ref().map(super::email::Mailer::new) {
@@ -511,6 +512,12 @@ pub fn start_background(
         };
         let mut purged = tokio::time::Instant::now();
         loop {
+            // A replica that shuts down claims nothing more once its round is done (what it claimed is posted and
+            // recorded): the other replicas deliver the rest, without waiting for a claim's lease to run out.
+            if draining.is_draining() {
+                tracing::info!("delivery stopped: this replica is shutting down");
+                return;
+            }
             if purged.elapsed() >= PURGE_EVERY {
                 purged = tokio::time::Instant::now();
                 if let Err(e) = store.purge_notifications(now_ms() - KEEP_MS).await {
