@@ -116,8 +116,8 @@ pub async fn put_inventory(
 }
 
 /// The node's spec: at once without `after`, else as soon as its generation passes `after` (204 when none
-/// came within `wait_s`, or when the replica begins to shut down). The fallback to the WebSocket; each call counts
-/// as a heartbeat.
+/// came within `wait_s`, at once when the replica begins to shut down, within a second while it does). The fallback
+/// to the WebSocket; each call counts as a heartbeat.
 #[utoipa::path(get, path = "/api/v1/agent/spec", tag = "agent", security(("node" = [])), params(SpecQuery),
     responses((status = 200, body = NodeSpec), (status = 204), (status = 401, body = Problem), (status = 403, body = Problem)))]
 pub async fn get_spec(
@@ -132,12 +132,22 @@ pub async fn get_spec(
     if spec.generation > after {
         return Ok(ApiJson(spec).into_response());
     }
-    let wait = Duration::from_secs(q.wait_s.unwrap_or(LONG_POLL_MAX_S).min(LONG_POLL_MAX_S));
-    let deadline = tokio::time::Instant::now() + wait;
-    // A replica that shuts down answers at once (one that has begun already, too): the next poll goes to a
-    // replica that stays.
+    let mut wait = Duration::from_secs(q.wait_s.unwrap_or(LONG_POLL_MAX_S).min(LONG_POLL_MAX_S));
+    // A replica that begins to shut down answers the polls it holds at once, so that the next ones go to a
+    // replica that stays; one that is shutting down already holds a poll a second at most, so that an agent the
+    // balancer still sends here polls once a second, not in a loop.
     let draining = state.draining.clone();
-    let shutting_down = draining.begun();
+    let already = draining.is_draining();
+    if already {
+        wait = wait.min(Duration::from_secs(1));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let shutting_down = async {
+        if already {
+            std::future::pending::<()>().await;
+        }
+        draining.begun().await;
+    };
     tokio::pin!(shutting_down);
     loop {
         // `Some(true)`: past `after`; `Some(false)`: a change not past it; `None`: time is up, or shutting down.
@@ -197,17 +207,27 @@ pub async fn heartbeat(NodeAuth(node): NodeAuth, State(state): State<AppState>) 
 /// every new generation, and the agent sends heartbeats and status (`{"type":"heartbeat"}`,
 /// `{"type":"status"}`). The server closes a socket that stays silent for three heartbeat intervals, and closes
 /// it at once (code 4401) when the node's credential is revoked or the node joins again, and with code 1012 (service
-/// restart: connect again at once) when the replica shuts down. A node holds at most
+/// restart: connect again at once) when the replica shuts down; a replica shutting down refuses new sockets (503
+/// `shutting_down`). A node holds at most
 /// four sockets on one server replica.
 #[utoipa::path(get, path = "/api/v1/agent/ws", tag = "agent", security(("node" = [])),
     responses((status = 101, description = "Switching to the WebSocket protocol"), (status = 401, body = Problem),
-        (status = 403, body = Problem), (status = 429, body = Problem, description = "too_many_sockets")))]
+        (status = 403, body = Problem), (status = 429, body = Problem, description = "too_many_sockets"),
+        (status = 503, body = Problem, description = "shutting_down")))]
 pub async fn websocket(
     State(state): State<AppState>,
     NodeAuth(node): NodeAuth,
     headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    if state.draining.is_draining() {
+        // Its agent connects again after its backoff, through the balancer to a replica that stays.
+        return Err(ApiError::Invalid {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "shutting_down",
+            detail: "this replica is shutting down: connect to another".into(),
+        });
+    }
     let credential = super::auth::node_credential_hash(&headers).unwrap_or_default();
     let slot = state.hub.open_socket(&node.node_id).ok_or_else(|| ApiError::Invalid {
         status: StatusCode::TOO_MANY_REQUESTS,
