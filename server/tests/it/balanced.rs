@@ -13,8 +13,8 @@ use tessera_server::http::auth::new_token_secret;
 
 use crate::agents::{Server, SimAgent, free_port, wait_for};
 
-/// HAProxy in front of `backends`, checking each with `GET /readyz` every 250 ms: out after one failure, in after
-/// two successes. No keep-alive to the servers (each request opens its connection, so a replica that closes its
+/// HAProxy in front of `backends`, checking each with `GET /readyz` every 250 ms: out after one failure (a 503, or
+/// no answer within 2 s: a busy replica may take longer than the interval to answer), in after two successes. No keep-alive to the servers (each request opens its connection, so a replica that closes its
 /// listener refuses a connection, which HAProxy retries on another), WebSockets tunnelled.
 fn haproxy_config(port: u16, backends: &[u16]) -> String {
     let servers: String =
@@ -22,7 +22,7 @@ fn haproxy_config(port: u16, backends: &[u16]) -> String {
     format!(
         "global\n    maxconn 4096\n\
          defaults\n    mode http\n    timeout connect 1s\n    timeout client 60s\n    timeout server 60s\n    \
-         timeout tunnel 1h\n    retries 3\n    option redispatch\n    retry-on conn-failure\n    \
+         timeout tunnel 1h\n    timeout check 2s\n    retries 3\n    option redispatch\n    retry-on conn-failure\n    \
          option http-server-close\n\
          frontend api\n    bind 127.0.0.1:{port}\n    default_backend tessera\n\
          backend tessera\n    balance roundrobin\n    option httpchk GET /readyz\n    http-check expect status 200\n    \
