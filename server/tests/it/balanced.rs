@@ -113,6 +113,18 @@ async fn cluster(
     (replicas, balancer, agents)
 }
 
+/// Stops what [`cluster`] started and drops the database.
+async fn teardown(replicas: Vec<Server>, balancer: Balancer, agents: Vec<SimAgent>, db: crate::harness::ScratchDb) {
+    for mut a in agents {
+        a.kill();
+    }
+    for mut r in replicas {
+        r.stop().await;
+    }
+    drop(balancer);
+    db.drop().await;
+}
+
 /// Agents connected to the replicas but `skip`.
 async fn connected_but(replicas: &[Server], skip: usize) -> u64 {
     let mut total = 0;
@@ -225,14 +237,7 @@ async fn a_rolling_restart_behind_haproxy_fails_no_request_and_moves_every_agent
     for t in &moved {
         assert!(*t < Duration::from_secs(5), "agents moved after {t:?}");
     }
-    for mut a in agents {
-        a.kill();
-    }
-    for mut r in replicas {
-        r.stop().await;
-    }
-    drop(balancer);
-    db.drop().await;
+    teardown(replicas, balancer, agents, db).await;
 }
 
 /// One client that retries what a dead replica leaves unanswered: a connection error or a 502, 503 or 504 is
@@ -362,12 +367,5 @@ async fn a_replica_killed_every_10_s_behind_haproxy_loses_and_repeats_nothing_an
     assert!(duplicates.is_empty(), "requests made twice: {duplicates:?}");
     assert!(lost.is_empty(), "acknowledged and not stored: {lost:?}");
     assert!(back.iter().all(|t| *t < Duration::from_secs(5)), "every agent back within 5 s: {back:?}");
-    for mut a in agents {
-        a.kill();
-    }
-    for mut r in replicas {
-        r.stop().await;
-    }
-    drop(balancer);
-    db.drop().await;
+    teardown(replicas, balancer, agents, db).await;
 }
